@@ -1,0 +1,26 @@
+// ParaNLRU: a = σ(a_x) (input-only gate), n = tanh(c_x + ũ h), h' = a h + (1 − a) n, with the
+// diagonal Jacobian j = a + (1 − a)(1 − n²) ũ. W_x packs (a_x, c_x).
+#pragma once
+
+#include "pararnn/cells/cell_math.hpp"
+
+namespace pararnn::cells {
+
+struct NlruMath {
+  static constexpr int kSlots = 1;
+  static constexpr int kGates = 2;
+  static constexpr int kRecurrent = 1;  // u
+
+  template <class ComputeT>
+  PARARNN_HD static void step(const ComputeT* rec, const ComputeT* wx, const ComputeT* h_prev,
+                              ComputeT* h_new, ComputeT* jac) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT h = h_prev[0];
+    const ComputeT a = sigmoid(wx[0]);
+    const ComputeT n = tanh_of(wx[1] + rec[0] * h);
+    h_new[0] = a * h + (one - a) * n;
+    if (jac != nullptr) jac[0] = a + (one - a) * (one - n * n) * rec[0];
+  }
+};
+
+}  // namespace pararnn::cells

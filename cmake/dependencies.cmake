@@ -1,0 +1,22 @@
+# Third-party dependencies, all from Debian packages (scripts/install-deps.sh installs them).
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(Boost 1.74 REQUIRED CONFIG)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(MPFR REQUIRED IMPORTED_TARGET mpfr)
+pkg_check_modules(GMP REQUIRED IMPORTED_TARGET gmp)
+find_path(DLPACK_INCLUDE_DIR dlpack/dlpack.h REQUIRED)
+add_library(pararnn_dlpack INTERFACE)
+target_include_directories(pararnn_dlpack SYSTEM INTERFACE ${DLPACK_INCLUDE_DIR})
+# float128 needs libquadmath (part of GCC).
+find_library(QUADMATH_LIBRARY NAMES quadmath libquadmath.so.0 REQUIRED
+             HINTS /usr/lib/gcc/x86_64-linux-gnu/12 /usr/lib/x86_64-linux-gnu)
+if(PARARNN_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_package(rapidcheck REQUIRED)
+endif()

@@ -1,0 +1,34 @@
+# Test taxonomy (docs/testing.md): labels resource host|cuda, kind unit|property|golden,
+# cost fast|nightly. GPU test executables exit 77 without a device (SKIP_RETURN_CODE), or fail
+# when PARARNN_REQUIRE_CUDA=1.
+if(PARARNN_BUILD_TESTS)
+  enable_testing()
+  include(GoogleTest)
+endif()
+set(PARARNN_TEST_ARTIFACTS_DIR "${CMAKE_BINARY_DIR}/test-artifacts")
+
+# pararnn_add_test(NAME <name> SOURCES ... LIBS ... RESOURCE host|cuda KIND unit|property|golden
+#                  COST fast|nightly [TIMEOUT s])
+function(pararnn_add_test)
+  cmake_parse_arguments(T "" "NAME;RESOURCE;KIND;COST;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  if(NOT PARARNN_BUILD_TESTS)
+    return()
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest rapidcheck rapidcheck_gtest)
+  set(env "PARARNN_TEST_ARTIFACTS=${PARARNN_TEST_ARTIFACTS_DIR}")
+  if(T_RESOURCE STREQUAL "cuda")
+    target_link_libraries(${T_NAME} PRIVATE pararnn_cuda_test_main)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES
+      LABELS "cuda;${T_KIND};${T_COST}" SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT}
+      RESOURCE_LOCK gpu ENVIRONMENT "${env}")
+  else()
+    target_link_libraries(${T_NAME} PRIVATE GTest::gtest_main)
+    gtest_discover_tests(${T_NAME} DISCOVERY_MODE PRE_TEST
+      PROPERTIES LABELS "host;${T_KIND};${T_COST}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${env}")
+  endif()
+endfunction()

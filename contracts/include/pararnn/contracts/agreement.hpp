@@ -1,0 +1,92 @@
+// verify_agreement: the product claim checked on one case. Runs the production solver, the
+// same-dtype sequential loop and the independent oracle on exactly the same bits, compares the
+// full state (all slots) against the oracle with the contract's τ, and returns an
+// AgreementReport (a value; `to_json()` gives the report keys of docs/numerics-contract.md).
+//
+// Verdicts: Agree (solver within τ everywhere), Disagree (not), Inconclusive (the oracle is not
+// finite or its self-check is not far below τ: a harness failure, never a disagreement).
+// Example:
+//   AgreementReport r = verify_agreement(cell, x, {.seed = 1});
+//   if (r.verdict != Verdict::agree) std::cerr << r.failure_message();
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "pararnn/cells/cell.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+
+enum class Verdict { agree, disagree, inconclusive };
+std::string_view verdict_name(Verdict verdict);  // "Agree", "Disagree", "Inconclusive"
+
+inline constexpr int kReportSchemaVersion = 1;
+
+struct VerifyOptions {
+  NewtonConfig config{};
+  std::optional<TensorView> h0;
+  std::optional<TensorView> cu_seqlens;
+  std::optional<double> atol;  // explicit τ (e.g. the seed's 1e-4 for f64); default: the table
+  std::optional<double> rtol;
+  std::uint64_t seed = 0;              // recorded; also picks the oracle's certified chains
+  std::int64_t certify_budget = 4'000'000;
+  bool raise_on_fail = false;          // AgreementError when not Agree
+  std::string repro_command;           // shown in failure messages ("pararnn verify case...")
+};
+
+struct AgreementReport {
+  // The seed library's keys, in its order.
+  bool ok = false;
+  double max_abs = 0.0, max_rel = 0.0, mean_abs = 0.0;
+  double atol = 0.0, rtol = 0.0;
+  Shape shape;
+  std::string dtype;
+  std::string device = "cpu";
+  std::int64_t newton_iters = 0;
+  double max_residual = 0.0;
+  std::string path = "cell";
+  // Ours.
+  Verdict verdict = Verdict::inconclusive;
+  std::string inconclusive_reason;
+  Shape worst_index;  // (b, t, [slot,] channel)
+  std::string cell;
+  std::int64_t slots = 1;
+  std::int64_t mismatches = 0, count = 0;
+  double sequential_max_abs = 0.0;     // same-dtype sequential vs oracle
+  double vs_sequential_max_abs = 0.0;  // solver vs same-dtype sequential (the seed's metric)
+  std::string oracle_type, certifier_type;
+  int oracle_digits = 0, certifier_digits = 0;
+  double self_check_delta = 0.0;
+  bool certified_all_chains = false;
+  std::int64_t certified_chain_steps = 0;
+  std::string backend;
+  std::string k_source;
+  std::int64_t k_min = 0;
+  std::vector<double> residual_history;
+  std::uint64_t seed = 0;
+  std::map<std::string, double> timings_ms;  // newton, sequential, oracle
+  std::string tolerance_source;
+  ComparisonResult comparison;  // solver vs oracle, in full
+  std::string repro_command;
+
+  nlohmann::ordered_json to_json() const;
+  std::string failure_message() const;  // self-sufficient (CONTRACT §7)
+  std::string summary() const;          // a few lines for a terminal
+};
+
+// The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one
+// comparison used by verify and compare (worst index reported as b, t, slot, channel).
+[[nodiscard]] AgreementReport verify_agreement(const Cell& cell, const TensorView& x,
+                                               const VerifyOptions& options = {});
+
+// Judges an external trajectory (any dtype, the solver's layout) against the oracle of `problem`
+// (the CLI's `compare`). `trajectory_dtype` decides τ.
+[[nodiscard]] AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
+                                                 const VerifyOptions& options = {});
+
+}  // namespace pararnn

@@ -1,0 +1,56 @@
+// One comparison of an actual tensor against an expected one, returning a value (never a bool):
+// counts, the worst absolute and relative differences with their multi-index, ULP distance in
+// the actual's dtype, NaN/Inf counts, and the first and last mismatches. Test messages,
+// AgreementReport and nightly reports are renderings of a ComparisonResult.
+//
+// Rule (CONTRACT §2): element i passes iff |actual − expected| <= atol + rtol·|expected|; NaN or
+// a non-finite difference never passes. Example:
+//   ComparisonResult c = compare(H_solver, H_oracle, tolerance_for({.dtype = DType::f32}));
+//   if (!c.ok()) std::cout << c.describe();
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/tensor.hpp"
+
+namespace pararnn {
+
+struct Mismatch {
+  Shape index;
+  double actual = 0.0;
+  double expected = 0.0;
+  double allowed = 0.0;
+};
+
+struct ComparisonResult {
+  Shape shape;
+  DType dtype = DType::f32;  // of the actual tensor
+  Tolerance tolerance;
+  std::int64_t count = 0;
+  std::int64_t mismatches = 0;
+  std::int64_t nan_count = 0;  // NaN in actual or expected
+  std::int64_t inf_count = 0;
+  double max_abs = 0.0;
+  double max_rel = 0.0;
+  double mean_abs = 0.0;
+  double max_ulps = 0.0;  // in the actual's dtype
+  Shape worst_abs_index;
+  Shape worst_rel_index;
+  double worst_actual = 0.0, worst_expected = 0.0, worst_allowed = 0.0;
+  std::vector<Mismatch> first_mismatches;  // up to 5
+  std::vector<Mismatch> last_mismatches;   // up to 5
+
+  bool ok() const { return mismatches == 0 && count > 0; }
+  // Self-sufficient failure text: mismatched count and share, greatest abs/rel difference with
+  // index and allowed value, expected and actual in full precision and hexfloat, dtype, shape.
+  std::string describe() const;
+};
+
+// `actual` and `expected` must have the same shape (any dtypes, host).
+ComparisonResult compare(const TensorView& actual, const TensorView& expected,
+                         const Tolerance& tolerance);
+
+}  // namespace pararnn

@@ -1,0 +1,240 @@
+// verify_agreement and compare_trajectory: the only code that sees the solver and the oracle.
+#include "pararnn/contracts/agreement.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "pararnn/reference/oracle.hpp"
+
+namespace pararnn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+Case case_for(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
+  std::optional<Tensor> h0;
+  if (options.h0) h0 = Tensor::copy_of(*options.h0);
+  Case problem = cell.make_case(Tensor::copy_of(x), std::move(h0));
+  if (options.cu_seqlens) problem.cu_seqlens = Tensor::copy_of(*options.cu_seqlens);
+  return problem;
+}
+
+Tolerance trajectory_tolerance(DType dtype, const std::string& cell, const std::string& backend,
+                               const VerifyOptions& options) {
+  Tolerance tau = tolerance_for({.dtype = dtype, .metric = Metric::trajectory, .cell = cell,
+                                 .backend = backend});
+  if (options.atol || options.rtol) {
+    tau.atol = options.atol.value_or(tau.atol);
+    tau.rtol = options.rtol.value_or(tau.rtol);
+    tau.source = "explicit (caller)";
+  }
+  return tau;
+}
+
+// Fills everything that comes from the comparison with the oracle.
+void judge(AgreementReport& r, const TensorView& trajectory, const reference::OracleResult& oracle,
+           const Tolerance& tau, DType case_dtype) {
+  r.shape = trajectory.shape();
+  r.dtype = std::string(dtype_name(trajectory.dtype()));
+  r.oracle_type = oracle.type;
+  r.oracle_digits = oracle.digits;
+  r.certifier_type = oracle.certifier_type;
+  r.certifier_digits = oracle.certifier_digits;
+  r.self_check_delta = oracle.self_check_delta;
+  r.certified_all_chains = oracle.certified_all_chains;
+  r.certified_chain_steps = oracle.certified_chain_steps;
+  r.comparison = compare(trajectory, oracle.H, tau);
+  const ComparisonResult& c = r.comparison;
+  r.max_abs = c.max_abs;
+  r.max_rel = c.max_rel;
+  r.mean_abs = c.mean_abs;
+  r.atol = tau.atol;
+  r.rtol = tau.rtol;
+  r.tolerance_source = tau.source;
+  r.mismatches = c.mismatches;
+  r.count = c.count;
+  r.worst_index = c.worst_abs_index;
+  r.ok = c.ok();
+  const Tolerance self_check =
+      tolerance_for({.dtype = case_dtype, .metric = Metric::oracle_self_check, .cell = r.cell, .backend = r.backend});
+  if (!oracle.finite) {
+    r.verdict = Verdict::inconclusive;
+    r.inconclusive_reason = "the oracle trajectory is not finite (a harness failure)";
+    r.ok = false;
+  } else if (!(oracle.self_check_delta <= self_check.atol)) {
+    r.verdict = Verdict::inconclusive;
+    r.inconclusive_reason = fmt::format(
+        "oracle self-check delta {:.3e} ({} vs {}) is not far below tau (limit {:.1e})",
+        oracle.self_check_delta, oracle.type, oracle.certifier_type, self_check.atol);
+    r.ok = false;
+  } else {
+    r.verdict = r.ok ? Verdict::agree : Verdict::disagree;
+  }
+}
+
+double max_abs_between(const TensorView& a, const TensorView& b) {
+  return compare(a, b, Tolerance{.atol = INFINITY, .rtol = 0.0, .source = "metric only"}).max_abs;
+}
+
+}  // namespace
+
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::agree: return "Agree";
+    case Verdict::disagree: return "Disagree";
+    case Verdict::inconclusive: return "Inconclusive";
+  }
+  return "?";
+}
+
+AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
+  AgreementReport r;
+  r.cell = std::string(cell.name());
+  r.slots = cell.slots();
+  r.seed = options.seed;
+  r.repro_command = options.repro_command;
+  const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
+
+  auto start = Clock::now();
+  NewtonStats stats;
+  const Tensor H = newton_apply(cell, x, options.config, apply, &stats);
+  r.timings_ms["newton"] = ms_since(start);
+  r.backend = stats.scan_backend;
+  r.newton_iters = stats.iters;
+  r.max_residual = stats.max_residual;
+  r.residual_history = stats.residual_history;
+  r.k_source = stats.k.source;
+  r.k_min = stats.k.k;
+
+  start = Clock::now();
+  const Tensor H_seq = sequential_apply(cell, x, apply);
+  r.timings_ms["sequential"] = ms_since(start);
+
+  start = Clock::now();
+  const Case problem = case_for(cell, x, options);
+  const reference::OracleResult oracle = reference::oracle_sequential(
+      problem, {.certify = true, .certify_budget = options.certify_budget, .seed = options.seed});
+  r.timings_ms["oracle"] = ms_since(start);
+
+  const Tolerance tau = trajectory_tolerance(cell.dtype(), r.cell, r.backend, options);
+  judge(r, H, oracle, tau, cell.dtype());
+  r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
+  r.vs_sequential_max_abs = max_abs_between(H, H_seq);
+  if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
+  return r;
+}
+
+AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
+                                   const VerifyOptions& options) {
+  AgreementReport r;
+  r.cell = problem.cell;
+  r.seed = options.seed;
+  r.repro_command = options.repro_command;
+  r.path = "external";
+  r.backend = "external";
+  r.k_source = "external";
+  auto start = Clock::now();
+  const reference::OracleResult oracle = reference::oracle_sequential(
+      problem, {.certify = true, .certify_budget = options.certify_budget, .seed = options.seed});
+  r.timings_ms["oracle"] = ms_since(start);
+  r.slots = trajectory.dim() == 4 ? trajectory.size(2) : 1;
+  if (trajectory.shape() != oracle.H.shape())
+    throw ContractViolation("trajectory", "must have the oracle's shape " + shape_string(oracle.H.shape()),
+                            shape_string(trajectory.shape()));
+  const Tolerance tau = trajectory_tolerance(trajectory.dtype(), r.cell, r.backend, options);
+  judge(r, trajectory, oracle, tau, problem.dtype());
+  r.newton_iters = 0;
+  r.max_residual = NAN;
+  if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
+  return r;
+}
+
+nlohmann::ordered_json AgreementReport::to_json() const {
+  nlohmann::ordered_json j;
+  j["ok"] = ok;
+  j["max_abs"] = max_abs;
+  j["max_rel"] = max_rel;
+  j["mean_abs"] = mean_abs;
+  j["atol"] = atol;
+  j["rtol"] = rtol;
+  j["shape"] = shape;
+  j["dtype"] = dtype;
+  j["device"] = device;
+  j["newton_iters"] = newton_iters;
+  j["max_residual"] = max_residual;
+  j["path"] = path;
+  j["verdict"] = verdict_name(verdict);
+  if (!inconclusive_reason.empty()) j["inconclusive_reason"] = inconclusive_reason;
+  nlohmann::ordered_json worst;
+  if (worst_index.size() >= 3) {
+    worst["b"] = worst_index[0];
+    worst["t"] = worst_index[1];
+    worst["slot"] = worst_index.size() == 4 ? worst_index[2] : 0;
+    worst["channel"] = worst_index.back();
+  }
+  j["worst_index"] = worst;
+  j["mismatches"] = mismatches;
+  j["count"] = count;
+  j["sequential_max_abs"] = sequential_max_abs;
+  j["vs_sequential_max_abs"] = vs_sequential_max_abs;
+  j["oracle"] = {{"type", oracle_type},
+                 {"digits", oracle_digits},
+                 {"self_check_delta", self_check_delta},
+                 {"certifier_type", certifier_type},
+                 {"certifier_digits", certifier_digits},
+                 {"certified_all_chains", certified_all_chains},
+                 {"certified_chain_steps", certified_chain_steps}};
+  j["backend"] = backend;
+  j["k_source"] = k_source;
+  j["k_min"] = k_min;
+  j["residual_history"] = residual_history;
+  j["seed"] = seed;
+  j["timings_ms"] = timings_ms;
+  j["tolerance_source"] = tolerance_source;
+  j["cell"] = cell;
+  j["quality_ratio"] = sequential_max_abs > 0 ? max_abs / sequential_max_abs : 0.0;
+  j["repro"] = repro_command;
+  j["schema_version"] = kReportSchemaVersion;
+  return j;
+}
+
+std::string AgreementReport::failure_message() const {
+  std::string out = fmt::format(
+      "verify_agreement: verdict {} for cell {} ({}), solver vs oracle max_abs={:.6e} "
+      "(atol={:g}, rtol={:g}; {}); shape={} dtype={} seed={} path={} backend={}.\n",
+      verdict_name(verdict), cell, k_source, max_abs, atol, rtol, tolerance_source,
+      shape_string(shape), dtype, seed, path, backend);
+  if (!inconclusive_reason.empty()) out += "Inconclusive: " + inconclusive_reason + "\n";
+  out += comparison.describe();
+  if (!repro_command.empty()) out += "\nReplay: " + repro_command;
+  return out;
+}
+
+std::string AgreementReport::summary() const {
+  std::string worst = "-";
+  if (worst_index.size() >= 3)
+    worst = fmt::format("b={} t={} slot={} channel={}", worst_index[0], worst_index[1],
+                        worst_index.size() == 4 ? worst_index[2] : 0, worst_index.back());
+  return fmt::format(
+      "verdict: {}\n"
+      "cell {} dtype {} shape {}  backend {}  K {} ({})  iters {}  max_residual {:.3e}\n"
+      "solver vs oracle: max_abs {:.3e} (tau atol {:g}, rtol {:g}, {})  worst {}  mismatches {}/{}\n"
+      "sequential ({}) vs oracle: {:.3e}   solver vs sequential: {:.3e}\n"
+      "oracle {} ({} bits), certified by {} ({} bits): self-check delta {:.3e} over {} chain-steps{}\n"
+      "timings: newton {:.1f} ms, sequential {:.1f} ms, oracle {:.1f} ms",
+      verdict_name(verdict), cell, dtype, shape_string(shape), backend, k_min, k_source,
+      newton_iters, max_residual, max_abs, atol, rtol, tolerance_source, worst, mismatches, count,
+      dtype, sequential_max_abs, vs_sequential_max_abs, oracle_type, oracle_digits,
+      certifier_type, certifier_digits, self_check_delta, certified_chain_steps,
+      certified_all_chains ? " (all chains)" : " (seeded sample)",
+      timings_ms.contains("newton") ? timings_ms.at("newton") : 0.0,
+      timings_ms.contains("sequential") ? timings_ms.at("sequential") : 0.0,
+      timings_ms.contains("oracle") ? timings_ms.at("oracle") : 0.0);
+}
+
+}  // namespace pararnn

@@ -1,0 +1,111 @@
+// The default tolerance table (CONTRACT §2, §5) and the override registry.
+#include "pararnn/contracts/tolerance.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+namespace pararnn {
+namespace {
+
+struct Entry {
+  DType dtype;
+  Metric metric;
+  double atol, rtol;
+};
+
+// f16 and bf16 compute in f32 but store 8 or 11 significand bits: their bands are the seed's.
+constexpr Entry kDefaults[] = {
+    {DType::f64, Metric::trajectory, 1e-10, 0.0},
+    {DType::f32, Metric::trajectory, 1e-4, 0.0},
+    {DType::f16, Metric::trajectory, 1e-2, 0.0},
+    {DType::bf16, Metric::trajectory, 1e-2, 0.0},
+    {DType::f64, Metric::gradient_diag, 1e-9, 1e-8},
+    {DType::f32, Metric::gradient_diag, 2e-4, 1e-4},
+    {DType::f16, Metric::gradient_diag, 2e-2, 1e-2},
+    {DType::bf16, Metric::gradient_diag, 2e-2, 1e-2},
+    {DType::f64, Metric::gradient_coupled, 1e-9, 1e-8},
+    {DType::f32, Metric::gradient_coupled, 5e-4, 1e-4},
+    {DType::f16, Metric::gradient_coupled, 2e-2, 1e-2},
+    {DType::bf16, Metric::gradient_coupled, 2e-2, 1e-2},
+    // The Jacobian is evaluated in the compute type (f32 for f32/f16/bf16).
+    {DType::f64, Metric::jacobian, 1e-12, 0.0},
+    {DType::f32, Metric::jacobian, 1e-5, 0.0},
+    {DType::f16, Metric::jacobian, 1e-5, 0.0},
+    {DType::bf16, Metric::jacobian, 1e-5, 0.0},
+    {DType::f64, Metric::decode, 1e-12, 0.0},
+    {DType::f32, Metric::decode, 1e-5, 0.0},
+    {DType::f16, Metric::decode, 2e-3, 0.0},
+    {DType::bf16, Metric::decode, 2e-3, 0.0},
+    // "Far below τ": three orders of magnitude under the trajectory band.
+    {DType::f64, Metric::oracle_self_check, 1e-13, 0.0},
+    {DType::f32, Metric::oracle_self_check, 1e-7, 0.0},
+    {DType::f16, Metric::oracle_self_check, 1e-5, 0.0},
+    {DType::bf16, Metric::oracle_self_check, 1e-5, 0.0},
+};
+
+struct Override {
+  std::size_t id;
+  ToleranceScope scope;
+  Tolerance tolerance;
+};
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<Override>& registry() {
+  static std::vector<Override> r;
+  return r;
+}
+
+bool matches(const ToleranceScope& scope, const ToleranceQuery& q) {
+  return (!scope.cell || *scope.cell == q.cell) && (!scope.dtype || *scope.dtype == q.dtype) &&
+         (!scope.backend || *scope.backend == q.backend) &&
+         (!scope.metric || *scope.metric == q.metric);
+}
+
+}  // namespace
+
+std::string_view metric_name(Metric metric) {
+  switch (metric) {
+    case Metric::trajectory: return "trajectory";
+    case Metric::gradient_diag: return "gradient_diag";
+    case Metric::gradient_coupled: return "gradient_coupled";
+    case Metric::jacobian: return "jacobian";
+    case Metric::decode: return "decode";
+    case Metric::oracle_self_check: return "oracle_self_check";
+  }
+  return "?";
+}
+
+Tolerance tolerance_for(const ToleranceQuery& query) {
+  {
+    std::lock_guard lock(registry_mutex());
+    const auto& r = registry();
+    for (auto it = r.rbegin(); it != r.rend(); ++it)
+      if (matches(it->scope, query)) return it->tolerance;
+  }
+  for (const Entry& e : kDefaults)
+    if (e.dtype == query.dtype && e.metric == query.metric) return {e.atol, e.rtol, "default"};
+  throw ContractViolation("dtype", "has no tolerance for metric " + std::string(metric_name(query.metric)),
+                          dtype_name(query.dtype));
+}
+
+ScopedToleranceOverride::ScopedToleranceOverride(ToleranceScope scope, Tolerance tolerance,
+                                                 std::string reason) {
+  static std::size_t next_id = 0;
+  std::lock_guard lock(registry_mutex());
+  id_ = ++next_id;
+  tolerance.source = std::move(reason);
+  registry().push_back({id_, std::move(scope), std::move(tolerance)});
+}
+
+ScopedToleranceOverride::~ScopedToleranceOverride() {
+  std::lock_guard lock(registry_mutex());
+  auto& r = registry();
+  r.erase(std::remove_if(r.begin(), r.end(), [&](const Override& o) { return o.id == id_; }),
+          r.end());
+}
+
+}  // namespace pararnn

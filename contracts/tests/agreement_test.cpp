@@ -1,0 +1,72 @@
+// Claims about verify_agreement and its report: an easy case agrees; the JSON keys are the
+// contract's, in its order; a non-finite oracle is Inconclusive, never Disagree.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pararnn/contracts/agreement.hpp"
+
+namespace pararnn {
+namespace {
+
+Tensor normal_input(DType dtype, Shape shape, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  Tensor x(dtype, shape);
+  Tensor flat = x.reshaped({x.numel()});
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  return x;
+}
+
+TEST(VerifyAgreement, LibraryInitGruAgreesAndReportsEverything) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 4, .d_h = 8}, DType::f32, 1);
+  const Tensor x = normal_input(DType::f32, {2, 300, 4}, 2);
+  const AgreementReport r = verify_agreement(cell, x, {.seed = 5});
+  EXPECT_EQ(r.verdict, Verdict::agree) << r.failure_message();
+  EXPECT_EQ(r.oracle_type, "double");
+  EXPECT_EQ(r.certifier_type, "float128");
+  EXPECT_TRUE(r.certified_all_chains);
+  EXPECT_LE(r.vs_sequential_max_abs, r.atol);
+}
+
+TEST(VerifyAgreement, JsonKeysFollowTheContractOrder) {
+  const Cell cell = Cell::initialise({.cell = "lstm", .d_in = 3, .d_h = 4}, DType::f64, 1);
+  const AgreementReport r = verify_agreement(cell, normal_input(DType::f64, {1, 20, 3}, 3));
+  const auto json = r.to_json();
+  const std::vector<std::string> seed_keys = {"ok", "max_abs", "max_rel", "mean_abs", "atol", "rtol",
+                                              "shape", "dtype", "device", "newton_iters",
+                                              "max_residual", "path"};
+  std::vector<std::string> keys;
+  for (const auto& item : json.items()) keys.push_back(item.key());
+  ASSERT_GE(keys.size(), seed_keys.size());
+  EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 12), seed_keys);
+  for (const char* key : {"verdict", "worst_index", "sequential_max_abs", "vs_sequential_max_abs",
+                          "oracle", "backend", "k_source", "residual_history", "seed", "timings_ms",
+                          "tolerance_source", "schema_version"})
+    EXPECT_TRUE(json.contains(key)) << key;
+  EXPECT_EQ(json["oracle"]["type"], "float128");
+  EXPECT_EQ(keys.back(), "schema_version");
+}
+
+TEST(VerifyAgreement, NonFiniteOracleIsInconclusiveNotDisagree) {
+  const Cell cell = Cell::initialise({.cell = "nlru", .d_in = 2, .d_h = 3}, DType::f32, 1);
+  Tensor x = normal_input(DType::f32, {1, 5, 2}, 4);
+  x.store({0, 2, 0}, INFINITY);
+  const Case problem = cell.make_case(x);
+  const Tensor theirs(DType::f32, {1, 5, 3});
+  const AgreementReport r = compare_trajectory(problem, theirs);
+  EXPECT_EQ(r.verdict, Verdict::inconclusive);
+  EXPECT_FALSE(r.inconclusive_reason.empty());
+}
+
+TEST(VerifyAgreement, RaiseOnFailThrowsAgreementError) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 2, .d_h = 3}, DType::f32, 1);
+  const Tensor x = normal_input(DType::f32, {1, 50, 2}, 6);
+  const Case problem = cell.make_case(x);
+  Tensor theirs(DType::f32, {1, 50, 3});  // zeros: far from the trajectory
+  EXPECT_THROW((void)compare_trajectory(problem, theirs, {.raise_on_fail = true}), AgreementError);
+}
+
+}  // namespace
+}  // namespace pararnn

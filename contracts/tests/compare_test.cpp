@@ -1,0 +1,78 @@
+// Claims about compare() and the tolerance table: a value, not a bool; NaN never passes; the
+// worst index is the planted one; overrides are scoped and carry their reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pararnn/contracts/compare.hpp"
+
+namespace pararnn {
+namespace {
+
+Tensor ramp(DType dtype, Shape shape) {
+  Tensor t(dtype, shape);
+  Tensor flat = t.reshaped({t.numel()});
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, 0.25 * static_cast<double>(i % 13));
+  return t;
+}
+
+TEST(Compare, IdenticalTensorsPassWithZeroDifference) {
+  const Tensor a = ramp(DType::f32, {2, 3, 4});
+  const ComparisonResult r = compare(a, a, tolerance_for({.dtype = DType::f32}));
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.count, 24);
+  EXPECT_EQ(r.max_abs, 0.0);
+}
+
+TEST(Compare, WorstIndexIsThePlantedOneAndMessageIsSelfSufficient) {
+  const Tensor expected = ramp(DType::f64, {2, 5, 2, 3});
+  Tensor actual = Tensor::converted(expected, DType::f32);
+  const Tolerance tau = tolerance_for({.dtype = DType::f32});
+  actual.store({1, 3, 1, 2}, actual.load({1, 3, 1, 2}) + 3 * tau.atol);
+  actual.store({0, 1, 0, 0}, actual.load({0, 1, 0, 0}) + 2 * tau.atol);
+  const ComparisonResult r = compare(actual, expected, tau);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.mismatches, 2);
+  EXPECT_EQ(r.worst_abs_index, (Shape{1, 3, 1, 2}));
+  ASSERT_EQ(r.first_mismatches.size(), 2u);
+  EXPECT_EQ(r.first_mismatches[0].index, (Shape{0, 1, 0, 0}));
+  const std::string text = r.describe();
+  for (const char* part : {"2 of 40", "(1, 3, 1, 2)", "0x", "f32", "(2, 5, 2, 3)"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << " missing in\n" << text;
+}
+
+TEST(Compare, NanNeverPassesEvenWithInfiniteTolerance) {
+  const Tensor expected = ramp(DType::f64, {4});
+  Tensor actual = Tensor::copy_of(expected);
+  actual.store({2}, std::nan(""));
+  const ComparisonResult r = compare(actual, expected, {.atol = INFINITY, .rtol = 0, .source = "test"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.nan_count, 1);
+  EXPECT_EQ(r.worst_abs_index, (Shape{2}));
+}
+
+TEST(Compare, ShapeMismatchIsRefused) {
+  EXPECT_THROW(compare(ramp(DType::f32, {2, 3}), ramp(DType::f32, {3, 2}), {}), ContractViolation);
+}
+
+TEST(Tolerance, DefaultsAreTheContractTable) {
+  // The table is data: these are its documented rows (docs/numerics-contract.md).
+  EXPECT_EQ(tolerance_for({.dtype = DType::f32}).source, "default");
+  EXPECT_LT(tolerance_for({.dtype = DType::f64}).atol, tolerance_for({.dtype = DType::f32}).atol);
+  EXPECT_LT(tolerance_for({.dtype = DType::f32}).atol, tolerance_for({.dtype = DType::bf16}).atol);
+  EXPECT_EQ(tolerance_for({.dtype = DType::f16}).atol, tolerance_for({.dtype = DType::bf16}).atol);
+}
+
+TEST(Tolerance, OverridesAreScopedAndCarryTheirReason) {
+  const Tolerance before = tolerance_for({.dtype = DType::f32, .cell = "lstm"});
+  {
+    ScopedToleranceOverride wide({.cell = "lstm", .metric = Metric::trajectory},
+                                 {.atol = 10 * before.atol, .rtol = 0}, "reasoned band");
+    EXPECT_EQ(tolerance_for({.dtype = DType::f32, .cell = "lstm"}).source, "reasoned band");
+    EXPECT_EQ(tolerance_for({.dtype = DType::f32, .cell = "gru"}).source, "default");
+  }
+  EXPECT_EQ(tolerance_for({.dtype = DType::f32, .cell = "lstm"}).atol, before.atol);
+}
+
+}  // namespace
+}  // namespace pararnn

@@ -1,0 +1,39 @@
+// Facts shared by every CUDA launcher of pararnn::kernels, compilable by the host compiler alone
+// (only <cuda_runtime_api.h> types: cudaError_t, cudaStream_t).
+//
+// Guarantees: every launcher takes a stream and, where it needs scratch memory, a caller-provided
+// workspace whose size a `*_workspace_bytes` function states; it never allocates, never
+// synchronises, and returns the first error (argument checks as cudaErrorInvalidValue, then
+// cudaGetLastError() after its launches). `ComputeOf<StorageT>` is the device twin of
+// pararnn::ComputeOf from core/dtype.hpp (which pulls Eigen and so stays out of .cu files); the
+// kernel tests assert that the two agree. Example:
+//   using C = pararnn::kernels::ComputeOf<float>;  // float
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pararnn::kernels {
+
+template <class StorageT>
+struct StorageCompute;
+template <>
+struct StorageCompute<float> {
+  using type = float;
+};
+template <>
+struct StorageCompute<double> {
+  using type = double;
+};
+// Half storage types (f16, bf16) compute in float; they are added with their kernels.
+
+template <class StorageT>
+using ComputeOf = typename StorageCompute<StorageT>::type;
+
+// Workspace sections are aligned to this many bytes; pass a workspace at least this aligned
+// (cudaMalloc's pointers are).
+inline constexpr std::size_t kWorkspaceAlignment = 256;
+
+}  // namespace pararnn::kernels

@@ -1,0 +1,78 @@
+// Properties of the product claim: Newton (default max_iters = None) agrees with the independent
+// oracle within τ for every cell and dtype; a fixed K = 3 on hard weights is reported as
+// Disagree rather than passing; the report points at a planted error.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "generators.hpp"
+#include "pararnn/contracts/agreement.hpp"
+#include "pararnn/reference/oracle.hpp"
+
+namespace pararnn {
+namespace {
+
+using testing::gen_problem;
+using testing::GeneratedProblem;
+
+const std::vector<std::string> kCells = {"gru", "lstm", "nlru"};
+const std::vector<DType> kDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+constexpr std::int64_t kCertifyBudget = 20'000;
+
+AgreementReport verify(const GeneratedProblem& p, const NewtonConfig& config) {
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto h0 = p.make_h0(cell.slots());
+  // Certify a sample of chains: a property run makes hundreds of cases.
+  VerifyOptions options{.config = config, .seed = p.seed, .certify_budget = kCertifyBudget};
+  if (h0) options.h0 = h0->view();
+  options.repro_command = "property: " + p.describe();
+  return verify_agreement(cell, x, options);
+}
+
+RC_GTEST_PROP(Agreement, NewtonAndSequentialAgreeWithOracleWithinTau, ()) {
+  const auto p = *gen_problem(3000, kCells, kDtypes);
+  RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
+  RC_CLASSIFY(p.time > 1000, "T > 1000");
+  RC_TAG(std::string(dtype_name(p.dtype)));
+  const AgreementReport r = verify(p, NewtonConfig{});
+  if (r.verdict != Verdict::agree) RC_FAIL(r.failure_message());
+  // The rounding any implementation pays must itself be inside τ, or τ is meaningless.
+  RC_ASSERT(r.sequential_max_abs <= r.atol);
+}
+
+TEST(Agreement, FixedThreeIterationsOnHardWeightsIsReportedAsDisagree) {
+  // Unclamped recurrent std 0.7 at long T: three Newton steps do not reach the sequential
+  // answer; the harness must say Disagree (with the default adaptive K it agrees).
+  int disagreements = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 4096, .d_in = 4,
+                       .d_h = 32, .weight_std = 0.7, .clamped = false, .seed = seed};
+    const AgreementReport fixed = verify(p, NewtonConfig{.max_iters = 3, .residual_fail = std::nullopt});
+    const AgreementReport adaptive = verify(p, NewtonConfig{});
+    EXPECT_EQ(adaptive.verdict, Verdict::agree) << adaptive.failure_message();
+    if (fixed.verdict == Verdict::disagree) ++disagreements;
+    EXPECT_NE(fixed.verdict, Verdict::inconclusive) << fixed.failure_message();
+  }
+  EXPECT_GT(disagreements, 0) << "no hard case found: the fixed-K claim is untested";
+}
+
+RC_GTEST_PROP(Agreement, ReportPointsAtAPlantedError, ()) {
+  const auto p = *gen_problem(200, kCells, {DType::f32, DType::f64});
+  const Cell cell = p.make_cell();
+  Case problem = cell.make_case(p.make_input(), p.make_h0(cell.slots()));
+  const auto oracle = reference::oracle_sequential(problem, {.certify_budget = kCertifyBudget});
+  Tensor theirs = Tensor::converted(oracle.H, p.dtype);
+  const Shape shape = theirs.shape();
+  Shape index(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    index[d] = *rc::gen::inRange<std::int64_t>(0, shape[d]);
+  const double planted = 10.0 * tolerance_for({.dtype = p.dtype}).atol;
+  theirs.view().store(index, theirs.view().load(index) + planted);
+  const AgreementReport r = compare_trajectory(problem, theirs, {.certify_budget = kCertifyBudget});
+  RC_ASSERT(r.verdict == Verdict::disagree);
+  RC_ASSERT(r.worst_index == index);
+  RC_ASSERT(r.mismatches == 1);
+}
+
+}  // namespace
+}  // namespace pararnn

@@ -1,0 +1,66 @@
+// The oracle: a sequential unroll of a Case in higher precision than any solver, written from the
+// cell equations in matrix form, independently of the production cells (it never includes
+// cells/). Jacobians come from automatic differentiation (Eigen AutoDiffScalar over the oracle
+// scalar), never from hand-derived formulas.
+//
+// Guarantees (docs/numerics-contract.md): parameters and x are read in the case's storage dtype
+// and lifted exactly; the working type has at least twice the significand bits of the solver's
+// compute type: double for f32/f16/bf16 cases, float128 for f64 cases. Every result is certified
+// by a second unroll in a >= 113-bit type (float128 for double; cpp_bin_float_50 for float128)
+// on every chain of small cases and on a seeded sample of chains of large ones; the largest
+// difference is `self_check_delta`. Example:
+//   OracleResult r = oracle_sequential(read_case("case.safetensors"));
+//   // r.H: f64 (B, T, d_h) or (B, T, slots, d_h)
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pararnn/core/case_file.hpp"
+
+namespace pararnn::reference {
+
+struct OracleOptions {
+  bool certify = true;
+  // Chain-steps the certifying unroll may spend in total; a case at most this size is certified
+  // on every chain.
+  std::int64_t certify_budget = 4'000'000;
+  std::uint64_t seed = 0;  // picks the sampled chains
+};
+
+struct OracleResult {
+  Tensor H;  // f64, the solver's trajectory layout
+  std::string type;              // "double" or "float128"
+  int digits = 0;                // significand bits of `type`
+  std::string certifier_type;    // "float128" or "cpp_bin_float_50"
+  int certifier_digits = 0;
+  double self_check_delta = 0.0;  // max |primary - certifier| over the certified chains
+  bool certified_all_chains = false;
+  std::vector<std::string> certified_chains;  // e.g. "b=3" or "b=3,channel=17"
+  std::int64_t certified_chain_steps = 0;
+  bool finite = true;  // false if any element of H is NaN or infinite
+};
+
+OracleResult oracle_sequential(const Case& problem, const OracleOptions& options = {});
+
+// One step of the cell at batch row b, time t (x_t and that row's parameters), from the given
+// previous state (flattened in the state layout: slot-major, slots*d_h values), in the primary
+// working type, with the Jacobian d h_new / d h_prev by automatic differentiation, row-major
+// [out][in] over the flattened state.
+struct OracleStep {
+  std::vector<double> h_new;
+  std::vector<double> jacobian;
+};
+OracleStep oracle_step_with_jacobian(const Case& problem, std::int64_t b, std::int64_t t,
+                                     std::span<const double> h_prev);
+
+// Number of state slots and the hidden size the oracle reads from the case (for tests).
+struct OracleStateShape {
+  std::int64_t slots = 1;
+  std::int64_t d_h = 0;
+};
+OracleStateShape oracle_state_shape(const Case& problem);
+
+}  // namespace pararnn::reference

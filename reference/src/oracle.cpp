@@ -1,0 +1,360 @@
+// The oracle's public API, the validation of cases, and the double working type (the primary of
+// f32, f16 and bf16 cases). float128 lives in oracle_float128.cpp, certification in
+// oracle_certify.cpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "oracle_math.hpp"
+#include "pararnn/core/dtype.hpp"
+#include "pararnn/core/errors.hpp"
+#include "pararnn/reference/oracle.hpp"
+
+namespace pararnn::reference {
+namespace detail {
+
+template class ChainRunner<double>;
+
+namespace {
+
+// The working type of the oracle for a storage dtype: at least twice the significand bits of
+// the solver's compute type (CONTRACT §2).
+template <class StorageT>
+using PrimaryOf = std::conditional_t<std::is_same_v<ComputeOf<StorageT>, double>, Float128, double>;
+
+template <class Real>
+constexpr const char* type_name() {
+  if constexpr (std::is_same_v<Real, double>) {
+    return "double";
+  } else {
+    return "float128";
+  }
+}
+
+struct CellSpec {
+  CellKind kind;
+  int gates;
+  int slots;
+  std::vector<std::string> recurrent;  // state_dict names, in order
+};
+
+CellSpec cell_spec(const Case& problem) {
+  const std::string& cell = problem.cell;
+  const std::optional<std::string> mix = problem.meta("mix");
+  const auto refuse_mix = [&](std::string_view rule) {
+    throw ContractViolation("mix", rule, *mix);
+  };
+  if (cell == "gru") {
+    if (mix && *mix != "diag") {
+      refuse_mix("the oracle implements cell gru with mix 'diag' only");
+    }
+    if (const auto heads = problem.meta("n_heads"); heads && !heads->empty() && *heads != "none") {
+      throw ContractViolation("n_heads", "is only valid with mix 'head' (cell gru, mix diag)",
+                              *heads);
+    }
+    return {CellKind::gru, 3, 1, {"a_z", "a_r", "a_n"}};
+  }
+  if (cell == "lstm") {
+    if (mix && *mix != "diag") refuse_mix("cell lstm is diagonal (mix 'diag' or absent)");
+    return {CellKind::lstm, 3, 2, {"a_f", "a_z", "a_o", "c_f", "c_o"}};
+  }
+  if (cell == "nlru") {
+    if (mix && *mix != "diag") refuse_mix("cell nlru is diagonal (mix 'diag' or absent)");
+    return {CellKind::nlru, 2, 1, {"u"}};
+  }
+  throw ContractViolation("cell", "must be a cell the oracle implements: gru (mix diag), lstm, nlru",
+                          cell.empty() ? std::string("<empty>") : cell);
+}
+
+std::string parameter_list(const CellSpec& spec) {
+  std::string names;
+  for (const auto& name : spec.recurrent) names += name + ", ";
+  return names + "W_x.weight, W_x.bias";
+}
+
+// A parameter of the cell, present, floating, in the case's dtype, of the expected shape.
+const Tensor& checked_parameter(const Case& problem, const CellSpec& spec,
+                                const std::string& name, const Shape& expected,
+                                const std::string& why) {
+  const auto it = problem.parameters.find(name);
+  if (it == problem.parameters.end()) {
+    throw CaseFileError(fmt::format("case (cell {}): parameter '{}' is missing; cell {} needs {}",
+                                    problem.cell, name, problem.cell, parameter_list(spec)));
+  }
+  const Tensor& t = it->second;
+  if (!t.defined() || t.dtype() != problem.dtype()) {
+    throw CaseFileError(fmt::format(
+        "case (cell {}): parameter '{}' has dtype {}, expected {} (the dtype of x)", problem.cell,
+        name, t.defined() ? dtype_name(t.dtype()) : "<undefined>", dtype_name(problem.dtype())));
+  }
+  if (!expected.empty() && t.shape() != expected) {
+    throw CaseFileError(fmt::format("case (cell {}): parameter '{}' has shape {}, expected {}{}",
+                                    problem.cell, name, shape_string(t.shape()),
+                                    shape_string(expected), why));
+  }
+  return t;
+}
+
+std::vector<double> lift_vector(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  for (std::int64_t i = 0; i < t.numel(); ++i) out[static_cast<std::size_t>(i)] = t.load({i});
+  return out;
+}
+
+// The cap as the storage dtype holds it (the Python library clamps a storage-dtype tensor).
+double cap_in_storage(double cap, DType dtype) {
+  Tensor holder(dtype, {1});
+  holder.store({0}, cap);
+  return holder.load({0});
+}
+
+std::vector<std::int64_t> checked_cu_seqlens(const Tensor& cu, std::int64_t batch,
+                                             std::int64_t time) {
+  if (cu.dtype() != DType::i32 && cu.dtype() != DType::i64) {
+    throw ContractViolation("cu_seqlens", "must be int32 or int64",
+                            std::string(dtype_name(cu.dtype())));
+  }
+  if (cu.dim() != 1 || cu.numel() < 2) {
+    throw ContractViolation("cu_seqlens", "must be (S+1,) with S >= 1", shape_string(cu.shape()));
+  }
+  if (batch != 1) {
+    throw ContractViolation("x", "batch must be 1 with cu_seqlens (packed input)",
+                            std::to_string(batch));
+  }
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(cu.numel()));
+  for (std::int64_t i = 0; i < cu.numel(); ++i) {
+    offsets[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(cu.load({i}));
+  }
+  if (offsets.front() != 0) {
+    throw ContractViolation("cu_seqlens", "must start at 0", std::to_string(offsets.front()));
+  }
+  if (offsets.back() != time) {
+    throw ContractViolation("cu_seqlens", fmt::format("must end at the packed length T = {}", time),
+                            std::to_string(offsets.back()));
+  }
+  for (std::size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] <= offsets[i - 1]) {
+      throw ContractViolation(
+          "cu_seqlens", "must be strictly increasing (no empty sequences)",
+          fmt::format("cu_seqlens[{}] = {} after {}", i, offsets[i], offsets[i - 1]));
+    }
+  }
+  return offsets;
+}
+
+// h0 (rows, slots, d_h), or (rows, d_h) for one-slot cells, lifted slot-major.
+std::vector<double> checked_h0(const Tensor& h0, DType dtype, std::int64_t rows, int slots,
+                               std::int64_t d_h, bool packed) {
+  const Shape full{rows, slots, d_h};
+  const Shape flat{rows, d_h};
+  const std::string rows_name = packed ? "S (segments)" : "B";
+  const std::string expected =
+      slots == 1 ? fmt::format("{} or {} with {} = {}", shape_string(flat), shape_string(full),
+                               rows_name, rows)
+                 : fmt::format("{} with {} = {}", shape_string(full), rows_name, rows);
+  if (h0.shape() != full && !(slots == 1 && h0.shape() == flat)) {
+    throw ContractViolation("h0", "must have shape " + expected, shape_string(h0.shape()));
+  }
+  if (h0.dtype() != dtype) {
+    throw ContractViolation("h0", fmt::format("must have the dtype of x ({})", dtype_name(dtype)),
+                            std::string(dtype_name(h0.dtype())));
+  }
+  const Tensor contiguous = h0.reshaped({rows, slots, d_h});
+  std::vector<double> out(static_cast<std::size_t>(rows * slots * d_h));
+  std::size_t i = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t s = 0; s < slots; ++s) {
+      for (std::int64_t j = 0; j < d_h; ++j) out[i++] = contiguous.load({r, s, j});
+    }
+  }
+  return out;
+}
+
+template <class StorageT>
+double exact_double(StorageT v) {
+  if constexpr (std::is_same_v<StorageT, double> || std::is_same_v<StorageT, float>) {
+    return static_cast<double>(v);
+  } else {
+    return static_cast<double>(static_cast<float>(v));  // half and bfloat16 widen exactly
+  }
+}
+
+bool all_finite(const Tensor& t) {
+  const double* p = t.data_as<double>();
+  return std::all_of(p, p + t.numel(), [](double v) { return std::isfinite(v); });
+}
+
+}  // namespace
+
+PreparedCase prepare_case(const Case& problem) {
+  const CellSpec spec = cell_spec(problem);
+  PreparedCase out;
+  out.kind = spec.kind;
+  out.cell = problem.cell;
+  out.gates = spec.gates;
+  out.slots = spec.slots;
+
+  const Tensor& x = problem.x;
+  if (!x.defined()) throw ContractViolation("x", "must be given", "<undefined>");
+  if (!is_floating(x.dtype())) {
+    throw ContractViolation("x", "must be f64, f32, f16 or bf16", std::string(dtype_name(x.dtype())));
+  }
+  if (x.dim() != 3) throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(x.shape()));
+  if (x.size(0) < 1 || x.size(1) < 1 || x.size(2) < 1) {
+    throw ContractViolation("x", "must have B >= 1, T >= 1 and d_in >= 1", shape_string(x.shape()));
+  }
+  out.dtype = x.dtype();
+  out.batch = x.size(0);
+  out.time = x.size(1);
+  out.d_in = x.size(2);
+  out.x = x;
+  out.products_exact_in_double = out.dtype != DType::f64;
+
+  // d_h from W_x.weight rows / gates; every other shape follows.
+  const Tensor& weight = checked_parameter(problem, spec, "W_x.weight", {}, "");
+  if (weight.dim() != 2 || weight.size(0) < spec.gates || weight.size(0) % spec.gates != 0) {
+    throw CaseFileError(fmt::format(
+        "case (cell {}): parameter 'W_x.weight' has shape {}, expected ({} d_h, d_in) with d_h >= 1",
+        problem.cell, shape_string(weight.shape()), spec.gates));
+  }
+  out.d_h = weight.size(0) / spec.gates;
+  if (weight.size(1) != out.d_in) {
+    throw ContractViolation(
+        "x", fmt::format("last dimension must equal d_in = {} (the columns of W_x.weight)",
+                         weight.size(1)),
+        shape_string(x.shape()));
+  }
+  const std::string why = fmt::format(" (d_h = {} from W_x.weight rows {} / {} gates)", out.d_h,
+                                      weight.size(0), spec.gates);
+  const Tensor& bias =
+      checked_parameter(problem, spec, "W_x.bias", {spec.gates * out.d_h}, why);
+  out.w = lift_vector(weight.reshaped({weight.numel()}));
+  out.bias = lift_vector(bias);
+
+  const std::optional<double> cap = problem.meta_cap(0.5);
+  if (cap && !(*cap >= 0.0)) {
+    throw ContractViolation("max_recurrent_norm", "must be a non-negative number or none",
+                            fmt::format("{}", *cap));
+  }
+  const double cap_s = cap ? cap_in_storage(*cap, out.dtype) : 0.0;
+  for (const auto& name : spec.recurrent) {
+    std::vector<double> v = lift_vector(checked_parameter(problem, spec, name, {out.d_h}, why));
+    if (cap) {
+      for (double& a : v) a = std::min(std::max(a, -cap_s), cap_s);  // NaN stays NaN
+    }
+    out.recurrent.push_back(std::move(v));
+  }
+
+  std::int64_t h0_rows = out.batch;
+  if (problem.cu_seqlens) {
+    const std::vector<std::int64_t> cu = checked_cu_seqlens(*problem.cu_seqlens, out.batch, out.time);
+    h0_rows = static_cast<std::int64_t>(cu.size()) - 1;
+    for (std::int64_t s = 0; s < h0_rows; ++s) {
+      const auto i = static_cast<std::size_t>(s);
+      out.chains.push_back(RowChain{0, cu[i], cu[i + 1], problem.h0 ? s : -1, s});
+    }
+  } else {
+    for (std::int64_t b = 0; b < out.batch; ++b) {
+      out.chains.push_back(RowChain{b, 0, out.time, problem.h0 ? b : -1, -1});
+    }
+  }
+  if (problem.h0) {
+    out.h0 = checked_h0(*problem.h0, out.dtype, h0_rows, out.slots, out.d_h,
+                        problem.cu_seqlens.has_value());
+  }
+  return out;
+}
+
+void lift_x(const PreparedCase& problem, std::int64_t b, std::int64_t t0, std::int64_t count,
+            double* out) {
+  // x is a contiguous Tensor (B, T, d_in); its storage values widen exactly to double.
+  const std::int64_t begin = (b * problem.time + t0) * problem.d_in;
+  const std::int64_t n = count * problem.d_in;
+  dispatch_float_dtype(problem.x.dtype(), [&]<class StorageT>() {
+    const StorageT* p = problem.x.data_as<StorageT>() + begin;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = exact_double(p[i]);
+  });
+}
+
+std::string describe_chain(const PreparedCase& problem, const ChainSpec& spec) {
+  const RowChain& chain = problem.chains.at(static_cast<std::size_t>(spec.chain));
+  std::string out = chain.segment >= 0 ? fmt::format("segment={}", chain.segment)
+                                       : fmt::format("b={}", chain.b);
+  if (spec.channel >= 0) out += fmt::format(",channel={}", spec.channel);
+  return out;
+}
+
+}  // namespace detail
+
+OracleStateShape oracle_state_shape(const Case& problem) {
+  const detail::PreparedCase prepared = detail::prepare_case(problem);
+  return OracleStateShape{prepared.slots, prepared.d_h};
+}
+
+OracleResult oracle_sequential(const Case& problem, const OracleOptions& options) {
+  if (options.certify_budget < 0) {
+    throw ContractViolation("certify_budget", "must be >= 0",
+                            std::to_string(options.certify_budget));
+  }
+  const detail::PreparedCase prepared = detail::prepare_case(problem);
+  OracleResult result;
+  result.H = prepared.slots == 1
+                 ? Tensor(DType::f64, {prepared.batch, prepared.time, prepared.d_h})
+                 : Tensor(DType::f64, {prepared.batch, prepared.time, prepared.slots, prepared.d_h});
+  double* H = result.H.data_as<double>();
+  dispatch_float_dtype(prepared.dtype, [&]<class StorageT>() {
+    using Primary = detail::PrimaryOf<StorageT>;
+    static_assert(std::numeric_limits<Primary>::digits >=
+                      2 * std::numeric_limits<ComputeOf<StorageT>>::digits,
+                  "the oracle needs twice the significand bits of the solver's compute type");
+    if constexpr (std::is_same_v<Primary, double>) {
+      detail::unroll_rows<double>(prepared, H);
+    } else {
+      detail::unroll_float128(prepared, H);
+    }
+    result.type = detail::type_name<Primary>();
+    result.digits = std::numeric_limits<Primary>::digits;
+  });
+  result.finite = detail::all_finite(result.H);
+  if (options.certify) {
+    detail::Certification c = detail::certify(prepared, H, options);
+    result.certifier_type = std::move(c.certifier_type);
+    result.certifier_digits = c.certifier_digits;
+    result.self_check_delta = c.self_check_delta;
+    result.certified_all_chains = c.all_chains;
+    result.certified_chains = std::move(c.chains);
+    result.certified_chain_steps = c.chain_steps;
+  }
+  return result;
+}
+
+OracleStep oracle_step_with_jacobian(const Case& problem, std::int64_t b, std::int64_t t,
+                                     std::span<const double> h_prev) {
+  const detail::PreparedCase prepared = detail::prepare_case(problem);
+  if (b < 0 || b >= prepared.batch) {
+    throw ContractViolation("b", fmt::format("must be in [0, {})", prepared.batch),
+                            std::to_string(b));
+  }
+  if (t < 0 || t >= prepared.time) {
+    throw ContractViolation("t", fmt::format("must be in [0, {})", prepared.time),
+                            std::to_string(t));
+  }
+  if (static_cast<std::int64_t>(h_prev.size()) != prepared.state_size()) {
+    throw ContractViolation(
+        "h_prev", fmt::format("must hold slots*d_h = {} values", prepared.state_size()),
+        std::to_string(h_prev.size()));
+  }
+  if (prepared.dtype == DType::f64) {
+    return detail::step_with_jacobian_float128(prepared, b, t, h_prev);
+  }
+  return detail::step_with_jacobian<double>(prepared, b, t, h_prev);
+}
+
+}  // namespace pararnn::reference

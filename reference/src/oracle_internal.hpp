@@ -1,0 +1,133 @@
+// Internal to the oracle (not installed, not under include/): the validated, exactly lifted form
+// of a Case that every translation unit of the oracle reads, the chain unroller that each
+// working type instantiates in its own translation unit, and the entry points between units.
+//
+// Translation units (few, because a multiprecision + Eigen unit takes ~15 s to compile):
+//   oracle.cpp           validation, the public API, the double working type (unroll and AD)
+//   oracle_float128.cpp  float128: unroll of f64 cases, AD, certifier runs of double primaries
+//   oracle_certify.cpp   chain selection and certification; cpp_bin_float_50
+// No Eigen or Boost here, so that this header stays cheap; the math lives in oracle_math.hpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pararnn/core/case_file.hpp"
+#include "pararnn/reference/oracle.hpp"
+
+namespace pararnn::reference::detail {
+
+enum class CellKind : std::uint8_t { gru, lstm, nlru };
+
+// One independent sequential unroll: a batch row, or one packed segment (then b = 0).
+struct RowChain {
+  std::int64_t b = 0;
+  std::int64_t t_begin = 0;
+  std::int64_t t_end = 0;
+  std::int64_t h0_row = -1;   // row of h0 that starts it; -1: zeros
+  std::int64_t segment = -1;  // packed segment index; -1 when not packed
+  std::int64_t length() const { return t_end - t_begin; }
+};
+
+// Everything the oracle reads from a Case, validated and lifted exactly into double (every
+// storage dtype is a subset of double). x stays in its storage and is lifted block by block.
+struct PreparedCase {
+  CellKind kind = CellKind::gru;
+  std::string cell;
+  DType dtype = DType::f32;
+  int gates = 0;
+  int slots = 1;
+  std::int64_t batch = 0, time = 0, d_in = 0, d_h = 0;
+  std::vector<double> w;     // "W_x.weight", (gates*d_h, d_in) row-major
+  std::vector<double> bias;  // "W_x.bias", (gates*d_h)
+  // Clamped recurrent vectors (each d_h) in the cell's state_dict order:
+  // gru a_z, a_r, a_n; lstm a_f, a_z, a_o, c_f, c_o; nlru u.
+  std::vector<std::vector<double>> recurrent;
+  Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
+  std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
+  std::vector<RowChain> chains;
+  // W·x products of two storage values are exact in double (significands of at most 24 bits),
+  // which lets a wide working type accumulate exact double products: the same bits as
+  // multiplying in the wide type, at a fraction of the cost.
+  bool products_exact_in_double = true;
+
+  std::int64_t state_size() const { return slots * d_h; }
+  // Offset of H[b, t, slot, channel] in the oracle's f64 trajectory.
+  std::int64_t h_offset(std::int64_t b, std::int64_t t, std::int64_t slot,
+                        std::int64_t channel) const {
+    return ((b * time + t) * slots + slot) * d_h + channel;
+  }
+};
+
+// Validates the case (ContractViolation for the problem's shape rules, CaseFileError for the
+// parameters) and lifts it.
+PreparedCase prepare_case(const Case& problem);
+// Lifts x[b, t0 : t0 + count, :] exactly into `out` ((count, d_in) row-major).
+void lift_x(const PreparedCase& problem, std::int64_t b, std::int64_t t0, std::int64_t count,
+            double* out);
+
+// Which slice of a row chain a runner unrolls: all channels, or one channel of a cell whose
+// channels are independent (every diagonal cell: gru, lstm, nlru).
+struct ChainSpec {
+  std::int64_t chain = 0;     // index into PreparedCase::chains
+  std::int64_t channel = -1;  // -1: every channel
+};
+
+// A sequential unroll of one chain in the working type Real, one step at a time. The double
+// instance lives in oracle.cpp, float128 in oracle_float128.cpp, cpp_bin_float_50 in
+// oracle_certify.cpp. For every type other than double the arithmetic of one channel is the same
+// sequence of operations whether the runner carries every channel or that one alone, so a
+// channel chain reproduces its row's bits.
+template <class Real>
+class ChainRunner {
+ public:
+  ChainRunner(const PreparedCase& problem, ChainSpec spec);
+  ~ChainRunner();
+  ChainRunner(const ChainRunner&) = delete;
+  ChainRunner& operator=(const ChainRunner&) = delete;
+
+  std::int64_t width() const;  // channels carried: d_h, or 1
+  // Advances one step; false once the chain is done. After true, state() is H at time().
+  bool advance();
+  std::int64_t time() const;
+  const Real* state() const;  // slots*width values, slot-major
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Unrolls every chain (rows in parallel) in float128 into H (f64, rounded). oracle_float128.cpp.
+void unroll_float128(const PreparedCase& problem, double* H);
+// One step with its Jacobian by AD, in float128 (oracle_float128.cpp).
+OracleStep step_with_jacobian_float128(const PreparedCase& problem, std::int64_t b,
+                                       std::int64_t t, std::span<const double> h_prev);
+// Central finite differences of the same step in float128 (oracle_float128.cpp); for tests.
+std::vector<double> finite_difference_jacobian_float128(const PreparedCase& problem,
+                                                        std::int64_t b, std::int64_t t,
+                                                        std::span<const double> h_prev);
+
+// What certification found (oracle_certify.cpp).
+struct Certification {
+  std::string certifier_type;
+  int certifier_digits = 0;
+  double self_check_delta = 0.0;
+  bool all_chains = false;
+  std::vector<std::string> chains;
+  std::int64_t chain_steps = 0;
+};
+// Chooses the chains to certify (all, a seeded sample of chains, or a seeded sample of
+// (chain, channel) pairs) within options.certify_budget.
+std::vector<ChainSpec> select_certified_chains(const PreparedCase& problem,
+                                               const OracleOptions& options, bool* all_chains);
+// Reruns the selected chains in the certifier type and compares with the primary's working
+// values: H itself for a double primary; a float128 rerun (bitwise the primary's) otherwise.
+Certification certify(const PreparedCase& problem, const double* H, const OracleOptions& options);
+
+// "b=3", "segment=2", "b=3,channel=17".
+std::string describe_chain(const PreparedCase& problem, const ChainSpec& spec);
+
+}  // namespace pararnn::reference::detail

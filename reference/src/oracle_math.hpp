@@ -1,0 +1,391 @@
+// Internal to the oracle: the cell equations in matrix form, written once, generic on the scalar
+// (double, float128, cpp_bin_float_50, and Eigen's AutoDiffScalar over either primary type), and
+// the chain unroller built on them. Written from the equations of the specification
+// (shared/reference/pararnn-torch-spec.md §1.1, §1.3, §1.5), never from cells/.
+//
+// For one batch row with state s (slots*d_h, slot-major):
+//   wx = W_x.weight · x_t + W_x.bias, split into d_h-wide gate blocks in the pack order;
+//   diag(v) is the diagonal matrix of a clamped recurrent vector v (ã = clamp(a, -cap, cap)).
+//   GRU (diag), pack (z_x, r_x, n_x):
+//     z = σ(diag(ã_z) h + z_x),  r = σ(diag(ã_r) h + r_x),  n = tanh(diag(ã_n) diag(r) h + n_x)
+//     h' = diag(1 - z) h + diag(z) n
+//   LSTM (CIFG, peepholes), state (c, h), pack (f_x, z_x, o_x):
+//     f = σ(diag(ã_f) h + diag(c̃_f) c + f_x),  z = tanh(diag(ã_z) h + z_x)
+//     c' = diag(f) c + diag(1 - f) z
+//     o = σ(diag(ã_o) h + diag(c̃_o) c' + o_x)      (the output peephole reads the new cell)
+//     h' = diag(o) tanh(c')
+//   NLRU, pack (a_x, c_x):
+//     a = σ(a_x),  n = tanh(c_x + diag(ũ) h),  h' = diag(a) h + diag(1 - a) n
+// σ(v) = 1 / (1 + exp(-v)); exp and tanh are the scalar type's own (found by ADL).
+#pragma once
+
+#include <Eigen/Core>
+#include <boost/multiprecision/eigen.hpp>
+#include <boost/multiprecision/float128.hpp>
+#include <unsupported/Eigen/AutoDiff>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "oracle_internal.hpp"
+
+namespace pararnn::reference::detail {
+
+using Float128 = boost::multiprecision::float128;
+
+template <class T>
+using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+template <class T>
+using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Eigen::Index;
+
+template <class Scalar>
+struct Sigmoid {
+  Scalar operator()(const Scalar& v) const {
+    using std::exp;
+    return Scalar(1) / (Scalar(1) + exp(-v));
+  }
+};
+template <class Scalar>
+struct Tanh {
+  Scalar operator()(const Scalar& v) const {
+    using std::tanh;
+    return tanh(v);
+  }
+};
+
+template <class Real>
+double to_double(const Real& v) {
+  return static_cast<double>(v);
+}
+
+// The clamped recurrent vectors of the cell as diagonals (one channel or all).
+template <class Scalar>
+struct RecurrentDiagonals {
+  CellKind kind = CellKind::gru;
+  Index d = 0;
+  std::vector<Vec<Scalar>> a;
+
+  template <class Other>
+  RecurrentDiagonals<Other> cast() const {
+    RecurrentDiagonals<Other> out{kind, d, {}};
+    for (const auto& v : a) out.a.push_back(v.template cast<Other>());
+    return out;
+  }
+};
+
+// channel = -1: every channel; else that channel alone (d = 1).
+template <class Scalar>
+RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int64_t channel) {
+  RecurrentDiagonals<Scalar> out;
+  out.kind = problem.kind;
+  out.d = channel < 0 ? problem.d_h : 1;
+  for (const auto& values : problem.recurrent) {
+    Vec<Scalar> v(out.d);
+    for (Index j = 0; j < out.d; ++j) v(j) = Scalar(values[channel < 0 ? j : channel]);
+    out.a.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Work vectors of one step, allocated once per chain.
+template <class Scalar>
+struct StepWork {
+  Vec<Scalar> g0, g1, g2, ones;
+  explicit StepWork(Index d) : g0(d), g1(d), g2(d), ones(Vec<Scalar>::Ones(d)) {}
+};
+
+// One step of the cell: s_new = f(s, wx). s and s_new are distinct vectors of slots*d values.
+template <class Scalar, class WxVector>
+void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVector>& wx,
+               const Vec<Scalar>& s, Vec<Scalar>& s_new, StepWork<Scalar>& w) {
+  const Index d = p.d;
+  const auto gate = [&](int g) { return wx.derived().segment(g * d, d); };
+  const auto diag = [&](int i) { return p.a[static_cast<std::size_t>(i)].asDiagonal(); };
+  const Sigmoid<Scalar> sigmoid;
+  const Tanh<Scalar> tanh_of;
+  switch (p.kind) {
+    case CellKind::gru: {  // a: a_z, a_r, a_n
+      const auto h = s.head(d);
+      auto& z = w.g0;
+      auto& r = w.g1;
+      auto& n = w.g2;
+      z = (diag(0) * h + gate(0)).unaryExpr(sigmoid);
+      r = (diag(1) * h + gate(1)).unaryExpr(sigmoid);
+      n = r.asDiagonal() * h;
+      n = (diag(2) * n + gate(2)).unaryExpr(tanh_of);
+      s_new.head(d) = (w.ones - z).asDiagonal() * h + z.asDiagonal() * n;
+      return;
+    }
+    case CellKind::lstm: {  // a: a_f, a_z, a_o, c_f, c_o; state (c, h)
+      const auto c = s.head(d);
+      const auto h = s.tail(d);
+      auto& f = w.g0;
+      auto& z = w.g1;
+      auto& o = w.g2;
+      f = (diag(0) * h + diag(3) * c + gate(0)).unaryExpr(sigmoid);
+      z = (diag(1) * h + gate(1)).unaryExpr(tanh_of);
+      auto c_new = s_new.head(d);
+      c_new = f.asDiagonal() * c + (w.ones - f).asDiagonal() * z;
+      o = (diag(2) * h + diag(4) * c_new + gate(2)).unaryExpr(sigmoid);
+      s_new.tail(d) = o.asDiagonal() * c_new.unaryExpr(tanh_of);
+      return;
+    }
+    case CellKind::nlru: {  // a: u
+      const auto h = s.head(d);
+      auto& a = w.g0;
+      auto& n = w.g1;
+      a = gate(0).unaryExpr(sigmoid);
+      n = (gate(1) + diag(0) * h).unaryExpr(tanh_of);
+      s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
+      return;
+    }
+  }
+}
+
+// wx = W·x_t + b for the rows of one channel or all, in Real, as an explicit sum over k in
+// order: the bits of one channel do not depend on which other rows are computed. When the
+// products of two storage values are exact in double (f32, f16, bf16 storage), Real(w*x) is
+// exactly Real(w)*Real(x).
+template <class Real>
+struct InputAffine {
+  Index rows = 0;
+  Index d_in = 0;
+  bool exact_double_products = true;
+  RowMajorMatrix<double> w;  // lifted storage values
+  RowMajorMatrix<Real> w_real;
+  Vec<Real> bias;
+
+  InputAffine(const PreparedCase& problem, std::int64_t channel) {
+    const Index width = channel < 0 ? problem.d_h : 1;
+    rows = problem.gates * width;
+    d_in = problem.d_in;
+    exact_double_products = problem.products_exact_in_double;
+    w.resize(rows, d_in);
+    bias.resize(rows);
+    for (int g = 0; g < problem.gates; ++g) {
+      for (Index j = 0; j < width; ++j) {
+        const Index src = g * problem.d_h + (channel < 0 ? j : channel);
+        const Index dst = g * width + j;
+        for (Index k = 0; k < d_in; ++k) w(dst, k) = problem.w[src * d_in + k];
+        bias(dst) = Real(problem.bias[src]);
+      }
+    }
+    if (!exact_double_products) w_real = w.template cast<Real>();
+  }
+
+  void apply(const double* x_t, Vec<Real>& wx) const {
+    for (Index r = 0; r < rows; ++r) {
+      Real acc(0);
+      if (exact_double_products) {
+        for (Index k = 0; k < d_in; ++k) acc += Real(w(r, k) * x_t[k]);
+      } else {
+        for (Index k = 0; k < d_in; ++k) acc += w_real(r, k) * Real(x_t[k]);
+      }
+      wx(r) = acc + bias(r);
+    }
+  }
+};
+
+template <class Real>
+Vec<Real> initial_state(const PreparedCase& problem, const RowChain& chain, std::int64_t channel) {
+  const Index width = channel < 0 ? problem.d_h : 1;
+  Vec<Real> s = Vec<Real>::Zero(problem.slots * width);
+  if (chain.h0_row < 0 || problem.h0.empty()) return s;
+  const double* row = problem.h0.data() + chain.h0_row * problem.state_size();
+  for (int slot = 0; slot < problem.slots; ++slot) {
+    for (Index j = 0; j < width; ++j) {
+      s(slot * width + j) = Real(row[slot * problem.d_h + (channel < 0 ? j : channel)]);
+    }
+  }
+  return s;
+}
+
+template <class Real>
+struct ChainRunner<Real>::Impl {
+  // Steps whose x (and, for double, whose wx by one GEMM) are lifted together.
+  static constexpr std::int64_t kBlock = 64;
+
+  const PreparedCase& problem;
+  RowChain chain;
+  std::int64_t channel;
+  Index width;
+  InputAffine<Real> affine;
+  RecurrentDiagonals<Real> recurrent;
+  StepWork<Real> work;
+  Vec<Real> s, s_next, wx;
+  std::vector<double> x_block;                         // (kBlock, d_in) row-major
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic> wx_block;  // double only: (rows, kBlock)
+  std::int64_t block_t0 = 0;
+  std::int64_t block_count = 0;
+  std::int64_t t_next;
+  std::int64_t t_current = -1;
+
+  Impl(const PreparedCase& p, ChainSpec spec)
+      : problem(p),
+        chain(p.chains.at(static_cast<std::size_t>(spec.chain))),
+        channel(spec.channel),
+        width(spec.channel < 0 ? p.d_h : 1),
+        affine(p, spec.channel),
+        recurrent(lift_recurrent<Real>(p, spec.channel)),
+        work(width),
+        s(initial_state<Real>(p, chain, spec.channel)),
+        s_next(s.size()),
+        wx(affine.rows),
+        x_block(static_cast<std::size_t>(kBlock * p.d_in)),
+        t_next(chain.t_begin) {
+    if constexpr (std::is_same_v<Real, double>) wx_block.resize(affine.rows, kBlock);
+  }
+
+  void load_block(std::int64_t t0) {
+    block_t0 = t0;
+    block_count = std::min(kBlock, chain.t_end - t0);
+    lift_x(problem, chain.b, t0, block_count, x_block.data());
+    if constexpr (std::is_same_v<Real, double>) {
+      // The double primary computes W·X for the block as one GEMM (matrix form, fast).
+      const Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>> x(
+          x_block.data(), problem.d_in, block_count);
+      auto out = wx_block.leftCols(block_count);
+      out.noalias() = affine.w * x;
+      out.colwise() += affine.bias;
+    }
+  }
+
+  bool advance() {
+    if (t_next >= chain.t_end) return false;
+    if (t_next >= block_t0 + block_count) load_block(t_next);
+    const std::int64_t i = t_next - block_t0;
+    if constexpr (std::is_same_v<Real, double>) {
+      cell_step(recurrent, wx_block.col(i), s, s_next, work);
+    } else {
+      affine.apply(x_block.data() + i * problem.d_in, wx);
+      cell_step(recurrent, wx, s, s_next, work);
+    }
+    s.swap(s_next);
+    t_current = t_next++;
+    return true;
+  }
+};
+
+template <class Real>
+ChainRunner<Real>::ChainRunner(const PreparedCase& problem, ChainSpec spec)
+    : impl_(std::make_unique<Impl>(problem, spec)) {}
+template <class Real>
+ChainRunner<Real>::~ChainRunner() = default;
+template <class Real>
+std::int64_t ChainRunner<Real>::width() const {
+  return impl_->width;
+}
+template <class Real>
+bool ChainRunner<Real>::advance() {
+  return impl_->advance();
+}
+template <class Real>
+std::int64_t ChainRunner<Real>::time() const {
+  return impl_->t_current;
+}
+template <class Real>
+const Real* ChainRunner<Real>::state() const {
+  return impl_->s.data();
+}
+
+// Runs `body(i)` for i in [0, n) on the OpenMP threads; the first exception is rethrown here.
+template <class Body>
+void parallel_for(std::int64_t n, Body&& body) {
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t i = 0; i < n; ++i) {
+    try {
+      body(i);
+    } catch (...) {
+#pragma omp critical(pararnn_oracle_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Every chain of the case in Real, rounded into H (f64, the trajectory layout).
+template <class Real>
+void unroll_rows(const PreparedCase& problem, double* H) {
+  parallel_for(static_cast<std::int64_t>(problem.chains.size()), [&](std::int64_t i) {
+    ChainRunner<Real> runner(problem, ChainSpec{i, -1});
+    const RowChain& chain = problem.chains[static_cast<std::size_t>(i)];
+    const std::int64_t n = problem.state_size();
+    while (runner.advance()) {
+      const Real* s = runner.state();
+      double* out = H + problem.h_offset(chain.b, runner.time(), 0, 0);
+      for (std::int64_t k = 0; k < n; ++k) out[k] = to_double(s[k]);
+    }
+  });
+}
+
+template <class Real>
+Vec<Real> input_affine_at(const PreparedCase& problem, std::int64_t b, std::int64_t t) {
+  const InputAffine<Real> affine(problem, -1);
+  std::vector<double> x(static_cast<std::size_t>(problem.d_in));
+  lift_x(problem, b, t, 1, x.data());
+  Vec<Real> wx(affine.rows);
+  affine.apply(x.data(), wx);
+  return wx;
+}
+
+// One step in Real with d h_new / d h_prev by forward-mode AD (AutoDiffScalar over Real).
+template <class Real>
+OracleStep step_with_jacobian(const PreparedCase& problem, std::int64_t b, std::int64_t t,
+                              std::span<const double> h_prev) {
+  using Ad = Eigen::AutoDiffScalar<Vec<Real>>;
+  const Index n = problem.state_size();
+  const RecurrentDiagonals<Ad> recurrent = lift_recurrent<Real>(problem, -1).template cast<Ad>();
+  const Vec<Ad> wx = input_affine_at<Real>(problem, b, t).template cast<Ad>();
+  Vec<Ad> s(n), s_new(n);
+  for (Index i = 0; i < n; ++i) s(i) = Ad(Real(h_prev[static_cast<std::size_t>(i)]), n, i);
+  StepWork<Ad> work(problem.d_h);
+  cell_step(recurrent, wx, s, s_new, work);
+
+  OracleStep out;
+  out.h_new.resize(static_cast<std::size_t>(n));
+  out.jacobian.assign(static_cast<std::size_t>(n * n), 0.0);
+  for (Index i = 0; i < n; ++i) {
+    out.h_new[static_cast<std::size_t>(i)] = to_double(s_new(i).value());
+    const auto& derivatives = s_new(i).derivatives();
+    for (Index k = 0; k < derivatives.size(); ++k) {
+      out.jacobian[static_cast<std::size_t>(i * n + k)] = to_double(derivatives(k));
+    }
+  }
+  return out;
+}
+
+// Central differences of the same step in Real: J[:, k] = (f(s + ε e_k) - f(s - ε e_k)) / 2ε.
+template <class Real>
+std::vector<double> finite_difference_jacobian(const PreparedCase& problem, std::int64_t b,
+                                               std::int64_t t, std::span<const double> h_prev,
+                                               const Real& epsilon) {
+  const Index n = problem.state_size();
+  const RecurrentDiagonals<Real> recurrent = lift_recurrent<Real>(problem, -1);
+  const Vec<Real> wx = input_affine_at<Real>(problem, b, t);
+  Vec<Real> s(n), plus(n), minus(n);
+  for (Index i = 0; i < n; ++i) s(i) = Real(h_prev[static_cast<std::size_t>(i)]);
+  StepWork<Real> work(problem.d_h);
+  std::vector<double> jacobian(static_cast<std::size_t>(n * n), 0.0);
+  for (Index k = 0; k < n; ++k) {
+    Vec<Real> shifted = s;
+    shifted(k) = s(k) + epsilon;
+    cell_step(recurrent, wx, shifted, plus, work);
+    shifted(k) = s(k) - epsilon;
+    cell_step(recurrent, wx, shifted, minus, work);
+    for (Index i = 0; i < n; ++i) {
+      jacobian[static_cast<std::size_t>(i * n + k)] =
+          to_double(Real((plus(i) - minus(i)) / (2 * epsilon)));
+    }
+  }
+  return jacobian;
+}
+
+}  // namespace pararnn::reference::detail

@@ -1,0 +1,29 @@
+// CPU scans of the affine monoid (cells/affine_monoid.hpp) along time, for S x S blocks per
+// channel, batch x channel parallel.
+//
+// Layout (shared with the CUDA kernels): J[t][out][in][c] and r[t][s][c] for one batch row,
+// c < channels contiguous, rows `channel_stride` apart (a channel tile of a wider row). Solves δ_t = J_t δ_{t−1} + r_t with δ_{−1} = 0 in place on r; time
+// steps flagged as segment heads act with J = 0. Guarantees: with `chunk_len` < T the scan runs
+// in three phases (chunk aggregates by `compose`, an exclusive scan of the aggregates, a
+// re-run of each chunk from its carry), and on inputs whose arithmetic is exact (dyadic
+// rationals) its result equals sequential substitution bit for bit, for every chunk length.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace pararnn {
+
+struct ScanShape {
+  std::int64_t time = 0;
+  std::int64_t channels = 0;
+  std::int64_t chunk_len = 0;  // 0 or >= time: one chunk (sequential substitution)
+  std::int64_t channel_stride = 0;  // elements between (t, s) rows; 0 means `channels`
+};
+
+// `heads` is empty or has `time` entries (nonzero = J treated as 0 at that step).
+template <int S, class ComputeT>
+void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
+                 std::span<const std::uint8_t> heads = {});
+
+}  // namespace pararnn

@@ -1,0 +1,45 @@
+// The production solver's entry points: parallel Newton (`newton_apply`) and the same-dtype
+// sequential loop (`sequential_apply`), on the CPU backend.
+//
+// Guarantees (docs/numerics-contract.md): inputs are storage-dtype tensors (f64, f32, f16,
+// bf16) with any strides; arithmetic is f64 for f64 and f32 otherwise; outputs are contiguous
+// trajectories in the storage dtype, (B, T, d_h) or (B, T, slots, d_h). Newton starts from the
+// App. A guess, solves δ_t = J_t δ_{t−1} + F_t by a scan, and runs the residual gate after every
+// solve (NewtonDivergenceError above residual_fail, warning `newton_residual_high` above 1e-3).
+// Packed input (cu_seqlens) restarts the state at every segment start. Example:
+//   NewtonStats stats;
+//   Tensor H = newton_apply(cell, x, NewtonConfig{}, {}, &stats);
+//   Tensor H_seq = sequential_apply(cell, x);
+#pragma once
+
+#include <optional>
+
+#include "pararnn/cells/cell.hpp"
+#include "pararnn/core/tensor.hpp"
+#include "pararnn/solver/newton_config.hpp"
+
+namespace pararnn {
+
+struct ApplyOptions {
+  std::optional<TensorView> h0;          // (B, slots, d_h), or (B, d_h) for one-slot cells
+  std::optional<TensorView> cu_seqlens;  // (S+1,) int32/int64; then B = 1 and h0 is (S, ...)
+};
+
+[[nodiscard]] Tensor newton_apply(const Cell& cell, const TensorView& x,
+                                  const NewtonConfig& config = {},
+                                  const ApplyOptions& options = {}, NewtonStats* stats = nullptr);
+
+[[nodiscard]] Tensor sequential_apply(const Cell& cell, const TensorView& x,
+                                      const ApplyOptions& options = {});
+
+// Checks cu_seqlens against CONTRACT §6 for a packed length `total_length` and returns the
+// segment starts; throws ContractViolation naming the rule and value.
+std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
+                                              std::int64_t total_length);
+
+// max|f(prepend(H, h0)) − H| of a trajectory (the residual gate's quantity), in the compute
+// type of the cell's dtype.
+double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                    const ApplyOptions& options = {});
+
+}  // namespace pararnn

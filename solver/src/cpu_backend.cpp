@@ -1,0 +1,452 @@
+// The CPU backend: App. A initial guess, Newton iterations with a batch x channel parallel scan,
+// the residual gate, and the same-dtype sequential loop. One template per (cell math, storage
+// dtype); the cell math itself lives in cells/ and is shared with the CUDA kernels.
+//
+// Internal layout: every per-step quantity is [b][t][s][c] (the trajectory layout itself), the
+// Jacobian [b][t][out][in][c]; the input affine W_x x is one GEMM per batch row, kept in the
+// compute type (f32 for f32/f16/bf16, f64 for f64) and reused by every iteration.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "pararnn/core/logging.hpp"
+#include "pararnn/solver/scan.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+namespace {
+
+constexpr std::int64_t kChannelTile = 64;
+
+// max that lets NaN win (a NaN residual must never look small).
+inline double nan_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(a, b);
+}
+
+struct Layout {
+  std::int64_t batch = 0, time = 0, d_h = 0, d_in = 0;
+  std::vector<std::uint8_t> heads;           // [T]: 1 at t = 0 and at segment starts
+  std::vector<std::int64_t> state_index;     // [T]: h0 row used at a head (-1: zeros / row b)
+  bool packed = false;
+};
+
+Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                    const char* who) {
+  Layout layout;
+  if (x.device() != Device::cpu)
+    throw UnsupportedPath(fmt::format("{}: the cpu backend needs host tensors", who));
+  if (x.dim() != 3)
+    throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(x.shape()));
+  layout.batch = x.size(0);
+  layout.time = x.size(1);
+  layout.d_in = x.size(2);
+  layout.d_h = cell.d_h();
+  if (layout.time < 1)
+    throw ContractViolation("x", fmt::format("{} needs time >= 1", who), shape_string(x.shape()));
+  if (layout.batch < 1)
+    throw ContractViolation("x", "needs batch >= 1", shape_string(x.shape()));
+  if (layout.d_in != cell.d_in())
+    throw ContractViolation("x", fmt::format("last dimension must be input_size={}", cell.d_in()),
+                            shape_string(x.shape()));
+  if (x.dtype() != cell.dtype())
+    throw ContractViolation("x", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
+                            dtype_name(x.dtype()));
+  layout.heads.assign(static_cast<std::size_t>(layout.time), 0);
+  layout.state_index.assign(static_cast<std::size_t>(layout.time), -1);
+  layout.heads[0] = 1;
+  std::int64_t states = layout.batch;
+  if (options.cu_seqlens) {
+    if (layout.batch != 1)
+      throw ContractViolation("x", "batch must be 1 with cu_seqlens", shape_string(x.shape()));
+    const auto starts = validate_cu_seqlens(*options.cu_seqlens, layout.time);
+    layout.packed = true;
+    for (std::size_t s = 0; s < starts.size(); ++s) {
+      layout.heads[static_cast<std::size_t>(starts[s])] = 1;
+      layout.state_index[static_cast<std::size_t>(starts[s])] = static_cast<std::int64_t>(s);
+    }
+    states = static_cast<std::int64_t>(starts.size());
+  }
+  if (options.h0) {
+    const TensorView& h0 = *options.h0;
+    const Shape full = {states, cell.slots(), cell.d_h()};
+    const Shape flat = {states, cell.d_h()};
+    const bool ok = h0.shape() == full || (cell.slots() == 1 && h0.shape() == flat);
+    if (!ok)
+      throw ContractViolation(
+          "h0",
+          fmt::format("must have shape {}{} ({} {})", shape_string(full),
+                      cell.slots() == 1 ? " or " + shape_string(flat) : "", states,
+                      layout.packed ? "segments" : "batch rows"),
+          shape_string(h0.shape()));
+    if (h0.dtype() != cell.dtype())
+      throw ContractViolation("h0", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
+                              dtype_name(h0.dtype()));
+    if (h0.device() != Device::cpu)
+      throw UnsupportedPath(fmt::format("{}: the cpu backend needs a host h0", who));
+  }
+  return layout;
+}
+
+template <class CellMath, class StorageT>
+class CpuSolver {
+ public:
+  using ComputeT = ComputeOf<StorageT>;
+  static constexpr int S = CellMath::kSlots;
+  static constexpr int G = CellMath::kGates;
+  static constexpr int R = CellMath::kRecurrent;
+  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+
+  CpuSolver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout)
+      : cell_(cell), L_(std::move(layout)) {
+    const std::int64_t D = L_.d_h;
+    // Recurrent vectors, clamped once (App. C.1 clamp at use time; the stored values are kept).
+    rec_.resize(static_cast<std::size_t>(R * D));
+    const auto cap = cell.max_recurrent_norm();
+    for (int k = 0; k < R; ++k) {
+      const Tensor& p = cell.parameter(std::string(cell.spec().recurrent[static_cast<std::size_t>(k)]));
+      for (std::int64_t c = 0; c < D; ++c) {
+        double v = p.load({c});
+        if (cap) v = std::clamp(v, -*cap, *cap);
+        rec_[static_cast<std::size_t>(k * D + c)] = static_cast<ComputeT>(v);
+      }
+    }
+    // Input affine: one GEMM per batch row, W_x x + b in the compute type.
+    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Tensor w = Tensor::converted(cell.parameter("W_x.weight"), kComputeDType);
+    const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), kComputeDType);
+    const Tensor xc = Tensor::converted(x, kComputeDType);
+    Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), G * D, L_.d_in);
+    Eigen::Map<const Eigen::Matrix<ComputeT, 1, Eigen::Dynamic>> b(bias.data_as<ComputeT>(), G * D);
+    wx_.resize(static_cast<std::size_t>(L_.batch * L_.time * G * D));
+    for (std::int64_t bi = 0; bi < L_.batch; ++bi) {
+      Eigen::Map<const RowMatrix> X(xc.data_as<ComputeT>() + bi * L_.time * L_.d_in, L_.time, L_.d_in);
+      Eigen::Map<RowMatrix> out(wx_.data() + bi * L_.time * G * D, L_.time, G * D);
+      out.noalias() = X * W.transpose();
+      out.rowwise() += b;
+    }
+    // Initial states at heads, [row][s][c].
+    if (options.h0) {
+      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
+      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
+    }
+  }
+
+  std::int64_t row_elems() const { return L_.time * S * L_.d_h; }
+
+  // The state entering step t of row b, channel c, slot s, given the trajectory `H` (or none).
+  ComputeT prev_state(const ComputeT* H_row, std::int64_t b, std::int64_t t, int s,
+                      std::int64_t c) const {
+    if (L_.heads[static_cast<std::size_t>(t)]) {
+      if (h0_.empty()) return ComputeT(0);
+      const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
+      return h0_[static_cast<std::size_t>((row * S + s) * L_.d_h + c)];
+    }
+    if (H_row == nullptr) return ComputeT(0);  // App. A guess: zeros away from heads
+    return H_row[((t - 1) * S + s) * L_.d_h + c];
+  }
+
+  void step_at(std::int64_t b, std::int64_t t, std::int64_t c, const ComputeT* h_prev,
+               ComputeT* h_new, ComputeT* jac) const {
+    const std::int64_t D = L_.d_h;
+    ComputeT rec[R], wx[G];
+    for (int k = 0; k < R; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
+    const ComputeT* wx_t = wx_.data() + (b * L_.time + t) * G * D;
+    for (int g = 0; g < G; ++g) wx[g] = wx_t[g * D + c];
+    CellMath::step(rec, wx, h_prev, h_new, jac);
+  }
+
+  // Runs `body(b, c0, c1)` over batch rows x channel tiles in parallel.
+  template <class Body>
+  void parallel_tiles(Body&& body) const {
+    const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
+    const std::int64_t total = L_.batch * tiles;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < total; ++i) {
+      const std::int64_t b = i / tiles, tile = i % tiles;
+      body(b, tile * kChannelTile, std::min(L_.d_h, (tile + 1) * kChannelTile));
+    }
+  }
+
+  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads.
+  std::vector<ComputeT> initial_guess() const {
+    std::vector<ComputeT> H(static_cast<std::size_t>(L_.batch * row_elems()));
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      ComputeT* H_row = H.data() + b * row_elems();
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          ComputeT hp[S], hn[S];
+          for (int s = 0; s < S; ++s) hp[s] = prev_state(nullptr, b, t, s, c);
+          step_at(b, t, c, hp, hn, nullptr);
+          for (int s = 0; s < S; ++s) H_row[(t * S + s) * L_.d_h + c] = hn[s];
+        }
+    });
+    return H;
+  }
+
+  // F = f(prepend(H)) − H and (optionally) J; returns max|F| (NaN if any is NaN).
+  double residual(const std::vector<ComputeT>& H, std::vector<ComputeT>& F,
+                  std::vector<ComputeT>* J) const {
+    const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
+    std::vector<double> tile_max(static_cast<std::size_t>(L_.batch * tiles), 0.0);
+    const std::int64_t D = L_.d_h;
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      const ComputeT* H_row = H.data() + b * row_elems();
+      ComputeT* F_row = F.data() + b * row_elems();
+      ComputeT* J_row = J ? J->data() + b * L_.time * S * S * D : nullptr;
+      double local = 0.0;
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          ComputeT hp[S], hn[S], jac[S * S];
+          for (int s = 0; s < S; ++s) hp[s] = prev_state(H_row, b, t, s, c);
+          step_at(b, t, c, hp, hn, J_row ? jac : nullptr);
+          for (int s = 0; s < S; ++s) {
+            const ComputeT f = hn[s] - H_row[(t * S + s) * D + c];
+            F_row[(t * S + s) * D + c] = f;
+            local = nan_max(local, std::abs(static_cast<double>(f)));
+          }
+          if (J_row)
+            for (int k = 0; k < S * S; ++k) J_row[(t * S * S + k) * D + c] = jac[k];
+        }
+      tile_max[static_cast<std::size_t>(b * tiles + c0 / kChannelTile)] = local;
+    });
+    double result = 0.0;
+    for (double v : tile_max) result = nan_max(result, v);
+    return result;
+  }
+
+  // δ from (J, F) in place on F, then H += ω δ.
+  void update(std::vector<ComputeT>& H, const std::vector<ComputeT>& J, std::vector<ComputeT>& F,
+              double omega) const {
+    const std::int64_t D = L_.d_h;
+    const ComputeT w = static_cast<ComputeT>(omega);
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      ComputeT* F_row = F.data() + b * row_elems();
+      const ComputeT* J_row = J.data() + b * L_.time * S * S * D;
+      scan_affine<S, ComputeT>(J_row + c0, F_row + c0,
+                               ScanShape{.time = L_.time, .channels = c1 - c0, .channel_stride = D},
+                               L_.heads);
+      ComputeT* H_row = H.data() + b * row_elems();
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (int s = 0; s < S; ++s)
+          for (std::int64_t c = c0; c < c1; ++c) {
+            const std::int64_t i = (t * S + s) * D + c;
+            H_row[i] = omega == 1.0 ? H_row[i] + F_row[i] : H_row[i] + w * F_row[i];
+          }
+    });
+  }
+
+  Tensor to_storage(const std::vector<ComputeT>& H) const {
+    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
+    StorageT* dst = out.data_as<StorageT>();
+    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
+    return out;
+  }
+
+  Tensor newton(const NewtonConfig& config, NewtonStats& stats) const {
+    const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(),
+                                               L_.time);
+    const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
+    stats = NewtonStats{};
+    stats.k = k;
+    stats.scan_backend = "cpu";
+    std::vector<ComputeT> H = initial_guess();
+    std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h));
+    std::optional<double> final_residual;  // known when the last evaluation saw the final H
+    // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
+    const bool adaptive = k.adaptive && atol.has_value();
+    const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+    for (std::int64_t it = 0; it < cap; ++it) {
+      const double res = residual(H, F, &J);
+      ++stats.iters;
+      stats.residual_history.push_back(res);
+      if (!std::isfinite(res)) {
+        final_residual = res;
+        break;
+      }
+      const bool below = atol && res < *atol;
+      if (below && !adaptive) {  // seed's early stop: no update
+        stats.converged = true;
+        final_residual = res;
+        break;
+      }
+      update(H, J, F, config.omega);
+      ++stats.updates;
+      if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
+        stats.converged = true;      // and this was the one more update
+        break;
+      }
+    }
+    const double last = stats.residual_history.empty() ? 0.0 : stats.residual_history.back();
+    if (adaptive && !stats.converged && std::isfinite(last))
+      emit_warning("newton_residual_high",
+                   fmt::format("adaptive Newton reached k_max={} with max|F|={:.3e} >= "
+                               "residual_atol={:.1e}",
+                               cap, last, *atol),
+                   {{"k_max", cap}, {"max_residual", last}, {"reason", "k_max reached"},
+                    {"cell", std::string(cell_.name())}, {"T", L_.time}});
+    stats.max_residual = final_residual ? *final_residual : residual(H, F, nullptr);
+    return to_storage(H);
+  }
+
+  Tensor sequential() const {
+    const std::int64_t D = L_.d_h;
+    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
+    StorageT* dst = out.data_as<StorageT>();
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      StorageT* row = dst + b * row_elems();
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          ComputeT hp[S], hn[S];
+          for (int s = 0; s < S; ++s)
+            hp[s] = L_.heads[static_cast<std::size_t>(t)]
+                        ? prev_state(nullptr, b, t, s, c)
+                        : static_cast<ComputeT>(row[((t - 1) * S + s) * D + c]);
+          step_at(b, t, c, hp, hn, nullptr);
+          for (int s = 0; s < S; ++s) row[(t * S + s) * D + c] = static_cast<StorageT>(hn[s]);
+        }
+    });
+    return out;
+  }
+
+  double residual_of(const TensorView& H_view) const {
+    const Tensor Hc = Tensor::converted(H_view, kComputeDType);
+    std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
+    std::vector<ComputeT> F(H.size());
+    return residual(H, F, nullptr);
+  }
+
+ private:
+  const Cell& cell_;
+  Layout L_;
+  std::vector<ComputeT> rec_;  // [k][c], clamped
+  std::vector<ComputeT> wx_;   // [b][t][g][c]
+  std::vector<ComputeT> h0_;   // [row][s][c]
+};
+
+template <class F>
+decltype(auto) dispatch_solver(const Cell& cell, F&& f) {
+  return dispatch_cell(cell.kind(), [&]<class CellMath>() -> decltype(auto) {
+    return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() -> decltype(auto) {
+      return f.template operator()<CellMath, StorageT>();
+    });
+  });
+}
+
+std::string history_tail(const std::vector<double>& history) {
+  std::string out = "[";
+  const std::size_t first = history.size() > 8 ? history.size() - 8 : 0;
+  for (std::size_t i = first; i < history.size(); ++i)
+    out += fmt::format("{}{:.3e}", i == first ? "" : ", ", history[i]);
+  return out + "]";
+}
+
+void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
+                   std::int64_t time, std::int64_t batch) {
+  const double res = stats.max_residual;
+  nlohmann::json fields = {{"max_residual", res},
+                           {"residual_fail", config.residual_fail ? nlohmann::json(*config.residual_fail) : nlohmann::json(nullptr)},
+                           {"iters", stats.iters},
+                           {"T", time},
+                           {"batch", batch},
+                           {"cell", std::string(cell.name())},
+                           {"backend", stats.scan_backend},
+                           {"residual_history", std::vector<double>(
+                               stats.residual_history.end() - std::min<std::ptrdiff_t>(8, static_cast<std::ptrdiff_t>(stats.residual_history.size())),
+                               stats.residual_history.end())}};
+  if (config.residual_fail && (!std::isfinite(res) || res > *config.residual_fail)) {
+    emit_warning("newton_diverged", "residual gate fired", fields);
+    throw NewtonDivergenceError(fmt::format(
+        "Newton diverged: max|F(H)|={:.6e} after iters={} (residual_fail={}; T={}, batch={}, "
+        "cell={}, backend={}, history={}). A residual >= residual_fail means the solver left its "
+        "basin: do not step the optimizer on this batch.{}",
+        res, stats.iters, *config.residual_fail, time, batch, cell.name(), stats.scan_backend,
+        history_tail(stats.residual_history),
+        cell.kind() == CellKind::gru || cell.kind() == CellKind::lstm || cell.kind() == CellKind::nlru
+            ? ""
+            : " For ParaSLSTM raise picard_iters."));
+  }
+  if (!(res <= kResidualWarn))
+    emit_warning("newton_residual_high",
+                 fmt::format("max|F(H)|={:.3e} above {:.0e} after {} iterations", res,
+                             kResidualWarn, stats.iters),
+                 fields);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
+                                              std::int64_t total_length) {
+  if (cu_seqlens.dtype() != DType::i32 && cu_seqlens.dtype() != DType::i64)
+    throw ContractViolation("cu_seqlens", "dtype must be int32 or int64",
+                            dtype_name(cu_seqlens.dtype()));
+  if (cu_seqlens.dim() != 1)
+    throw ContractViolation("cu_seqlens", "must be 1-D (S+1,)", shape_string(cu_seqlens.shape()));
+  if (cu_seqlens.size(0) < 2)
+    throw ContractViolation("cu_seqlens", "needs at least 2 entries",
+                            shape_string(cu_seqlens.shape()));
+  if (cu_seqlens.device() != Device::cpu)
+    throw UnsupportedPath("cu_seqlens: the cpu backend needs a host tensor");
+  std::vector<std::int64_t> values(static_cast<std::size_t>(cu_seqlens.size(0)));
+  for (std::int64_t i = 0; i < cu_seqlens.size(0); ++i)
+    values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(cu_seqlens.load({i}));
+  if (values.front() != 0)
+    throw ContractViolation("cu_seqlens", "must start at 0 (cu_seqlens[0] == 0)",
+                            std::to_string(values.front()));
+  if (values.back() != total_length)
+    throw ContractViolation("cu_seqlens",
+                            fmt::format("must end at the packed length N={} (cu_seqlens[-1] == N)",
+                                        total_length),
+                            std::to_string(values.back()));
+  for (std::size_t i = 1; i < values.size(); ++i)
+    if (values[i] <= values[i - 1])
+      throw ContractViolation(
+          "cu_seqlens", "must be strictly increasing",
+          fmt::format("cu_seqlens[{}]={} after cu_seqlens[{}]={}", i, values[i], i - 1, values[i - 1]));
+  values.pop_back();
+  return values;
+}
+
+Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                    const ApplyOptions& options, NewtonStats* stats) {
+  validate(config, cell.spec());
+  if (config.scan_backend == ScanBackend::cuda)
+    throw UnsupportedPath(
+        "scan_backend=cuda: the CUDA Newton backend is not available in this build of "
+        "newton_apply; use auto, eager or cpu");
+  Layout layout = check_inputs(cell, x, options, "newton_apply");
+  const std::int64_t time = layout.time, batch = layout.batch;
+  NewtonStats local;
+  NewtonStats& s = stats ? *stats : local;
+  Tensor H = dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).newton(config, s);
+  });
+  residual_gate(cell, config, s, time, batch);
+  return H;
+}
+
+Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
+  Layout layout = check_inputs(cell, x, options, "sequential_apply");
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).sequential();
+  });
+}
+
+double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                    const ApplyOptions& options) {
+  Layout layout = check_inputs(cell, x, options, "max_residual");
+  const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
+  if (H.shape() != expected)
+    throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).residual_of(H);
+  });
+}
+
+}  // namespace pararnn

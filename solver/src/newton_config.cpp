@@ -1,0 +1,92 @@
+// NewtonConfig validation and the K schedule (CONTRACT §4).
+#include "pararnn/solver/newton_config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace pararnn {
+
+ScanBackend parse_scan_backend(std::string_view name) {
+  if (name == "auto") return ScanBackend::auto_select;
+  if (name == "eager") return ScanBackend::eager;
+  if (name == "cpu") return ScanBackend::cpu;
+  if (name == "cuda") return ScanBackend::cuda;
+  throw ContractViolation("scan_backend", "must be one of auto, eager, cpu, cuda", name);
+}
+
+std::string_view scan_backend_name(ScanBackend backend) {
+  switch (backend) {
+    case ScanBackend::auto_select: return "auto";
+    case ScanBackend::eager: return "eager";
+    case ScanBackend::cpu: return "cpu";
+    case ScanBackend::cuda: return "cuda";
+  }
+  return "?";
+}
+
+double default_residual_atol(DType dtype) { return dtype == DType::f64 ? 1e-12 : 1e-5; }
+
+std::optional<double> resolved_residual_atol(const NewtonConfig& config, DType dtype) {
+  if (!config.residual_atol) return std::nullopt;
+  if (*config.residual_atol == kDtypeDefaultAtol) return default_residual_atol(dtype);
+  return config.residual_atol;
+}
+
+void validate(const NewtonConfig& config, const CellSpec& cell) {
+  if (config.max_iters && *config.max_iters < 0)
+    throw ContractViolation("max_iters", "must be >= 0 or unset (None)",
+                            std::to_string(*config.max_iters));
+  if (!(std::isfinite(config.omega) && config.omega > 0.0))
+    throw ContractViolation("omega", "must be finite and > 0", fmt::format("{}", config.omega));
+  if (config.residual_atol && *config.residual_atol != kDtypeDefaultAtol &&
+      !(*config.residual_atol >= 0.0))
+    throw ContractViolation("residual_atol", "must be >= 0 or unset",
+                            fmt::format("{}", *config.residual_atol));
+  if (config.residual_fail && !(*config.residual_fail >= 0.0))
+    throw ContractViolation("residual_fail", "must be >= 0 or unset (None)",
+                            fmt::format("{}", *config.residual_fail));
+  if (config.k_max < 1)
+    throw ContractViolation("k_max", "must be >= 1", std::to_string(config.k_max));
+  if (config.picard_iters) {
+    if (*config.picard_iters < 0)
+      throw ContractViolation("picard_iters", "must be >= 0", std::to_string(*config.picard_iters));
+    throw ContractViolation("picard_iters", "is ParaSLSTM / ParaM2RNN only",
+                            fmt::format("{} on {}", *config.picard_iters, cell.python_class));
+  }
+  if (!config.newton_iters_by_t.empty()) {
+    if (config.max_iters)
+      throw ContractViolation("newton_iters_by_t", "requires max_iters unset (None)",
+                              fmt::format("max_iters={}", *config.max_iters));
+    for (const auto& [t, k] : config.newton_iters_by_t) {
+      if (t < 1)
+        throw ContractViolation("newton_iters_by_t", "keys must be >= 1", std::to_string(t));
+      if (k < 0)
+        throw ContractViolation("newton_iters_by_t", "values must be >= 0",
+                                fmt::format("{}: {}", t, k));
+    }
+  }
+  if (config.chunk_len) {
+    if (*config.chunk_len < 1)
+      throw ContractViolation("chunk_len", "must be >= 1", std::to_string(*config.chunk_len));
+    throw UnsupportedPath(fmt::format(
+        "chunk_len={}: windowed Newton is not available yet; leave chunk_len unset",
+        *config.chunk_len));
+  }
+}
+
+KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,
+                                 std::int64_t time) {
+  if (config.max_iters) return {*config.max_iters, false, "max_iters"};
+  if (!config.newton_iters_by_t.empty()) {
+    // Left-step: the value at the largest key <= T; below every key, the smallest key's value.
+    auto it = config.newton_iters_by_t.upper_bound(time);
+    const std::int64_t k =
+        it == config.newton_iters_by_t.begin() ? it->second : std::prev(it)->second;
+    return {k, true, "newton_iters_by_t"};
+  }
+  if (dtype == DType::f64) return {cell.library_newton_iters + 2, true, "table+2(f64)"};
+  return {cell.library_newton_iters, true, "table"};
+}
+
+}  // namespace pararnn

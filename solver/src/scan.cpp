@@ -1,0 +1,107 @@
+// CPU affine scans (see scan.hpp). The single-chunk path is the solver's hot loop: time outer,
+// channels inner, so it vectorises over channels. The chunked path exists for time parallelism
+// and is tested bitwise against the single-chunk path on exact inputs.
+#include "pararnn/solver/scan.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "pararnn/cells/affine_monoid.hpp"
+
+namespace pararnn {
+namespace {
+
+template <int S, class ComputeT>
+cells::AffineElement<S, ComputeT> element_at(const ComputeT* J, const ComputeT* r,
+                                             std::int64_t t, std::int64_t c, std::int64_t stride,
+                                             bool head) {
+  cells::AffineElement<S, ComputeT> e;
+  for (int o = 0; o < S; ++o) {
+    for (int i = 0; i < S; ++i)
+      e.J[o * S + i] = head ? ComputeT(0) : J[(t * S * S + o * S + i) * stride + c];
+    e.r[o] = r[(t * S + o) * stride + c];
+  }
+  return e;
+}
+
+}  // namespace
+
+template <int S, class ComputeT>
+void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
+                 std::span<const std::uint8_t> heads) {
+  const std::int64_t time = shape.time;
+  const std::int64_t channels = shape.channels;
+  const std::int64_t stride = shape.channel_stride > 0 ? shape.channel_stride : channels;
+  if (time <= 1 || channels <= 0) return;
+  auto is_head = [&](std::int64_t t) { return t == 0 || (!heads.empty() && heads[t] != 0); };
+  const std::int64_t chunk =
+      shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
+
+  if (chunk == time) {
+    // Sequential substitution, vectorised over channels: δ_t = r_t + Σ_k J_t[s][k] δ_{t−1}[k].
+    for (std::int64_t t = 1; t < time; ++t) {
+      if (is_head(t)) continue;  // J = 0: δ_t = r_t
+      ComputeT* rt = r + t * S * stride;
+      const ComputeT* rp = r + (t - 1) * S * stride;
+      const ComputeT* Jt = J + t * S * S * stride;
+      for (std::int64_t c = 0; c < channels; ++c) {
+        ComputeT prev[S];
+        for (int k = 0; k < S; ++k) prev[k] = rp[k * stride + c];
+        for (int s = 0; s < S; ++s) {
+          ComputeT acc = rt[s * stride + c];
+          for (int k = 0; k < S; ++k) acc += Jt[(s * S + k) * stride + c] * prev[k];
+          rt[s * stride + c] = acc;
+        }
+      }
+    }
+    return;
+  }
+
+  // Three phases per channel: chunk aggregates, carries, re-run from the carry.
+  const std::int64_t n_chunks = (time + chunk - 1) / chunk;
+  std::vector<cells::AffineElement<S, ComputeT>> aggregates(static_cast<std::size_t>(n_chunks));
+  std::vector<ComputeT> carries(static_cast<std::size_t>(n_chunks * S));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    for (std::int64_t q = 0; q < n_chunks; ++q) {
+      const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
+      auto acc = element_at<S>(J, r, begin, c, stride, is_head(begin));
+      for (std::int64_t t = begin + 1; t < end; ++t)
+        acc = cells::compose(element_at<S>(J, r, t, c, stride, is_head(t)), acc);
+      aggregates[static_cast<std::size_t>(q)] = acc;
+    }
+    // The first chunk starts at t = 0, a head: its carry is never read.
+    for (int s = 0; s < S; ++s) carries[static_cast<std::size_t>(s)] = ComputeT(0);
+    for (std::int64_t q = 0; q + 1 < n_chunks; ++q)
+      cells::apply(aggregates[static_cast<std::size_t>(q)], &carries[static_cast<std::size_t>(q * S)],
+                   &carries[static_cast<std::size_t>((q + 1) * S)]);
+    for (std::int64_t q = 0; q < n_chunks; ++q) {
+      const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
+      ComputeT prev[S];
+      for (int s = 0; s < S; ++s) prev[s] = carries[static_cast<std::size_t>(q * S + s)];
+      for (std::int64_t t = begin; t < end; ++t) {
+        ComputeT out[S];
+        if (is_head(t)) {
+          for (int s = 0; s < S; ++s) out[s] = r[(t * S + s) * stride + c];
+        } else {
+          cells::apply(element_at<S>(J, r, t, c, stride, false), prev, out);
+        }
+        for (int s = 0; s < S; ++s) {
+          r[(t * S + s) * stride + c] = out[s];
+          prev[s] = out[s];
+        }
+      }
+    }
+  }
+}
+
+#define PARARNN_INSTANTIATE_SCAN(S, T) \
+  template void scan_affine<S, T>(const T*, T*, const ScanShape&, std::span<const std::uint8_t>);
+PARARNN_INSTANTIATE_SCAN(1, float)
+PARARNN_INSTANTIATE_SCAN(1, double)
+PARARNN_INSTANTIATE_SCAN(2, float)
+PARARNN_INSTANTIATE_SCAN(2, double)
+PARARNN_INSTANTIATE_SCAN(4, float)
+PARARNN_INSTANTIATE_SCAN(4, double)
+#undef PARARNN_INSTANTIATE_SCAN
+
+}  // namespace pararnn

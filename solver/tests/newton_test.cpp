@@ -1,0 +1,192 @@
+// Claims about newton_apply / sequential_apply that need no oracle: exact identities (T = 1 is
+// one cell step, K = 0 is the App. A guess, packing restarts the state), the residual gate and
+// its warning band, and refused inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pararnn/core/logging.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+namespace {
+
+Tensor random_input(DType dtype, std::int64_t batch, std::int64_t time, std::int64_t d_in,
+                    std::uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  Tensor x(dtype, {batch, time, d_in});
+  Tensor flat = x.reshaped({x.numel()});
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  return x;
+}
+
+Cell make_cell(const std::string& name, DType dtype, std::int64_t d_in = 3, std::int64_t d_h = 5,
+               std::uint64_t seed = 1) {
+  return Cell::initialise({.cell = name, .d_in = d_in, .d_h = d_h}, dtype, seed);
+}
+
+class EveryCell : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryCell, TimeOneEqualsOneCellStepExactly) {
+  const Cell cell = make_cell(GetParam(), DType::f32);
+  const Tensor x = random_input(DType::f32, 2, 1, cell.d_in(), 3);
+  const Tensor H = newton_apply(cell, x);
+  const Tensor H_seq = sequential_apply(cell, x);
+  EXPECT_EQ(H.to_f64_vector(), H_seq.to_f64_vector());
+}
+
+TEST_P(EveryCell, ZeroIterationsEqualsTheInitialGuess) {
+  // App. A: H_t = f(0, x_t) for t > 0 (h0 at t = 0): a sequential run of length 1 per step.
+  const Cell cell = make_cell(GetParam(), DType::f64);
+  const Tensor x = random_input(DType::f64, 2, 6, cell.d_in(), 4);
+  const Tensor H = newton_apply(cell, x, {.max_iters = 0, .residual_fail = std::nullopt});
+  for (std::int64_t t = 0; t < 6; ++t) {
+    const Tensor step = sequential_apply(cell, Tensor::copy_of(x.view().slice(1, t, t + 1)));
+    const Tensor got = Tensor::copy_of(H.view().slice(1, t, t + 1));
+    EXPECT_EQ(got.to_f64_vector(), step.to_f64_vector()) << "t=" << t;
+  }
+}
+
+TEST_P(EveryCell, PackedSegmentsRestartFromTheirInitialState) {
+  const Cell cell = make_cell(GetParam(), DType::f64);
+  const Tensor x = random_input(DType::f64, 1, 9, cell.d_in(), 5);
+  Tensor cu = Tensor::from_values(DType::i32, {3}, std::vector<double>{0, 4, 9});
+  const Tensor packed = sequential_apply(cell, x, {.cu_seqlens = cu.view()});
+  const Tensor second = sequential_apply(cell, Tensor::copy_of(x.view().slice(1, 4, 9)));
+  EXPECT_EQ(Tensor::copy_of(packed.view().slice(1, 4, 9)).to_f64_vector(), second.to_f64_vector());
+}
+
+TEST_P(EveryCell, StridedInputEqualsContiguousCopyBitwise) {
+  const Cell cell = make_cell(GetParam(), DType::f32);
+  const Tensor base = random_input(DType::f32, 3, 40, cell.d_in(), 6);
+  const TensorView every_other = base.view().slice(1, 0, 40, 2);
+  const Tensor copy = Tensor::copy_of(every_other);
+  EXPECT_EQ(newton_apply(cell, every_other).to_f64_vector(), newton_apply(cell, copy).to_f64_vector());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru"),
+                         [](const auto& info) { return info.param; });
+
+TEST(ResidualGate, NanInputRaisesDivergenceWithDocumentedFields) {
+  const Cell cell = make_cell("gru", DType::f32);
+  Tensor x = random_input(DType::f32, 1, 8, cell.d_in(), 7);
+  x.store({0, 3, 1}, std::nan(""));
+  try {
+    (void)newton_apply(cell, x);
+    FAIL() << "NaN input must raise NewtonDivergenceError";
+  } catch (const NewtonDivergenceError& e) {
+    const std::string what = e.what();
+    for (const char* field : {"max|F(H)|=", "iters=", "residual_fail=", "T=8", "cell=gru", "history="})
+      EXPECT_NE(what.find(field), std::string::npos) << field << " missing from: " << what;
+  }
+}
+
+TEST(ResidualGate, DivergentConfigurationRaises) {
+  // Over-relaxed updates (omega = 4) on an LSTM with saturated gates leave the basin.
+  Cell cell = Cell::initialise({.cell = "lstm", .d_in = 3, .d_h = 4, .max_recurrent_norm = std::nullopt,
+                                .weight_std = 3.0}, DType::f32, 2);
+  const Tensor x = random_input(DType::f32, 2, 64, 3, 8, 3.0);
+  EXPECT_THROW((void)newton_apply(cell, x, {.max_iters = 4, .omega = 4.0, .residual_atol = std::nullopt}),
+               NewtonDivergenceError);
+}
+
+TEST(ResidualGate, WarningFiresInItsBandAndNotBelow) {
+  const Cell cell = make_cell("gru", DType::f32, 3, 8);
+  const Tensor x = random_input(DType::f32, 2, 50, 3, 9, 2.0);
+  {
+    WarningCapture capture;
+    NewtonStats stats;
+    (void)newton_apply(cell, x, {.max_iters = 0, .residual_atol = std::nullopt}, {}, &stats);
+    ASSERT_GT(stats.max_residual, kResidualWarn) << "the App. A guess should be far from H*";
+    ASSERT_LE(stats.max_residual, 1.0);
+    EXPECT_TRUE(capture.contains("newton_residual_high"));
+  }
+  {
+    WarningCapture capture;
+    NewtonStats stats;
+    (void)newton_apply(cell, x, {}, {}, &stats);
+    EXPECT_LE(stats.max_residual, kResidualWarn);
+    EXPECT_FALSE(capture.contains("newton_residual_high"));
+  }
+}
+
+TEST(KSchedule, AdaptiveKIsAMinimumAndStopsOnTheResidual) {
+  const Cell cell = make_cell("gru", DType::f32, 3, 8);
+  const Tensor x = random_input(DType::f32, 2, 200, 3, 10);
+  NewtonStats stats;
+  (void)newton_apply(cell, x, {}, {}, &stats);
+  EXPECT_EQ(stats.k.source, "table");
+  EXPECT_GE(stats.updates, stats.k.k);
+  EXPECT_TRUE(stats.converged);
+  EXPECT_LT(stats.residual_history.back(), default_residual_atol(DType::f32));
+}
+
+TEST(KSchedule, NewtonItersByTIsALeftStepTable) {
+  const CellSpec& gru = cell_spec("gru");
+  const NewtonConfig config{.newton_iters_by_t = {{64, 2}, {1024, 3}, {4096, 4}}};
+  const std::pair<std::int64_t, std::int64_t> expected[] = {{1, 2}, {64, 2}, {512, 2}, {1024, 3}, {8000, 4}};
+  for (auto [t, k] : expected) EXPECT_EQ(resolve_newton_iters(config, gru, DType::f32, t).k, k) << t;
+  EXPECT_EQ(resolve_newton_iters({}, gru, DType::f64, 10).k, gru.library_newton_iters + 2);
+}
+
+TEST(RefusedInput, BadConfigurationsNameTheirField) {
+  const Cell cell = make_cell("gru", DType::f32);
+  const Tensor x = random_input(DType::f32, 1, 4, cell.d_in(), 11);
+  auto refused_field = [&](const NewtonConfig& config) -> std::string {
+    try {
+      (void)newton_apply(cell, x, config);
+    } catch (const ContractViolation& e) {
+      return e.argument();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(refused_field({.max_iters = -1}), "max_iters");
+  EXPECT_EQ(refused_field({.omega = 0.0}), "omega");
+  EXPECT_EQ(refused_field({.residual_fail = -1.0}), "residual_fail");
+  EXPECT_EQ(refused_field({.picard_iters = 2}), "picard_iters");
+  EXPECT_EQ(refused_field({.max_iters = 3, .newton_iters_by_t = {{1, 2}}}), "newton_iters_by_t");
+  EXPECT_EQ(refused_field({.newton_iters_by_t = {{0, 2}}}), "newton_iters_by_t");
+}
+
+TEST(RefusedInput, ShapesDtypesAndTimeAreChecked) {
+  const Cell cell = make_cell("lstm", DType::f32);
+  auto refused_argument = [&](const TensorView& x, ApplyOptions options = {}) -> std::string {
+    try {
+      (void)newton_apply(cell, x, {}, options);
+    } catch (const ContractViolation& e) {
+      return e.argument();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(refused_argument(random_input(DType::f32, 1, 0, cell.d_in(), 1)), "x");
+  EXPECT_EQ(refused_argument(random_input(DType::f64, 1, 4, cell.d_in(), 1)), "x");
+  EXPECT_EQ(refused_argument(random_input(DType::f32, 1, 4, cell.d_in() + 1, 1)), "x");
+  const Tensor x = random_input(DType::f32, 2, 4, cell.d_in(), 1);
+  const Tensor bad_h0(DType::f32, {2, cell.d_h()});  // LSTM needs (B, 2, d_h)
+  EXPECT_EQ(refused_argument(x, {.h0 = bad_h0.view()}), "h0");
+  const Tensor cu = Tensor::from_values(DType::i64, {2}, std::vector<double>{0, 4});
+  EXPECT_EQ(refused_argument(x, {.cu_seqlens = cu.view()}), "x");  // batch must be 1
+}
+
+TEST(RefusedInput, CuSeqlensRulesAreNamed) {
+  auto rule = [](DType dtype, Shape shape, std::vector<double> values, std::int64_t n) -> std::string {
+    try {
+      (void)validate_cu_seqlens(Tensor::from_values(dtype, shape, values), n);
+    } catch (const ContractViolation& e) {
+      return e.rule();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(rule(DType::i32, {3}, {0, 2, 5}, 5), "(accepted)");
+  EXPECT_NE(rule(DType::i32, {3}, {1, 2, 5}, 5).find("start at 0"), std::string::npos);
+  EXPECT_NE(rule(DType::i32, {3}, {0, 2, 4}, 5).find("end at"), std::string::npos);
+  EXPECT_NE(rule(DType::i64, {3}, {0, 2, 2}, 2).find("strictly increasing"), std::string::npos);
+  EXPECT_NE(rule(DType::f32, {3}, {0, 2, 5}, 5).find("int32 or int64"), std::string::npos);
+  EXPECT_NE(rule(DType::i32, {1, 3}, {0, 2, 5}, 5).find("1-D"), std::string::npos);
+  EXPECT_NE(rule(DType::i32, {1}, {0}, 5).find("at least 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pararnn

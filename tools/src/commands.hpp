@@ -1,0 +1,44 @@
+// The subcommands of `pararnn` (DESIGN.md "Command-line tool"). Each returns the process exit
+// code; errors from the library propagate to main(), which maps them to exit codes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pararnn::tools {
+
+// Exit codes of verify and compare.
+inline constexpr int kExitAgree = 0;
+inline constexpr int kExitDisagree = 1;
+inline constexpr int kExitInconclusiveOrRefused = 2;
+
+struct MakeCaseArgs {
+  std::string cell = "gru", mix = "diag";
+  std::optional<std::int64_t> n_heads;
+  std::int64_t batch = 2, time = 64, d_in = 8, d_h = 16;
+  std::string dtype = "f32";
+  std::uint64_t seed = 1;
+  std::optional<double> weight_std;
+  std::string max_recurrent_norm = "0.5";
+  std::optional<double> h0_std;
+  std::string cu_seqlens;  // "0,5,12" (packed case; batch must be 1)
+  std::string out;
+};
+
+struct SolveArgs {
+  std::string case_path, backend = "auto", max_iters = "none", out, json;
+  bool grad = false;
+  std::uint64_t seed = 0;
+  std::int64_t certify_budget = 4'000'000;
+  std::optional<double> atol;
+};
+
+int make_case(const MakeCaseArgs& args);
+int oracle(const SolveArgs& args);
+int solve(const SolveArgs& args);
+int verify(const SolveArgs& args);
+int compare(const SolveArgs& args, const std::string& trajectory_path);
+
+}  // namespace pararnn::tools

@@ -1,0 +1,103 @@
+// `pararnn`: make-case | oracle | solve | verify | compare | env. Thin: parses with CLI11,
+// calls the library, prints, and maps errors to exit codes (refused input: 2, with the
+// library's message naming the argument, the rule and the value).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "env_line.hpp"
+#include "pararnn/core/errors.hpp"
+
+int main(int argc, char** argv) {
+  using namespace pararnn::tools;
+  CLI::App app{"pararnn: parallel Newton RNN solver and its independent oracle"};
+  app.require_subcommand(1);
+
+  MakeCaseArgs mk;
+  auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
+  make->add_option("--cell", mk.cell, "gru | lstm | nlru");
+  make->add_option("--mix", mk.mix, "recurrent mix (diag)");
+  make->add_option("--n-heads", mk.n_heads, "heads (head mixes)");
+  make->add_option("--batch", mk.batch);
+  make->add_option("--time", mk.time);
+  make->add_option("--d-in", mk.d_in);
+  make->add_option("--d-h", mk.d_h);
+  make->add_option("--dtype", mk.dtype, "f64 | f32 | f16 | bf16");
+  make->add_option("--seed", mk.seed);
+  make->add_option("--weight-std", mk.weight_std, "std of the recurrent parameters");
+  make->add_option("--max-recurrent-norm", mk.max_recurrent_norm, "clamp cap, a number or none");
+  make->add_option("--h0-std", mk.h0_std, "add a random h0 with this std");
+  make->add_option("--cu-seqlens", mk.cu_seqlens, "packed case: 0,n1,...,N (needs --batch 1)");
+  make->add_option("--out", mk.out)->required();
+
+  SolveArgs sa;
+  std::string trajectory;
+  auto add_case = [&](CLI::App* cmd) { cmd->add_option("case", sa.case_path)->required(); };
+  auto add_solver = [&](CLI::App* cmd) {
+    cmd->add_option("--backend", sa.backend, "auto | eager | cpu | cuda");
+    cmd->add_option("--max-iters", sa.max_iters, "fixed K, or none (K table + adaptive)");
+  };
+  auto add_judge = [&](CLI::App* cmd) {
+    cmd->add_option("--json", sa.json, "write the report as JSON");
+    cmd->add_option("--seed", sa.seed, "seed of the oracle's certified-chain sample");
+    cmd->add_option("--certify-budget", sa.certify_budget, "chain-steps of the certifying unroll");
+    cmd->add_option("--atol", sa.atol, "explicit agreement atol (default: the contract table)");
+  };
+  auto* oracle_cmd = app.add_subcommand("oracle", "high-precision sequential trajectory");
+  add_case(oracle_cmd);
+  oracle_cmd->add_option("--out", sa.out)->required();
+  oracle_cmd->add_flag("--grad", sa.grad);
+  oracle_cmd->add_option("--certify-budget", sa.certify_budget);
+  auto* solve_cmd = app.add_subcommand("solve", "parallel Newton solve");
+  add_case(solve_cmd);
+  add_solver(solve_cmd);
+  solve_cmd->add_option("--out", sa.out)->required();
+  solve_cmd->add_flag("--grad", sa.grad);
+  auto* verify_cmd = app.add_subcommand("verify", "solver vs oracle: exit 0 Agree, 1 Disagree, 2 Inconclusive/refused");
+  add_case(verify_cmd);
+  add_solver(verify_cmd);
+  add_judge(verify_cmd);
+  verify_cmd->add_flag("--grad", sa.grad);
+  auto* compare_cmd = app.add_subcommand("compare", "an external trajectory vs the oracle");
+  add_case(compare_cmd);
+  compare_cmd->add_option("--trajectory", trajectory, "safetensors file holding H")->required();
+  add_judge(compare_cmd);
+  auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitInconclusiveOrRefused;
+  }
+  try {
+    if (make->parsed()) return make_case(mk);
+    if (oracle_cmd->parsed()) return oracle(sa);
+    if (solve_cmd->parsed()) return solve(sa);
+    if (verify_cmd->parsed()) return verify(sa);
+    if (compare_cmd->parsed()) return compare(sa, trajectory);
+    if (env_cmd->parsed()) {
+      std::cout << env_line() << "\n";
+      return 0;
+    }
+  } catch (const pararnn::NewtonDivergenceError& e) {
+    // The solver failed to produce the sequential answer: a disagreement, not a refusal.
+    std::cerr << "pararnn: " << e.what() << "\n";
+    return kExitDisagree;
+  } catch (const pararnn::ContractViolation& e) {
+    std::cerr << "pararnn: refused input: " << e.what() << "\n";
+    return kExitInconclusiveOrRefused;
+  } catch (const pararnn::CaseFileError& e) {
+    std::cerr << "pararnn: bad case file: " << e.what() << "\n";
+    return kExitInconclusiveOrRefused;
+  } catch (const pararnn::UnsupportedPath& e) {
+    std::cerr << "pararnn: unsupported: " << e.what() << "\n";
+    return kExitInconclusiveOrRefused;
+  } catch (const std::exception& e) {
+    std::cerr << "pararnn: error: " << e.what() << "\n";
+    return kExitInconclusiveOrRefused;
+  }
+  return kExitInconclusiveOrRefused;
+}
