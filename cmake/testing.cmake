@@ -28,7 +28,15 @@ function(pararnn_add_test)
       RESOURCE_LOCK gpu ENVIRONMENT "${env}")
   else()
     target_link_libraries(${T_NAME} PRIVATE GTest::gtest_main)
-    gtest_discover_tests(${T_NAME} DISCOVERY_MODE PRE_TEST
-      PROPERTIES LABELS "host;${T_KIND};${T_COST}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${env}")
+    gtest_discover_tests(${T_NAME} DISCOVERY_MODE PRE_TEST TEST_LIST ${T_NAME}_TESTS
+      PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${env}")
+    # Discovered tests cannot take a list-valued property through gtest_discover_tests: label
+    # them from an include file that runs after the discovery script.
+    set(label_script "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
+    file(WRITE "${label_script}"
+         "foreach(t IN LISTS ${T_NAME}_TESTS)\n"
+         "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"host;${T_KIND};${T_COST}\")\n"
+         "endforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${label_script}")
   endif()
 endfunction()

@@ -29,15 +29,16 @@ AgreementReport verify(const GeneratedProblem& p, const NewtonConfig& config) {
   return verify_agreement(cell, x, options);
 }
 
-RC_GTEST_PROP(Agreement, NewtonAndSequentialAgreeWithOracleWithinTau, ()) {
+RC_GTEST_PROP(Agreement, NewtonAgreesWithOracleWithinTau, ()) {
   const auto p = *gen_problem(3000, kCells, kDtypes);
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
   RC_CLASSIFY(p.time > 1000, "T > 1000");
   RC_TAG(std::string(dtype_name(p.dtype)));
   const AgreementReport r = verify(p, NewtonConfig{});
   if (r.verdict != Verdict::agree) RC_FAIL(r.failure_message());
-  // The rounding any implementation pays must itself be inside τ, or τ is meaningless.
-  RC_ASSERT(r.sequential_max_abs <= r.atol);
+  // Reported, not asserted: a bf16/f16 sequential loop rounds its state every step and can
+  // drift past τ on hard weights (docs/numerics-contract.md), while Newton rounds once.
+  RC_CLASSIFY(r.sequential_max_abs > r.atol, "same-dtype sequential outside tau");
 }
 
 TEST(Agreement, FixedThreeIterationsOnHardWeightsIsReportedAsDisagree) {

@@ -52,7 +52,7 @@ TEST(VerifyAgreement, JsonKeysFollowTheContractOrder) {
 TEST(VerifyAgreement, NonFiniteOracleIsInconclusiveNotDisagree) {
   const Cell cell = Cell::initialise({.cell = "nlru", .d_in = 2, .d_h = 3}, DType::f32, 1);
   Tensor x = normal_input(DType::f32, {1, 5, 2}, 4);
-  x.store({0, 2, 0}, INFINITY);
+  x.store({0, 2, 0}, std::nan(""));
   const Case problem = cell.make_case(x);
   const Tensor theirs(DType::f32, {1, 5, 3});
   const AgreementReport r = compare_trajectory(problem, theirs);

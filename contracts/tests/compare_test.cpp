@@ -37,7 +37,7 @@ TEST(Compare, WorstIndexIsThePlantedOneAndMessageIsSelfSufficient) {
   ASSERT_EQ(r.first_mismatches.size(), 2u);
   EXPECT_EQ(r.first_mismatches[0].index, (Shape{0, 1, 0, 0}));
   const std::string text = r.describe();
-  for (const char* part : {"2 of 40", "(1, 3, 1, 2)", "0x", "f32", "(2, 5, 2, 3)"})
+  for (const char* part : {"2 of 60", "(1, 3, 1, 2)", "0x", "f32", "(2, 5, 2, 3)"})
     EXPECT_NE(text.find(part), std::string::npos) << part << " missing in\n" << text;
 }
 

@@ -133,10 +133,68 @@ void for_each_row(const Shape& shape, const Shape& strides, Row&& row) {
   }
 }
 
-// Same-dtype strided gather into contiguous memory: a memcpy per unit-stride row, otherwise a
-// typed element loop (no detour through double).
+// Same-dtype gather of a transposed view: the innermost axis is strided in the source but some
+// outer axis has unit stride. Copies 32 x 32 tiles over (that axis, innermost axis) so that
+// both the reads and the writes stay in cache. Answers false when the layout is not of that kind.
+template <class T>
+bool gather_transposed(const TensorView& view, T* dst) {
+  if (view.numel() == 0) return false;
+  const Layout layout = coalesce(view.shape(), view.strides());
+  const std::size_t inner = layout.shape.size() - 1;
+  if (layout.strides[inner] == 1) return false;
+  std::size_t unit = inner;
+  for (std::size_t axis = 0; axis < inner && unit == inner; ++axis) {
+    if (layout.strides[axis] == 1) unit = axis;
+  }
+  if (unit == inner) return false;
+
+  const Shape dst_strides = contiguous_strides(layout.shape);
+  const std::int64_t rows = layout.shape[unit];
+  const std::int64_t cols = layout.shape[inner];
+  const std::int64_t src_col_stride = layout.strides[inner];
+  const std::int64_t dst_row_stride = dst_strides[unit];
+  std::vector<std::size_t> others;
+  std::int64_t outer_count = 1;
+  for (std::size_t axis = 0; axis < inner; ++axis) {
+    if (axis == unit) continue;
+    others.push_back(axis);
+    outer_count *= layout.shape[axis];
+  }
+  constexpr std::int64_t kTile = 32;
+  const T* src = view.data_as<T>();
+  Shape index(others.size(), 0);
+  std::int64_t src_base = 0;
+  std::int64_t dst_base = 0;
+  for (std::int64_t o = 0; o < outer_count; ++o) {
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const std::int64_t r1 = std::min(rows, r0 + kTile);
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const std::int64_t c1 = std::min(cols, c0 + kTile);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const T* from = src + src_base + r;
+          T* to = dst + dst_base + r * dst_row_stride;
+          for (std::int64_t c = c0; c < c1; ++c) to[c] = from[c * src_col_stride];
+        }
+      }
+    }
+    for (std::size_t k = others.size(); k-- > 0;) {
+      const std::size_t axis = others[k];
+      src_base += layout.strides[axis];
+      dst_base += dst_strides[axis];
+      if (++index[k] < layout.shape[axis]) break;
+      src_base -= layout.strides[axis] * layout.shape[axis];
+      dst_base -= dst_strides[axis] * layout.shape[axis];
+      index[k] = 0;
+    }
+  }
+  return true;
+}
+
+// Same-dtype strided gather into contiguous memory: a memcpy per unit-stride row, a tiled copy
+// for transposes, otherwise a typed element loop (never a detour through double).
 template <class T>
 void gather_rows(const TensorView& view, T* dst) {
+  if (gather_transposed(view, dst)) return;
   const T* src = view.data_as<T>();
   for_each_row(view.shape(), view.strides(),
                [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
@@ -470,8 +528,8 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> val
 }
 
 std::vector<double> Tensor::to_f64_vector() const {
+  if (!defined()) return {};
   std::vector<double> values(static_cast<std::size_t>(numel()));
-  if (!defined()) return values;
   dispatch_any_dtype(dtype(), [&]<class T>() {
     const T* src = data_as<T>();
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = to_double(src[i]);

@@ -224,6 +224,25 @@ TEST(TensorCopy, StridedCopyEqualsElementwise) {
   }
 }
 
+TEST(TensorCopy, TransposedCopyEqualsElementwise) {
+  // Sizes that are not multiples of the 32 x 32 tiles of the transposed path.
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const Tensor t = iota(dtype, {3, 37, 45});
+    const std::vector<TensorView> views{
+        t.view().permute({0, 2, 1}),
+        t.view().permute({2, 1, 0}),
+        t.view().permute({1, 2, 0}).slice(1, 3, 44, 3),
+        t.view().permute({2, 0, 1}).select(1, 2),
+        TensorView(t.data(), dtype, {33, 5, 40}, {1, 0, 37}),
+    };
+    for (const TensorView& view : views) {
+      SCOPED_TRACE(shape_string(view.shape()) + " strides " + shape_string(view.strides()));
+      EXPECT_TRUE(same_bytes(Tensor::copy_of(view), copy_elementwise(view)));
+    }
+  }
+}
+
 TEST(TensorCopy, ContiguousCopyIsBitwiseEqualAndIndependent) {
   const Tensor t = Tensor::from_values(DType::f64, {2, 2}, std::vector<double>{NAN, -0.0, 1e-310, 3});
   const Tensor copy = Tensor::copy_of(t);

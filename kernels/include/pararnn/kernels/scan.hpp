@@ -74,7 +74,7 @@ struct ScanArgs {
 
 // Single-pass limits (registers and shared memory per block).
 constexpr int scan_max_steps_per_thread(int S) { return S == 1 ? 8 : 4; }
-constexpr int scan_max_time_groups(int S) { return S == 1 ? 16 : 8; }
+constexpr int scan_max_time_groups(int) { return 8; }
 
 constexpr std::int64_t scan_default_chunk(int S, ScanAlgorithm algorithm) {
   return algorithm == ScanAlgorithm::three_phase ? 256 : (S == 1 ? 64 : 32);

@@ -1,0 +1,152 @@
+// launch_cell_residual (kernels/cell_residual.hpp): a grid-stride loop over (b, t, c), c fastest
+// so every load and store is coalesced along channels, with a per-block NaN-propagating max|F|
+// and one final block reducing the partials.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device_util.cuh"
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/cells/lstm.hpp"
+#include "pararnn/cells/nlru.hpp"
+#include "pararnn/kernels/cell_residual.hpp"
+
+namespace pararnn::kernels {
+namespace {
+
+using std::int64_t;
+
+constexpr int kResidualThreads = 256;
+constexpr int kResidualMaxBlocks = 1024;  // partials in the workspace
+
+// The block's nan_max of `v`, valid in thread 0.
+template <class T>
+__device__ T block_nan_max(T v) {
+  __shared__ T warp_max[kResidualThreads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = detail::nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x) / 32 ? warp_max[lane] : T(0);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      v = detail::nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+template <class CellMath, class StorageT>
+__global__ void __launch_bounds__(kResidualThreads)
+    cell_residual_kernel(CellResidualArgs<StorageT> a, ComputeOf<StorageT>* partials) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int S = CellMath::kSlots;
+  constexpr int G = CellMath::kGates;
+  constexpr int R = CellMath::kRecurrent;
+  const int64_t D = a.channels;
+  const int64_t n = a.batch * a.time * D;
+  ComputeT local = ComputeT(0);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / D;  // b·T + t
+    const int64_t c = i - bt * D;
+    const int64_t b = bt / a.time;
+    const int64_t t = bt - b * a.time;
+    ComputeT rec[R], wx[G], h_prev[S], h_new[S], jac[S * S];
+#pragma unroll
+    for (int k = 0; k < R; ++k) rec[k] = a.recurrent[k * D + c];
+#pragma unroll
+    for (int g = 0; g < G; ++g) wx[g] = a.wx[bt * G * D + g * D + c];
+    if (t == 0 || (a.head != nullptr && a.head[t] != 0)) {
+      const int64_t row = a.h0_row != nullptr ? a.h0_row[t] : b;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+        h_prev[s] = a.h0 != nullptr ? a.h0[(row * S + s) * D + c] : ComputeT(0);
+    } else {
+#pragma unroll
+      for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.H[((bt - 1) * S + s) * D + c]);
+    }
+    CellMath::step(rec, wx, h_prev, h_new, a.jac != nullptr ? jac : static_cast<ComputeT*>(nullptr));
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const ComputeT f = h_new[s] - static_cast<ComputeT>(a.H[(bt * S + s) * D + c]);
+      a.residual[(bt * S + s) * D + c] = f;
+      local = detail::nan_max(local, fabs(f));
+    }
+    if (a.jac != nullptr) {
+#pragma unroll
+      for (int q = 0; q < S * S; ++q) a.jac[(bt * S * S + q) * D + c] = jac[q];
+    }
+  }
+  if (partials != nullptr) {
+    const ComputeT m = block_nan_max(local);
+    if (threadIdx.x == 0) partials[blockIdx.x] = m;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kResidualThreads)
+    max_partials_kernel(const T* partials, int count, T* out) {
+  T v = T(0);
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += blockDim.x)
+    v = detail::nan_max(v, partials[i]);
+  v = block_nan_max(v);
+  if (threadIdx.x == 0) *out = v;
+}
+
+}  // namespace
+
+template <class StorageT>
+std::size_t cell_residual_workspace_bytes() {
+  return detail::align_up(kResidualMaxBlocks * sizeof(ComputeOf<StorageT>), kWorkspaceAlignment);
+}
+
+template <class CellMath, class StorageT>
+cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& a, void* workspace,
+                                 std::size_t workspace_bytes, cudaStream_t stream) {
+  using ComputeT = ComputeOf<StorageT>;
+  if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
+  const int64_t n = a.batch * a.time * a.channels;
+  if (n == 0) {
+    if (a.max_abs_residual == nullptr) return cudaSuccess;
+    return cudaMemsetAsync(a.max_abs_residual, 0, sizeof(ComputeT), stream);
+  }
+  if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.residual == nullptr)
+    return cudaErrorInvalidValue;
+  ComputeT* partials = nullptr;
+  if (a.max_abs_residual != nullptr) {
+    if (workspace == nullptr || workspace_bytes < cell_residual_workspace_bytes<StorageT>() ||
+        reinterpret_cast<std::uintptr_t>(workspace) % alignof(ComputeT) != 0)
+      return cudaErrorInvalidValue;
+    partials = static_cast<ComputeT*>(workspace);
+  }
+  const int64_t wanted = (n + kResidualThreads - 1) / kResidualThreads;
+  const int blocks = static_cast<int>(wanted < kResidualMaxBlocks ? wanted : kResidualMaxBlocks);
+  cell_residual_kernel<CellMath, StorageT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (partials != nullptr) {
+    max_partials_kernel<ComputeT><<<1, kResidualThreads, 0, stream>>>(partials, blocks,
+                                                                     a.max_abs_residual);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
+template std::size_t cell_residual_workspace_bytes<float>();
+template std::size_t cell_residual_workspace_bytes<double>();
+
+#define PARARNN_INSTANTIATE_CELL_RESIDUAL(CELL, STORAGE)                                     \
+  template cudaError_t launch_cell_residual<CELL, STORAGE>(const CellResidualArgs<STORAGE>&, \
+                                                           void*, std::size_t, cudaStream_t);
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::GruDiagMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::GruDiagMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, double)
+#undef PARARNN_INSTANTIATE_CELL_RESIDUAL
+
+}  // namespace pararnn::kernels

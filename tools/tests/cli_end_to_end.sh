@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# End-to-end claims of the `pararnn` tool (run by ctest):
+#   make-case -> verify prints Agree, exits 0 and writes its JSON, for every cell;
+#   oracle -> one element moved far outside τ -> compare exits 1 (Disagree) and its JSON names
+#   the planted index; solve's own trajectory passes compare;
+#   a truncated case file and an unknown backend are refused with exit 2 naming the problem.
+set -u
+pararnn=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+expect_rc() {
+  local want=$1; shift
+  out=$("$@" 2>&1); local rc=$?
+  [ "$rc" -eq "$want" ] || fail "expected exit $want, got $rc: $*\n$out"
+}
+json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval('d'+sys.argv[2]))" "$@"; }
+
+for cell in gru lstm nlru; do
+  expect_rc 0 "$pararnn" make-case --cell $cell --seed 1 --batch 2 --time 64 --d-in 8 --d-h 16 \
+    --out "$work/$cell.safetensors"
+  expect_rc 0 "$pararnn" verify "$work/$cell.safetensors" --json "$work/$cell.json"
+  grep -q "verdict: Agree" <<<"$out" || fail "verify did not print Agree for $cell: $out"
+  [ "$(json_get "$work/$cell.json" "['verdict']")" = "Agree" ] || fail "JSON verdict for $cell"
+done
+
+expect_rc 0 "$pararnn" make-case --cell lstm --seed 2 --batch 1 --time 16 --d-in 3 --d-h 4 \
+  --dtype f64 --out "$work/small.safetensors"
+expect_rc 0 "$pararnn" oracle "$work/small.safetensors" --out "$work/oracle.safetensors"
+expect_rc 0 "$pararnn" solve "$work/small.safetensors" --out "$work/solved.safetensors"
+expect_rc 0 "$pararnn" compare "$work/small.safetensors" --trajectory "$work/solved.safetensors"
+# Plant an error of 0.05 at (b=0, t=11, slot=1, channel=2) of the oracle's f64 H (1, 16, 2, 4).
+python3 - "$work/oracle.safetensors" "$work/perturbed.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+begin = header["H"]["data_offsets"][0]
+flat = ((0 * 16 + 11) * 2 + 1) * 4 + 2
+pos = 8 + n + begin + 8 * flat
+value = struct.unpack("<d", data[pos:pos + 8])[0]
+data[pos:pos + 8] = struct.pack("<d", value + 0.05)
+open(sys.argv[2], "wb").write(data)
+PY
+expect_rc 1 "$pararnn" compare "$work/small.safetensors" --trajectory "$work/perturbed.safetensors" \
+  --json "$work/cmp.json"
+[ "$(json_get "$work/cmp.json" "['worst_index']['t']")" = 11 ] || fail "worst t"
+[ "$(json_get "$work/cmp.json" "['worst_index']['slot']")" = 1 ] || fail "worst slot"
+[ "$(json_get "$work/cmp.json" "['worst_index']['channel']")" = 2 ] || fail "worst channel"
+[ "$(json_get "$work/cmp.json" "['mismatches']")" = 1 ] || fail "mismatch count"
+
+printf '\x10\x00\x00' > "$work/truncated.safetensors"
+expect_rc 2 "$pararnn" verify "$work/truncated.safetensors"
+expect_rc 2 "$pararnn" verify "$work/gru.safetensors" --backend warp
+grep -q "scan_backend" <<<"$out" || fail "the refusal does not name the argument: $out"
+expect_rc 0 "$pararnn" env
+echo "cli end-to-end: all claims hold"
