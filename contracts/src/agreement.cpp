@@ -209,6 +209,11 @@ std::string AgreementReport::failure_message() const {
       "(atol={:g}, rtol={:g}; {}); shape={} dtype={} seed={} path={} backend={}.\n",
       verdict_name(verdict), cell, k_source, max_abs, atol, rtol, tolerance_source,
       shape_string(shape), dtype, seed, path, backend);
+  out += fmt::format(
+      "Same-dtype sequential vs oracle {:.6e}; solver vs sequential {:.6e}; newton iters {} "
+      "(K min {}), final max|F| {:.3e}, residual history {}.\n",
+      sequential_max_abs, vs_sequential_max_abs, newton_iters, k_min, max_residual,
+      nlohmann::json(residual_history).dump());
   if (!inconclusive_reason.empty()) out += "Inconclusive: " + inconclusive_reason + "\n";
   out += comparison.describe();
   if (!repro_command.empty()) out += "\nReplay: " + repro_command;

@@ -69,7 +69,12 @@ __global__ void __launch_bounds__(kResidualThreads)
 #pragma unroll
       for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.H[((bt - 1) * S + s) * D + c]);
     }
-    CellMath::step(rec, wx, h_prev, h_new, a.jac != nullptr ? jac : static_cast<ComputeT*>(nullptr));
+    // Two calls rather than a conditional pointer, so that jac stays in registers.
+    if (a.jac != nullptr) {
+      CellMath::step(rec, wx, h_prev, h_new, jac);
+    } else {
+      CellMath::step(rec, wx, h_prev, h_new, static_cast<ComputeT*>(nullptr));
+    }
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       const ComputeT f = h_new[s] - static_cast<ComputeT>(a.H[(bt * S + s) * D + c]);

@@ -28,17 +28,6 @@ static_assert(std::numeric_limits<Bin50>::digits > std::numeric_limits<Float128>
 
 namespace {
 
-// Every cell the oracle implements is diagonal: channels never mix, so one channel of a row is
-// an independent chain.
-bool channels_independent(CellKind kind) {
-  switch (kind) {
-    case CellKind::gru:
-    case CellKind::lstm:
-    case CellKind::nlru: return true;
-  }
-  return false;
-}
-
 // Uniform in [0, n) from the 64-bit engine, by rejection (the same draws on every platform,
 // unlike std::uniform_int_distribution).
 std::uint64_t draw_below(std::mt19937_64& rng, std::uint64_t n) {
@@ -155,14 +144,15 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     out.chain_steps += chain_cost(problem, spec);
   }
 
-  std::vector<double> deltas(specs.size(), 0.0);
+  const std::vector<ChainSpec> items = work_items<Float128>(problem, specs);
+  std::vector<double> deltas(items.size(), 0.0);
   if (problem.dtype == DType::f64) {
     // float128 primary: its working values are recomputed (the same operations, so the same
     // bits as the primary run) beside the cpp_bin_float_50 unroll.
     out.certifier_type = "cpp_bin_float_50";
     out.certifier_digits = std::numeric_limits<Bin50>::digits;
-    parallel_for(static_cast<std::int64_t>(specs.size()), [&](std::int64_t i) {
-      const ChainSpec& spec = specs[static_cast<std::size_t>(i)];
+    parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
+      const ChainSpec& spec = items[static_cast<std::size_t>(i)];
       ChainRunner<Float128> primary(problem, spec);
       deltas[static_cast<std::size_t>(i)] =
           chain_delta<Bin50>(problem, spec, [&](std::int64_t t, std::int64_t k) {
@@ -174,8 +164,8 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     // double primary: its working values are H itself.
     out.certifier_type = "float128";
     out.certifier_digits = std::numeric_limits<Float128>::digits;
-    parallel_for(static_cast<std::int64_t>(specs.size()), [&](std::int64_t i) {
-      const ChainSpec& spec = specs[static_cast<std::size_t>(i)];
+    parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
+      const ChainSpec& spec = items[static_cast<std::size_t>(i)];
       const RowChain& chain = problem.chains[static_cast<std::size_t>(spec.chain)];
       const std::int64_t width = spec.channel < 0 ? problem.d_h : 1;
       deltas[static_cast<std::size_t>(i)] =

@@ -194,7 +194,8 @@ class CpuSolver {
   double residual(const std::vector<ComputeT>& H, std::vector<ComputeT>& F,
                   std::vector<ComputeT>* J) const {
     const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
-    std::vector<double> tile_max(static_cast<std::size_t>(L_.batch * tiles), 0.0);
+    std::vector<double>& tile_max = tile_residual_;
+    tile_max.assign(static_cast<std::size_t>(L_.batch * tiles), 0.0);
     const std::int64_t D = L_.d_h;
     parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
       const ComputeT* H_row = H.data() + b * row_elems();
@@ -283,36 +284,67 @@ class CpuSolver {
         break;
       }
     }
-    const double last = stats.residual_history.empty() ? 0.0 : stats.residual_history.back();
-    if (adaptive && !stats.converged && std::isfinite(last))
-      emit_warning("newton_residual_high",
-                   fmt::format("adaptive Newton reached k_max={} with max|F|={:.3e} >= "
-                               "residual_atol={:.1e}",
-                               cap, last, *atol),
-                   {{"k_max", cap}, {"max_residual", last}, {"reason", "k_max reached"},
-                    {"cell", std::string(cell_.name())}, {"T", L_.time}});
     stats.max_residual = final_residual ? *final_residual : residual(H, F, nullptr);
+    if (adaptive && !stats.converged) {
+      // Not converged by k_max (or a non-finite iterate): the chains whose residual is still
+      // above residual_atol get the sequential answer instead of a silently wrong one.
+      const double before = stats.max_residual;
+      if (final_residual) (void)residual(H, F, nullptr);  // per-tile maxima of the final H
+      stats.fallback_tiles = sequential_fallback(H, *atol);
+      stats.max_residual = residual(H, F, nullptr);
+      emit_warning("newton_residual_high",
+                   fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
+                               "(max|F|={:.3e}); {} chain tile(s) of {} channels were solved "
+                               "sequentially",
+                               *atol, cap, before, stats.fallback_tiles, kChannelTile),
+                   {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
+                    {"fallback_tiles", stats.fallback_tiles},
+                    {"cell", std::string(cell_.name())}, {"T", L_.time}});
+    }
     return to_storage(H);
   }
 
-  Tensor sequential() const {
+  // The sequential recurrence on one tile, the state rounded to StoreT after every step.
+  template <class StoreT>
+  void sequential_tile(std::int64_t b, std::int64_t c0, std::int64_t c1, StoreT* row) const {
     const std::int64_t D = L_.d_h;
+    for (std::int64_t t = 0; t < L_.time; ++t)
+      for (std::int64_t c = c0; c < c1; ++c) {
+        ComputeT hp[S], hn[S];
+        for (int s = 0; s < S; ++s)
+          hp[s] = L_.heads[static_cast<std::size_t>(t)]
+                      ? prev_state(nullptr, b, t, s, c)
+                      : static_cast<ComputeT>(row[((t - 1) * S + s) * D + c]);
+        step_at(b, t, c, hp, hn, nullptr);
+        for (int s = 0; s < S; ++s) row[(t * S + s) * D + c] = static_cast<StoreT>(hn[s]);
+      }
+  }
+
+  Tensor sequential() const {
     Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
     StorageT* dst = out.data_as<StorageT>();
     parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
-      StorageT* row = dst + b * row_elems();
-      for (std::int64_t t = 0; t < L_.time; ++t)
-        for (std::int64_t c = c0; c < c1; ++c) {
-          ComputeT hp[S], hn[S];
-          for (int s = 0; s < S; ++s)
-            hp[s] = L_.heads[static_cast<std::size_t>(t)]
-                        ? prev_state(nullptr, b, t, s, c)
-                        : static_cast<ComputeT>(row[((t - 1) * S + s) * D + c]);
-          step_at(b, t, c, hp, hn, nullptr);
-          for (int s = 0; s < S; ++s) row[(t * S + s) * D + c] = static_cast<StorageT>(hn[s]);
-        }
+      sequential_tile<StorageT>(b, c0, c1, dst + b * row_elems());
     });
     return out;
+  }
+
+  // Replaces every tile whose residual is not below `atol` by its sequential solution in the
+  // compute type; returns the number of tiles replaced. Used when adaptive Newton did not
+  // converge by k_max, so that the default path never returns a silently wrong trajectory.
+  std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
+    const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
+    std::vector<std::int64_t> todo;
+    for (std::int64_t i = 0; i < L_.batch * tiles; ++i)
+      if (!(tile_residual_[static_cast<std::size_t>(i)] < atol)) todo.push_back(i);
+    const auto n = static_cast<std::int64_t>(todo.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t b = todo[static_cast<std::size_t>(k)] / tiles;
+      const std::int64_t c0 = (todo[static_cast<std::size_t>(k)] % tiles) * kChannelTile;
+      sequential_tile<ComputeT>(b, c0, std::min(L_.d_h, c0 + kChannelTile), H.data() + b * row_elems());
+    }
+    return n;
   }
 
   double residual_of(const TensorView& H_view) const {
@@ -328,6 +360,7 @@ class CpuSolver {
   std::vector<ComputeT> rec_;  // [k][c], clamped
   std::vector<ComputeT> wx_;   // [b][t][g][c]
   std::vector<ComputeT> h0_;   // [row][s][c]
+  mutable std::vector<double> tile_residual_;  // max|F| per (row, channel tile), last evaluation
 };
 
 template <class F>

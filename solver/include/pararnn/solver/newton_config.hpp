@@ -66,6 +66,7 @@ struct NewtonStats {
   std::vector<double> residual_history;   // max|F| at every evaluation
   KResolution k;
   bool converged = false;                 // residual test passed (adaptive or early stop)
+  std::int64_t fallback_tiles = 0;        // tiles solved sequentially after k_max (adaptive)
 };
 
 // Above this final residual a `newton_residual_high` warning is emitted.

@@ -1,0 +1,231 @@
+// launch_cell_residual against a host evaluation with the same cell math: F and J everywhere
+// (heads and h0 rows included), max|F| equal to the maximum of the F it wrote, NaN propagation,
+// the residual of the sequential kernel's own trajectory, and the optional outputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cell_test_support.hpp"
+#include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/sequential.hpp"
+
+namespace pararnn::kernels::test {
+namespace {
+
+template <class Case>
+class CellResidualKernel : public ::testing::Test {};
+TYPED_TEST_SUITE(CellResidualKernel, CellCases, CellCaseName);
+
+template <class T>
+T host_nan_max_abs(const std::vector<T>& v) {
+  T m = T(0);
+  for (T x : v) {
+    const T a = std::fabs(x);
+    if (std::isnan(a)) return a;
+    if (a > m) m = a;
+  }
+  return m;
+}
+
+// A trajectory to evaluate: uniform in [−1, 1], rounded to storage.
+template <class StorageT>
+std::vector<StorageT> random_trajectory(std::size_t n, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<StorageT> H(n);
+  for (auto& v : H) v = static_cast<StorageT>(rng.uniform(-1.0, 1.0));
+  return H;
+}
+
+template <class CellMath, class StorageT>
+struct ResidualRun {
+  using ComputeT = ComputeOf<StorageT>;
+  std::vector<ComputeT> F, J;
+  ComputeT max_abs = ComputeT(0);
+};
+
+template <class CellMath, class StorageT>
+void run_residual(const CellProblem<CellMath, StorageT>& p, const std::vector<StorageT>& H,
+                  ResidualRun<CellMath, StorageT>& out, bool want_jac = true,
+                  bool want_max = true) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int S = CellMath::kSlots;
+  DeviceCellInputs<CellMath, StorageT> in(p);
+  PARARNN_CUDA_OK(in.upload(p));
+  DeviceBuffer<StorageT> d_H(H.size());
+  DeviceBuffer<ComputeT> d_F(H.size());
+  DeviceBuffer<ComputeT> d_J(want_jac ? H.size() * S : 0);
+  DeviceBuffer<ComputeT> d_max(1);
+  DeviceBuffer<unsigned char> d_ws(want_max ? cell_residual_workspace_bytes<StorageT>() : 0);
+  for (cudaError_t e : {d_H.status(), d_F.status(), d_J.status(), d_max.status(), d_ws.status()})
+    PARARNN_CUDA_OK(e);
+  PARARNN_CUDA_OK(d_H.upload(H));
+  PARARNN_CUDA_OK(cudaMemset(d_F.get(), 0xff, d_F.bytes()));  // poison: NaN until written
+  if (want_jac) PARARNN_CUDA_OK(cudaMemset(d_J.get(), 0xff, d_J.bytes()));
+  CellResidualArgs<StorageT> args{.wx = in.wx.get(),
+                                  .recurrent = in.recurrent.get(),
+                                  .h0 = p.h0.empty() ? nullptr : in.h0.get(),
+                                  .h0_row = p.h0_row.empty() ? nullptr : in.h0_row.get(),
+                                  .head = p.head.empty() ? nullptr : in.head.get(),
+                                  .H = d_H.get(),
+                                  .residual = d_F.get(),
+                                  .jac = want_jac ? d_J.get() : nullptr,
+                                  .max_abs_residual = want_max ? d_max.get() : nullptr,
+                                  .batch = p.batch,
+                                  .time = p.time,
+                                  .channels = p.channels};
+  PARARNN_CUDA_OK((launch_cell_residual<CellMath, StorageT>(args, d_ws.get(), d_ws.size(),
+                                                            cudaStream_t{})));
+  PARARNN_CUDA_OK(cudaDeviceSynchronize());
+  PARARNN_CUDA_OK(d_F.download(out.F));
+  if (want_jac) PARARNN_CUDA_OK(d_J.download(out.J));
+  if (want_max) {
+    std::vector<ComputeT> m;
+    PARARNN_CUDA_OK(d_max.download(m));
+    out.max_abs = m[0];
+  }
+}
+
+// Host evaluation of F and J.
+template <class CellMath, class StorageT>
+void host_residual(const CellProblem<CellMath, StorageT>& p, const std::vector<StorageT>& H,
+                   std::vector<ComputeOf<StorageT>>& F, std::vector<ComputeOf<StorageT>>& J) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int S = CellMath::kSlots;
+  const std::int64_t D = p.channels;
+  F.assign(H.size(), ComputeT(0));
+  J.assign(H.size() * S, ComputeT(0));
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t t = 0; t < p.time; ++t)
+      for (std::int64_t c = 0; c < D; ++c) {
+        const std::int64_t bt = b * p.time + t;
+        ComputeT h_prev[S], h_new[S], jac[S * S];
+        for (int s = 0; s < S; ++s)
+          h_prev[s] = p.is_head(t)
+                          ? p.head_state(b, t, s, c)
+                          : static_cast<ComputeT>(H[static_cast<std::size_t>(((bt - 1) * S + s) * D + c)]);
+        p.step(b, t, c, h_prev, h_new, jac);
+        for (int s = 0; s < S; ++s) {
+          const std::size_t i = static_cast<std::size_t>((bt * S + s) * D + c);
+          F[i] = h_new[s] - static_cast<ComputeT>(H[i]);
+        }
+        for (int q = 0; q < S * S; ++q) J[static_cast<std::size_t>((bt * S * S + q) * D + c)] = jac[q];
+      }
+}
+
+TYPED_TEST(CellResidualKernel, MatchesHostEvaluationAndReportsTheMaximumOfWhatItWrote) {
+  using CellMath = typename TypeParam::CellMath;
+  using StorageT = typename TypeParam::StorageT;
+  using ComputeT = ComputeOf<StorageT>;
+  std::uint64_t seed = test_seed(20260301);
+  struct Variant {
+    std::int64_t batch, time, channels;
+    bool with_h0, packed;
+  };
+  // 2·700·300 = 420 000 entries: more than the 1024 · 256 threads of the grid, so the grid-stride
+  // loop and every partial are exercised.
+  for (const Variant& v : {Variant{2, 129, 37, true, false}, Variant{1, 1, 5, false, false},
+                           Variant{1, 2000, 33, true, true}, Variant{2, 700, 300, false, false}}) {
+    const std::string what = "B=" + std::to_string(v.batch) + " T=" + std::to_string(v.time) +
+                             " D=" + std::to_string(v.channels) + (v.packed ? " packed" : "") +
+                             (v.with_h0 ? " h0" : "");
+    SCOPED_TRACE(what);
+    const auto p = make_cell_problem<CellMath, StorageT>(v.batch, v.time, v.channels, v.with_h0,
+                                                         v.packed, ++seed);
+    const auto H = random_trajectory<StorageT>(
+        static_cast<std::size_t>(v.batch * v.time * CellMath::kSlots * v.channels), ++seed);
+    ResidualRun<CellMath, StorageT> run;
+    run_residual(p, H, run);
+    if (::testing::Test::HasFatalFailure()) return;
+    std::vector<ComputeT> F, J;
+    host_residual(p, H, F, J);
+    expect_close(F, run.F, kKernelVsHostTau<ComputeT>, "F");
+    expect_close(J, run.J, kKernelVsHostTau<ComputeT>, "J");
+    const ComputeT expected_max = host_nan_max_abs(run.F);
+    EXPECT_TRUE(same_bits(run.max_abs, expected_max))
+        << "max|F| " << hexfloat(run.max_abs) << " is not the maximum of the F written, "
+        << hexfloat(expected_max);
+  }
+}
+
+TYPED_TEST(CellResidualKernel, AnyNanResidualMakesTheMaximumNan) {
+  using CellMath = typename TypeParam::CellMath;
+  using StorageT = typename TypeParam::StorageT;
+  const std::uint64_t seed = test_seed(20260302);
+  auto p = make_cell_problem<CellMath, StorageT>(2, 700, 300, true, false, seed);
+  const auto H = random_trajectory<StorageT>(
+      static_cast<std::size_t>(2 * 700 * CellMath::kSlots * 300), seed + 1);
+  // One NaN gate pre-activation near the end (the last block's share of the grid).
+  p.wx[p.wx.size() - 5] = std::numeric_limits<ComputeOf<StorageT>>::quiet_NaN();
+  ResidualRun<CellMath, StorageT> run;
+  run_residual(p, H, run);
+  EXPECT_TRUE(std::isnan(run.max_abs)) << "max|F| = " << hexfloat(run.max_abs);
+}
+
+TYPED_TEST(CellResidualKernel, ResidualOfTheSequentialKernelsTrajectoryIsNearZero) {
+  using CellMath = typename TypeParam::CellMath;
+  using StorageT = typename TypeParam::StorageT;
+  using ComputeT = ComputeOf<StorageT>;
+  const std::uint64_t seed = test_seed(20260303);
+  const auto p = make_cell_problem<CellMath, StorageT>(1, 2000, 33, true, true, seed);
+  DeviceCellInputs<CellMath, StorageT> in(p);
+  PARARNN_CUDA_OK(in.upload(p));
+  DeviceBuffer<StorageT> d_H(static_cast<std::size_t>(p.time * CellMath::kSlots * p.channels));
+  PARARNN_CUDA_OK(d_H.status());
+  SequentialArgs<StorageT> args{.wx = in.wx.get(),
+                                .recurrent = in.recurrent.get(),
+                                .h0 = in.h0.get(),
+                                .h0_row = in.h0_row.get(),
+                                .head = in.head.get(),
+                                .H = d_H.get(),
+                                .batch = p.batch,
+                                .time = p.time,
+                                .channels = p.channels};
+  PARARNN_CUDA_OK((launch_sequential_apply<CellMath, StorageT>(args, cudaStream_t{})));
+  PARARNN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<StorageT> H;
+  PARARNN_CUDA_OK(d_H.download(H));
+  ResidualRun<CellMath, StorageT> run;
+  run_residual(p, H, run);
+  EXPECT_LE(static_cast<double>(run.max_abs), kKernelVsHostTau<ComputeT>)
+      << "max|F| of the sequential trajectory " << hexfloat(run.max_abs);
+}
+
+TYPED_TEST(CellResidualKernel, JacobianAndMaximumAreOptional) {
+  using CellMath = typename TypeParam::CellMath;
+  using StorageT = typename TypeParam::StorageT;
+  using ComputeT = ComputeOf<StorageT>;
+  const std::uint64_t seed = test_seed(20260304);
+  const auto p = make_cell_problem<CellMath, StorageT>(2, 65, 17, true, false, seed);
+  const auto H = random_trajectory<StorageT>(
+      static_cast<std::size_t>(2 * 65 * CellMath::kSlots * 17), seed + 1);
+  ResidualRun<CellMath, StorageT> run;
+  run_residual(p, H, run, /*want_jac=*/false, /*want_max=*/false);
+  std::vector<ComputeT> F, J;
+  host_residual(p, H, F, J);
+  expect_close(F, run.F, kKernelVsHostTau<ComputeT>, "F without J and max");
+}
+
+TEST(CellResidualLauncher, RefusesAMissingWorkspaceAndZeroesTheMaximumOfNothing) {
+  DeviceBuffer<float> d_max(1), d_dummy(64);
+  PARARNN_CUDA_OK(d_max.status());
+  PARARNN_CUDA_OK(d_dummy.status());
+  CellResidualArgs<float> args{.wx = d_dummy.get(), .recurrent = d_dummy.get(),
+                               .H = d_dummy.get(), .residual = d_dummy.get(),
+                               .max_abs_residual = d_max.get(), .batch = 1, .time = 4,
+                               .channels = 4};
+  EXPECT_EQ((launch_cell_residual<cells::NlruMath, float>(args, nullptr, 0, cudaStream_t{})),
+            cudaErrorInvalidValue);
+  PARARNN_CUDA_OK(cudaMemset(d_max.get(), 0xff, sizeof(float)));
+  args.time = 0;
+  PARARNN_CUDA_OK((launch_cell_residual<cells::NlruMath, float>(args, nullptr, 0, cudaStream_t{})));
+  std::vector<float> m;
+  PARARNN_CUDA_OK(d_max.download(m));
+  EXPECT_EQ(m[0], 0.0f);
+}
+
+}  // namespace
+}  // namespace pararnn::kernels::test

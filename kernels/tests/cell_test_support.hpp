@@ -1,0 +1,197 @@
+// Problems and host twins for the cell kernels' tests (sequential unroll, Newton residual): random
+// gate pre-activations, recurrent vectors and initial states in the kernels' layouts
+// (kernels/sequential.hpp), and host loops running the same CellMath, so that a difference can
+// only come from the kernel's indexing or from device-vs-host libm rounding.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/cells/lstm.hpp"
+#include "pararnn/cells/nlru.hpp"
+#include "pararnn/kernels/launch.hpp"
+#include "test_support.hpp"
+
+namespace pararnn::kernels::test {
+
+// Agreement bound between a kernel and the host loop running the same cell math: device and host
+// libm (expf/tanhf, FMA contraction) differ by a few ulps a step. PLACEHOLDER values (f32: the
+// contract's τ; f64: well above the observed drift): the lead replaces them with the contract's
+// tolerance table (CONTRACT.md), which is the only place tolerances should live.
+template <class ComputeT>
+constexpr double kKernelVsHostTau = std::is_same_v<ComputeT, float> ? 1e-4 : 1e-10;
+
+template <class CellMath_, class StorageT_>
+struct CellCase {
+  using CellMath = CellMath_;
+  using StorageT = StorageT_;
+};
+
+struct CellCaseName {
+  template <class Case>
+  static std::string GetName(int) {
+    std::string cell = std::is_same_v<typename Case::CellMath, cells::GruDiagMath> ? "GruDiag"
+                       : std::is_same_v<typename Case::CellMath, cells::LstmMath>  ? "Lstm"
+                                                                                   : "Nlru";
+    return cell + (std::is_same_v<typename Case::StorageT, float> ? "_f32" : "_f64");
+  }
+};
+
+using CellCases = ::testing::Types<
+    CellCase<cells::GruDiagMath, float>, CellCase<cells::GruDiagMath, double>,
+    CellCase<cells::LstmMath, float>, CellCase<cells::LstmMath, double>,
+    CellCase<cells::NlruMath, float>, CellCase<cells::NlruMath, double>>;
+
+template <class CellMath, class StorageT>
+struct CellProblem {
+  using ComputeT = ComputeOf<StorageT>;
+  static constexpr int S = CellMath::kSlots;
+  static constexpr int G = CellMath::kGates;
+  static constexpr int R = CellMath::kRecurrent;
+  std::int64_t batch = 0, time = 0, channels = 0;
+  std::vector<ComputeT> wx;           // [b][t][g·D + c]
+  std::vector<ComputeT> recurrent;    // [k][c]
+  std::vector<ComputeT> h0;           // empty or [row][s][c]
+  std::vector<std::int64_t> h0_row;   // empty or [t]
+  std::vector<std::uint8_t> head;     // empty or [t]
+
+  bool is_head(std::int64_t t) const { return t == 0 || (!head.empty() && head[t] != 0); }
+
+  // The state entering step t at a head (h0 row, or zeros).
+  ComputeT head_state(std::int64_t b, std::int64_t t, int s, std::int64_t c) const {
+    if (h0.empty()) return ComputeT(0);
+    const std::int64_t row = h0_row.empty() ? b : h0_row[static_cast<std::size_t>(t)];
+    return h0[static_cast<std::size_t>((row * S + s) * channels + c)];
+  }
+
+  void step(std::int64_t b, std::int64_t t, std::int64_t c, const ComputeT* h_prev,
+            ComputeT* h_new, ComputeT* jac) const {
+    ComputeT rec[R], w[G];
+    for (int k = 0; k < R; ++k) rec[k] = recurrent[static_cast<std::size_t>(k * channels + c)];
+    for (int g = 0; g < G; ++g)
+      w[g] = wx[static_cast<std::size_t>((b * time + t) * G * channels + g * channels + c)];
+    CellMath::step(rec, w, h_prev, h_new, jac);
+  }
+};
+
+// packed: heads at random steps (rate ~1/50) with one h0 row per segment through h0_row.
+template <class CellMath, class StorageT>
+CellProblem<CellMath, StorageT> make_cell_problem(std::int64_t batch, std::int64_t time,
+                                                  std::int64_t channels, bool with_h0,
+                                                  bool packed, std::uint64_t seed) {
+  using P = CellProblem<CellMath, StorageT>;
+  using ComputeT = typename P::ComputeT;
+  P p;
+  p.batch = batch;
+  p.time = time;
+  p.channels = channels;
+  SplitMix64 rng(seed);
+  p.wx.resize(static_cast<std::size_t>(batch * time * P::G * channels));
+  for (auto& v : p.wx) v = static_cast<ComputeT>(rng.uniform(-2.0, 2.0));
+  p.recurrent.resize(static_cast<std::size_t>(P::R * channels));
+  for (auto& v : p.recurrent) v = static_cast<ComputeT>(rng.uniform(-0.5, 0.5));
+  std::int64_t rows = batch;
+  if (packed) {
+    p.head.assign(static_cast<std::size_t>(time), 0);
+    p.h0_row.assign(static_cast<std::size_t>(time), 0);
+    std::int64_t segment = 0;
+    for (std::int64_t t = 0; t < time; ++t) {
+      if (t == 0 || rng.uniform() < 1.0 / 50) {
+        p.head[static_cast<std::size_t>(t)] = 1;
+        if (t > 0) ++segment;
+      }
+      p.h0_row[static_cast<std::size_t>(t)] = segment;
+    }
+    rows = segment + 1;
+  }
+  if (with_h0) {
+    p.h0.resize(static_cast<std::size_t>(rows * P::S * channels));
+    for (auto& v : p.h0) v = static_cast<ComputeT>(rng.uniform(-0.5, 0.5));
+  } else {
+    p.h0_row.clear();
+  }
+  return p;
+}
+
+// The host sequential loop, rounding the state to StorageT every step.
+template <class CellMath, class StorageT>
+std::vector<StorageT> host_sequential(const CellProblem<CellMath, StorageT>& p) {
+  using P = CellProblem<CellMath, StorageT>;
+  using ComputeT = typename P::ComputeT;
+  constexpr int S = P::S;
+  std::vector<StorageT> H(static_cast<std::size_t>(p.batch * p.time * S * p.channels));
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t c = 0; c < p.channels; ++c) {
+      ComputeT h[S] = {};
+      for (std::int64_t t = 0; t < p.time; ++t) {
+        ComputeT h_prev[S], h_new[S];
+        for (int s = 0; s < S; ++s) h_prev[s] = p.is_head(t) ? p.head_state(b, t, s, c) : h[s];
+        p.step(b, t, c, h_prev, h_new, nullptr);
+        for (int s = 0; s < S; ++s) {
+          const StorageT stored = static_cast<StorageT>(h_new[s]);
+          H[static_cast<std::size_t>(((b * p.time + t) * S + s) * p.channels + c)] = stored;
+          h[s] = static_cast<ComputeT>(stored);
+        }
+      }
+    }
+  return H;
+}
+
+// |actual − expected| <= tau·(1 + |expected|) everywhere; NaN never passes. Records a failure
+// naming the count, the worst element and both values.
+template <class T>
+void expect_close(const std::vector<T>& expected, const std::vector<T>& actual, double tau,
+                  const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  std::int64_t bad = 0, worst = -1;
+  double worst_excess = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double e = static_cast<double>(expected[i]), a = static_cast<double>(actual[i]);
+    const double allowed = tau * (1.0 + std::fabs(e));
+    const double diff = std::fabs(a - e);
+    if (!(diff <= allowed)) {
+      ++bad;
+      const double excess = std::isnan(diff) ? INFINITY : diff / allowed;
+      if (worst < 0 || excess > worst_excess) {
+        worst = static_cast<std::int64_t>(i);
+        worst_excess = excess;
+      }
+    }
+  }
+  if (bad > 0)
+    ADD_FAILURE() << what << ": " << bad << " of " << expected.size()
+                  << " elements beyond tau=" << tau << "·(1+|expected|); worst at flat index "
+                  << worst << ": expected " << hexfloat(expected[static_cast<std::size_t>(worst)])
+                  << ", actual " << hexfloat(actual[static_cast<std::size_t>(worst)]);
+}
+
+// Device copies of a problem's inputs.
+template <class CellMath, class StorageT>
+struct DeviceCellInputs {
+  using ComputeT = ComputeOf<StorageT>;
+  DeviceBuffer<ComputeT> wx, recurrent, h0;
+  DeviceBuffer<std::int64_t> h0_row;
+  DeviceBuffer<std::uint8_t> head;
+
+  explicit DeviceCellInputs(const CellProblem<CellMath, StorageT>& p)
+      : wx(p.wx.size()),
+        recurrent(p.recurrent.size()),
+        h0(p.h0.size()),
+        h0_row(p.h0_row.size()),
+        head(p.head.size()) {}
+
+  cudaError_t upload(const CellProblem<CellMath, StorageT>& p) {
+    for (cudaError_t e : {wx.upload(p.wx), recurrent.upload(p.recurrent), h0.upload(p.h0),
+                          h0_row.upload(p.h0_row), head.upload(p.head)})
+      if (e != cudaSuccess) return e;
+    return cudaSuccess;
+  }
+};
+
+}  // namespace pararnn::kernels::test
