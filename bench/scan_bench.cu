@@ -164,22 +164,21 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(hr.data(), r0.p, r0.bytes(), cudaMemcpyDeviceToHost), "download r");
     // Host references in double, both directions.
     std::vector<double> ref_fwd(n), ref_rev(n);
-    for (std::int64_t b = 0; b < batch; ++b)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        double prev = 0;
-        for (std::int64_t t = 0; t < time; ++t) {
-          const std::size_t i = static_cast<std::size_t>((b * time + t) * channels + c);
-          prev = (t == 0 ? 0.0 : static_cast<double>(hJ[i]) * prev) + hr[i];
-          ref_fwd[i] = prev;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::size_t row = static_cast<std::size_t>(b * time * channels);
+      const std::size_t D = static_cast<std::size_t>(channels);
+      for (std::int64_t t = 0; t < time; ++t)
+        for (std::size_t c = 0; c < D; ++c) {
+          const std::size_t i = row + static_cast<std::size_t>(t) * D + c;
+          ref_fwd[i] = (t == 0 ? 0.0 : static_cast<double>(hJ[i]) * ref_fwd[i - D]) + hr[i];
         }
-        prev = 0;
-        for (std::int64_t t = time - 1; t >= 0; --t) {
-          const std::size_t i = static_cast<std::size_t>((b * time + t) * channels + c);
-          const std::size_t next = i + static_cast<std::size_t>(channels);
-          prev = (t == time - 1 ? 0.0 : static_cast<double>(hJ[next]) * prev) + hr[i];
-          ref_rev[i] = prev;
+      for (std::int64_t t = time - 1; t >= 0; --t)
+        for (std::size_t c = 0; c < D; ++c) {
+          const std::size_t i = row + static_cast<std::size_t>(t) * D + c;
+          ref_rev[i] =
+              (t == time - 1 ? 0.0 : static_cast<double>(hJ[i + D]) * ref_rev[i + D]) + hr[i];
         }
-      }
+    }
 
     struct Config {
       ScanAlgorithm algorithm;

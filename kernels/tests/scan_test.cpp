@@ -205,8 +205,8 @@ void expect_all_tilings_exact(const ExactProblem<S, T>& p, bool include_tiny_chu
                        .channels = p.channels,
                        .reverse = reverse,
                        .tiling = tiling};
-      PARARNN_CUDA_OK(launch_scan_affine<S, T>(args, d_workspace.get(), d_workspace.size(),
-                                               cudaStream_t{}));
+      PARARNN_CUDA_OK((launch_scan_affine<S, T>(args, d_workspace.get(), d_workspace.size(),
+                                                cudaStream_t{})));
       PARARNN_CUDA_OK(cudaDeviceSynchronize());
       PARARNN_CUDA_OK(cudaMemcpy(actual.data(), d_r.get() + offset, p.r.size() * sizeof(T),
                                  cudaMemcpyDeviceToHost));
@@ -294,26 +294,26 @@ TEST(ScanLauncher, RefusesBadArgumentsAndAcceptsEmptyProblems) {
   PARARNN_CUDA_OK(d_workspace.status());
   ScanArgs<float> args{.jac = d_jac.get(), .delta = d_r.get(), .batch = 1, .time = 16,
                        .channels = 4};
-  EXPECT_EQ(launch_scan_affine<1, float>(args, d_workspace.get(), 16, cudaStream_t{}),
+  EXPECT_EQ((launch_scan_affine<1, float>(args, d_workspace.get(), 16, cudaStream_t{})),
             cudaErrorInvalidValue)
       << "a workspace that is too small";
-  EXPECT_EQ(launch_scan_affine<1, float>(args, nullptr, 0, cudaStream_t{}), cudaErrorInvalidValue)
+  EXPECT_EQ((launch_scan_affine<1, float>(args, nullptr, 0, cudaStream_t{})), cudaErrorInvalidValue)
       << "no workspace";
   ScanArgs<float> bad_chunk = args;
   bad_chunk.tiling.chunk_length = 129;  // 3 · 43: no steps_per_thread × time_groups split
   EXPECT_FALSE(scan_chunk_supported(1, ScanAlgorithm::single_pass, 129));
-  EXPECT_EQ(launch_scan_affine<1, float>(bad_chunk, d_workspace.get(), d_workspace.size(),
-                                         cudaStream_t{}),
+  EXPECT_EQ((launch_scan_affine<1, float>(bad_chunk, d_workspace.get(), d_workspace.size(),
+                                          cudaStream_t{})),
             cudaErrorInvalidValue);
   ScanArgs<float> no_jac = args;
   no_jac.jac = nullptr;
-  EXPECT_EQ(launch_scan_affine<1, float>(no_jac, d_workspace.get(), d_workspace.size(),
-                                         cudaStream_t{}),
+  EXPECT_EQ((launch_scan_affine<1, float>(no_jac, d_workspace.get(), d_workspace.size(),
+                                          cudaStream_t{})),
             cudaErrorInvalidValue);
   ScanArgs<float> empty = args;
   empty.time = 0;
-  EXPECT_EQ(scan_affine_workspace_bytes<1, float>(1, 0, 4), 0u);
-  EXPECT_EQ(launch_scan_affine<1, float>(empty, nullptr, 0, cudaStream_t{}), cudaSuccess);
+  EXPECT_EQ((scan_affine_workspace_bytes<1, float>(1, 0, 4)), 0u);
+  EXPECT_EQ((launch_scan_affine<1, float>(empty, nullptr, 0, cudaStream_t{})), cudaSuccess);
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
 }
 

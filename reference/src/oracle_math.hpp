@@ -156,20 +156,38 @@ inline void two_sum(double a, double b, double& sum, double& error) {
   error = (a - (sum - b_virtual)) + (b - b_virtual);
 }
 
+// Exact double terms summed in triple-double: two cascaded TwoSums, the third part rounded.
+// The error is about n³·2^-159 of Σ|term| (2^-129 at n = 1024), below what summing in float128
+// leaves (n·2^-113), at a dozen double operations a term instead of soft-float ones.
+struct TripleDoubleSum {
+  double hi = 0.0, mid = 0.0, lo = 0.0;
+  void add(double term) {
+    double e1 = 0.0, e2 = 0.0;
+    two_sum(hi, term, hi, e1);
+    two_sum(mid, e1, mid, e2);
+    lo += e2;
+  }
+  template <class Real>
+  Real rounded() const {
+    return Real(hi) + (Real(mid) + Real(lo));
+  }
+};
+
 // wx = W·x_t + b for the rows of one channel or all, as an explicit sum over k in order, so
-// that the bits of one channel do not depend on which other rows are computed.
-//  - Storage f32, f16, bf16: every product w·x is exact in double. The products and the bias are
-//    summed in triple-double (two cascaded TwoSums, the third part rounded): the error is about
-//    n³·2^-159 of Σ|w·x| (2^-129 at n = 1024), below what summing in float128 would leave
-//    (n·2^-113), at the cost of a dozen double operations a term instead of soft-float ones. The three parts are then
-//    rounded into Real.
-//  - Storage f64: products and sums in Real (float128, cpp_bin_float_50: the products of two
-//    doubles are exact there).
+// that the bits of one channel do not depend on which other rows are computed. Three ways, by
+// what is exact where (every way is at least as accurate as summing in Real):
+//  - f32, f16, bf16 storage: each product w·x is exact in double; the products and the bias are
+//    summed in triple-double and rounded into Real.
+//  - f64 storage, Real = float128 (the f64 primary): each product is split exactly into
+//    w·x = p + fma(w, x, -p); both parts are summed in triple-double and rounded into float128.
+//  - f64 storage, Real = cpp_bin_float_50 (the f64 certifier): products (exact in 166 bits)
+//    and sums in Real, deliberately a different implementation from the primary's.
 template <class Real>
 struct InputAffine {
+  enum class Mode : std::uint8_t { exact_double_products, split_products, in_real };
   Index rows = 0;
   Index d_in = 0;
-  bool exact_double_products = true;
+  Mode mode = Mode::exact_double_products;
   RowMajorMatrix<double> w;  // lifted storage values
   Vec<double> bias_double;
   RowMajorMatrix<Real> w_real;
@@ -179,7 +197,9 @@ struct InputAffine {
     const Index width = channel < 0 ? problem.d_h : 1;
     rows = problem.gates * width;
     d_in = problem.d_in;
-    exact_double_products = problem.products_exact_in_double;
+    if (!problem.products_exact_in_double) {
+      mode = std::is_same_v<Real, Float128> ? Mode::split_products : Mode::in_real;
+    }
     w.resize(rows, d_in);
     bias_double.resize(rows);
     for (int g = 0; g < problem.gates; ++g) {
@@ -191,25 +211,35 @@ struct InputAffine {
       }
     }
     bias = bias_double.template cast<Real>();
-    if (!exact_double_products) w_real = w.template cast<Real>();
+    if (mode == Mode::in_real) w_real = w.template cast<Real>();
   }
 
   void apply(const double* x_t, Vec<Real>& wx) const {
     for (Index r = 0; r < rows; ++r) {
-      if (exact_double_products) {
-        double hi = bias_double(r), mid = 0.0, lo = 0.0;
-        const double* w_row = w.data() + r * d_in;
-        for (Index k = 0; k < d_in; ++k) {
-          double e1 = 0.0, e2 = 0.0;
-          two_sum(hi, w_row[k] * x_t[k], hi, e1);
-          two_sum(mid, e1, mid, e2);
-          lo += e2;
+      const double* w_row = w.data() + r * d_in;
+      switch (mode) {
+        case Mode::exact_double_products: {
+          TripleDoubleSum sum{bias_double(r)};
+          for (Index k = 0; k < d_in; ++k) sum.add(w_row[k] * x_t[k]);
+          wx(r) = sum.template rounded<Real>();
+          break;
         }
-        wx(r) = Real(hi) + (Real(mid) + Real(lo));
-      } else {
-        Real acc(0);
-        for (Index k = 0; k < d_in; ++k) acc += w_real(r, k) * Real(x_t[k]);
-        wx(r) = acc + bias(r);
+        case Mode::split_products: {
+          TripleDoubleSum sum{bias_double(r)};
+          for (Index k = 0; k < d_in; ++k) {
+            const double p = w_row[k] * x_t[k];
+            sum.add(p);
+            sum.add(std::fma(w_row[k], x_t[k], -p));
+          }
+          wx(r) = sum.template rounded<Real>();
+          break;
+        }
+        case Mode::in_real: {
+          Real acc(0);
+          for (Index k = 0; k < d_in; ++k) acc += w_real(r, k) * Real(x_t[k]);
+          wx(r) = acc + bias(r);
+          break;
+        }
       }
     }
   }
