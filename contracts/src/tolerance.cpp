@@ -42,6 +42,9 @@ constexpr Entry kDefaults[] = {
     {DType::f32, Metric::oracle_self_check, 1e-7, 0.0},
     {DType::f16, Metric::oracle_self_check, 1e-5, 0.0},
     {DType::bf16, Metric::oracle_self_check, 1e-5, 0.0},
+    // The seed library's gradcheck band (f64, eps 1e-6): truncation and cancellation of the
+    // central difference, not the adjoint, set it.
+    {DType::f64, Metric::gradcheck, 1e-5, 1e-4},
 };
 
 struct Override {
@@ -75,6 +78,7 @@ std::string_view metric_name(Metric metric) {
     case Metric::jacobian: return "jacobian";
     case Metric::decode: return "decode";
     case Metric::oracle_self_check: return "oracle_self_check";
+    case Metric::gradcheck: return "gradcheck";
   }
   return "?";
 }

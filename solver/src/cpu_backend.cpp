@@ -18,6 +18,7 @@
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 namespace {
@@ -251,6 +252,11 @@ class CpuSolver {
   }
 
   Tensor newton(const NewtonConfig& config, NewtonStats& stats) const {
+    return to_storage(newton_trajectory(config, stats));
+  }
+
+  // The Newton solve, H* in the compute type.
+  std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
     const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(),
                                                L_.time);
     const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
@@ -301,7 +307,118 @@ class CpuSolver {
                     {"fallback_tiles", stats.fallback_tiles},
                     {"cell", std::string(cell_.name())}, {"T", L_.time}});
     }
-    return to_storage(H);
+    return H;
+  }
+
+  // The implicit adjoint at H* (see training.hpp), one reverse walk per chain fused with the
+  // VJP: μ_t = g_t + (J_{t+1}ᵀ μ_{t+1}), where J_{t+1}ᵀ μ_{t+1} is the VJP's d h_prev at t+1.
+  NewtonGradients backward(const std::vector<ComputeT>& H, const TensorView& grad_H,
+                           const TensorView& x, const ApplyOptions& options) const {
+    const std::int64_t D = L_.d_h, T = L_.time, B = L_.batch;
+    const Shape trajectory = cell_.trajectory_shape(B, T);
+    if (grad_H.shape() != trajectory)
+      throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
+                              shape_string(grad_H.shape()));
+    if (!is_floating(grad_H.dtype()))
+      throw ContractViolation("grad_H", "must be floating", dtype_name(grad_H.dtype()));
+    const Tensor g = Tensor::converted(grad_H, kComputeDType);
+    const ComputeT* g_all = g.data_as<ComputeT>();
+    std::vector<ComputeT> d_wx(static_cast<std::size_t>(B * T * G * D));
+    std::vector<double> d_rec_rows(static_cast<std::size_t>(B * R * D), 0.0);
+    const std::int64_t states = options.h0 ? options.h0->size(0) : (L_.packed ? 0 : B);
+    std::vector<ComputeT> d_h0(static_cast<std::size_t>(std::max<std::int64_t>(states, 0) * S * D));
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      const ComputeT* H_row = H.data() + b * row_elems();
+      const ComputeT* g_row = g_all + b * row_elems();
+      for (std::int64_t c = c0; c < c1; ++c) {
+        ComputeT carry[S] = {};
+        double acc[R] = {};
+        for (std::int64_t t = T - 1; t >= 0; --t) {
+          ComputeT cot[S], hp[S], rec[R], wx[G], d_rec[R] = {}, dwx[G], dhp[S];
+          for (int s = 0; s < S; ++s) {
+            cot[s] = g_row[(t * S + s) * D + c] + carry[s];
+            hp[s] = prev_state(H_row, b, t, s, c);
+          }
+          for (int k = 0; k < R; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
+          const ComputeT* wx_t = wx_.data() + (b * T + t) * G * D;
+          for (int k = 0; k < G; ++k) wx[k] = wx_t[k * D + c];
+          CellMath::vjp(rec, wx, hp, cot, d_rec, dwx, dhp);
+          for (int k = 0; k < R; ++k) acc[k] += static_cast<double>(d_rec[k]);
+          ComputeT* dwx_t = d_wx.data() + (b * T + t) * G * D;
+          for (int k = 0; k < G; ++k) dwx_t[k * D + c] = dwx[k];
+          if (L_.heads[static_cast<std::size_t>(t)]) {
+            // A head reads h0 (or zeros): its d h_prev is ∇h0 and nothing flows further back.
+            const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
+            if (!d_h0.empty())
+              for (int s = 0; s < S; ++s) d_h0[static_cast<std::size_t>((row * S + s) * D + c)] = dhp[s];
+            for (int s = 0; s < S; ++s) carry[s] = ComputeT(0);
+          } else {
+            for (int s = 0; s < S; ++s) carry[s] = dhp[s];
+          }
+        }
+        for (int k = 0; k < R; ++k) d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)] = acc[k];
+      }
+    });
+
+    NewtonGradients out;
+    // Recurrent vectors: Σ over batch rows in a fixed order, times the clamp mask.
+    const auto cap = cell_.max_recurrent_norm();
+    for (int k = 0; k < R; ++k) {
+      const std::string name(cell_.spec().recurrent[static_cast<std::size_t>(k)]);
+      const Tensor& raw = cell_.parameter(name);
+      Tensor grad(cell_.dtype(), {D});
+      for (std::int64_t c = 0; c < D; ++c) {
+        double sum = 0.0;
+        for (std::int64_t b = 0; b < B; ++b) sum += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
+        const bool clipped = cap && std::abs(raw.load({c})) > *cap;
+        grad.data_as<StorageT>()[c] = static_cast<StorageT>(static_cast<ComputeT>(clipped ? 0.0 : sum));
+      }
+      out.parameters.emplace(name, grad);
+    }
+    // W_x: ∇W = Σ_b d_wxᵀ X, ∇b = Σ d_wx, ∇x = d_wx W (one GEMM each per batch row).
+    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Tensor w = Tensor::converted(cell_.parameter("W_x.weight"), kComputeDType);
+    const Tensor xc = Tensor::converted(x, kComputeDType);
+    Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), G * D, L_.d_in);
+    RowMatrixD dW = RowMatrixD::Zero(G * D, L_.d_in);
+    Eigen::Matrix<double, 1, Eigen::Dynamic> db = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(G * D);
+    Tensor dx(cell_.dtype(), {B, T, L_.d_in});
+    RowMatrix dx_row(T, L_.d_in);
+    for (std::int64_t b = 0; b < B; ++b) {
+      Eigen::Map<const RowMatrix> X(xc.data_as<ComputeT>() + b * T * L_.d_in, T, L_.d_in);
+      Eigen::Map<const RowMatrix> dWX(d_wx.data() + b * T * G * D, T, G * D);
+      dW += (dWX.transpose() * X).template cast<double>();
+      db += dWX.template cast<double>().colwise().sum();
+      dx_row.noalias() = dWX * W;
+      StorageT* dst = dx.data_as<StorageT>() + b * T * L_.d_in;
+      for (std::int64_t i = 0; i < T * L_.d_in; ++i) dst[i] = static_cast<StorageT>(dx_row.data()[i]);
+    }
+    Tensor dW_t(cell_.dtype(), {G * D, L_.d_in});
+    for (std::int64_t i = 0; i < G * D * L_.d_in; ++i)
+      dW_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(dW.data()[i]));
+    Tensor db_t(cell_.dtype(), {G * D});
+    for (std::int64_t i = 0; i < G * D; ++i)
+      db_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(db[i]));
+    out.parameters.emplace("W_x.weight", dW_t);
+    out.parameters.emplace("W_x.bias", db_t);
+    out.x = dx;
+    if (options.h0) {
+      Tensor dh0(cell_.dtype(), options.h0->shape());
+      for (std::size_t i = 0; i < d_h0.size(); ++i) dh0.data_as<StorageT>()[i] = static_cast<StorageT>(d_h0[i]);
+      out.h0 = dh0;
+    }
+    return out;
+  }
+
+  std::vector<ComputeT> from_saved(const Tensor& saved) const {
+    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
+  }
+
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
+    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
+    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
+    return out;
   }
 
   // The sequential recurrence on one tile, the state rounded to StoreT after every step.
@@ -462,6 +579,38 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   });
   residual_gate(cell, config, s, time, batch);
   return H;
+}
+
+NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                             const ApplyOptions& options) {
+  validate(config, cell.spec());
+  if (config.scan_backend == ScanBackend::cuda)
+    throw UnsupportedPath("scan_backend=cuda: training on the CUDA backend is not available yet");
+  Layout layout = check_inputs(cell, x, options, "newton_forward");
+  const std::int64_t time = layout.time, batch = layout.batch;
+  NewtonForward forward;
+  dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
+    const auto H = solver.newton_trajectory(config, forward.stats);
+    forward.H = solver.to_storage(H);
+    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+  });
+  residual_gate(cell, config, forward.stats, time, batch);
+  return forward;
+}
+
+NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                const TensorView& grad_H, const NewtonConfig& config,
+                                const ApplyOptions& options) {
+  validate(config, cell.spec());
+  Layout layout = check_inputs(cell, x, options, "newton_backward");
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
+    if (forward.saved_trajectory) return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+    // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
+    NewtonStats stats;
+    return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
+  });
 }
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {

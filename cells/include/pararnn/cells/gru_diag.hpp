@@ -32,6 +32,31 @@ struct GruDiagMath {
                z * (one - n * n) * rec[2] * (r + h * r * (one - r) * rec[1]);
     }
   }
+
+  // Closed-form VJP of one step with cotangent `cot` of h': adds into d_rec (per clamped
+  // recurrent value), writes d_wx (per gate pre-activation input) and d_h_prev.
+  template <class ComputeT>
+  PARARNN_HD static void vjp(const ComputeT* rec, const ComputeT* wx, const ComputeT* h_prev,
+                             const ComputeT* cot, ComputeT* d_rec, ComputeT* d_wx,
+                             ComputeT* d_h_prev) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT h = h_prev[0], g = cot[0];
+    const ComputeT z = sigmoid(rec[0] * h + wx[0]);
+    const ComputeT r = sigmoid(rec[1] * h + wx[1]);
+    const ComputeT hr = h * r;
+    const ComputeT n = tanh_of(rec[2] * hr + wx[2]);
+    const ComputeT d_pre_z = g * (n - h) * z * (one - z);
+    const ComputeT d_pre_n = g * z * (one - n * n);
+    const ComputeT d_hr = d_pre_n * rec[2];
+    const ComputeT d_pre_r = d_hr * h * r * (one - r);
+    d_wx[0] = d_pre_z;
+    d_wx[1] = d_pre_r;
+    d_wx[2] = d_pre_n;
+    d_rec[0] += d_pre_z * h;
+    d_rec[1] += d_pre_r * h;
+    d_rec[2] += d_pre_n * hr;
+    d_h_prev[0] = g * (one - z) + d_pre_z * rec[0] + d_pre_r * rec[1] + d_hr * r;
+  }
 };
 
 }  // namespace pararnn::cells

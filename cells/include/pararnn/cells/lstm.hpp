@@ -44,6 +44,35 @@ struct LstmMath {
       jac[3] = tau * d_o * (a_o + c_o * j_ch) + o * dtau * j_ch;
     }
   }
+
+  // Closed-form VJP with cotangents (c̄', h̄'); see GruDiagMath::vjp for the contract.
+  template <class ComputeT>
+  PARARNN_HD static void vjp(const ComputeT* rec, const ComputeT* wx, const ComputeT* s_prev,
+                             const ComputeT* cot, ComputeT* d_rec, ComputeT* d_wx,
+                             ComputeT* d_s_prev) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT c = s_prev[0], h = s_prev[1];
+    const ComputeT a_f = rec[0], a_z = rec[1], a_o = rec[2], c_f = rec[3], c_o = rec[4];
+    const ComputeT f = sigmoid(a_f * h + c_f * c + wx[0]);
+    const ComputeT z = tanh_of(a_z * h + wx[1]);
+    const ComputeT c_new = f * c + (one - f) * z;
+    const ComputeT o = sigmoid(a_o * h + c_o * c_new + wx[2]);
+    const ComputeT tau = tanh_of(c_new);
+    const ComputeT d_pre_o = cot[1] * tau * o * (one - o);
+    const ComputeT d_c_new = cot[0] + cot[1] * o * (one - tau * tau) + d_pre_o * c_o;
+    const ComputeT d_pre_f = d_c_new * (c - z) * f * (one - f);
+    const ComputeT d_pre_z = d_c_new * (one - f) * (one - z * z);
+    d_wx[0] = d_pre_f;
+    d_wx[1] = d_pre_z;
+    d_wx[2] = d_pre_o;
+    d_rec[0] += d_pre_f * h;
+    d_rec[1] += d_pre_z * h;
+    d_rec[2] += d_pre_o * h;
+    d_rec[3] += d_pre_f * c;
+    d_rec[4] += d_pre_o * c_new;
+    d_s_prev[0] = d_c_new * f + d_pre_f * c_f;
+    d_s_prev[1] = d_pre_o * a_o + d_pre_f * a_f + d_pre_z * a_z;
+  }
 };
 
 }  // namespace pararnn::cells

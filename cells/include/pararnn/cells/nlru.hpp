@@ -21,6 +21,22 @@ struct NlruMath {
     h_new[0] = a * h + (one - a) * n;
     if (jac != nullptr) jac[0] = a + (one - a) * (one - n * n) * rec[0];
   }
+
+  // Closed-form VJP; see GruDiagMath::vjp for the contract.
+  template <class ComputeT>
+  PARARNN_HD static void vjp(const ComputeT* rec, const ComputeT* wx, const ComputeT* h_prev,
+                             const ComputeT* cot, ComputeT* d_rec, ComputeT* d_wx,
+                             ComputeT* d_h_prev) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT h = h_prev[0], g = cot[0];
+    const ComputeT a = sigmoid(wx[0]);
+    const ComputeT n = tanh_of(wx[1] + rec[0] * h);
+    const ComputeT d_pre_n = g * (one - a) * (one - n * n);
+    d_wx[0] = g * (h - n) * a * (one - a);
+    d_wx[1] = d_pre_n;
+    d_rec[0] += d_pre_n * h;
+    d_h_prev[0] = g * a + d_pre_n * rec[0];
+  }
 };
 
 }  // namespace pararnn::cells

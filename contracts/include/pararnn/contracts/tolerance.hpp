@@ -21,6 +21,7 @@ enum class Metric {
   jacobian,           // analytic Jacobian vs the oracle's AD Jacobian
   decode,             // decode_step vs one sequential step
   oracle_self_check,  // the oracle at two precisions ("far below τ")
+  gradcheck,          // adjoint vs central finite differences (f64, eps 1e-6)
 };
 std::string_view metric_name(Metric metric);
 

@@ -1,0 +1,144 @@
+// Claims about the implicit adjoint that need no oracle: it equals central finite differences
+// of the true (sequential, f64) loss on tiny cases; recompute = true is bitwise recompute =
+// false; ∇h0 exists exactly when h0 is given; packed gradients are per segment.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/solver/training.hpp"
+
+namespace pararnn {
+namespace {
+
+Tensor normal(DType dtype, Shape shape, std::uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  Tensor t(dtype, shape);
+  Tensor flat = t.reshaped({t.numel()});
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, dist(rng));
+  return t;
+}
+
+double loss(const Tensor& H, const Tensor& g) {
+  const auto h = H.to_f64_vector(), w = g.to_f64_vector();
+  double sum = 0.0;
+  for (std::size_t i = 0; i < h.size(); ++i) sum += h[i] * w[i];
+  return sum;
+}
+
+class EveryCell : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
+  // No clamp: the clamp's kink at |a| = cap is not differentiable.
+  Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 3,
+                                .max_recurrent_norm = std::nullopt, .weight_std = 0.6},
+                               DType::f64, 3);
+  Tensor x = normal(DType::f64, {2, 6, 2}, 4);
+  Tensor h0 = normal(DType::f64, {2, cell.slots(), 3}, 5, 0.5);
+  const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
+  const NewtonConfig config{};
+  const ApplyOptions options{.h0 = h0.view()};
+  const NewtonForward forward = newton_forward(cell, x, config, options);
+  const NewtonGradients grads = newton_backward(cell, x, forward, g, config, options);
+  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradcheck});
+  const double eps = 1e-6;
+  auto check = [&](const std::string& what, Tensor& tensor, const Tensor& adjoint) {
+    Tensor flat = tensor.reshaped({tensor.numel()});
+    const Tensor adj = adjoint.reshaped({adjoint.numel()});
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) {
+      const double v = flat.load({i});
+      flat.store({i}, v + eps);
+      const double up = loss(sequential_apply(cell, x, options), g);
+      flat.store({i}, v - eps);
+      const double down = loss(sequential_apply(cell, x, options), g);
+      flat.store({i}, v);
+      const double fd = (up - down) / (2 * eps);
+      EXPECT_LE(std::abs(adj.load({i}) - fd), tol.atol + tol.rtol * std::abs(fd))
+          << what << "[" << i << "]: adjoint " << adj.load({i}) << " vs finite difference " << fd;
+    }
+  };
+  check("x", x, grads.x);
+  ASSERT_TRUE(grads.h0.has_value());
+  check("h0", h0, *grads.h0);
+  for (const auto& [name, grad] : grads.parameters) {
+    Tensor param = Tensor::copy_of(cell.parameter(name));
+    // Perturb through the cell: swap the parameter in, evaluate, restore.
+    Tensor flat = param.reshaped({param.numel()});
+    const Tensor adj = grad.reshaped({grad.numel()});
+    for (std::int64_t i = 0; i < param.numel(); ++i) {
+      const double v = flat.load({i});
+      flat.store({i}, v + eps);
+      cell.set_parameter(name, Tensor::copy_of(param));
+      const double up = loss(sequential_apply(cell, x, options), g);
+      flat.store({i}, v - eps);
+      cell.set_parameter(name, Tensor::copy_of(param));
+      const double down = loss(sequential_apply(cell, x, options), g);
+      flat.store({i}, v);
+      cell.set_parameter(name, Tensor::copy_of(param));
+      const double fd = (up - down) / (2 * eps);
+      EXPECT_LE(std::abs(adj.load({i}) - fd), tol.atol + tol.rtol * std::abs(fd))
+          << name << "[" << i << "]: adjoint " << adj.load({i}) << " vs finite difference " << fd;
+    }
+  }
+}
+
+TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 3, .d_h = 70}, dtype, 7);
+    const Tensor x = normal(dtype, {2, 300, 3}, 8);
+    const Tensor g = normal(dtype, cell.trajectory_shape(2, 300), 9);
+    const NewtonForward kept = newton_forward(cell, x, {.recompute = false});
+    const NewtonForward dropped = newton_forward(cell, x, {.recompute = true});
+    EXPECT_GT(kept.saved_bytes(), 0u);
+    EXPECT_EQ(dropped.saved_bytes(), 0u);
+    ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
+    const NewtonGradients a = newton_backward(cell, x, kept, g, {.recompute = false});
+    const NewtonGradients b = newton_backward(cell, x, dropped, g, {.recompute = true});
+    EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector()) << dtype_name(dtype);
+    for (const auto& [name, grad] : a.parameters)
+      EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
+  }
+}
+
+TEST_P(EveryCell, InitialStateGradientExistsExactlyWhenGiven) {
+  const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 4}, DType::f32, 1);
+  const Tensor x = normal(DType::f32, {1, 7, 2}, 2);
+  const Tensor g = normal(DType::f32, cell.trajectory_shape(1, 7), 3);
+  EXPECT_FALSE(newton_backward(cell, x, newton_forward(cell, x), g).h0.has_value());
+  const Tensor h0 = normal(DType::f32, {1, cell.slots(), 4}, 4);
+  const ApplyOptions with_h0{.h0 = h0.view()};
+  const auto grads = newton_backward(cell, x, newton_forward(cell, x, {}, with_h0), g, {}, with_h0);
+  ASSERT_TRUE(grads.h0.has_value());
+  EXPECT_EQ(grads.h0->shape(), h0.shape());
+}
+
+TEST_P(EveryCell, PackedGradientsArePerSegment) {
+  // Two segments packed ≡ each alone: ∇x of the second segment and its ∇h0 row.
+  const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 4}, DType::f64, 1);
+  const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
+  const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
+  const Tensor h0 = normal(DType::f64, {2, cell.slots(), 4}, 4, 0.5);
+  const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
+  const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
+  const auto all = newton_backward(cell, x, newton_forward(cell, x, {}, packed), g, {}, packed);
+  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
+  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
+  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
+  const ApplyOptions alone{.h0 = h02.view()};
+  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, {}, alone), g2, {}, alone);
+  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
+  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
+  const auto b = second.x.to_f64_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
+  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
+  const auto d = second.h0->to_f64_vector();
+  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace pararnn

@@ -1,0 +1,52 @@
+// Training: the forward that keeps what the backward needs, and the implicit adjoint backward
+// (CONTRACT §1) on the CPU backend.
+//
+// Guarantees: `newton_backward` returns the gradients of L = Σ grad_H ⊙ H at the converged
+// trajectory H*: μ_t = g_t + J_{t+1}ᵀ μ_{t+1} (J = 0 across packed segment boundaries), then
+// Σ_t VJP of f at (h_prev_t, x_t) with cotangent μ_t for W_x, its bias, the recurrent vectors
+// (zero where |raw| > max_recurrent_norm: the clamp mask) and x, and ∇h0 = J_0ᵀ μ_0 (per
+// segment when packed). With `NewtonConfig::recompute = true` the forward keeps nothing of H*
+// and the backward re-solves it with the same configuration; outputs and gradients are bitwise
+// those of `recompute = false`. Memory held between forward and backward: B·T·slots·d_h values
+// of the compute type (4 bytes for f32/f16/bf16, 8 for f64) without recompute, none with it.
+// Example:
+//   NewtonForward fwd = newton_forward(cell, x, config);
+//   NewtonGradients grads = newton_backward(cell, x, fwd, ones_like(fwd.H), config);
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+
+struct NewtonForward {
+  Tensor H;  // the trajectory, storage dtype
+  NewtonStats stats;
+  // H* in the compute type, held for the backward; null with recompute (the backward
+  // re-solves it).
+  std::shared_ptr<const Tensor> saved_trajectory;
+  std::size_t saved_bytes() const { return saved_trajectory ? saved_trajectory->nbytes() : 0; }
+};
+
+struct NewtonGradients {
+  Tensor x;                                  // (B, T, d_in), storage dtype
+  std::optional<Tensor> h0;                  // the shape of the given h0 (absent without h0)
+  std::map<std::string, Tensor> parameters;  // state_dict name -> gradient, storage dtype
+};
+
+[[nodiscard]] NewtonForward newton_forward(const Cell& cell, const TensorView& x,
+                                           const NewtonConfig& config = {},
+                                           const ApplyOptions& options = {});
+
+// `grad_H` has the trajectory's shape (any floating dtype, any strides).
+[[nodiscard]] NewtonGradients newton_backward(const Cell& cell, const TensorView& x,
+                                              const NewtonForward& forward,
+                                              const TensorView& grad_H,
+                                              const NewtonConfig& config = {},
+                                              const ApplyOptions& options = {});
+
+}  // namespace pararnn
