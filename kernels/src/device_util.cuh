@@ -23,9 +23,17 @@ __device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
   return *reinterpret_cast<const Pack<T, V>*>(p);
 }
 
+// Global stores go through the st.global.cg intrinsics for the 16-byte cases: a plain vector
+// or struct store was seen split into four scalar stores (nvcc 13.0, PTX of the scan kernels).
 template <class T, int V>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
-  *reinterpret_cast<Pack<T, V>*>(p) = x;
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
+    __stcg(reinterpret_cast<float4*>(p), make_float4(x.v[0], x.v[1], x.v[2], x.v[3]));
+  } else if constexpr (V == 2 && std::is_same_v<T, double>) {
+    __stcg(reinterpret_cast<double2*>(p), make_double2(x.v[0], x.v[1]));
+  } else {
+    *reinterpret_cast<Pack<T, V>*>(p) = x;
+  }
 }
 
 // Loads through L2 only (ld.global.cg): values another block published in this launch.

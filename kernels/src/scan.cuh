@@ -49,6 +49,7 @@ struct SinglePassLimits {
 
 inline constexpr unsigned kFlagAggregate = 1;  // a chunk's aggregate is published
 inline constexpr unsigned kFlagInclusive = 2;  // the state at a chunk's end is published
+inline constexpr unsigned kMaxSpins = 1u << 26;  // look-back polls before giving up (seconds)
 
 // ---------------------------------------------------------------------------------------------
 // Elements.
@@ -265,7 +266,7 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       Pack<T, V> x;
 #pragma unroll
       for (int v = 0; v < V; ++v) x.v[v] = q < S * S ? agg[v].J[q] : agg[v].r[q - S * S];
-      store_pack<T, V>(s_agg + (grp * kElem + q) * kWidth + lane * V, x);
+      *reinterpret_cast<Pack<T, V>*>(s_agg + (grp * kElem + q) * kWidth + lane * V) = x;
     }
     if (lane == 0) s_restart[grp] = any_restart ? 1 : 0;
   }
@@ -350,9 +351,12 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       for (int64_t j = k - 1;; --j) {
         const int64_t jl = j * g.n_tiles + tile;
         unsigned f = 0;
-        for (;;) {
+        for (unsigned spins = 0;; ++spins) {
           f = load_flag_acquire(flags + jl);
           if (__all_sync(kFull, f != 0)) break;
+          // A predecessor silent for seconds means a broken invariant: fail the launch
+          // (cudaErrorLaunchFailure) rather than hang the device.
+          if (spins > kMaxSpins) __trap();
           __nanosleep(40);
         }
         // Every lane acquired at least the smallest flag any lane saw.

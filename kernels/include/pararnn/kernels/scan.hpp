@@ -27,7 +27,9 @@
 //     predecessors' aggregates / inclusive values for its carry, and writes δ: J and r are read
 //     once and δ written once (12 bytes per token-channel for f32 diag). Chunk length
 //     L = steps_per_thread × time_groups with steps_per_thread <= scan_max_steps_per_thread(S)
-//     and time_groups <= scan_max_time_groups(S) (see scan_chunk_supported).
+//     (8 for S = 1, 4 for S = 2) and time_groups <= scan_max_time_groups(S) (8): any L <= 8,
+//     and larger L with such a split (at most 64 for S = 1, 32 for S = 2; default 64 / 32);
+//     scan_chunk_supported says which.
 //   three_phase: the simple twin. (1) each chunk's aggregate, (2) a sequential scan of the
 //     aggregates per chain giving each chunk's carry, (3) each chunk re-run from its carry.
 //     Reads J and r twice. Any chunk length >= 1.
