@@ -5,6 +5,7 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <random>
 #include <unordered_map>
@@ -146,9 +147,18 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
 
   const std::vector<ChainSpec> items = work_items<Float128>(problem, specs);
   std::vector<double> deltas(items.size(), 0.0);
+  // H of element k (slot-major over the runner's channels) of `spec` at time t.
+  const auto reported = [&](const ChainSpec& spec, std::int64_t t, std::int64_t k) {
+    const RowChain& chain = problem.chains[static_cast<std::size_t>(spec.chain)];
+    const std::int64_t width = spec.channel < 0 ? problem.d_h : 1;
+    const std::int64_t channel = spec.channel < 0 ? k % width : spec.channel;
+    return H[problem.h_offset(chain.b, t, k / width, channel)];
+  };
   if (problem.dtype == DType::f64) {
-    // float128 primary: its working values are recomputed (the same operations, so the same
-    // bits as the primary run) beside the cpp_bin_float_50 unroll.
+    // float128 primary: its working values are recomputed beside the cpp_bin_float_50 unroll
+    // (the same operations, so the same bits as the primary run). Should a recomputed value not
+    // round to the reported H, the reported value is what gets compared, so a harness bug shows
+    // as a large delta instead of hiding.
     out.certifier_type = "cpp_bin_float_50";
     out.certifier_digits = std::numeric_limits<Bin50>::digits;
     parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
@@ -157,7 +167,12 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
       deltas[static_cast<std::size_t>(i)] =
           chain_delta<Bin50>(problem, spec, [&](std::int64_t t, std::int64_t k) {
             if (primary.time() != t) primary.advance();
-            return Bin50(primary.state()[k]);
+            const Float128& value = primary.state()[k];
+            const double h = reported(spec, t, k);
+            if (std::bit_cast<std::uint64_t>(to_double(value)) != std::bit_cast<std::uint64_t>(h)) {
+              return Bin50(h);
+            }
+            return Bin50(value);
           });
     });
   } else {
@@ -166,13 +181,9 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     out.certifier_digits = std::numeric_limits<Float128>::digits;
     parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
       const ChainSpec& spec = items[static_cast<std::size_t>(i)];
-      const RowChain& chain = problem.chains[static_cast<std::size_t>(spec.chain)];
-      const std::int64_t width = spec.channel < 0 ? problem.d_h : 1;
       deltas[static_cast<std::size_t>(i)] =
           chain_delta<Float128>(problem, spec, [&](std::int64_t t, std::int64_t k) {
-            const std::int64_t slot = k / width;
-            const std::int64_t channel = spec.channel < 0 ? k % width : spec.channel;
-            return Float128(H[problem.h_offset(chain.b, t, slot, channel)]);
+            return Float128(reported(spec, t, k));
           });
     });
   }

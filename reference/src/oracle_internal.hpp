@@ -49,9 +49,8 @@ struct PreparedCase {
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
   std::vector<RowChain> chains;
-  // W·x products of two storage values are exact in double (significands of at most 24 bits),
-  // which lets a wide working type accumulate exact double products: the same bits as
-  // multiplying in the wide type, at a fraction of the cost.
+  // W·x products of two storage values are exact in double (f32, f16, bf16: significands of at
+  // most 24 bits), so the wide types can sum them as exact double terms (oracle_math.hpp).
   bool products_exact_in_double = true;
 
   std::int64_t state_size() const { return slots * d_h; }

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -313,8 +312,8 @@ TEST_P(OracleCellTest, UnrollContinuedFromH0EqualsTheFullUnroll) {
   constexpr std::int64_t kSplit = 5;
   Case tail = full;
   tail.x = Tensor::copy_of(full.x.view().slice(1, kSplit, spec.time));
-  const Tensor state = Tensor::copy_of(whole.H.view().select(1, kSplit - 1));
-  tail.h0 = slots_of(spec.cell) == 1 ? state : state;  // (B, d_h) or (B, slots, d_h)
+  // H[:, kSplit - 1] is (B, d_h) or (B, slots, d_h): an h0 as it stands.
+  tail.h0 = Tensor::copy_of(whole.H.view().select(1, kSplit - 1));
   const OracleResult continued = oracle_sequential(tail, {.certify = false});
   const Tensor expected = Tensor::copy_of(whole.H.view().slice(1, kSplit, spec.time));
   EXPECT_LE(max_abs_difference(continued.H, expected), kContinuationFromRoundedState);
