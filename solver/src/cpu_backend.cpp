@@ -1,5 +1,5 @@
 // The CPU backend: App. A initial guess, Newton iterations with a batch x channel parallel scan,
-// the residual gate, and the same-dtype sequential loop. One template per (cell math, storage
+// the implicit adjoint, and the same-dtype sequential loop. One template per (cell math, storage
 // dtype); the cell math itself lives in cells/ and is shared with the CUDA kernels.
 //
 // Internal layout: every per-step quantity is [b][t][s][c] (the trajectory layout itself), the
@@ -10,17 +10,15 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "backends.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
-#include "pararnn/solver/solver.hpp"
-#include "pararnn/solver/training.hpp"
 
-namespace pararnn {
+namespace pararnn::detail {
 namespace {
 
 constexpr std::int64_t kChannelTile = 64;
@@ -29,70 +27,6 @@ constexpr std::int64_t kChannelTile = 64;
 inline double nan_max(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
   return std::max(a, b);
-}
-
-struct Layout {
-  std::int64_t batch = 0, time = 0, d_h = 0, d_in = 0;
-  std::vector<std::uint8_t> heads;           // [T]: 1 at t = 0 and at segment starts
-  std::vector<std::int64_t> state_index;     // [T]: h0 row used at a head (-1: zeros / row b)
-  bool packed = false;
-};
-
-Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                    const char* who) {
-  Layout layout;
-  if (x.device() != Device::cpu)
-    throw UnsupportedPath(fmt::format("{}: the cpu backend needs host tensors", who));
-  if (x.dim() != 3)
-    throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(x.shape()));
-  layout.batch = x.size(0);
-  layout.time = x.size(1);
-  layout.d_in = x.size(2);
-  layout.d_h = cell.d_h();
-  if (layout.time < 1)
-    throw ContractViolation("x", fmt::format("{} needs time >= 1", who), shape_string(x.shape()));
-  if (layout.batch < 1)
-    throw ContractViolation("x", "needs batch >= 1", shape_string(x.shape()));
-  if (layout.d_in != cell.d_in())
-    throw ContractViolation("x", fmt::format("last dimension must be input_size={}", cell.d_in()),
-                            shape_string(x.shape()));
-  if (x.dtype() != cell.dtype())
-    throw ContractViolation("x", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
-                            dtype_name(x.dtype()));
-  layout.heads.assign(static_cast<std::size_t>(layout.time), 0);
-  layout.state_index.assign(static_cast<std::size_t>(layout.time), -1);
-  layout.heads[0] = 1;
-  std::int64_t states = layout.batch;
-  if (options.cu_seqlens) {
-    if (layout.batch != 1)
-      throw ContractViolation("x", "batch must be 1 with cu_seqlens", shape_string(x.shape()));
-    const auto starts = validate_cu_seqlens(*options.cu_seqlens, layout.time);
-    layout.packed = true;
-    for (std::size_t s = 0; s < starts.size(); ++s) {
-      layout.heads[static_cast<std::size_t>(starts[s])] = 1;
-      layout.state_index[static_cast<std::size_t>(starts[s])] = static_cast<std::int64_t>(s);
-    }
-    states = static_cast<std::int64_t>(starts.size());
-  }
-  if (options.h0) {
-    const TensorView& h0 = *options.h0;
-    const Shape full = {states, cell.slots(), cell.d_h()};
-    const Shape flat = {states, cell.d_h()};
-    const bool ok = h0.shape() == full || (cell.slots() == 1 && h0.shape() == flat);
-    if (!ok)
-      throw ContractViolation(
-          "h0",
-          fmt::format("must have shape {}{} ({} {})", shape_string(full),
-                      cell.slots() == 1 ? " or " + shape_string(flat) : "", states,
-                      layout.packed ? "segments" : "batch rows"),
-          shape_string(h0.shape()));
-    if (h0.dtype() != cell.dtype())
-      throw ContractViolation("h0", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
-                              dtype_name(h0.dtype()));
-    if (h0.device() != Device::cpu)
-      throw UnsupportedPath(fmt::format("{}: the cpu backend needs a host h0", who));
-  }
-  return layout;
 }
 
 template <class CellMath, class StorageT>
@@ -489,146 +423,54 @@ decltype(auto) dispatch_solver(const Cell& cell, F&& f) {
   });
 }
 
-std::string history_tail(const std::vector<double>& history) {
-  std::string out = "[";
-  const std::size_t first = history.size() > 8 ? history.size() - 8 : 0;
-  for (std::size_t i = first; i < history.size(); ++i)
-    out += fmt::format("{}{:.3e}", i == first ? "" : ", ", history[i]);
-  return out + "]";
-}
-
-void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
-                   std::int64_t time, std::int64_t batch) {
-  const double res = stats.max_residual;
-  nlohmann::json fields = {{"max_residual", res},
-                           {"residual_fail", config.residual_fail ? nlohmann::json(*config.residual_fail) : nlohmann::json(nullptr)},
-                           {"iters", stats.iters},
-                           {"T", time},
-                           {"batch", batch},
-                           {"cell", std::string(cell.name())},
-                           {"backend", stats.scan_backend},
-                           {"residual_history", std::vector<double>(
-                               stats.residual_history.end() - std::min<std::ptrdiff_t>(8, static_cast<std::ptrdiff_t>(stats.residual_history.size())),
-                               stats.residual_history.end())}};
-  if (config.residual_fail && (!std::isfinite(res) || res > *config.residual_fail)) {
-    emit_warning("newton_diverged", "residual gate fired", fields);
-    throw NewtonDivergenceError(fmt::format(
-        "Newton diverged: max|F(H)|={:.6e} after iters={} (residual_fail={}; T={}, batch={}, "
-        "cell={}, backend={}, history={}). A residual >= residual_fail means the solver left its "
-        "basin: do not step the optimizer on this batch.{}",
-        res, stats.iters, *config.residual_fail, time, batch, cell.name(), stats.scan_backend,
-        history_tail(stats.residual_history),
-        cell.kind() == CellKind::gru || cell.kind() == CellKind::lstm || cell.kind() == CellKind::nlru
-            ? ""
-            : " For ParaSLSTM raise picard_iters."));
-  }
-  if (!(res <= kResidualWarn))
-    emit_warning("newton_residual_high",
-                 fmt::format("max|F(H)|={:.3e} above {:.0e} after {} iterations", res,
-                             kResidualWarn, stats.iters),
-                 fields);
-}
-
 }  // namespace
 
-std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
-                                              std::int64_t total_length) {
-  if (cu_seqlens.dtype() != DType::i32 && cu_seqlens.dtype() != DType::i64)
-    throw ContractViolation("cu_seqlens", "dtype must be int32 or int64",
-                            dtype_name(cu_seqlens.dtype()));
-  if (cu_seqlens.dim() != 1)
-    throw ContractViolation("cu_seqlens", "must be 1-D (S+1,)", shape_string(cu_seqlens.shape()));
-  if (cu_seqlens.size(0) < 2)
-    throw ContractViolation("cu_seqlens", "needs at least 2 entries",
-                            shape_string(cu_seqlens.shape()));
-  if (cu_seqlens.device() != Device::cpu)
-    throw UnsupportedPath("cu_seqlens: the cpu backend needs a host tensor");
-  std::vector<std::int64_t> values(static_cast<std::size_t>(cu_seqlens.size(0)));
-  for (std::int64_t i = 0; i < cu_seqlens.size(0); ++i)
-    values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(cu_seqlens.load({i}));
-  if (values.front() != 0)
-    throw ContractViolation("cu_seqlens", "must start at 0 (cu_seqlens[0] == 0)",
-                            std::to_string(values.front()));
-  if (values.back() != total_length)
-    throw ContractViolation("cu_seqlens",
-                            fmt::format("must end at the packed length N={} (cu_seqlens[-1] == N)",
-                                        total_length),
-                            std::to_string(values.back()));
-  for (std::size_t i = 1; i < values.size(); ++i)
-    if (values[i] <= values[i - 1])
-      throw ContractViolation(
-          "cu_seqlens", "must be strictly increasing",
-          fmt::format("cu_seqlens[{}]={} after cu_seqlens[{}]={}", i, values[i], i - 1, values[i - 1]));
-  values.pop_back();
-  return values;
-}
-
-Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                    const ApplyOptions& options, NewtonStats* stats) {
-  validate(config, cell.spec());
-  if (config.scan_backend == ScanBackend::cuda)
-    throw UnsupportedPath(
-        "scan_backend=cuda: the CUDA Newton backend is not available in this build of "
-        "newton_apply; use auto, eager or cpu");
-  Layout layout = check_inputs(cell, x, options, "newton_apply");
-  const std::int64_t time = layout.time, batch = layout.batch;
-  NewtonStats local;
-  NewtonStats& s = stats ? *stats : local;
-  Tensor H = dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).newton(config, s);
+Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                        const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).newton(config, stats);
   });
-  residual_gate(cell, config, s, time, batch);
-  return H;
 }
 
-NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                             const ApplyOptions& options) {
-  validate(config, cell.spec());
-  if (config.scan_backend == ScanBackend::cuda)
-    throw UnsupportedPath("scan_backend=cuda: training on the CUDA backend is not available yet");
-  Layout layout = check_inputs(cell, x, options, "newton_forward");
-  const std::int64_t time = layout.time, batch = layout.batch;
+Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                            Layout layout) {
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).sequential();
+  });
+}
+
+NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                 const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
   dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
     const auto H = solver.newton_trajectory(config, forward.stats);
     forward.H = solver.to_storage(H);
-    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+    if (!config.recompute)
+      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
   });
-  residual_gate(cell, config, forward.stats, time, batch);
   return forward;
 }
 
-NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                const TensorView& grad_H, const NewtonConfig& config,
-                                const ApplyOptions& options) {
-  validate(config, cell.spec());
-  Layout layout = check_inputs(cell, x, options, "newton_backward");
+NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
+                                    const NewtonForward& forward, const TensorView& grad_H,
+                                    const NewtonConfig& config, const ApplyOptions& options,
+                                    Layout layout) {
   return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
-    if (forward.saved_trajectory) return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+    if (forward.saved_trajectory)
+      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
     // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
     NewtonStats stats;
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
 }
 
-Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
-  Layout layout = check_inputs(cell, x, options, "sequential_apply");
-  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).sequential();
-  });
-}
-
-double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                    const ApplyOptions& options) {
-  Layout layout = check_inputs(cell, x, options, "max_residual");
-  const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
-  if (H.shape() != expected)
-    throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                        const ApplyOptions& options, Layout layout) {
   return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).residual_of(H);
   });
 }
 
-}  // namespace pararnn
+}  // namespace pararnn::detail

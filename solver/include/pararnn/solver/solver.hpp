@@ -31,6 +31,9 @@ struct ApplyOptions {
 
 [[nodiscard]] Tensor sequential_apply(const Cell& cell, const TensorView& x,
                                       const ApplyOptions& options = {});
+// The same loop on an explicit backend (cpu, or cuda: one thread per chain on the GPU).
+[[nodiscard]] Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
+                                      const ApplyOptions& options = {});
 
 // Checks cu_seqlens against CONTRACT §6 for a packed length `total_length` and returns the
 // segment starts; throws ContractViolation naming the rule and value.

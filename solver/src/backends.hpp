@@ -1,0 +1,48 @@
+// Internal to the solver: the input checks and residual gate shared by every backend, and the
+// entry points of each backend. The public functions (api.cpp) validate, resolve the backend,
+// call it and run the residual gate.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
+
+namespace pararnn::detail {
+
+struct Layout {
+  std::int64_t batch = 0, time = 0, d_h = 0, d_in = 0;
+  std::vector<std::uint8_t> heads;           // [T]: 1 at t = 0 and at segment starts
+  std::vector<std::int64_t> state_index;     // [T]: h0 row used at a head (-1: zeros / row b)
+  bool packed = false;
+};
+
+Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                    const char* who, Device required = Device::cpu);
+void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
+                   std::int64_t time, std::int64_t batch);
+
+// CPU backend (cpu_backend.cpp).
+Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                        const ApplyOptions& options, Layout layout, NewtonStats& stats);
+Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                            Layout layout);
+NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                 const ApplyOptions& options, Layout layout);
+NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
+                                    const NewtonForward& forward, const TensorView& grad_H,
+                                    const NewtonConfig& config, const ApplyOptions& options,
+                                    Layout layout);
+double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                        const ApplyOptions& options, Layout layout);
+
+// CUDA backend (cuda_backend.cpp; without CUDA in the build, `cuda_backend_available` is false
+// with the reason and the others throw UnsupportedPath).
+bool cuda_backend_available(std::string* why_not = nullptr);
+Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                         const ApplyOptions& options, Layout layout, NewtonStats& stats);
+Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                             Layout layout);
+
+}  // namespace pararnn::detail
