@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,6 +56,23 @@ struct OracleStep {
 };
 OracleStep oracle_step_with_jacobian(const Case& problem, std::int64_t b, std::int64_t t,
                                      std::span<const double> h_prev);
+
+// The oracle's BPTT: gradients of L = Σ grad_H ⊙ H (grad_H = the case's "grad.H", or ones) through
+// the sequential unroll in the primary working type, derivatives by automatic differentiation
+// (never the production VJPs). Keys: "x", "h0" (when the case has h0), and every parameter under
+// its state_dict name; all f64 tensors of the input's shape. The clamp is differentiated as
+// clamp: zero gradient where |raw| > cap.
+struct OracleGradients {
+  std::map<std::string, Tensor> tensors;
+  std::string type;
+  int digits = 0;
+  std::string certifier_type;
+  double self_check_delta = 0.0;  // primary vs certifier on the certified part (see oracle.cpp)
+  bool certified_all_chains = false;
+  std::int64_t certified_chain_steps = 0;
+  bool finite = true;
+};
+OracleGradients oracle_gradients(const Case& problem, const OracleOptions& options = {});
 
 // Number of state slots and the hidden size the oracle reads from the case (for tests).
 struct OracleStateShape {
