@@ -3,6 +3,12 @@
 // run raises UnsupportedPath), call it, and run the residual gate.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include <map>
+#include <optional>
+
 #include "backends.hpp"
 
 namespace pararnn {
@@ -32,13 +38,148 @@ Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
 
 Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
 
+// One window's configuration: no chunking, and the K of the full length (a fixed K stays;
+// the adaptive minimum is pinned with a one-entry newton_iters_by_t table).
+NewtonConfig window_config(const NewtonConfig& config, const Cell& cell, std::int64_t full_time) {
+  NewtonConfig w = config;
+  w.chunk_len.reset();
+  if (!config.max_iters)
+    w.newton_iters_by_t = {{1, resolve_newton_iters(config, cell.spec(), cell.dtype(), full_time).k}};
+  return w;
+}
+
+struct Window {
+  std::int64_t begin, end;
+};
+std::vector<Window> windows_of(std::int64_t time, std::int64_t chunk_len) {
+  std::vector<Window> out;
+  for (std::int64_t t = 0; t < time; t += chunk_len) out.push_back({t, std::min(time, t + chunk_len)});
+  return out;
+}
+
+void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
+  if (config.chunk_len && options.cu_seqlens)
+    throw ContractViolation("chunk_len", "cannot be combined with cu_seqlens",
+                            std::to_string(*config.chunk_len));
+}
+
+// The state after the last step of a window, as the next window's h0 (storage dtype, the
+// trajectory's slot layout).
+Tensor last_state(const Tensor& H_window) {
+  return Tensor::copy_of(H_window.view().select(1, H_window.size(1) - 1));
+}
+
+void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
+  if (first) {
+    total = window;
+    return;
+  }
+  total.max_residual = std::max(total.max_residual, window.max_residual);
+  total.iters = std::max(total.iters, window.iters);
+  total.updates = std::max(total.updates, window.updates);
+  total.converged = total.converged && window.converged;
+  total.fallback_tiles += window.fallback_tiles;
+  total.residual_history.insert(total.residual_history.end(), window.residual_history.begin(),
+                                window.residual_history.end());
+}
+
+// Windows from last to first (spec §2.8): window w re-solves from h0_w = H[:, begin−1] (the
+// caller's h0 for the first), its cotangent gets the next window's ∇h0 at its last step, and
+// parameter gradients are summed over windows (in double, rounded once).
+NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                  const TensorView& grad_H, const NewtonConfig& config,
+                                  const ApplyOptions& options, const detail::Layout& layout) {
+  const NewtonConfig w = window_config(config, cell, layout.time);
+  const std::vector<Window> wins = windows_of(layout.time, *config.chunk_len);
+  const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
+  if (grad_H.shape() != trajectory)
+    throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
+                            shape_string(grad_H.shape()));
+  if (forward.H.shape() != trajectory)
+    throw ContractViolation("forward", "must come from newton_forward on this x",
+                            shape_string(forward.H.shape()));
+  Tensor dx(cell.dtype(), {layout.batch, layout.time, layout.d_in});
+  std::map<std::string, std::vector<double>> param_sums;
+  std::optional<Tensor> carry;  // ∇ of the next window's h0 (its shape: (B, slots, d_h) or (B, d_h))
+  NewtonGradients out;
+  for (auto it = wins.rbegin(); it != wins.rend(); ++it) {
+    const Window win = *it;
+    std::optional<Tensor> h0_w;
+    if (win.begin > 0)
+      h0_w = Tensor::copy_of(forward.H.view().select(1, win.begin - 1));
+    else if (options.h0)
+      h0_w = Tensor::copy_of(*options.h0);
+    Tensor g_w = Tensor::converted(grad_H.slice(1, win.begin, win.end), DType::f64);
+    if (carry) {
+      // g_w is contiguous f64 (B, T_w, state...): add the carry at every row's last step.
+      const std::int64_t tw = win.end - win.begin;
+      const std::int64_t state = g_w.numel() / (layout.batch * tw);
+      const auto add = Tensor::converted(*carry, DType::f64).to_f64_vector();
+      double* g = g_w.data_as<double>();
+      for (std::int64_t b = 0; b < layout.batch; ++b)
+        for (std::int64_t i = 0; i < state; ++i)
+          g[(b * tw + tw - 1) * state + i] += add[static_cast<std::size_t>(b * state + i)];
+    }
+    ApplyOptions wo;
+    if (h0_w) wo.h0 = h0_w->view();
+    const TensorView x_w = x.slice(1, win.begin, win.end);
+    const NewtonForward fw = newton_forward(cell, x_w, w, wo);
+    const NewtonGradients gw = newton_backward(cell, x_w, fw, g_w, w, wo);
+    for (std::int64_t b = 0; b < layout.batch; ++b) {
+      const TensorView dst = dx.view().select(0, b).slice(0, win.begin, win.end);
+      const TensorView src = gw.x.view().select(0, b);
+      std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(dx.dtype()));
+    }
+    for (const auto& [name, grad] : gw.parameters) {
+      auto& sum = param_sums[name];
+      const auto v = grad.to_f64_vector();
+      if (sum.empty()) sum.assign(v.size(), 0.0);
+      for (std::size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+    }
+    carry = gw.h0;
+    if (win.begin == 0 && options.h0) out.h0 = gw.h0;
+  }
+  out.x = dx;
+  for (const auto& [name, sum] : param_sums)
+    out.parameters.emplace(name, Tensor::from_values(cell.dtype(), cell.parameter(name).shape(), sum));
+  return out;
+}
+
 }  // namespace
 
 Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                     const ApplyOptions& options, NewtonStats* stats) {
   validate(config, cell.spec());
+  check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
+  if (config.chunk_len && *config.chunk_len < layout.time) {
+    // Windowed Newton: serial over windows, each a full solve from the previous last state.
+    const NewtonConfig w = window_config(config, cell, layout.time);
+    Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
+    std::optional<Tensor> h0;
+    if (options.h0) h0 = Tensor::copy_of(*options.h0);
+    NewtonStats total;
+    bool first = true;
+    for (const Window& win : windows_of(layout.time, *config.chunk_len)) {
+      NewtonStats ws;
+      ApplyOptions wo;
+      if (h0) wo.h0 = h0->view();
+      const Tensor Hw = newton_apply(cell, x.slice(1, win.begin, win.end), w, wo, &ws);
+      merge_stats(total, ws, first);
+      first = false;
+      const Tensor Hw_copy = Hw;
+      for (std::int64_t b = 0; b < layout.batch; ++b)
+        for (std::int64_t t = win.begin; t < win.end; ++t) {
+          const TensorView dst = H.view().select(0, b).select(0, t);
+          const TensorView src = Hw_copy.view().select(0, b).select(0, t - win.begin);
+          std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(H.dtype()));
+        }
+      h0 = last_state(Hw);
+    }
+    if (stats) *stats = total;
+    return H;
+  }
   const std::int64_t time = layout.time, batch = layout.batch;
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
@@ -67,10 +208,17 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
 NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                              const ApplyOptions& options) {
   validate(config, cell.spec());
+  check_windowed(config, options);
   if (resolve_backend(config.scan_backend, x) == Resolved::cuda)
     throw UnsupportedPath("newton_forward: training on the CUDA backend is not available yet; "
                           "use scan_backend=cpu");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward");
+  if (config.chunk_len && *config.chunk_len < layout.time) {
+    // Windowed: the backward re-solves each window from the boundary states held in H.
+    NewtonForward forward;
+    forward.H = newton_apply(cell, x, config, options, &forward.stats);
+    return forward;
+  }
   const std::int64_t time = layout.time, batch = layout.batch;
   NewtonForward forward = detail::cpu_newton_forward(cell, x, config, options, std::move(layout));
   detail::residual_gate(cell, config, forward.stats, time, batch);
@@ -81,7 +229,10 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
                                 const TensorView& grad_H, const NewtonConfig& config,
                                 const ApplyOptions& options) {
   validate(config, cell.spec());
+  check_windowed(config, options);
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward");
+  if (config.chunk_len && *config.chunk_len < layout.time)
+    return windowed_backward(cell, x, forward, grad_H, config, options, layout);
   return detail::cpu_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout));
 }
 

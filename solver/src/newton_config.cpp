@@ -66,13 +66,8 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
                                 fmt::format("{}: {}", t, k));
     }
   }
-  if (config.chunk_len) {
-    if (*config.chunk_len < 1)
-      throw ContractViolation("chunk_len", "must be >= 1", std::to_string(*config.chunk_len));
-    throw UnsupportedPath(fmt::format(
-        "chunk_len={}: windowed Newton is not available yet; leave chunk_len unset",
-        *config.chunk_len));
-  }
+  if (config.chunk_len && *config.chunk_len < 1)
+    throw ContractViolation("chunk_len", "must be >= 1 or unset", std::to_string(*config.chunk_len));
 }
 
 KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,

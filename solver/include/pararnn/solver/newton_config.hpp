@@ -37,7 +37,11 @@ struct NewtonConfig {
   std::int64_t k_max = 16;                     // cap of the adaptive loop
   std::optional<std::int64_t> picard_iters;    // sLSTM / M2RNN only
   std::map<std::int64_t, std::int64_t> newton_iters_by_t;  // left-step K(T); needs max_iters unset
-  std::optional<std::int64_t> chunk_len;       // windowed Newton: not available yet, refused
+  // Windowed Newton (spec §2.8): consecutive windows of chunk_len steps, each a full solve whose
+  // h0 is the previous window's last state; K is resolved on the full T. A different fixed
+  // point from the global solve when K is small: its agreement is reported, not assumed.
+  // Not with cu_seqlens.
+  std::optional<std::int64_t> chunk_len;
   bool recompute = false;
 };
 
