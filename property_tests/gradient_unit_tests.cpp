@@ -137,7 +137,7 @@ TEST_P(EveryCell, PackedGradientsArePerSegment) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru"),
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru", "slstm", "cfc", "titans"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,21 +1,75 @@
 // Properties tying the production cells to the oracle one step at a time: the analytic Jacobian
 // of cells/ equals the oracle's automatic-differentiation Jacobian, and one production step
-// equals one oracle step.
+// equals one oracle step. Built once per backend (backend.hpp): on the host the step is the cell
+// math called directly, on cuda it is the residual kernel (F and J of a one-step trajectory whose
+// h0 is h_prev), the code the CUDA Newton loop runs.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
 
+#include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/reference/oracle.hpp"
+#if PARARNN_TEST_ON_CUDA
+#include <cuda_runtime_api.h>
+
+#include "pararnn/kernels/cell_residual.hpp"
+#endif
 
 namespace pararnn {
 namespace {
 
 using testing::gen_problem;
 
-// One production step at (b, t) from `h_prev` (slot-major), with its Jacobian, in ComputeT.
+#if PARARNN_TEST_ON_CUDA
+// One step of every channel on the device: F and J of the one-step trajectory H = 0 whose
+// initial state is h_prev, so F = f(h_prev, x) exactly. Arrays are [k][c], [g][c], [s][c].
+template <class CellMath, class ComputeT>
+void device_step(std::int64_t D, const std::vector<ComputeT>& rec, const std::vector<ComputeT>& wx,
+                 const std::vector<ComputeT>& h_prev, std::vector<ComputeT>& h_new,
+                 std::vector<ComputeT>& jac) {
+  constexpr int S = CellMath::kSlots;
+  auto ok = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) RC_FAIL(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+  };
+  struct Buffers {
+    std::vector<void*> owned;
+    ~Buffers() {
+      for (void* p : owned) cudaFree(p);
+    }
+  } buffers;
+  auto device = [&](std::size_t bytes) {
+    void* p = nullptr;
+    ok(cudaMalloc(&p, bytes), "cudaMalloc");
+    buffers.owned.push_back(p);
+    return static_cast<ComputeT*>(p);
+  };
+  auto to_device = [&](const std::vector<ComputeT>& host) {
+    ComputeT* p = device(host.size() * sizeof(ComputeT));
+    ok(cudaMemcpy(p, host.data(), host.size() * sizeof(ComputeT), cudaMemcpyHostToDevice), "upload");
+    return p;
+  };
+  const std::size_t n = static_cast<std::size_t>(S * D);
+  ComputeT* d_H = device(n * sizeof(ComputeT));
+  ok(cudaMemset(d_H, 0, n * sizeof(ComputeT)), "cudaMemset");
+  ComputeT* d_F = device(n * sizeof(ComputeT));
+  ComputeT* d_J = device(n * S * sizeof(ComputeT));
+  kernels::CellResidualArgs<ComputeT> a{.wx = to_device(wx), .recurrent = to_device(rec),
+                                        .h0 = to_device(h_prev), .H = d_H, .residual = d_F,
+                                        .jac = d_J, .batch = 1, .time = 1, .channels = D};
+  ok(kernels::launch_cell_residual<CellMath, ComputeT>(a, nullptr, 0, cudaStream_t{}),
+     "launch_cell_residual");
+  h_new.resize(n);
+  jac.resize(n * S);
+  ok(cudaMemcpy(h_new.data(), d_F, n * sizeof(ComputeT), cudaMemcpyDeviceToHost), "download F");
+  ok(cudaMemcpy(jac.data(), d_J, n * S * sizeof(ComputeT), cudaMemcpyDeviceToHost), "download J");
+}
+#endif
+
+// One production step at (b, t) from `h_prev` (slot-major), with its Jacobian, in ComputeT, on
+// the backend under test.
 template <class ComputeT>
 void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int64_t t,
                      const std::vector<double>& h_prev, std::vector<double>& h_new,
@@ -26,26 +80,48 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
     h_new.assign(static_cast<std::size_t>(S * D), 0.0);
     jacobian.assign(static_cast<std::size_t>(S * D * S * D), 0.0);
     const auto cap = cell.max_recurrent_norm();
+    // Per-channel inputs in the layouts of the kernels: rec [k][c], wx [g][c], h_prev [s][c].
+    std::vector<ComputeT> rec(static_cast<std::size_t>(R * D)), wx(static_cast<std::size_t>(G * D)),
+        hp(static_cast<std::size_t>(S * D)), hn, jac;
     for (std::int64_t c = 0; c < D; ++c) {
-      ComputeT rec[R], wx[G], hp[S], hn[S], jac[S * S];
       for (int k = 0; k < R; ++k) {
         double v = cell.parameter(std::string(cell.spec().recurrent[k])).load({c});
         if (cap) v = std::clamp(v, -*cap, *cap);
-        rec[k] = static_cast<ComputeT>(v);
+        rec[static_cast<std::size_t>(k * D + c)] = static_cast<ComputeT>(v);
       }
       for (int g = 0; g < G; ++g) {
         ComputeT acc = static_cast<ComputeT>(cell.parameter("W_x.bias").load({g * D + c}));
         for (std::int64_t i = 0; i < cell.d_in(); ++i)
           acc += static_cast<ComputeT>(cell.parameter("W_x.weight").load({g * D + c, i})) *
                  static_cast<ComputeT>(x.load({b, t, i}));
-        wx[g] = acc;
+        wx[static_cast<std::size_t>(g * D + c)] = acc;
       }
-      for (int s = 0; s < S; ++s) hp[s] = static_cast<ComputeT>(h_prev[static_cast<std::size_t>(s * D + c)]);
-      CellMath::step(rec, wx, hp, hn, jac);
-      for (int s = 0; s < S; ++s) h_new[static_cast<std::size_t>(s * D + c)] = hn[s];
+      for (int s = 0; s < S; ++s)
+        hp[static_cast<std::size_t>(s * D + c)] = static_cast<ComputeT>(h_prev[static_cast<std::size_t>(s * D + c)]);
+    }
+#if PARARNN_TEST_ON_CUDA
+    device_step<CellMath, ComputeT>(D, rec, wx, hp, hn, jac);
+#else
+    hn.resize(static_cast<std::size_t>(S * D));
+    jac.resize(static_cast<std::size_t>(S * S * D));
+    for (std::int64_t c = 0; c < D; ++c) {
+      ComputeT r_c[R], wx_c[G], hp_c[S], hn_c[S], jac_c[S * S];
+      for (int k = 0; k < R; ++k) r_c[k] = rec[static_cast<std::size_t>(k * D + c)];
+      for (int g = 0; g < G; ++g) wx_c[g] = wx[static_cast<std::size_t>(g * D + c)];
+      for (int s = 0; s < S; ++s) hp_c[s] = hp[static_cast<std::size_t>(s * D + c)];
+      CellMath::step(r_c, wx_c, hp_c, hn_c, jac_c);
+      for (int s = 0; s < S; ++s) hn[static_cast<std::size_t>(s * D + c)] = hn_c[s];
+      for (int q = 0; q < S * S; ++q) jac[static_cast<std::size_t>(q * D + c)] = jac_c[q];
+    }
+#endif
+    // Back to the oracle's dense layout: h_new [s·D + c], J [(o·D + c)·S·D + i·D + c].
+    for (std::int64_t c = 0; c < D; ++c) {
+      for (int s = 0; s < S; ++s)
+        h_new[static_cast<std::size_t>(s * D + c)] = hn[static_cast<std::size_t>(s * D + c)];
       for (int o = 0; o < S; ++o)
         for (int i = 0; i < S; ++i)
-          jacobian[static_cast<std::size_t>((o * D + c) * S * D + i * D + c)] = jac[o * S + i];
+          jacobian[static_cast<std::size_t>((o * D + c) * S * D + i * D + c)] =
+              jac[static_cast<std::size_t>((o * S + i) * D + c)];
     }
   });
 }

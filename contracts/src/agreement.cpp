@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "pararnn/reference/oracle.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 namespace {
@@ -81,7 +82,60 @@ double max_abs_between(const TensorView& a, const TensorView& b) {
   return compare(a, b, Tolerance{.atol = INFINITY, .rtol = 0.0, .source = "metric only"}).max_abs;
 }
 
+std::int64_t certify_budget(const VerifyOptions& options, DType dtype) {
+  return options.certify_budget.value_or(default_certify_budget(dtype));
+}
+
+// Production adjoint vs the oracle's BPTT, per tensor; any mismatch makes the verdict Disagree,
+// a non-finite oracle gradient or a large certification delta makes it Inconclusive.
+void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
+                     const VerifyOptions& options) {
+  const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
+  Tensor g = options.grad_H ? Tensor::copy_of(*options.grad_H)
+                            : Tensor(cell.dtype(), cell.trajectory_shape(x.size(0), x.size(1)));
+  if (!options.grad_H) {
+    Tensor flat = g.reshaped({g.numel()});
+    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
+  }
+  auto start = Clock::now();
+  const NewtonForward forward = newton_forward(cell, x, options.config, apply);
+  const NewtonGradients grads = newton_backward(cell, x, forward, g, options.config, apply);
+  r.timings_ms["backward"] = ms_since(start);
+  problem.grad_H = Tensor::converted(g, cell.dtype());
+  start = Clock::now();
+  const reference::OracleGradients oracle = reference::oracle_gradients(
+      problem, {.certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed});
+  r.timings_ms["oracle_gradients"] = ms_since(start);
+  r.gradient_self_check_delta = oracle.self_check_delta;
+  const Metric metric = cell.kind() == CellKind::lstm ? Metric::gradient_coupled : Metric::gradient_diag;
+  const Tolerance tol = tolerance_for({.dtype = cell.dtype(), .metric = metric, .cell = r.cell, .backend = r.backend});
+  auto check = [&](const std::string& name, const Tensor& ours) {
+    auto it = oracle.tensors.find(name);
+    if (it == oracle.tensors.end()) throw Error("oracle_gradients returned no '" + name + "'");
+    r.gradients.push_back({name, compare(ours, it->second, tol)});
+  };
+  check("x", grads.x);
+  if (grads.h0) check("h0", *grads.h0);
+  for (const auto& [name, grad] : grads.parameters) check(name, grad);
+  if (r.verdict == Verdict::inconclusive) return;
+  const Tolerance self = tolerance_for({.dtype = cell.dtype(), .metric = Metric::oracle_self_check, .cell = r.cell, .backend = r.backend});
+  if (!oracle.finite || !(oracle.self_check_delta <= self.atol)) {
+    r.verdict = Verdict::inconclusive;
+    r.ok = false;
+    r.inconclusive_reason = fmt::format("oracle gradients not certified (finite={}, self-check delta {:.3e})",
+                                        oracle.finite, oracle.self_check_delta);
+    return;
+  }
+  for (const auto& gc : r.gradients)
+    if (!gc.comparison.ok()) {
+      r.verdict = Verdict::disagree;
+      r.ok = false;
+    }
+}
+
 }  // namespace
+
+std::int64_t default_certify_budget(DType dtype) { return dtype == DType::f64 ? 100'000 : 4'000'000; }
 
 std::string_view verdict_name(Verdict verdict) {
   switch (verdict) {
@@ -118,13 +172,14 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   start = Clock::now();
   const Case problem = case_for(cell, x, options);
   const reference::OracleResult oracle = reference::oracle_sequential(
-      problem, {.certify = true, .certify_budget = options.certify_budget, .seed = options.seed});
+      problem, {.certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed});
   r.timings_ms["oracle"] = ms_since(start);
 
   const Tolerance tau = trajectory_tolerance(cell.dtype(), r.cell, r.backend, options);
   judge(r, H, oracle, tau, cell.dtype());
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
+  if (options.gradients) judge_gradients(r, cell, x, problem, options);
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
 }
@@ -140,7 +195,7 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   r.k_source = "external";
   auto start = Clock::now();
   const reference::OracleResult oracle = reference::oracle_sequential(
-      problem, {.certify = true, .certify_budget = options.certify_budget, .seed = options.seed});
+      problem, {.certify = true, .certify_budget = certify_budget(options, problem.dtype()), .seed = options.seed});
   r.timings_ms["oracle"] = ms_since(start);
   r.slots = trajectory.dim() == 4 ? trajectory.size(2) : 1;
   if (trajectory.shape() != oracle.H.shape())
@@ -199,6 +254,17 @@ nlohmann::ordered_json AgreementReport::to_json() const {
   j["cell"] = cell;
   j["quality_ratio"] = sequential_max_abs > 0 ? max_abs / sequential_max_abs : 0.0;
   j["repro"] = repro_command;
+  if (!gradients.empty()) {
+    nlohmann::ordered_json grads;
+    for (const auto& gc : gradients) {
+      const ComparisonResult& c = gc.comparison;
+      grads[gc.name] = {{"ok", c.ok()},         {"max_abs", c.max_abs},     {"max_rel", c.max_rel},
+                        {"atol", c.tolerance.atol}, {"rtol", c.tolerance.rtol}, {"worst_index", c.worst_abs_index},
+                        {"mismatches", c.mismatches}, {"count", c.count}};
+    }
+    j["gradients"] = grads;
+    j["gradient_self_check_delta"] = gradient_self_check_delta;
+  }
   j["schema_version"] = kReportSchemaVersion;
   return j;
 }
@@ -216,6 +282,8 @@ std::string AgreementReport::failure_message() const {
       nlohmann::json(residual_history).dump());
   if (!inconclusive_reason.empty()) out += "Inconclusive: " + inconclusive_reason + "\n";
   out += comparison.describe();
+  for (const auto& gc : gradients)
+    if (!gc.comparison.ok()) out += "\nGradient '" + gc.name + "': " + gc.comparison.describe();
   if (!repro_command.empty()) out += "\nReplay: " + repro_command;
   return out;
 }
@@ -239,7 +307,16 @@ std::string AgreementReport::summary() const {
       certified_all_chains ? " (all chains)" : " (seeded sample)",
       timings_ms.contains("newton") ? timings_ms.at("newton") : 0.0,
       timings_ms.contains("sequential") ? timings_ms.at("sequential") : 0.0,
-      timings_ms.contains("oracle") ? timings_ms.at("oracle") : 0.0);
+      timings_ms.contains("oracle") ? timings_ms.at("oracle") : 0.0) + gradient_summary();
+}
+
+std::string AgreementReport::gradient_summary() const {
+  std::string out;
+  for (const auto& gc : gradients)
+    out += fmt::format("\ngradient {:<12} max_abs {:.3e} max_rel {:.3e} (atol {:g}, rtol {:g})  {}",
+                       gc.name, gc.comparison.max_abs, gc.comparison.max_rel, gc.comparison.tolerance.atol,
+                       gc.comparison.tolerance.rtol, gc.comparison.ok() ? "ok" : "MISMATCH");
+  return out;
 }
 
 }  // namespace pararnn

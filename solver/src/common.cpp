@@ -98,9 +98,7 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
         "basin: do not step the optimizer on this batch.{}",
         res, stats.iters, *config.residual_fail, time, batch, cell.name(), stats.scan_backend,
         history_tail(stats.residual_history),
-        cell.kind() == CellKind::gru || cell.kind() == CellKind::lstm || cell.kind() == CellKind::nlru
-            ? ""
-            : " For ParaSLSTM raise picard_iters."));
+        cell.spec().picard ? " For ParaSLSTM raise picard_iters." : ""));
   }
   if (!(res <= kResidualWarn))
     emit_warning("newton_residual_high",

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "backends.hpp"
@@ -22,6 +23,7 @@ namespace pararnn::detail {
 namespace {
 
 constexpr std::int64_t kChannelTile = 64;
+constexpr double kDtFloor = 1e-4;  // CfC clamps Δt from below
 
 // max that lets NaN win (a NaN residual must never look small).
 inline double nan_max(double a, double b) {
@@ -38,33 +40,44 @@ class CpuSolver {
   static constexpr int R = CellMath::kRecurrent;
   static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
 
+  static constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;  // per-channel values
+
   CpuSolver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout)
       : cell_(cell), L_(std::move(layout)) {
     const std::int64_t D = L_.d_h;
-    // Recurrent vectors, clamped once (App. C.1 clamp at use time; the stored values are kept).
-    rec_.resize(static_cast<std::size_t>(R * D));
-    const auto cap = cell.max_recurrent_norm();
-    for (int k = 0; k < R; ++k) {
-      const Tensor& p = cell.parameter(std::string(cell.spec().recurrent[static_cast<std::size_t>(k)]));
-      for (std::int64_t c = 0; c < D; ++c) {
-        double v = p.load({c});
-        if (cap) v = std::clamp(v, -*cap, *cap);
-        rec_[static_cast<std::size_t>(k * D + c)] = static_cast<ComputeT>(v);
+    // Recurrent values clamped once (App. C.1 clamp at use time; stored values are kept).
+    const std::vector<double> values = cell.channel_values();
+    rec_.assign(values.begin(), values.end());
+    // Input affines: one GEMM per block and batch row, in the compute type; Δt for CfC.
+    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Tensor xc = Tensor::converted(x, kComputeDType);
+    wx_.resize(static_cast<std::size_t>(L_.batch * L_.time * G * D));
+    using Stride = Eigen::OuterStride<Eigen::Dynamic>;
+    for (const AffineBlock& block : cell.spec().affine) {
+      const std::int64_t inputs = cell.affine_inputs(block);
+      const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), kComputeDType);
+      const Tensor bias = Tensor::converted(cell.parameter(std::string(block.bias)), kComputeDType);
+      const std::int64_t rows = block.gates * D;
+      Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), rows, inputs);
+      Eigen::Map<const Eigen::Matrix<ComputeT, 1, Eigen::Dynamic>> b(bias.data_as<ComputeT>(), rows);
+      for (std::int64_t bi = 0; bi < L_.batch; ++bi) {
+        Eigen::Map<const RowMatrix, 0, Stride> X(xc.data_as<ComputeT>() + bi * L_.time * L_.d_in,
+                                                 L_.time, inputs, Stride(L_.d_in));
+        Eigen::Map<RowMatrix, 0, Stride> out(wx_.data() + bi * L_.time * G * D + block.first_gate * D,
+                                             L_.time, rows, Stride(G * D));
+        out.noalias() = X * W.transpose();
+        out.rowwise() += b;
       }
     }
-    // Input affine: one GEMM per batch row, W_x x + b in the compute type.
-    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    const Tensor w = Tensor::converted(cell.parameter("W_x.weight"), kComputeDType);
-    const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), kComputeDType);
-    const Tensor xc = Tensor::converted(x, kComputeDType);
-    Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), G * D, L_.d_in);
-    Eigen::Map<const Eigen::Matrix<ComputeT, 1, Eigen::Dynamic>> b(bias.data_as<ComputeT>(), G * D);
-    wx_.resize(static_cast<std::size_t>(L_.batch * L_.time * G * D));
-    for (std::int64_t bi = 0; bi < L_.batch; ++bi) {
-      Eigen::Map<const RowMatrix> X(xc.data_as<ComputeT>() + bi * L_.time * L_.d_in, L_.time, L_.d_in);
-      Eigen::Map<RowMatrix> out(wx_.data() + bi * L_.time * G * D, L_.time, G * D);
-      out.noalias() = X * W.transpose();
-      out.rowwise() += b;
+    if (cell.spec().dt_gate >= 0) {
+      const std::int64_t g = cell.spec().dt_gate;
+      for (std::int64_t bi = 0; bi < L_.batch; ++bi)
+        for (std::int64_t t = 0; t < L_.time; ++t) {
+          const ComputeT dt = std::max(xc.data_as<ComputeT>()[(bi * L_.time + t) * L_.d_in + L_.d_in - 1],
+                                       static_cast<ComputeT>(kDtFloor));
+          ComputeT* dst = wx_.data() + (bi * L_.time + t) * G * D + g * D;
+          std::fill(dst, dst + D, dt);
+        }
     }
     // Initial states at heads, [row][s][c].
     if (options.h0) {
@@ -90,8 +103,8 @@ class CpuSolver {
   void step_at(std::int64_t b, std::int64_t t, std::int64_t c, const ComputeT* h_prev,
                ComputeT* h_new, ComputeT* jac) const {
     const std::int64_t D = L_.d_h;
-    ComputeT rec[R], wx[G];
-    for (int k = 0; k < R; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
+    ComputeT rec[RC], wx[G];
+    for (int k = 0; k < RC; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
     const ComputeT* wx_t = wx_.data() + (b * L_.time + t) * G * D;
     for (int g = 0; g < G; ++g) wx[g] = wx_t[g * D + c];
     CellMath::step(rec, wx, h_prev, h_new, jac);
@@ -123,6 +136,42 @@ class CpuSolver {
         }
     });
     return H;
+  }
+
+  // sLSTM's guess: a zero-hidden pass (R h dropped; c, n, m run from h0) and then P Picard
+  // passes, each a sequential recurrence of (c, n, m) with the hidden input frozen to the
+  // previous pass. Auto P: T <= 64 -> 1, T <= 2048 -> 3, else 5 (CONTRACT §1).
+  std::int64_t picard_passes(const NewtonConfig& config) const {
+    if (config.picard_iters) return *config.picard_iters;
+    return L_.time <= 64 ? 1 : (L_.time <= 2048 ? 3 : 5);
+  }
+
+  std::vector<ComputeT> picard_guess(std::int64_t passes) const {
+    const std::int64_t D = L_.d_h;
+    constexpr int hidden = S - 1;
+    std::vector<ComputeT> current(static_cast<std::size_t>(L_.batch * row_elems()));
+    std::vector<ComputeT> previous;
+    for (std::int64_t pass = 0; pass <= passes; ++pass) {
+      const bool zero_hidden = pass == 0;
+      parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+        ComputeT* row = current.data() + b * row_elems();
+        const ComputeT* prev_row = zero_hidden ? nullptr : previous.data() + b * row_elems();
+        for (std::int64_t t = 0; t < L_.time; ++t)
+          for (std::int64_t c = c0; c < c1; ++c) {
+            ComputeT sp[S], sn[S];
+            const bool head = L_.heads[static_cast<std::size_t>(t)];
+            for (int s = 0; s < hidden; ++s)
+              sp[s] = head ? prev_state(nullptr, b, t, s, c) : row[((t - 1) * S + s) * D + c];
+            sp[hidden] = zero_hidden ? ComputeT(0)
+                         : head      ? prev_state(nullptr, b, t, hidden, c)
+                                     : prev_row[((t - 1) * S + hidden) * D + c];
+            step_at(b, t, c, sp, sn, nullptr);
+            for (int s = 0; s < S; ++s) row[(t * S + s) * D + c] = sn[s];
+          }
+      });
+      previous = current;
+    }
+    return current;
   }
 
   // F = f(prepend(H)) − H and (optionally) J; returns max|F| (NaN if any is NaN).
@@ -197,7 +246,13 @@ class CpuSolver {
     stats = NewtonStats{};
     stats.k = k;
     stats.scan_backend = "cpu";
-    std::vector<ComputeT> H = initial_guess();
+    std::vector<ComputeT> H;
+    if (cell_.spec().picard) {
+      stats.picard_iters = picard_passes(config);
+      H = picard_guess(stats.picard_iters);
+    } else {
+      H = initial_guess();
+    }
     std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h));
     std::optional<double> final_residual;  // known when the last evaluation saw the final H
     // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
@@ -268,12 +323,12 @@ class CpuSolver {
         ComputeT carry[S] = {};
         double acc[R] = {};
         for (std::int64_t t = T - 1; t >= 0; --t) {
-          ComputeT cot[S], hp[S], rec[R], wx[G], d_rec[R] = {}, dwx[G], dhp[S];
+          ComputeT cot[S], hp[S], rec[RC], wx[G], d_rec[RC] = {}, dwx[G], dhp[S];
           for (int s = 0; s < S; ++s) {
             cot[s] = g_row[(t * S + s) * D + c] + carry[s];
             hp[s] = prev_state(H_row, b, t, s, c);
           }
-          for (int k = 0; k < R; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
+          for (int k = 0; k < RC; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
           const ComputeT* wx_t = wx_.data() + (b * T + t) * G * D;
           for (int k = 0; k < G; ++k) wx[k] = wx_t[k * D + c];
           CellMath::vjp(rec, wx, hp, cot, d_rec, dwx, dhp);
@@ -295,47 +350,73 @@ class CpuSolver {
     });
 
     NewtonGradients out;
-    // Recurrent vectors: Σ over batch rows in a fixed order, times the clamp mask.
+    // Recurrent entries: Σ over batch rows in a fixed order, times the clamp mask, written to
+    // their tensor (a vector, or a row of R).
     const auto cap = cell_.max_recurrent_norm();
+    std::map<std::string, Tensor> recurrent_grads;
+    const auto& entries = cell_.spec().recurrent;
     for (int k = 0; k < R; ++k) {
-      const std::string name(cell_.spec().recurrent[static_cast<std::size_t>(k)]);
+      const RecurrentEntry& e = entries[static_cast<std::size_t>(k)];
+      const std::string name(e.tensor);
       const Tensor& raw = cell_.parameter(name);
-      Tensor grad(cell_.dtype(), {D});
+      auto it = recurrent_grads.find(name);
+      if (it == recurrent_grads.end()) it = recurrent_grads.emplace(name, Tensor(cell_.dtype(), raw.shape())).first;
       for (std::int64_t c = 0; c < D; ++c) {
         double sum = 0.0;
         for (std::int64_t b = 0; b < B; ++b) sum += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
-        const bool clipped = cap && std::abs(raw.load({c})) > *cap;
-        grad.data_as<StorageT>()[c] = static_cast<StorageT>(static_cast<ComputeT>(clipped ? 0.0 : sum));
+        const double raw_value = e.row < 0 ? raw.load({c}) : raw.load({e.row, c});
+        const bool clipped = cap && std::abs(raw_value) > *cap;
+        const std::int64_t flat = e.row < 0 ? c : e.row * D + c;
+        it->second.data_as<StorageT>()[flat] = static_cast<StorageT>(static_cast<ComputeT>(clipped ? 0.0 : sum));
       }
-      out.parameters.emplace(name, grad);
     }
-    // W_x: ∇W = Σ_b d_wxᵀ X, ∇b = Σ d_wx, ∇x = d_wx W (one GEMM each per batch row).
+    for (auto& [name, grad] : recurrent_grads) out.parameters.emplace(name, grad);
+    // Input affines: ∇W = Σ_b d_wxᵀ in, ∇b = Σ d_wx, ∇in = d_wx W (one GEMM each per batch row);
+    // Δt (CfC): Σ over channels of its gate's cotangent, zero where the floor clamped it.
     using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    const Tensor w = Tensor::converted(cell_.parameter("W_x.weight"), kComputeDType);
+    using Stride = Eigen::OuterStride<Eigen::Dynamic>;
     const Tensor xc = Tensor::converted(x, kComputeDType);
-    Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), G * D, L_.d_in);
-    RowMatrixD dW = RowMatrixD::Zero(G * D, L_.d_in);
-    Eigen::Matrix<double, 1, Eigen::Dynamic> db = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(G * D);
-    Tensor dx(cell_.dtype(), {B, T, L_.d_in});
-    RowMatrix dx_row(T, L_.d_in);
-    for (std::int64_t b = 0; b < B; ++b) {
-      Eigen::Map<const RowMatrix> X(xc.data_as<ComputeT>() + b * T * L_.d_in, T, L_.d_in);
-      Eigen::Map<const RowMatrix> dWX(d_wx.data() + b * T * G * D, T, G * D);
-      dW += (dWX.transpose() * X).template cast<double>();
-      db += dWX.template cast<double>().colwise().sum();
-      dx_row.noalias() = dWX * W;
-      StorageT* dst = dx.data_as<StorageT>() + b * T * L_.d_in;
-      for (std::int64_t i = 0; i < T * L_.d_in; ++i) dst[i] = static_cast<StorageT>(dx_row.data()[i]);
+    RowMatrix dx_all = RowMatrix::Zero(B * T, L_.d_in);
+    for (const AffineBlock& block : cell_.spec().affine) {
+      const std::int64_t inputs = cell_.affine_inputs(block);
+      const std::int64_t rows = block.gates * D;
+      const Tensor w = Tensor::converted(cell_.parameter(std::string(block.weight)), kComputeDType);
+      Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), rows, inputs);
+      RowMatrixD dW = RowMatrixD::Zero(rows, inputs);
+      Eigen::Matrix<double, 1, Eigen::Dynamic> db = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(rows);
+      for (std::int64_t b = 0; b < B; ++b) {
+        Eigen::Map<const RowMatrix, 0, Stride> X(xc.data_as<ComputeT>() + b * T * L_.d_in, T, inputs,
+                                                 Stride(L_.d_in));
+        Eigen::Map<const RowMatrix, 0, Stride> dWX(d_wx.data() + b * T * G * D + block.first_gate * D, T,
+                                                   rows, Stride(G * D));
+        dW += (dWX.transpose() * X).template cast<double>();
+        db += dWX.template cast<double>().colwise().sum();
+        dx_all.block(b * T, 0, T, inputs).noalias() += dWX * W;
+      }
+      Tensor dW_t(cell_.dtype(), {rows, inputs});
+      for (std::int64_t i = 0; i < rows * inputs; ++i)
+        dW_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(dW.data()[i]));
+      Tensor db_t(cell_.dtype(), {rows});
+      for (std::int64_t i = 0; i < rows; ++i)
+        db_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(db[i]));
+      out.parameters.emplace(std::string(block.weight), dW_t);
+      out.parameters.emplace(std::string(block.bias), db_t);
     }
-    Tensor dW_t(cell_.dtype(), {G * D, L_.d_in});
-    for (std::int64_t i = 0; i < G * D * L_.d_in; ++i)
-      dW_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(dW.data()[i]));
-    Tensor db_t(cell_.dtype(), {G * D});
-    for (std::int64_t i = 0; i < G * D; ++i)
-      db_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(db[i]));
-    out.parameters.emplace("W_x.weight", dW_t);
-    out.parameters.emplace("W_x.bias", db_t);
+    if (cell_.spec().dt_gate >= 0) {
+      const std::int64_t g = cell_.spec().dt_gate;
+      for (std::int64_t bt = 0; bt < B * T; ++bt) {
+        const ComputeT raw = xc.data_as<ComputeT>()[bt * L_.d_in + L_.d_in - 1];
+        if (raw < static_cast<ComputeT>(kDtFloor)) continue;
+        double sum = 0.0;
+        const ComputeT* dwx_t = d_wx.data() + bt * G * D + g * D;
+        for (std::int64_t c = 0; c < D; ++c) sum += static_cast<double>(dwx_t[c]);
+        dx_all(bt, L_.d_in - 1) += static_cast<ComputeT>(sum);
+      }
+    }
+    Tensor dx(cell_.dtype(), {B, T, L_.d_in});
+    for (std::int64_t i = 0; i < B * T * L_.d_in; ++i)
+      dx.data_as<StorageT>()[i] = static_cast<StorageT>(dx_all.data()[i]);
     out.x = dx;
     if (options.h0) {
       Tensor dh0(cell_.dtype(), options.h0->shape());

@@ -51,8 +51,9 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
   if (config.picard_iters) {
     if (*config.picard_iters < 0)
       throw ContractViolation("picard_iters", "must be >= 0", std::to_string(*config.picard_iters));
-    throw ContractViolation("picard_iters", "is ParaSLSTM / ParaM2RNN only",
-                            fmt::format("{} on {}", *config.picard_iters, cell.python_class));
+    if (!cell.picard)
+      throw ContractViolation("picard_iters", "is ParaSLSTM / ParaM2RNN only",
+                              fmt::format("{} on {}", *config.picard_iters, cell.python_class));
   }
   if (!config.newton_iters_by_t.empty()) {
     if (config.max_iters)

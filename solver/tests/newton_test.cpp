@@ -38,9 +38,17 @@ TEST_P(EveryCell, TimeOneEqualsOneCellStepExactly) {
 }
 
 TEST_P(EveryCell, ZeroIterationsEqualsTheInitialGuess) {
-  // App. A: H_t = f(0, x_t) for t > 0 (h0 at t = 0): a sequential run of length 1 per step.
   const Cell cell = make_cell(GetParam(), DType::f64);
   const Tensor x = random_input(DType::f64, 2, 6, cell.d_in(), 4);
+  if (cell.spec().picard) {
+    // sLSTM with P = 0: the zero-hidden guess is the sequential loop of the cell with R = 0.
+    Cell no_recurrence = cell;
+    no_recurrence.set_parameter("R", Tensor(DType::f64, {4, cell.d_h()}));
+    const Tensor H = newton_apply(cell, x, {.max_iters = 0, .residual_fail = std::nullopt, .picard_iters = 0});
+    EXPECT_EQ(H.to_f64_vector(), sequential_apply(no_recurrence, x).to_f64_vector());
+    return;
+  }
+  // App. A: H_t = f(0, x_t) for t > 0 (h0 at t = 0): a sequential run of length 1 per step.
   const Tensor H = newton_apply(cell, x, {.max_iters = 0, .residual_fail = std::nullopt});
   for (std::int64_t t = 0; t < 6; ++t) {
     const Tensor step = sequential_apply(cell, Tensor::copy_of(x.view().slice(1, t, t + 1)));
@@ -66,7 +74,7 @@ TEST_P(EveryCell, StridedInputEqualsContiguousCopyBitwise) {
   EXPECT_EQ(newton_apply(cell, every_other).to_f64_vector(), newton_apply(cell, copy).to_f64_vector());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru"),
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru", "slstm", "cfc", "titans"),
                          [](const auto& info) { return info.param; });
 
 TEST(ResidualGate, NanInputRaisesDivergenceWithDocumentedFields) {
@@ -145,7 +153,7 @@ TEST(RefusedInput, BadConfigurationsNameTheirField) {
   EXPECT_EQ(refused_field({.max_iters = -1}), "max_iters");
   EXPECT_EQ(refused_field({.omega = 0.0}), "omega");
   EXPECT_EQ(refused_field({.residual_fail = -1.0}), "residual_fail");
-  EXPECT_EQ(refused_field({.picard_iters = 2}), "picard_iters");
+  EXPECT_EQ(refused_field({.picard_iters = 2}), "picard_iters");  // GRU has no Picard passes
   EXPECT_EQ(refused_field({.max_iters = 3, .newton_iters_by_t = {{1, 2}}}), "newton_iters_by_t");
   EXPECT_EQ(refused_field({.newton_iters_by_t = {{0, 2}}}), "newton_iters_by_t");
 }

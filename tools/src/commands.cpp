@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -11,9 +14,11 @@
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn::tools {
 namespace {
@@ -64,12 +69,6 @@ ApplyOptions apply_options(const Case& problem) {
   if (problem.h0) options.h0 = problem.h0->view();
   if (problem.cu_seqlens) options.cu_seqlens = problem.cu_seqlens->view();
   return options;
-}
-
-void refuse_grad(bool grad) {
-  if (grad)
-    throw UnsupportedPath(
-        "--grad: gradients (newton_backward and the oracle's BPTT) are not in this build yet");
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& json) {
@@ -140,33 +139,89 @@ int make_case(const MakeCaseArgs& args) {
   return 0;
 }
 
+int kstar(const KstarArgs& args) {
+  KstarOptions options;
+  options.cell = args.cell;
+  options.dtype = parse_dtype(args.dtype, "--dtype");
+  options.times = parse_int_list(args.times, "--T");
+  options.seeds = args.seeds;
+  options.batch = args.batch;
+  options.d_in = args.d_in;
+  options.d_h = args.d_h;
+  options.k_limit = args.k_limit;
+  options.weight_std = args.weight_std;
+  options.max_recurrent_norm = parse_cap(args.max_recurrent_norm);
+  if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  const KstarTable table = measure_kstar(options);
+  std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} d_h={}):\n", args.cell,
+                           args.dtype, table.tau, args.seeds, args.batch, args.d_in, args.d_h);
+  std::cout << "T\tmax K*\tshipped K\n";
+  for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i)
+    std::cout << fmt::format("{}\t{}\t{}\n", table.max_kstar_by_t[i].first, table.max_kstar_by_t[i].second,
+                             table.shipped_k_by_t[i].second);
+  write_json(args.json, table.to_json());
+  return 0;
+}
+
 int oracle(const SolveArgs& args) {
-  refuse_grad(args.grad);
   if (args.out.empty()) throw ContractViolation("--out", "is required", "(empty)");
   const Case problem = read_case(args.case_path);
-  const auto result = reference::oracle_sequential(
-      problem, {.certify = true, .certify_budget = args.certify_budget, .seed = args.seed});
-  write_safetensors(args.out, {{"H", result.H}},
-                    {{"producer", "pararnn oracle"},
-                     {"oracle_type", result.type},
-                     {"oracle_digits", std::to_string(result.digits)},
-                     {"certifier_type", result.certifier_type},
-                     {"self_check_delta", fmt::format("{:.6e}", result.self_check_delta)},
-                     {"certified_all_chains", result.certified_all_chains ? "true" : "false"}});
-  std::cout << fmt::format("wrote {}: H {} f64, oracle {} certified by {} (self-check delta {:.3e})\n",
-                           args.out, shape_string(result.H.shape()), result.type,
+  const reference::OracleOptions options{
+      .certify = true,
+      .certify_budget = args.certify_budget.value_or(default_certify_budget(problem.dtype())),
+      .seed = args.seed};
+  const auto result = reference::oracle_sequential(problem, options);
+  std::map<std::string, Tensor> tensors = {{"H", result.H}};
+  std::map<std::string, std::string> metadata = {
+      {"producer", "pararnn oracle"},
+      {"oracle_type", result.type},
+      {"oracle_digits", std::to_string(result.digits)},
+      {"certifier_type", result.certifier_type},
+      {"self_check_delta", fmt::format("{:.6e}", result.self_check_delta)},
+      {"certified_all_chains", result.certified_all_chains ? "true" : "false"}};
+  bool finite = result.finite;
+  if (args.grad) {
+    const auto grads = reference::oracle_gradients(problem, options);
+    for (const auto& [name, grad] : grads.tensors) tensors.emplace("grad." + name, grad);
+    metadata["gradient_self_check_delta"] = fmt::format("{:.6e}", grads.self_check_delta);
+    metadata["gradient_cotangent"] = problem.grad_H ? "grad.H" : "ones";
+    finite = finite && grads.finite;
+  }
+  write_safetensors(args.out, tensors, metadata);
+  std::cout << fmt::format("wrote {}: H {} f64{}, oracle {} certified by {} (self-check delta {:.3e})\n",
+                           args.out, shape_string(result.H.shape()),
+                           args.grad ? " and its gradients" : "", result.type,
                            result.certifier_type, result.self_check_delta);
-  return result.finite ? 0 : kExitInconclusiveOrRefused;
+  return finite ? 0 : kExitInconclusiveOrRefused;
 }
 
 int solve(const SolveArgs& args) {
-  refuse_grad(args.grad);
   if (args.out.empty()) throw ContractViolation("--out", "is required", "(empty)");
   const Case problem = read_case(args.case_path);
   const Cell cell = Cell::from_case(problem);
+  const NewtonConfig config = config_from(args);
+  std::map<std::string, Tensor> tensors;
   NewtonStats stats;
-  const Tensor H = newton_apply(cell, problem.x, config_from(args), apply_options(problem), &stats);
-  write_safetensors(args.out, {{"H", H}},
+  Tensor H;
+  if (args.grad) {
+    // Gradients of L = Σ grad.H ⊙ H (the case's cotangent, or ones).
+    const NewtonForward forward = newton_forward(cell, problem.x, config, apply_options(problem));
+    H = forward.H;
+    stats = forward.stats;
+    Tensor g = problem.grad_H ? *problem.grad_H : Tensor(cell.dtype(), H.shape());
+    if (!problem.grad_H) {
+      Tensor flat = g.reshaped({g.numel()});
+      for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
+    }
+    const NewtonGradients grads = newton_backward(cell, problem.x, forward, g, config, apply_options(problem));
+    tensors.emplace("grad.x", grads.x);
+    if (grads.h0) tensors.emplace("grad.h0", *grads.h0);
+    for (const auto& [name, grad] : grads.parameters) tensors.emplace("grad." + name, grad);
+  } else {
+    H = newton_apply(cell, problem.x, config, apply_options(problem), &stats);
+  }
+  tensors.emplace("H", H);
+  write_safetensors(args.out, tensors,
                     {{"producer", "pararnn solve"},
                      {"backend", stats.scan_backend},
                      {"newton_iters", std::to_string(stats.iters)},
@@ -179,7 +234,6 @@ int solve(const SolveArgs& args) {
 }
 
 int verify(const SolveArgs& args) {
-  refuse_grad(args.grad);
   const Case problem = read_case(args.case_path);
   const Cell cell = Cell::from_case(problem);
   VerifyOptions options;
@@ -189,8 +243,11 @@ int verify(const SolveArgs& args) {
   options.atol = args.atol;
   options.seed = args.seed;
   options.certify_budget = args.certify_budget;
-  options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}",
-                                      args.case_path, args.backend, args.max_iters);
+  options.gradients = args.grad;
+  if (problem.grad_H) options.grad_H = problem.grad_H->view();
+  options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}{}",
+                                      args.case_path, args.backend, args.max_iters,
+                                      args.grad ? " --grad" : "");
   const AgreementReport report = verify_agreement(cell, problem.x, options);
   std::cout << report.summary() << "\n";
   if (report.verdict != Verdict::agree) std::cout << report.failure_message() << "\n";

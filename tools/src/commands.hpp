@@ -31,11 +31,19 @@ struct SolveArgs {
   std::string case_path, backend = "auto", max_iters = "none", out, json;
   bool grad = false;
   std::uint64_t seed = 0;
-  std::int64_t certify_budget = 4'000'000;
+  std::optional<std::int64_t> certify_budget;  // default: default_certify_budget(dtype)
   std::optional<double> atol;
 };
 
+struct KstarArgs {
+  std::string cell = "gru", dtype = "f32", times = "32,64,128,256,512,1024", json;
+  std::int64_t seeds = 3, batch = 1, d_in = 16, d_h = 64, k_limit = 16;
+  std::optional<double> weight_std;
+  std::string max_recurrent_norm = "0.5";
+};
+
 int make_case(const MakeCaseArgs& args);
+int kstar(const KstarArgs& args);
 int oracle(const SolveArgs& args);
 int solve(const SolveArgs& args);
 int verify(const SolveArgs& args);

@@ -64,6 +64,19 @@ int main(int argc, char** argv) {
   add_case(compare_cmd);
   compare_cmd->add_option("--trajectory", trajectory, "safetensors file holding H")->required();
   add_judge(compare_cmd);
+  KstarArgs ka;
+  auto* kstar_cmd = app.add_subcommand("kstar", "measure K*(T), the smallest K that agrees with the oracle");
+  kstar_cmd->add_option("--cell", ka.cell);
+  kstar_cmd->add_option("--dtype", ka.dtype);
+  kstar_cmd->add_option("--T", ka.times, "comma-separated lengths, e.g. 32,64,...,131072");
+  kstar_cmd->add_option("--seeds", ka.seeds);
+  kstar_cmd->add_option("--batch", ka.batch);
+  kstar_cmd->add_option("--d-in", ka.d_in);
+  kstar_cmd->add_option("--d-h", ka.d_h);
+  kstar_cmd->add_option("--k-limit", ka.k_limit);
+  kstar_cmd->add_option("--weight-std", ka.weight_std);
+  kstar_cmd->add_option("--max-recurrent-norm", ka.max_recurrent_norm);
+  kstar_cmd->add_option("--json", ka.json);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 
   try {
@@ -74,6 +87,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (make->parsed()) return make_case(mk);
+    if (kstar_cmd->parsed()) return kstar(ka);
     if (oracle_cmd->parsed()) return oracle(sa);
     if (solve_cmd->parsed()) return solve(sa);
     if (verify_cmd->parsed()) return verify(sa);

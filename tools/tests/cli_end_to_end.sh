@@ -49,6 +49,22 @@ expect_rc 1 "$pararnn" compare "$work/small.safetensors" --trajectory "$work/per
 [ "$(json_get "$work/cmp.json" "['worst_index']['channel']")" = 2 ] || fail "worst channel"
 [ "$(json_get "$work/cmp.json" "['mismatches']")" = 1 ] || fail "mismatch count"
 
+# Gradients: verify --grad judges every gradient tensor; oracle --grad and solve --grad write them.
+expect_rc 0 "$pararnn" verify "$work/lstm.safetensors" --grad --json "$work/grad.json"
+[ "$(json_get "$work/grad.json" "['gradients']['W_x.weight']['ok']")" = True ] || fail "W_x.weight gradient"
+[ "$(json_get "$work/grad.json" "['gradients']['x']['ok']")" = True ] || fail "x gradient"
+expect_rc 0 "$pararnn" oracle "$work/small.safetensors" --grad --out "$work/oracle_grad.safetensors"
+expect_rc 0 "$pararnn" solve "$work/small.safetensors" --grad --out "$work/solved_grad.safetensors"
+python3 - "$work/oracle_grad.safetensors" "$work/solved_grad.safetensors" <<'PY' || fail "gradient files"
+import json, struct, sys
+for path in sys.argv[1:]:
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    names = set(json.loads(data[8:8 + n])) - {"__metadata__"}
+    want = {"H", "grad.x", "grad.W_x.weight", "grad.W_x.bias", "grad.a_f", "grad.c_o"}
+    assert want <= names, (path, sorted(names))
+PY
+
 printf '\x10\x00\x00' > "$work/truncated.safetensors"
 expect_rc 2 "$pararnn" verify "$work/truncated.safetensors"
 expect_rc 2 "$pararnn" verify "$work/gru.safetensors" --backend warp

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -24,16 +25,45 @@
 #include <string_view>
 #include <vector>
 
+#include "pararnn/cells/cfc.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/cells/lstm.hpp"
 #include "pararnn/cells/nlru.hpp"
+#include "pararnn/cells/slstm_diag.hpp"
+#include "pararnn/cells/titans.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/core/tensor.hpp"
 
 namespace pararnn {
 
-enum class CellKind { gru, lstm, nlru };
+enum class CellKind { gru, lstm, nlru, slstm, cfc, titans };
+
+// A per-channel recurrent value: a (d_h,) vector, or one row of a (rows, d_h) tensor.
+struct RecurrentEntry {
+  std::string_view tensor;
+  int row = -1;  // -1: the tensor is the (d_h,) vector itself
+};
+
+// One input affine y = W in + b feeding `gates` consecutive gate blocks of d_h values; `in` is
+// x, or its features x[..., :-1] (CfC, whose last input channel is Δt).
+struct AffineBlock {
+  std::string_view weight, bias;
+  int first_gate = 0, gates = 0;
+  bool features_only = false;
+};
+
+enum class ParameterInit { xavier_vec, kaiming, zeros, constant };
+enum class ParameterShape { vector, rows, affine_weight, affine_bias };
+
+// One state_dict entry, in the Python library's registration order.
+struct ParameterSpec {
+  std::string_view name;
+  ParameterShape shape;
+  int rows = 1;  // `rows`: leading dimension; affine: gate blocks (output = rows·d_h)
+  ParameterInit init = ParameterInit::zeros;
+  bool features_only = false;  // affine weight over x[..., :-1]
+};
 
 // Static facts of one cell kind.
 struct CellSpec {
@@ -41,17 +71,59 @@ struct CellSpec {
   std::string_view name;          // case-file "cell"
   std::string_view python_class;  // pararnn-torch class
   int slots;
-  int gates;                                    // W_x output width / d_h
-  std::vector<std::string_view> recurrent;      // per-channel recurrent vectors, clamped
+  int gates;                                    // gate-input blocks per channel
+  std::vector<RecurrentEntry> recurrent;        // clamped, per channel, in CellMath order
+  std::vector<AffineBlock> affine;              // input affines filling the gate blocks
+  int dt_gate = -1;                             // gate fed by max(x[..., -1], 1e-4) (CfC)
+  std::vector<ParameterSpec> parameters;        // state_dict order
   std::vector<std::string_view> slot_names;     // e.g. {"c", "h"}
   int library_newton_iters;                     // K table value (CONTRACT §4)
+  bool picard = false;                          // zero-hidden guess + Picard passes (sLSTM)
+  int min_d_in = 1;
 };
 
 inline const std::vector<CellSpec>& cell_specs() {
+  using PS = ParameterShape;
+  using PI = ParameterInit;
+  auto vec = [](std::string_view n) { return ParameterSpec{n, PS::vector, 1, PI::xavier_vec}; };
+  auto weight = [](int gates, bool features = false) {
+    return ParameterSpec{"W_x.weight", PS::affine_weight, gates, PI::kaiming, features};
+  };
+  auto bias = [](int gates) { return ParameterSpec{"W_x.bias", PS::affine_bias, gates, PI::zeros}; };
   static const std::vector<CellSpec> specs = {
-      {CellKind::gru, "gru", "ParaGRU", 1, 3, {"a_z", "a_r", "a_n"}, {"h"}, 3},
-      {CellKind::lstm, "lstm", "ParaLSTM", 2, 3, {"a_f", "a_z", "a_o", "c_f", "c_o"}, {"c", "h"}, 3},
-      {CellKind::nlru, "nlru", "ParaNLRU", 1, 2, {"u"}, {"h"}, 3},
+      {.kind = CellKind::gru, .name = "gru", .python_class = "ParaGRU", .slots = 1, .gates = 3,
+       .recurrent = {{"a_z"}, {"a_r"}, {"a_n"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 3}},
+       .parameters = {vec("a_z"), vec("a_r"), vec("a_n"), weight(3), bias(3)},
+       .slot_names = {"h"}, .library_newton_iters = 3},
+      {.kind = CellKind::lstm, .name = "lstm", .python_class = "ParaLSTM", .slots = 2, .gates = 3,
+       .recurrent = {{"a_f"}, {"a_z"}, {"a_o"}, {"c_f"}, {"c_o"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 3}},
+       .parameters = {vec("a_f"), vec("a_z"), vec("a_o"), vec("c_f"), vec("c_o"), weight(3), bias(3)},
+       .slot_names = {"c", "h"}, .library_newton_iters = 3},
+      {.kind = CellKind::nlru, .name = "nlru", .python_class = "ParaNLRU", .slots = 1, .gates = 2,
+       .recurrent = {{"u"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 2}},
+       .parameters = {vec("u"), weight(2), bias(2)},
+       .slot_names = {"h"}, .library_newton_iters = 3},
+      {.kind = CellKind::slstm, .name = "slstm", .python_class = "ParaSLSTM", .slots = 4, .gates = 4,
+       .recurrent = {{"R", 0}, {"R", 1}, {"R", 2}, {"R", 3}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 4}},
+       .parameters = {ParameterSpec{"R", PS::rows, 4, PI::xavier_vec}, weight(4), bias(4)},
+       .slot_names = {"c", "n", "m", "h"}, .library_newton_iters = 3, .picard = true},
+      {.kind = CellKind::cfc, .name = "cfc", .python_class = "ParaCfC", .slots = 1, .gates = 4,
+       .recurrent = {{"u"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 2, true}, {"W_b.weight", "W_b.bias", 3, 1, true}},
+       .dt_gate = 2,
+       .parameters = {vec("u"), weight(2, true), bias(2),
+                      ParameterSpec{"W_b.weight", PS::affine_weight, 1, PI::zeros, true},
+                      ParameterSpec{"W_b.bias", PS::affine_bias, 1, PI::constant}},
+       .slot_names = {"h"}, .library_newton_iters = 3, .min_d_in = 2},
+      {.kind = CellKind::titans, .name = "titans", .python_class = "ParaTitans", .slots = 1, .gates = 5,
+       .recurrent = {{"u"}, {"r"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 5}},
+       .parameters = {vec("u"), vec("r"), weight(5), bias(5)},
+       .slot_names = {"h"}, .library_newton_iters = 3},
   };
   return specs;
 }
@@ -78,6 +150,9 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::gru: return f.template operator()<cells::GruDiagMath>();
     case CellKind::lstm: return f.template operator()<cells::LstmMath>();
     case CellKind::nlru: return f.template operator()<cells::NlruMath>();
+    case CellKind::slstm: return f.template operator()<cells::SlstmDiagMath>();
+    case CellKind::cfc: return f.template operator()<cells::CfcMath>();
+    case CellKind::titans: return f.template operator()<cells::TitansMath>();
   }
   throw Error("unknown cell kind");
 }
@@ -91,6 +166,9 @@ struct CellOptions {
   std::optional<std::int64_t> n_heads;               // n_heads (head mixes)
   std::optional<double> max_recurrent_norm = 0.5;    // nullopt = "none" (no clamp)
   std::optional<double> weight_std;                  // recurrent std; default 1/√(numel)
+  double eps = 1e-6;                                 // eps (ParaSLSTM)
+  std::string gate_mix = "input";                    // gate_mix (ParaCfC)
+  double time_bias_init = -3.0;                      // time_bias_init (ParaCfC)
 };
 
 class Cell {
@@ -98,58 +176,75 @@ class Cell {
   static Cell initialise(const CellOptions& options, DType dtype, std::uint64_t seed) {
     const CellSpec& spec = cell_spec(options.cell);
     check_options(spec, options);
-    Cell cell(spec, options.d_in, options.d_h, dtype, options.max_recurrent_norm);
+    Cell cell(spec, options.d_in, options.d_h, dtype, options.max_recurrent_norm, options);
     std::mt19937_64 rng(seed);
-    const double bound = 1.0 / std::sqrt(static_cast<double>(options.d_in));
-    std::uniform_real_distribution<double> uniform(-bound, bound);
-    const double std_dev =
-        options.weight_std.value_or(1.0 / std::sqrt(static_cast<double>(options.d_h)));
-    std::normal_distribution<double> normal(0.0, std_dev);
-    // state_dict order: recurrent vectors, then W_x.weight, W_x.bias (zeros).
-    for (auto name : spec.recurrent) {
-      Tensor t(dtype, {options.d_h});
-      for (std::int64_t c = 0; c < options.d_h; ++c) t.store({c}, normal(rng));
-      cell.parameters_.emplace(std::string(name), t);
+    for (const ParameterSpec& p : spec.parameters) {
+      Tensor t(dtype, cell.parameter_shape(p));
+      const std::int64_t n = t.numel();
+      Tensor flat = t.reshaped({n});
+      switch (p.init) {
+        case ParameterInit::xavier_vec: {  // N(0, 1/numel), or the caller's recurrent std
+          std::normal_distribution<double> normal(
+              0.0, options.weight_std.value_or(1.0 / std::sqrt(static_cast<double>(n))));
+          for (std::int64_t i = 0; i < n; ++i) flat.store({i}, normal(rng));
+          break;
+        }
+        case ParameterInit::kaiming: {  // U(±1/√fan_in), PyTorch's default Linear init
+          const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(1)));
+          std::uniform_real_distribution<double> uniform(-bound, bound);
+          for (std::int64_t i = 0; i < n; ++i) flat.store({i}, uniform(rng));
+          break;
+        }
+        case ParameterInit::constant:  // CfC's W_b.bias = time_bias_init
+          for (std::int64_t i = 0; i < n; ++i) flat.store({i}, options.time_bias_init);
+          break;
+        case ParameterInit::zeros:
+          break;
+      }
+      cell.parameters_.emplace(std::string(p.name), t);
     }
-    Tensor w(dtype, {spec.gates * options.d_h, options.d_in});
-    for (std::int64_t i = 0; i < w.size(0); ++i)
-      for (std::int64_t j = 0; j < w.size(1); ++j) w.store({i, j}, uniform(rng));
-    cell.parameters_.emplace("W_x.weight", w);
-    cell.parameters_.emplace("W_x.bias", Tensor(dtype, {spec.gates * options.d_h}));
+    if (spec.kind == CellKind::titans) {  // the θ slice of the bias starts at −1 (softplus ≈ 0.31)
+      Tensor& b = cell.parameters_.at("W_x.bias");
+      for (std::int64_t c = options.d_h; c < 2 * options.d_h; ++c) b.store({c}, -1.0);
+    }
     return cell;
   }
 
   // Reads and validates the cell of a case (names, shapes, dtypes, metadata).
   static Cell from_case(const Case& problem) {
     const CellSpec& spec = cell_spec(problem.cell, "case metadata 'cell'");
-    const std::string mix = problem.meta("mix").value_or("diag");
-    if (mix != "diag")
-      throw ContractViolation("case metadata 'mix'", fmt::format("must be 'diag' for {}", spec.name),
-                              mix);
+    CellOptions options;
+    options.cell = problem.cell;
+    options.mix = problem.meta("mix").value_or("diag");
     if (problem.x.dim() != 3)
       throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(problem.x.shape()));
-    const std::int64_t d_in = problem.x.size(2);
-    const Tensor& w = problem.parameter("W_x.weight");
-    if (w.dim() != 2 || w.size(1) != d_in || w.size(0) % spec.gates != 0 || w.size(0) == 0)
-      throw ContractViolation(
-          "W_x.weight", fmt::format("must be ({}·d_h, d_in={}) for {}", spec.gates, d_in, spec.name),
-          shape_string(w.shape()));
-    const std::int64_t d_h = w.size(0) / spec.gates;
-    Cell cell(spec, d_in, d_h, problem.dtype(), problem.meta_cap(0.5));
-    auto take = [&](const std::string& name, const Shape& shape) {
+    options.d_in = problem.x.size(2);
+    const AffineBlock& first = spec.affine.front();
+    const Tensor& w = problem.parameter(std::string(first.weight));
+    if (w.dim() != 2 || w.size(0) % first.gates != 0 || w.size(0) == 0)
+      throw ContractViolation(first.weight,
+                              fmt::format("must be ({}·d_h, d_in) for {}", first.gates, spec.name),
+                              shape_string(w.shape()));
+    options.d_h = w.size(0) / first.gates;
+    options.max_recurrent_norm = problem.meta_cap(0.5);
+    options.eps = problem.meta_double("eps", options.eps);
+    options.gate_mix = problem.meta("gate_mix").value_or(options.gate_mix);
+    options.time_bias_init = problem.meta_double("time_bias_init", options.time_bias_init);
+    if (problem.meta("n_heads")) options.n_heads = problem.meta_int("n_heads", 0);
+    check_options(spec, options);
+    Cell cell(spec, options.d_in, options.d_h, problem.dtype(), options.max_recurrent_norm, options);
+    for (const ParameterSpec& p : spec.parameters) {
+      const std::string name(p.name);
       const Tensor& t = problem.parameter(name);
+      const Shape shape = cell.parameter_shape(p);
       if (t.shape() != shape)
-        throw ContractViolation(name, "must have shape " + shape_string(shape),
-                                shape_string(t.shape()));
+        throw ContractViolation(name, "must have shape " + shape_string(shape), shape_string(t.shape()));
       if (t.dtype() != problem.dtype())
         throw ContractViolation(name, std::string("must have the dtype of x, ") +
                                           std::string(dtype_name(problem.dtype())),
                                 dtype_name(t.dtype()));
       cell.parameters_.emplace(name, t);
-    };
-    for (auto name : spec.recurrent) take(std::string(name), {d_h});
-    take("W_x.weight", {spec.gates * d_h, d_in});
-    take("W_x.bias", {spec.gates * d_h});
+    }
     for (const auto& [name, tensor] : problem.parameters)
       if (!cell.parameters_.contains(name))
         throw ContractViolation(name, fmt::format("is not a parameter of {}", spec.python_class),
@@ -165,6 +260,7 @@ class Cell {
   int slots() const { return spec_->slots; }
   DType dtype() const { return dtype_; }
   std::optional<double> max_recurrent_norm() const { return cap_; }
+  const CellOptions& options() const { return options_; }
   const std::map<std::string, Tensor>& parameters() const { return parameters_; }
   const Tensor& parameter(const std::string& name) const {
     auto it = parameters_.find(name);
@@ -180,14 +276,41 @@ class Cell {
     parameters_[name] = std::move(value);
   }
 
-  // Case-file metadata: cell, mix, max_recurrent_norm, and the Python constructor sizes.
+  // The per-channel values every backend feeds CellMath: the recurrent entries clamped to
+  // [−cap, cap] (App. C.1), then the cell's constants (sLSTM eps), as [k][c] doubles.
+  std::vector<double> channel_values() const {
+    const auto& entries = spec_->recurrent;
+    const int constants = kind() == CellKind::slstm ? 1 : 0;
+    std::vector<double> out(static_cast<std::size_t>((entries.size() + constants) * d_h_));
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const Tensor& t = parameter(std::string(entries[k].tensor));
+      for (std::int64_t c = 0; c < d_h_; ++c) {
+        double v = entries[k].row < 0 ? t.load({c}) : t.load({entries[k].row, c});
+        if (cap_) v = std::clamp(v, -*cap_, *cap_);
+        out[k * static_cast<std::size_t>(d_h_) + static_cast<std::size_t>(c)] = v;
+      }
+    }
+    if (constants)
+      for (std::int64_t c = 0; c < d_h_; ++c)
+        out[entries.size() * static_cast<std::size_t>(d_h_) + static_cast<std::size_t>(c)] = options_.eps;
+    return out;
+  }
+
+  // Case-file metadata: cell, mix, max_recurrent_norm, the Python constructor arguments.
   std::map<std::string, std::string> metadata() const {
-    return {{"cell", std::string(spec_->name)},
-            {"mix", "diag"},
-            {"max_recurrent_norm", cap_ ? fmt::format("{}", *cap_) : "none"},
-            {"input_size", std::to_string(d_in_)},
-            {"hidden_size", std::to_string(d_h_)},
-            {"python_class", std::string(spec_->python_class)}};
+    std::map<std::string, std::string> m = {
+        {"cell", std::string(spec_->name)},
+        {"mix", "diag"},
+        {"max_recurrent_norm", cap_ ? fmt::format("{}", *cap_) : "none"},
+        {"input_size", std::to_string(d_in_)},
+        {"hidden_size", std::to_string(d_h_)},
+        {"python_class", std::string(spec_->python_class)}};
+    if (kind() == CellKind::slstm) m["eps"] = fmt::format("{}", options_.eps);
+    if (kind() == CellKind::cfc) {
+      m["gate_mix"] = options_.gate_mix;
+      m["time_bias_init"] = fmt::format("{}", options_.time_bias_init);
+    }
+    return m;
   }
 
   // A case holding this cell, the input and the optional initial state.
@@ -207,28 +330,53 @@ class Cell {
     return {batch, time, slots(), d_h_};
   }
 
+  // Columns of x an affine block reads (features only: all but the last, Δt).
+  std::int64_t affine_inputs(const AffineBlock& block) const {
+    return block.features_only ? d_in_ - 1 : d_in_;
+  }
+
  private:
   Cell(const CellSpec& spec, std::int64_t d_in, std::int64_t d_h, DType dtype,
-       std::optional<double> cap)
-      : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype), cap_(cap) {
+       std::optional<double> cap, CellOptions options)
+      : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype), cap_(cap), options_(std::move(options)) {
     if (!is_floating(dtype))
       throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
     if (cap && !(*cap >= 0.0))
       throw ContractViolation("max_recurrent_norm", "must be >= 0 or none", fmt::format("{}", *cap));
   }
 
+  Shape parameter_shape(const ParameterSpec& p) const {
+    const std::int64_t inputs = p.features_only ? d_in_ - 1 : d_in_;
+    switch (p.shape) {
+      case ParameterShape::vector: return {d_h_};
+      case ParameterShape::rows: return {p.rows, d_h_};
+      case ParameterShape::affine_weight: return {p.rows * d_h_, inputs};
+      case ParameterShape::affine_bias: return {p.rows * d_h_};
+    }
+    return {};
+  }
+
   static void check_options(const CellSpec& spec, const CellOptions& options) {
-    if (options.d_in < 1)
-      throw ContractViolation("input_size", "must be >= 1", std::to_string(options.d_in));
+    if (options.d_in < spec.min_d_in)
+      throw ContractViolation("input_size", fmt::format("must be >= {} for {}", spec.min_d_in, spec.python_class),
+                              std::to_string(options.d_in));
     if (options.d_h < 1)
       throw ContractViolation("hidden_size", "must be >= 1", std::to_string(options.d_h));
     if (options.mix != "diag")
-      throw ContractViolation("mix", fmt::format("must be 'diag' for {}", spec.name), options.mix);
+      throw ContractViolation("mix", fmt::format("must be 'diag' for {} (head and dense mixes are not built yet)", spec.name),
+                              options.mix);
     if (options.n_heads)
       throw ContractViolation("n_heads", "is allowed only with mix='head'",
                               std::to_string(*options.n_heads));
     if (options.weight_std && !(*options.weight_std >= 0.0))
       throw ContractViolation("weight_std", "must be >= 0", fmt::format("{}", *options.weight_std));
+    if (spec.kind == CellKind::slstm && !(options.eps > 0.0))
+      throw ContractViolation("eps", "must be > 0", fmt::format("{}", options.eps));
+    if (spec.kind == CellKind::cfc && options.gate_mix != "input")
+      throw ContractViolation("gate_mix",
+                              options.gate_mix == "diag_h" ? "'diag_h' is not built yet; use 'input'"
+                                                           : "must be 'input' or 'diag_h'",
+                              options.gate_mix);
   }
 
   const CellSpec* spec_;
@@ -236,6 +384,7 @@ class Cell {
   std::int64_t d_h_;
   DType dtype_;
   std::optional<double> cap_;
+  CellOptions options_;
   std::map<std::string, Tensor> parameters_;
 };
 

@@ -42,3 +42,22 @@ PARARNN_HD ComputeT clamp_recurrent(ComputeT v, ComputeT cap) {
 }
 
 }  // namespace pararnn::cells
+
+namespace pararnn::cells {
+
+// PyTorch's softplus (beta 1, threshold 20): x above 20 passes through unchanged.
+template <class ComputeT>
+PARARNN_HD ComputeT softplus(ComputeT v) {
+  return v > ComputeT(20) ? v : ::log1p(exp_of(v));
+}
+template <>
+PARARNN_HD float softplus<float>(float v) {
+  return v > 20.0f ? v : ::log1pf(exp_of(v));
+}
+// Its derivative, σ(v) (1 above the threshold, where softplus is the identity).
+template <class ComputeT>
+PARARNN_HD ComputeT softplus_derivative(ComputeT v) {
+  return v > ComputeT(20) ? ComputeT(1) : sigmoid(v);
+}
+
+}  // namespace pararnn::cells

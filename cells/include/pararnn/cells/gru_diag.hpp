@@ -16,6 +16,7 @@ struct GruDiagMath {
   static constexpr int kSlots = 1;
   static constexpr int kGates = 3;
   static constexpr int kRecurrent = 3;  // a_z, a_r, a_n (clamped before the call)
+  static constexpr int kConstants = 0;
 
   // `jac` may be null (step only); it receives kSlots x kSlots entries, [out][in].
   template <class ComputeT>

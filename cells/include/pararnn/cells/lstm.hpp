@@ -16,6 +16,7 @@ struct LstmMath {
   static constexpr int kSlots = 2;
   static constexpr int kGates = 3;
   static constexpr int kRecurrent = 5;  // a_f, a_z, a_o, c_f, c_o
+  static constexpr int kConstants = 0;
 
   template <class ComputeT>
   PARARNN_HD static void step(const ComputeT* rec, const ComputeT* wx, const ComputeT* s_prev,

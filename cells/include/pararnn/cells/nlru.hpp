@@ -10,6 +10,7 @@ struct NlruMath {
   static constexpr int kSlots = 1;
   static constexpr int kGates = 2;
   static constexpr int kRecurrent = 1;  // u
+  static constexpr int kConstants = 0;
 
   template <class ComputeT>
   PARARNN_HD static void step(const ComputeT* rec, const ComputeT* wx, const ComputeT* h_prev,

@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/compare.hpp"
@@ -27,6 +28,10 @@ std::string_view verdict_name(Verdict verdict);  // "Agree", "Disagree", "Inconc
 
 inline constexpr int kReportSchemaVersion = 1;
 
+// Default chain-steps of the oracle's certifying unroll: 4e6 for f32/f16/bf16 cases (float128
+// certifier, ~15 s), 1e5 for f64 cases (cpp_bin_float_50 certifier, ~5-20 k steps/s).
+std::int64_t default_certify_budget(DType dtype);
+
 struct VerifyOptions {
   NewtonConfig config{};
   std::optional<TensorView> h0;
@@ -34,8 +39,11 @@ struct VerifyOptions {
   std::optional<double> atol;  // explicit τ (e.g. the seed's 1e-4 for f64); default: the table
   std::optional<double> rtol;
   std::uint64_t seed = 0;              // recorded; also picks the oracle's certified chains
-  std::int64_t certify_budget = 4'000'000;
+  std::optional<std::int64_t> certify_budget;  // default_certify_budget(dtype) when unset
   bool raise_on_fail = false;          // AgreementError when not Agree
+  // Also judge gradients of L = Σ grad_H ⊙ H (grad_H, or ones) against the oracle's BPTT.
+  bool gradients = false;
+  std::optional<TensorView> grad_H;
   std::string repro_command;           // shown in failure messages ("pararnn verify case...")
 };
 
@@ -73,10 +81,19 @@ struct AgreementReport {
   std::string tolerance_source;
   ComparisonResult comparison;  // solver vs oracle, in full
   std::string repro_command;
+  // Gradient section (VerifyOptions::gradients): one comparison per tensor ("x", "h0", each
+  // parameter), with the gradient tolerance of the cell class.
+  struct GradientCheck {
+    std::string name;
+    ComparisonResult comparison;
+  };
+  std::vector<GradientCheck> gradients;
+  double gradient_self_check_delta = 0.0;
 
   nlohmann::ordered_json to_json() const;
   std::string failure_message() const;  // self-sufficient (CONTRACT §7)
   std::string summary() const;          // a few lines for a terminal
+  std::string gradient_summary() const; // one line per gradient tensor
 };
 
 // The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one

@@ -1,0 +1,51 @@
+// K*(T): the smallest fixed Newton iteration count whose trajectory agrees with the oracle at τ,
+// measured per seed (CONTRACT §4). The shipped K tables are measured K* + 1, nondecreasing in T.
+// Example:
+//   KstarTable t = measure_kstar({.cell = "gru", .times = {32, 1024}, .seeds = 3});
+//   std::cout << t.to_json().dump(2);
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pararnn/core/dtype.hpp"
+
+namespace pararnn {
+
+struct KstarOptions {
+  std::string cell = "gru";
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> times = {32, 64, 128, 256, 512, 1024};
+  std::int64_t seeds = 3;
+  std::int64_t batch = 1, d_in = 16, d_h = 64;
+  std::optional<double> weight_std;                 // recurrent std (hard cases); default init
+  std::optional<double> max_recurrent_norm = 0.5;
+  std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)
+  std::function<void(const std::string&)> progress;  // optional progress lines
+};
+
+struct KstarRow {
+  std::int64_t time = 0;
+  std::uint64_t seed = 0;
+  std::int64_t kstar = -1;               // -1: no K <= k_limit agreed
+  std::vector<double> max_abs_by_k;      // error vs the oracle for K = 0, 1, ...
+  double sequential_max_abs = 0.0;       // same-dtype sequential vs oracle (floor of any solver)
+};
+
+struct KstarTable {
+  KstarOptions options;
+  double tau = 0.0;
+  std::vector<KstarRow> rows;
+  // Per T: the max over seeds of K*, and the K the shipped schedule uses (max_iters unset).
+  std::vector<std::pair<std::int64_t, std::int64_t>> max_kstar_by_t, shipped_k_by_t;
+  nlohmann::ordered_json to_json() const;
+};
+
+KstarTable measure_kstar(const KstarOptions& options);
+
+}  // namespace pararnn

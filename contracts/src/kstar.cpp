@@ -1,0 +1,90 @@
+// measure_kstar: for each (T, seed) one oracle unroll, then fixed-K Newton solves K = 0, 1, ...
+// until the trajectory agrees at τ (no early stop, no divergence gate: the raw K-step iterate).
+#include "pararnn/contracts/kstar.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "pararnn/cells/cell.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/reference/oracle.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+
+KstarTable measure_kstar(const KstarOptions& options) {
+  if (options.times.empty()) throw ContractViolation("--T", "needs at least one length", "(empty)");
+  for (auto t : options.times)
+    if (t < 1) throw ContractViolation("--T", "lengths must be >= 1", std::to_string(t));
+  if (options.seeds < 1) throw ContractViolation("--seeds", "must be >= 1", std::to_string(options.seeds));
+  KstarTable table;
+  table.options = options;
+  const Tolerance tau = tolerance_for({.dtype = options.dtype, .cell = options.cell});
+  table.tau = tau.atol;
+  const CellSpec& spec = cell_spec(options.cell);
+  for (std::int64_t time : options.times) {
+    std::int64_t worst = 0;
+    for (std::int64_t s = 0; s < options.seeds; ++s) {
+      const auto seed = static_cast<std::uint64_t>(1000 * time + s + 1);
+      const Cell cell = Cell::initialise({.cell = options.cell, .d_in = options.d_in, .d_h = options.d_h,
+                                          .max_recurrent_norm = options.max_recurrent_norm,
+                                          .weight_std = options.weight_std},
+                                         options.dtype, seed);
+      std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      Tensor x(options.dtype, {options.batch, time, options.d_in});
+      Tensor flat = x.reshaped({x.numel()});
+      for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+      const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false});
+      KstarRow row{.time = time, .seed = seed};
+      row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;
+      for (std::int64_t k = 0; k <= options.k_limit; ++k) {
+        const Tensor H = newton_apply(cell, x, {.max_iters = k, .residual_atol = std::nullopt,
+                                                .residual_fail = std::nullopt});
+        const ComparisonResult c = compare(H, oracle.H, tau);
+        row.max_abs_by_k.push_back(c.max_abs);
+        if (c.ok()) {
+          row.kstar = k;
+          break;
+        }
+      }
+      worst = row.kstar < 0 || worst < 0 ? -1 : std::max(worst, row.kstar);
+      if (options.progress)
+        options.progress(fmt::format("T={} seed={} K*={} (errors by K: {})", time, seed, row.kstar,
+                                     nlohmann::json(row.max_abs_by_k).dump()));
+      table.rows.push_back(std::move(row));
+    }
+    table.max_kstar_by_t.emplace_back(time, worst);
+    table.shipped_k_by_t.emplace_back(time, resolve_newton_iters({}, spec, options.dtype, time).k);
+  }
+  return table;
+}
+
+nlohmann::ordered_json KstarTable::to_json() const {
+  nlohmann::ordered_json j;
+  j["cell"] = options.cell;
+  j["dtype"] = dtype_name(options.dtype);
+  j["tau"] = tau;
+  j["shape"] = {{"batch", options.batch}, {"d_in", options.d_in}, {"d_h", options.d_h}};
+  j["weight_std"] = options.weight_std ? nlohmann::ordered_json(*options.weight_std) : nlohmann::ordered_json("init");
+  j["max_recurrent_norm"] = options.max_recurrent_norm ? nlohmann::ordered_json(*options.max_recurrent_norm)
+                                                       : nlohmann::ordered_json("none");
+  j["seeds"] = options.seeds;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& r : this->rows)
+    rows.push_back({{"T", r.time}, {"seed", r.seed}, {"kstar", r.kstar},
+                    {"max_abs_by_k", r.max_abs_by_k}, {"sequential_max_abs", r.sequential_max_abs}});
+  j["rows"] = rows;
+  nlohmann::ordered_json table = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < max_kstar_by_t.size(); ++i)
+    table.push_back({{"T", max_kstar_by_t[i].first},
+                     {"max_kstar", max_kstar_by_t[i].second},
+                     {"shipped_k", shipped_k_by_t[i].second}});
+  j["table"] = table;
+  j["schema_version"] = 1;
+  return j;
+}
+
+}  // namespace pararnn

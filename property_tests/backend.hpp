@@ -1,0 +1,32 @@
+// The backend a property executable puts under test. The same sources build
+// property_tests_host (PARARNN_TEST_BACKEND=cpu) and property_tests_cuda
+// (PARARNN_TEST_BACKEND=cuda, PARARNN_TEST_ON_CUDA=1), so every backend meets the same claims;
+// claims that do not involve a backend (the oracle, the comparison) are compiled into the host
+// executable only. Example:
+//   NewtonConfig config{.scan_backend = testing::kTestBackend};
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pararnn/solver/newton_config.hpp"
+
+#ifndef PARARNN_TEST_BACKEND
+#define PARARNN_TEST_BACKEND cpu
+#endif
+#ifndef PARARNN_TEST_ON_CUDA
+#define PARARNN_TEST_ON_CUDA 0
+#endif
+#define PARARNN_TEST_STRINGIFY_IMPL(x) #x
+#define PARARNN_TEST_STRINGIFY(x) PARARNN_TEST_STRINGIFY_IMPL(x)
+
+namespace pararnn::testing {
+
+inline constexpr std::string_view kTestBackendName = PARARNN_TEST_STRINGIFY(PARARNN_TEST_BACKEND);
+inline const ScanBackend kTestBackend = parse_scan_backend(kTestBackendName);
+
+// Storage dtypes whose Newton solve the backend under test runs (all four on both backends:
+// the CUDA backend keeps f16/bf16 trajectories in f32, as the CPU backend does).
+inline const std::vector<DType> kNewtonDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+
+}  // namespace pararnn::testing

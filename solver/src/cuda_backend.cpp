@@ -1,0 +1,562 @@
+// The CUDA backend (host orchestration; the kernels live in pararnn::kernels): inputs brought to
+// the device once and made contiguous there, the input affine W_x x + b by cuBLAS in the compute
+// type, then the CPU backend's Newton loop with the residual (F, J and max|F|), the scan and the
+// update H += ωδ on the device, one host read of max|F| per iteration. Returns host tensors in
+// the storage dtype, like every public entry point.
+//
+// Dtypes: f64 computes in f64, f32/f16/bf16 in f32. Newton runs for all four (the f16/bf16
+// trajectory lives in f32 on the device, as the CPU backend keeps it in f32, and is rounded to
+// the storage dtype once at the end). The same-dtype sequential loop rounds its state to the
+// storage dtype every step, which needs half-storage kernel instantiations that do not exist
+// yet: sequential_apply on this backend refuses f16/bf16 with UnsupportedPath.
+#include "cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <source_location>
+#include <utility>
+#include <vector>
+
+#include "pararnn/core/logging.hpp"
+#include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/scan.hpp"
+#include "pararnn/kernels/sequential.hpp"
+#include "pararnn/kernels/strided_copy.hpp"
+
+namespace pararnn::detail {
+namespace cuda {
+namespace {
+
+// All work of this backend runs on the legacy default stream (see cuda_backend.hpp).
+const cudaStream_t kStream = nullptr;
+
+// The CPU backend counts its sequential fallback in tiles of this many channels; the CUDA
+// fallback (the whole problem) is reported in the same unit so that the stats compare.
+constexpr std::int64_t kFallbackTileChannels = 64;
+
+std::string where(const std::source_location& at) {
+  std::string_view file = at.file_name();
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  return fmt::format("{}:{} ({})", file, at.line(), at.function_name());
+}
+
+void check_cuda(cudaError_t e, const char* call,
+                std::source_location at = std::source_location::current()) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error so that later calls are not blamed
+  throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cudaGetErrorName(e),
+                          cudaGetErrorString(e), where(at)));
+}
+
+void check_cublas(cublasStatus_t s, const char* call,
+                  std::source_location at = std::source_location::current()) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cublasGetStatusName(s),
+                          cublasGetStatusString(s), where(at)));
+}
+
+#define PARARNN_CUDA_CHECK(expr) ::pararnn::detail::cuda::check_cuda((expr), #expr)
+#define PARARNN_CUBLAS_CHECK(expr) ::pararnn::detail::cuda::check_cublas((expr), #expr)
+
+// One cuBLAS handle per (thread, device), created at first use (never during static
+// initialisation) and deliberately never destroyed: cublasDestroy at thread or process exit can
+// run after the CUDA runtime has shut down.
+cublasHandle_t cublas_handle() {
+  int device = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t handle = nullptr;
+    PARARNN_CUBLAS_CHECK(cublasCreate(&handle));
+    it = handles.emplace(device, handle).first;
+  }
+  PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, kStream));
+  return it->second;
+}
+
+// Makes `device` current for its lifetime and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    PARARNN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) PARARNN_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what) {
+  if (count < 0 || static_cast<std::uint64_t>(count) >
+                       std::numeric_limits<std::size_t>::max() / std::max<std::size_t>(element_bytes, 1))
+    throw Error(fmt::format("CUDA backend: {} of {} elements is too large", what, count));
+  return static_cast<std::size_t>(count) * element_bytes;
+}
+
+void upload(DeviceBuffer& dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) PARARNN_CUDA_CHECK(cudaMemcpy(dst.get(), src, bytes, cudaMemcpyHostToDevice));
+}
+
+DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what) {
+  DeviceBuffer dst(bytes, what);
+  upload(dst, src, bytes);
+  return dst;
+}
+
+// A contiguous copy on the device of a device view of any strides (one gather kernel).
+DeviceBuffer gather_contiguous(const TensorView& view, const char* what) {
+  if (view.dim() > kernels::kStridedCopyMaxRank)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} has {} dimensions; at most {} are gathered",
+                                      what, view.dim(), kernels::kStridedCopyMaxRank));
+  const std::size_t element = dtype_size(view.dtype());
+  DeviceBuffer out(checked_bytes(view.numel(), element, what), what);
+  kernels::StridedCopyArgs args{.src = view.data(), .dst = out.get(),
+                                .rank = static_cast<int>(view.dim()),
+                                .element_bytes = static_cast<int>(element)};
+  for (std::int64_t d = 0; d < view.dim(); ++d) {
+    args.shape[static_cast<std::size_t>(d)] = view.shape()[static_cast<std::size_t>(d)];
+    args.strides[static_cast<std::size_t>(d)] = view.strides()[static_cast<std::size_t>(d)];
+  }
+  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, kStream));
+  return out;
+}
+
+// A contiguous host copy of a view on either side.
+Tensor host_copy(const TensorView& view, const char* what) {
+  if (view.device() == Device::cpu) return Tensor::copy_of(view);
+  Tensor out(view.dtype(), view.shape());
+  const DeviceBuffer contiguous = gather_contiguous(view, what);
+  if (out.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), contiguous.get(), out.nbytes(), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// The device of a solve: x's, or h0's, or the current one for host inputs.
+int solve_device(const TensorView& x, const ApplyOptions& options) {
+  std::optional<int> device;
+  if (x.device() == Device::cuda) device = x.device_id();
+  if (options.h0 && options.h0->device() == Device::cuda) {
+    if (device && *device != options.h0->device_id())
+      throw UnsupportedPath(fmt::format("CUDA backend: x is on device {} and h0 on device {}; "
+                                        "pass both on one device",
+                                        *device, options.h0->device_id()));
+    device = options.h0->device_id();
+  }
+  if (device) return *device;
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  return current;
+}
+
+// The inputs of one solve on the device, in the compute type.
+class DeviceInputs {
+ public:
+  DeviceInputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+               const Layout& L)
+      : compute_(compute_dtype(cell.dtype())) {
+    const CellSpec& spec = cell.spec();
+    const std::int64_t D = L.d_h, R = static_cast<std::int64_t>(spec.recurrent.size());
+    const std::int64_t width = spec.gates * D, rows = L.batch * L.time;
+    problem_.batch = L.batch;
+    problem_.time = L.time;
+    problem_.channels = D;
+
+    // Recurrent vectors, clamped once (App. C.1), as the CPU backend does.
+    std::vector<double> rec(static_cast<std::size_t>(R * D));
+    const auto cap = cell.max_recurrent_norm();
+    for (std::int64_t k = 0; k < R; ++k) {
+      const Tensor& p = cell.parameter(std::string(spec.recurrent[static_cast<std::size_t>(k)]));
+      for (std::int64_t c = 0; c < D; ++c) {
+        double v = p.load({c});
+        if (cap) v = std::clamp(v, -*cap, *cap);
+        rec[static_cast<std::size_t>(k * D + c)] = v;
+      }
+    }
+    const Tensor rec_compute = Tensor::from_values(compute_, {R, D}, rec);
+    recurrent_ = upload_new(rec_compute.data(), rec_compute.nbytes(), "recurrent parameters");
+    problem_.recurrent = recurrent_.get();
+
+    // x, contiguous on the device in the storage dtype: one transfer (host) or one gather (a
+    // strided device view); a contiguous device x is used in place.
+    const void* x_device = nullptr;
+    DeviceBuffer x_buffer;
+    if (x.device() == Device::cpu) {
+      const Tensor x_host = x.is_contiguous() ? Tensor() : Tensor::copy_of(x);
+      const void* src = x_host.defined() ? x_host.data() : x.data();
+      x_buffer = upload_new(src, checked_bytes(x.numel(), dtype_size(x.dtype()), "x"), "x");
+      x_device = x_buffer.get();
+    } else if (x.is_contiguous()) {
+      x_device = x.data();
+    } else {
+      x_buffer = gather_contiguous(x, "x");
+      x_device = x_buffer.get();
+    }
+    const Tensor& weight = cell.parameter("W_x.weight");
+    const DeviceBuffer weight_device = upload_new(weight.data(), weight.nbytes(), "W_x.weight");
+    const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), compute_);
+    const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "W_x.bias");
+    wx_ = DeviceBuffer(checked_bytes(rows * width, dtype_size(compute_), "W_x x"), "W_x x");
+    input_affine(cell.dtype(), rows, L.d_in, width, weight_device.get(), bias_device.get(),
+                 x_device, wx_.get());
+    problem_.wx = wx_.get();
+
+    if (options.h0) {
+      const Tensor h0 = Tensor::converted(host_copy(*options.h0, "h0"), compute_);
+      h0_ = upload_new(h0.data(), h0.nbytes(), "h0");
+      problem_.h0 = h0_.get();
+    }
+    if (L.packed) {
+      head_ = upload_new(L.heads.data(), L.heads.size(), "segment heads");
+      h0_row_ = upload_new(L.state_index.data(), L.state_index.size() * sizeof(std::int64_t),
+                           "segment h0 rows");
+      problem_.head = head_.as<std::uint8_t>();
+      problem_.h0_row = h0_row_.as<std::int64_t>();
+    }
+    // The input buffers freed at scope exit are still read by the GEMM queued above.
+    synchronize();
+  }
+
+  const DeviceProblem& problem() const { return problem_; }
+  DType compute() const { return compute_; }
+
+ private:
+  DType compute_;
+  DeviceBuffer recurrent_, wx_, h0_, head_, h0_row_;
+  DeviceProblem problem_;
+};
+
+// A device trajectory in `dtype` as a host tensor of the storage dtype.
+Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape) {
+  Tensor out(dtype, shape);
+  if (out.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), H.get(), out.nbytes(), cudaMemcpyDeviceToHost));
+  return dtype == cell.dtype() ? out : Tensor::converted(out, cell.dtype());
+}
+
+template <class F>
+decltype(auto) dispatch_compute(DType compute, F&& f) {
+  if (compute == DType::f64) return f.template operator()<double>();
+  return f.template operator()<float>();
+}
+
+// The sequential kernel over the whole problem, the state stored in T (the storage or the
+// compute type).
+template <class CellMath, class T>
+void run_sequential(const DeviceProblem& p, T* H) {
+  using ComputeT = kernels::ComputeOf<T>;
+  kernels::SequentialArgs<T> a{.wx = static_cast<const ComputeT*>(p.wx),
+                               .recurrent = static_cast<const ComputeT*>(p.recurrent),
+                               .h0 = static_cast<const ComputeT*>(p.h0),
+                               .h0_row = p.h0_row,
+                               .head = p.head,
+                               .H = H,
+                               .batch = p.batch,
+                               .time = p.time,
+                               .channels = p.channels};
+  PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, kStream)));
+}
+
+// One Newton solve on the device (the CPU backend's newton_trajectory, step for step).
+template <class CellMath, class ComputeT>
+class NewtonLoop {
+ public:
+  static constexpr int S = CellMath::kSlots;
+
+  NewtonLoop(const DeviceProblem& problem, NewtonWorkspace& workspace, ComputeT* H)
+      : p_(problem), ws_(workspace), H_(H),
+        n_(problem.batch * problem.time * S * problem.channels) {}
+
+  // F = f(prepend(H)) − H, J when asked, and max|F| read back when asked (else 0).
+  double evaluate(bool with_jacobian, bool reduce) {
+    kernels::CellResidualArgs<ComputeT> a{
+        .wx = static_cast<const ComputeT*>(p_.wx),
+        .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+        .h0 = static_cast<const ComputeT*>(p_.h0),
+        .h0_row = p_.h0_row,
+        .head = p_.head,
+        .H = H_,
+        .residual = ws_.residual.as<ComputeT>(),
+        .jac = with_jacobian ? ws_.jacobian.as<ComputeT>() : nullptr,
+        .max_abs_residual = reduce ? ws_.max_abs.as<ComputeT>() : nullptr,
+        .batch = p_.batch,
+        .time = p_.time,
+        .channels = p_.channels};
+    PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
+        a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), kStream)));
+    if (!reduce) return 0.0;
+    ComputeT max_abs = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
+                                       cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return static_cast<double>(max_abs);
+  }
+
+  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads; the residual of the
+  // zero trajectory is exactly that.
+  void initial_guess() {
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));
+    (void)evaluate(false, false);
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, ws_.residual.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+  }
+
+  // δ from (J, F) in place on F, then H += ω δ.
+  void update(double omega) {
+    kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
+                                  .delta = ws_.residual.as<ComputeT>(),
+                                  .head = p_.head,
+                                  .batch = p_.batch,
+                                  .time = p_.time,
+                                  .channels = p_.channels};
+    PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, ComputeT>(
+        s, ws_.scan_workspace.get(), ws_.scan_workspace.bytes(), kStream)));
+    const ComputeT w = static_cast<ComputeT>(omega);
+    cublasHandle_t handle = cublas_handle();
+    if constexpr (std::is_same_v<ComputeT, double>) {
+      PARARNN_CUBLAS_CHECK(cublasDaxpy_64(handle, n_, &w, ws_.residual.as<double>(), 1, H_, 1));
+    } else {
+      PARARNN_CUBLAS_CHECK(cublasSaxpy_64(handle, n_, &w, ws_.residual.as<float>(), 1, H_, 1));
+    }
+  }
+
+  void solve(const CellSpec& spec, DType storage, const NewtonConfig& config, NewtonStats& stats) {
+    const KResolution k = resolve_newton_iters(config, spec, storage, p_.time);
+    const std::optional<double> atol = resolved_residual_atol(config, storage);
+    stats = NewtonStats{};
+    stats.k = k;
+    stats.scan_backend = "cuda";
+    initial_guess();
+    std::optional<double> final_residual;  // known when the last evaluation saw the final H
+    // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
+    const bool adaptive = k.adaptive && atol.has_value();
+    const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+    for (std::int64_t it = 0; it < cap; ++it) {
+      const double res = evaluate(true, true);
+      ++stats.iters;
+      stats.residual_history.push_back(res);
+      if (!std::isfinite(res)) {
+        final_residual = res;
+        break;
+      }
+      const bool below = atol && res < *atol;
+      if (below && !adaptive) {  // seed's early stop: no update
+        stats.converged = true;
+        final_residual = res;
+        break;
+      }
+      update(config.omega);
+      ++stats.updates;
+      if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
+        stats.converged = true;      // and this was the one more update
+        break;
+      }
+    }
+    stats.max_residual = final_residual ? *final_residual : evaluate(false, true);
+    if (adaptive && !stats.converged) {
+      // Not converged by k_max (or a non-finite iterate): the sequential answer for the whole
+      // problem instead of a silently wrong one (the CPU backend does this per channel tile).
+      const double before = stats.max_residual;
+      run_sequential<CellMath, ComputeT>(p_, H_);
+      stats.fallback_tiles =
+          p_.batch * ((p_.channels + kFallbackTileChannels - 1) / kFallbackTileChannels);
+      stats.max_residual = evaluate(false, true);
+      emit_warning("newton_residual_high",
+                   fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
+                               "(max|F|={:.3e}); the whole problem ({} chain tile(s) of {} "
+                               "channels) was solved sequentially on the GPU",
+                               *atol, cap, before, stats.fallback_tiles, kFallbackTileChannels),
+                   {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
+                    {"fallback_tiles", stats.fallback_tiles}, {"cell", std::string(spec.name)},
+                    {"T", p_.time}, {"backend", "cuda"}});
+    }
+  }
+
+ private:
+  std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
+
+  const DeviceProblem& p_;
+  NewtonWorkspace& ws_;
+  ComputeT* H_;
+  std::int64_t n_;
+};
+
+void require_device(const char* who) {
+  std::string why;
+  if (!cuda_backend_available(&why)) throw UnsupportedPath(fmt::format("{}: {}", who, why));
+}
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMalloc(&data_, bytes);
+  if (e != cudaSuccess) {
+    data_ = nullptr;
+    (void)cudaGetLastError();
+    throw Error(fmt::format("CUDA backend: cudaMalloc of {} bytes for {} failed: {} ({})", bytes,
+                            what, cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) (void)cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) (void)cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
+
+NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
+                                 std::int64_t time, std::int64_t channels) {
+  dispatch_cell(cell, [&]<class CellMath>() {
+    dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
+      constexpr int S = CellMath::kSlots;
+      const std::int64_t n = batch * time * S * channels;
+      residual = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "F"), "the residual F");
+      jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+      scan_workspace = DeviceBuffer(
+          kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels),
+          "the scan workspace");
+      residual_workspace =
+          DeviceBuffer(kernels::cell_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
+      max_abs = DeviceBuffer(sizeof(ComputeT), "max|F|");
+    });
+  });
+}
+
+void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
+                  const void* weight, const void* bias, const void* x, void* wx) {
+  if (rows == 0 || width == 0) return;
+  const DType compute = compute_dtype(storage);
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(compute);
+  // b in every row (copies doubling the filled rows), then W_x x accumulated onto it.
+  auto* out = static_cast<unsigned char*>(wx);
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(out, bias, row_bytes, cudaMemcpyDeviceToDevice, kStream));
+  for (std::int64_t filled = 1; filled < rows; filled *= 2) {
+    const std::int64_t n = std::min(filled, rows - filled);
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(out + static_cast<std::size_t>(filled) * row_bytes, out,
+                                       static_cast<std::size_t>(n) * row_bytes,
+                                       cudaMemcpyDeviceToDevice, kStream));
+  }
+  // Column-major view: wx (width × rows, ld width) = Wᵀ-stored weight (d_in × width, ld d_in)
+  // transposed, times x (d_in × rows, ld d_in).
+  cudaDataType_t input_type = CUDA_R_32F, output_type = CUDA_R_32F;
+  cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
+  const double one_f64 = 1.0;
+  const float one_f32 = 1.0f;
+  const void* one = &one_f32;
+  switch (storage) {
+    case DType::f64:
+      input_type = output_type = CUDA_R_64F;
+      compute_type = CUBLAS_COMPUTE_64F;
+      one = &one_f64;
+      break;
+    case DType::f32: break;
+    case DType::f16: input_type = CUDA_R_16F; break;
+    case DType::bf16: input_type = CUDA_R_16BF; break;
+    default:
+      throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(storage));
+  }
+  PARARNN_CUBLAS_CHECK(cublasGemmEx_64(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, width, rows, d_in,
+                                       one, weight, input_type, d_in, x, input_type, d_in, one, wx,
+                                       output_type, width, compute_type, CUBLAS_GEMM_DEFAULT));
+}
+
+void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,
+                  const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
+                  NewtonStats& stats) {
+  dispatch_cell(spec.kind, [&]<class CellMath>() {
+    dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
+      NewtonLoop<CellMath, ComputeT>(problem, workspace, static_cast<ComputeT*>(H))
+          .solve(spec, storage, config, stats);
+    });
+  });
+}
+
+namespace {
+void check_sequential_dtype(DType output) {
+  if (output != DType::f32 && output != DType::f64)
+    throw UnsupportedPath(fmt::format(
+        "sequential_apply on the CUDA backend: {} storage is not available yet (the sequential "
+        "kernel rounds its state to the storage dtype every step and has f32 and f64 "
+        "instantiations only); use host tensors with the cpu backend",
+        dtype_name(output)));
+}
+}  // namespace
+
+void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H) {
+  check_sequential_dtype(output);
+  dispatch_cell(cell, [&]<class CellMath>() {
+    dispatch_compute(output, [&]<class T>() { run_sequential<CellMath, T>(problem, static_cast<T*>(H)); });
+  });
+}
+
+void synchronize() { PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
+
+}  // namespace cuda
+
+bool cuda_backend_available(std::string* why_not) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why_not)
+      *why_not = fmt::format("no usable CUDA device (cudaGetDeviceCount: {}: {})",
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    return false;
+  }
+  if (count == 0) {
+    if (why_not) *why_not = "no CUDA device (cudaGetDeviceCount found 0)";
+    return false;
+  }
+  return true;
+}
+
+Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                         const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  cuda::require_device("newton_apply on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
+  return cuda::download_trajectory(H, inputs.compute(), cell,
+                                   cell.trajectory_shape(layout.batch, layout.time));
+}
+
+Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                             Layout layout) {
+  cuda::require_device("sequential_apply on the CUDA backend");
+  cuda::check_sequential_dtype(cell.dtype());  // refuse before any work
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(cell.dtype()), "H"), "H");
+  cuda::sequential_solve(cell.kind(), cell.dtype(), inputs.problem(), H.get());
+  return cuda::download_trajectory(H, cell.dtype(), cell,
+                                   cell.trajectory_shape(layout.batch, layout.time));
+}
+
+}  // namespace pararnn::detail

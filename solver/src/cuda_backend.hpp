@@ -1,0 +1,88 @@
+// The CUDA backend's device-level pieces, internal to the solver (host code: the CUDA runtime
+// API only, no kernels). cuda_newton_apply is built from them, and the Newton benchmark uses them
+// to time the loop on device-resident inputs without the input GEMM or the transfers.
+//
+// Guarantees: every CUDA and cuBLAS call is checked and a failure throws pararnn::Error naming
+// the call, the runtime's error and the source location; allocation happens here (cudaMalloc,
+// freed by DeviceBuffer), never in the kernels' launchers; all work runs on the legacy default
+// stream, so it is ordered after whatever the caller queued there (device inputs included).
+// `newton_solve` is the CPU backend's algorithm step for step (App. A guess, K from
+// resolve_newton_iters, the adaptive loop with residual_atol, k_max and one more update, the
+// same NewtonStats) with the residual, the scan and H += ωδ on the device; an adaptive solve that
+// does not converge by k_max is replaced by the sequential kernel for the whole problem, with the
+// CPU's `newton_residual_high` warning. Example (the bench):
+//   cuda::NewtonWorkspace ws(CellKind::gru, DType::f32, 8, 65536, 256);
+//   cuda::DeviceProblem p{.wx = d_wx, .recurrent = d_rec, .batch = 8, .time = 65536, .channels = 256};
+//   NewtonStats stats;
+//   cuda::newton_solve(cell_spec(CellKind::gru), DType::f32, p, {.max_iters = 3}, d_H, ws, stats);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends.hpp"
+
+namespace pararnn::detail::cuda {
+
+// An owning device allocation (cudaMalloc on the current device; cudaFree on destruction).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes, const char* what = "buffer");
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return data_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// The compute dtype of a storage dtype (f64 for f64, f32 otherwise).
+DType compute_dtype(DType storage);
+
+// Inputs of one solve on the device, in the compute type; layouts of kernels/sequential.hpp.
+struct DeviceProblem {
+  const void* wx = nullptr;               // [b][t][g·D + c], W_x x + b
+  const void* recurrent = nullptr;        // [k][c], clamped
+  const void* h0 = nullptr;               // [row][s][c]; null: zeros
+  const std::int64_t* h0_row = nullptr;   // [t], packed input only
+  const std::uint8_t* head = nullptr;     // [t], packed input only (null: the only head is t = 0)
+  std::int64_t batch = 0, time = 0, channels = 0;
+};
+
+// Scratch of the Newton loop for one shape: F, J, the scan's and the reduction's workspaces.
+class NewtonWorkspace {
+ public:
+  NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
+                  std::int64_t channels);
+  DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
+};
+
+// W_x x + b into `wx` (B·T rows of `width` = G·d_h, compute type) with cuBLAS: f64 arithmetic for
+// f64, f32 accumulation otherwise (f16/bf16 inputs are multiplied exactly in f32). `weight` and
+// `x` are contiguous device arrays in the storage dtype, `bias` is in the compute type.
+void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
+                  const void* weight, const void* bias, const void* x, void* wx);
+
+// The Newton solve; `H` (device, compute type, [b][t][s][c]) receives H*.
+void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,
+                  const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
+                  NewtonStats& stats);
+
+// The sequential kernel; `H` is in `output` dtype (the storage dtype, or the compute dtype).
+void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H);
+
+// Waits for the device work queued by the functions above.
+void synchronize();
+
+}  // namespace pararnn::detail::cuda
