@@ -29,4 +29,14 @@ inline const ScanBackend kTestBackend = parse_scan_backend(kTestBackendName);
 // the CUDA backend keeps f16/bf16 trajectories in f32, as the CPU backend does).
 inline const std::vector<DType> kNewtonDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
 
+// The cells of `wanted` that the backend under test runs: all on the host; on cuda those with
+// kernels (GRU-diag, LSTM, NLRU), the others being refused there with UnsupportedPath.
+inline std::vector<std::string> backend_cells(const std::vector<std::string>& wanted) {
+  if (!PARARNN_TEST_ON_CUDA) return wanted;
+  std::vector<std::string> out;
+  for (const std::string& cell : wanted)
+    if (cell == "gru" || cell == "lstm" || cell == "nlru") out.push_back(cell);
+  return out;
+}
+
 }  // namespace pararnn::testing

@@ -2,7 +2,8 @@
 // property_tests_cuda only: GPU Newton ≡ CPU Newton within τ for every cell and dtype; a strided,
 // permuted, time-skipped device input ≡ the contiguous host copy, bitwise; packed sequences ≡
 // each sequence solved alone; an adaptive solve that does not converge by k_max returns the
-// sequential answer with the `newton_residual_high` warning; the GPU sequential loop ≡ the CPU's.
+// sequential answer with the `newton_residual_high` warning; the GPU sequential loop ≡ the CPU's
+// in every storage dtype; cells without kernels are refused by name.
 // Tolerances come from contracts/tolerance.hpp (backend "cuda").
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -168,8 +169,9 @@ TEST(CudaBackend, UnconvergedAdaptiveSolveReturnsTheSequentialAnswerWithAWarning
 }
 
 TEST(CudaBackend, SequentialLoopEqualsTheCpuLoopWithinTau) {
+  // Both loops round the state to the storage dtype every step (f16/bf16 included).
   for (const std::string cell_name : kCells)
-    for (DType dtype : {DType::f32, DType::f64}) {
+    for (DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
       const GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 2, .time = 1500,
                                .d_in = 3, .d_h = 40, .with_h0 = true, .seed = 31};
@@ -183,15 +185,19 @@ TEST(CudaBackend, SequentialLoopEqualsTheCpuLoopWithinTau) {
     }
 }
 
-TEST(CudaBackend, HalfStorageSequentialIsRefusedByName) {
-  const GeneratedProblem p{.cell = "gru", .dtype = DType::bf16, .batch = 1, .time = 8, .d_in = 2,
-                           .d_h = 4, .seed = 41};
-  const Cell cell = p.make_cell();
-  try {
-    (void)sequential_apply(cell, p.make_input(), ScanBackend::cuda);
-    FAIL() << "expected UnsupportedPath";
-  } catch (const UnsupportedPath& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+TEST(CudaBackend, CellsWithoutKernelsAreRefusedByName) {
+  const Cell cell = Cell::initialise({.cell = "titans", .d_in = 2, .d_h = 4}, DType::f32, 41);
+  const Tensor x(DType::f32, {1, 8, 2});
+  for (int entry = 0; entry < 2; ++entry) {
+    try {
+      if (entry == 0)
+        (void)newton_apply(cell, x, on(ScanBackend::cuda));
+      else
+        (void)sequential_apply(cell, x, ScanBackend::cuda);
+      FAIL() << "expected UnsupportedPath";
+    } catch (const UnsupportedPath& e) {
+      EXPECT_NE(std::string(e.what()).find("titans"), std::string::npos) << e.what();
+    }
   }
 }
 

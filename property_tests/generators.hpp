@@ -68,7 +68,8 @@ inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<
         p.batch = batch;
         // f64 cases run the oracle in float128 (about 80x slower than double): shorter T.
         p.time = dtype == DType::f64 ? std::max(1, time / 10) : time;
-        p.d_in = d_in;
+        // At least the cell's minimum input width (CfC's last input channel is Δt).
+        p.d_in = std::max<std::int64_t>(d_in, cell_spec(cell).min_d_in);
         p.d_h = d_h;
         p.with_h0 = with_h0;
         p.seed = seed;

@@ -24,6 +24,12 @@ namespace {
 using testing::gen_problem;
 
 #if PARARNN_TEST_ON_CUDA
+// The cells the kernels are instantiated for (kernels/cell_residual.hpp).
+template <class CellMath>
+constexpr bool kHasKernels = std::is_same_v<CellMath, cells::GruDiagMath> ||
+                             std::is_same_v<CellMath, cells::LstmMath> ||
+                             std::is_same_v<CellMath, cells::NlruMath>;
+
 // One step of every channel on the device: F and J of the one-step trajectory H = 0 whose
 // initial state is h_prev, so F = f(h_prev, x) exactly. Arrays are [k][c], [g][c], [s][c].
 template <class CellMath, class ComputeT>
@@ -75,20 +81,16 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
                      const std::vector<double>& h_prev, std::vector<double>& h_new,
                      std::vector<double>& jacobian) {
   dispatch_cell(cell.kind(), [&]<class CellMath>() {
-    constexpr int S = CellMath::kSlots, G = CellMath::kGates, R = CellMath::kRecurrent;
+    constexpr int S = CellMath::kSlots, G = CellMath::kGates;
+    [[maybe_unused]] constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;  // values
     const std::int64_t D = cell.d_h();
     h_new.assign(static_cast<std::size_t>(S * D), 0.0);
     jacobian.assign(static_cast<std::size_t>(S * D * S * D), 0.0);
-    const auto cap = cell.max_recurrent_norm();
+    const std::vector<double> values = cell.channel_values();  // [k][c], clamped
     // Per-channel inputs in the layouts of the kernels: rec [k][c], wx [g][c], h_prev [s][c].
-    std::vector<ComputeT> rec(static_cast<std::size_t>(R * D)), wx(static_cast<std::size_t>(G * D)),
+    std::vector<ComputeT> rec(values.begin(), values.end()), wx(static_cast<std::size_t>(G * D)),
         hp(static_cast<std::size_t>(S * D)), hn, jac;
     for (std::int64_t c = 0; c < D; ++c) {
-      for (int k = 0; k < R; ++k) {
-        double v = cell.parameter(std::string(cell.spec().recurrent[k])).load({c});
-        if (cap) v = std::clamp(v, -*cap, *cap);
-        rec[static_cast<std::size_t>(k * D + c)] = static_cast<ComputeT>(v);
-      }
       for (int g = 0; g < G; ++g) {
         ComputeT acc = static_cast<ComputeT>(cell.parameter("W_x.bias").load({g * D + c}));
         for (std::int64_t i = 0; i < cell.d_in(); ++i)
@@ -100,13 +102,16 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
         hp[static_cast<std::size_t>(s * D + c)] = static_cast<ComputeT>(h_prev[static_cast<std::size_t>(s * D + c)]);
     }
 #if PARARNN_TEST_ON_CUDA
-    device_step<CellMath, ComputeT>(D, rec, wx, hp, hn, jac);
+    if constexpr (kHasKernels<CellMath>)
+      device_step<CellMath, ComputeT>(D, rec, wx, hp, hn, jac);
+    else
+      RC_FAIL(fmt::format("no CUDA kernels for cell {}", cell.name()));
 #else
     hn.resize(static_cast<std::size_t>(S * D));
     jac.resize(static_cast<std::size_t>(S * S * D));
     for (std::int64_t c = 0; c < D; ++c) {
-      ComputeT r_c[R], wx_c[G], hp_c[S], hn_c[S], jac_c[S * S];
-      for (int k = 0; k < R; ++k) r_c[k] = rec[static_cast<std::size_t>(k * D + c)];
+      ComputeT r_c[RC], wx_c[G], hp_c[S], hn_c[S], jac_c[S * S];
+      for (int k = 0; k < RC; ++k) r_c[k] = rec[static_cast<std::size_t>(k * D + c)];
       for (int g = 0; g < G; ++g) wx_c[g] = wx[static_cast<std::size_t>(g * D + c)];
       for (int s = 0; s < S; ++s) hp_c[s] = hp[static_cast<std::size_t>(s * D + c)];
       CellMath::step(r_c, wx_c, hp_c, hn_c, jac_c);
@@ -127,7 +132,7 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
 }
 
 RC_GTEST_PROP(Jacobian, AnalyticJacobianEqualsOracleAutodiff, ()) {
-  const auto p = *gen_problem(4, {"gru", "lstm", "nlru"}, {DType::f32, DType::f64});
+  const auto p = *gen_problem(4, testing::backend_cells({"gru", "lstm", "nlru"}), {DType::f32, DType::f64});
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   const Case problem = cell.make_case(x);

@@ -16,7 +16,7 @@ namespace {
 using testing::gen_problem;
 using testing::GeneratedProblem;
 
-const std::vector<std::string> kCells = {"gru", "lstm", "nlru"};
+const std::vector<std::string> kCells = {"gru", "lstm", "nlru", "slstm", "cfc", "titans"};
 
 // Segment lengths summing to N: shrinks toward few, short segments; includes length 1.
 rc::Gen<std::vector<std::int64_t>> gen_segments() {
@@ -66,8 +66,7 @@ RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
   const NewtonGradients grads = newton_backward(cell, x, fwd, g, {}, packed);
   const Tolerance tau = tolerance_for({.dtype = dtype, .cell = cell_name});
   const Tolerance grad_tol = tolerance_for(
-      {.dtype = dtype, .metric = cell_name == "lstm" ? Metric::gradient_coupled : Metric::gradient_diag,
-       .cell = cell_name});
+      {.dtype = dtype, .metric = gradient_metric(cell), .cell = cell_name});
   std::int64_t start = 0;
   for (std::int64_t s = 0; s < segments; ++s) {
     const std::int64_t end = start + lengths[static_cast<std::size_t>(s)];

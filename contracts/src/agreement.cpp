@@ -107,7 +107,7 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
       problem, {.certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed});
   r.timings_ms["oracle_gradients"] = ms_since(start);
   r.gradient_self_check_delta = oracle.self_check_delta;
-  const Metric metric = cell.kind() == CellKind::lstm ? Metric::gradient_coupled : Metric::gradient_diag;
+  const Metric metric = gradient_metric(cell);
   const Tolerance tol = tolerance_for({.dtype = cell.dtype(), .metric = metric, .cell = r.cell, .backend = r.backend});
   auto check = [&](const std::string& name, const Tensor& ours) {
     auto it = oracle.tensors.find(name);
@@ -134,6 +134,10 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
 }
 
 }  // namespace
+
+Metric gradient_metric(const Cell& cell) {
+  return cell.slots() > 1 ? Metric::gradient_coupled : Metric::gradient_diag;
+}
 
 std::int64_t default_certify_budget(DType dtype) { return dtype == DType::f64 ? 100'000 : 4'000'000; }
 

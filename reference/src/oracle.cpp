@@ -246,10 +246,16 @@ PreparedCase prepare_case(const Case& problem) {
   const double cap_s = cap ? cap_in_storage(*cap, out.dtype) : 0.0;
   for (const auto& name : spec.recurrent) {
     std::vector<double> v = lift_vector(checked_parameter(problem, spec, name, {out.d_h}, why));
+    std::vector<double> mask(v.size(), 1.0);
     if (cap) {
-      for (double& a : v) a = std::min(std::max(a, -cap_s), cap_s);  // NaN stays NaN
+      for (std::size_t j = 0; j < v.size(); ++j) {
+        mask[j] = std::abs(v[j]) <= cap_s ? 1.0 : 0.0;
+        v[j] = std::min(std::max(v[j], -cap_s), cap_s);  // NaN stays NaN
+      }
     }
     out.recurrent.push_back(std::move(v));
+    out.recurrent_names.push_back(name);
+    out.recurrent_gradient_mask.push_back(std::move(mask));
   }
 
   std::int64_t h0_rows = out.batch;

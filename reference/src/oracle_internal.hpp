@@ -46,6 +46,11 @@ struct PreparedCase {
   // Clamped recurrent vectors (each d_h) in the cell's state_dict order:
   // gru a_z, a_r, a_n; lstm a_f, a_z, a_o, c_f, c_o; nlru u.
   std::vector<std::vector<double>> recurrent;
+  std::vector<std::string> recurrent_names;  // their state_dict names, same order
+  // Per recurrent entry, what the gradient of the raw parameter is multiplied by: 1 where
+  // |raw| <= cap (the Python library's clamp mask, solvers/vjp.py::_clip_mask), 0 where
+  // |raw| > cap or raw is NaN; all 1 without a cap.
+  std::vector<std::vector<double>> recurrent_gradient_mask;
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
   std::vector<RowChain> chains;
@@ -128,5 +133,26 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
 
 // "b=3", "segment=2", "b=3,channel=17".
 std::string describe_chain(const PreparedCase& problem, const ChainSpec& spec);
+
+// ---- gradients (oracle_gradients*.cpp; the BPTT lives in oracle_gradient_math.hpp) ----
+
+// A prepared case and the cotangent of its trajectory for L = Σ grad_H ⊙ H.
+struct GradientCase {
+  const PreparedCase& problem;
+  std::vector<double> cotangent;  // grad_H lifted exactly, in the trajectory layout; empty: ones
+
+  double cotangent_at(std::int64_t b, std::int64_t t, std::int64_t slot,
+                      std::int64_t channel) const {
+    return cotangent.empty()
+               ? 1.0
+               : cotangent[static_cast<std::size_t>(problem.h_offset(b, t, slot, channel))];
+  }
+};
+
+// For tests: (L(plus) - L(minus)) / step, with L = Σ cotangent ⊙ H of each case's float128
+// unroll (cotangent in the trajectory layout, empty: ones), summed and divided in float128 and
+// rounded once (oracle_gradients_float128.cpp).
+double central_difference_float128(const PreparedCase& plus, const PreparedCase& minus,
+                                   std::span<const double> cotangent, double step);
 
 }  // namespace pararnn::reference::detail

@@ -28,6 +28,10 @@ std::string_view verdict_name(Verdict verdict);  // "Agree", "Disagree", "Inconc
 
 inline constexpr int kReportSchemaVersion = 1;
 
+// The gradient tolerance class of a cell: coupled slots (LSTM, sLSTM, head mixes) get the wider
+// band of CONTRACT §2, diagonal one-slot cells the tighter one.
+Metric gradient_metric(const Cell& cell);
+
 // Default chain-steps of the oracle's certifying unroll: 4e6 for f32/f16/bf16 cases (float128
 // certifier, ~15 s), 1e5 for f64 cases (cpp_bin_float_50 certifier, ~5-20 k steps/s).
 std::int64_t default_certify_budget(DType dtype);
