@@ -1,6 +1,7 @@
 #include "pararnn/core/logging.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <atomic>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -85,10 +86,20 @@ void WarningCapture::add(WarningRecord record) {
   state_->records.push_back(std::move(record));
 }
 
+static std::atomic<int>& quiet_depth() {
+  static std::atomic<int> depth{0};
+  return depth;
+}
+
+QuietWarnings::QuietWarnings() { ++quiet_depth(); }
+QuietWarnings::~QuietWarnings() { --quiet_depth(); }
+
 void emit_warning(const std::string& event, const std::string& message, nlohmann::json fields) {
-  const std::string fields_text =
-      fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  logger()->warn("[{}] {} {}", event, message, fields_text);
+  if (quiet_depth().load() == 0) {
+    const std::string fields_text =
+        fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    logger()->warn("[{}] {} {}", event, message, fields_text);
+  }
   const std::lock_guard lock(registry_mutex());
   for (WarningCapture* capture : registry()) {
     capture->add(WarningRecord{event, fields, message});

@@ -25,6 +25,16 @@ void emit_warning(const std::string& event, const std::string& message,
 // Informational lines (progress, timings) go to the same logger at info level.
 void emit_info(const std::string& message);
 
+// While one lives, warnings are not written to the log (captures still receive them): for
+// measurements that provoke warnings on purpose, e.g. K*(T) runs at too-small K.
+class QuietWarnings {
+ public:
+  QuietWarnings();
+  ~QuietWarnings();
+  QuietWarnings(const QuietWarnings&) = delete;
+  QuietWarnings& operator=(const QuietWarnings&) = delete;
+};
+
 // Collects the records emitted while it lives (thread-safe; nests).
 class WarningCapture {
  public:
