@@ -116,6 +116,12 @@ PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, float)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, double)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, float)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, double)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::GruDiagMath, __half)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::GruDiagMath, __nv_bfloat16)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, __half)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, __nv_bfloat16)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, __half)
+PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, __nv_bfloat16)
 #undef PARARNN_INSTANTIATE_SEQUENTIAL
 
 }  // namespace pararnn::kernels

@@ -6,9 +6,9 @@
 //
 // Dtypes: f64 computes in f64, f32/f16/bf16 in f32. Newton runs for all four (the f16/bf16
 // trajectory lives in f32 on the device, as the CPU backend keeps it in f32, and is rounded to
-// the storage dtype once at the end). The same-dtype sequential loop rounds its state to the
-// storage dtype every step, which needs half-storage kernel instantiations that do not exist
-// yet: sequential_apply on this backend refuses f16/bf16 with UnsupportedPath.
+// the storage dtype once at the end); the same-dtype sequential loop rounds its state to the
+// storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
+// Cells: those with kernels (GRU-diag, LSTM, NLRU); the others raise UnsupportedPath.
 #include "cuda_backend.hpp"
 
 #include <cublas_v2.h>
@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,20 @@
 namespace pararnn::detail {
 namespace cuda {
 namespace {
+
+// The cells with CUDA kernels (kernels/src instantiates GRU-diag, LSTM, NLRU); the others are
+// refused with UnsupportedPath until their kernels exist.
+template <class F>
+decltype(auto) dispatch_cuda_cell(CellKind kind, F&& f) {
+  switch (kind) {
+    case CellKind::gru: return f.template operator()<cells::GruDiagMath>();
+    case CellKind::lstm: return f.template operator()<cells::LstmMath>();
+    case CellKind::nlru: return f.template operator()<cells::NlruMath>();
+    default: break;
+  }
+  throw UnsupportedPath(fmt::format("scan_backend=cuda: no CUDA kernels for cell '{}' yet; use cpu",
+                                    cell_spec(kind).name));
+}
 
 // All work of this backend runs on the legacy default stream (see cuda_backend.hpp).
 const cudaStream_t kStream = nullptr;
@@ -167,23 +182,15 @@ class DeviceInputs {
                const Layout& L)
       : compute_(compute_dtype(cell.dtype())) {
     const CellSpec& spec = cell.spec();
-    const std::int64_t D = L.d_h, R = static_cast<std::int64_t>(spec.recurrent.size());
+    const std::int64_t D = L.d_h;
     const std::int64_t width = spec.gates * D, rows = L.batch * L.time;
     problem_.batch = L.batch;
     problem_.time = L.time;
     problem_.channels = D;
 
-    // Recurrent vectors, clamped once (App. C.1), as the CPU backend does.
-    std::vector<double> rec(static_cast<std::size_t>(R * D));
-    const auto cap = cell.max_recurrent_norm();
-    for (std::int64_t k = 0; k < R; ++k) {
-      const Tensor& p = cell.parameter(std::string(spec.recurrent[static_cast<std::size_t>(k)]));
-      for (std::int64_t c = 0; c < D; ++c) {
-        double v = p.load({c});
-        if (cap) v = std::clamp(v, -*cap, *cap);
-        rec[static_cast<std::size_t>(k * D + c)] = v;
-      }
-    }
+    // Per-channel values (clamped recurrent entries, then constants), as the CPU backend uses.
+    const std::vector<double> rec = cell.channel_values();
+    const std::int64_t R = static_cast<std::int64_t>(rec.size()) / D;
     const Tensor rec_compute = Tensor::from_values(compute_, {R, D}, rec);
     recurrent_ = upload_new(rec_compute.data(), rec_compute.nbytes(), "recurrent parameters");
     problem_.recurrent = recurrent_.get();
@@ -203,13 +210,25 @@ class DeviceInputs {
       x_buffer = gather_contiguous(x, "x");
       x_device = x_buffer.get();
     }
-    const Tensor& weight = cell.parameter("W_x.weight");
-    const DeviceBuffer weight_device = upload_new(weight.data(), weight.nbytes(), "W_x.weight");
-    const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), compute_);
-    const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "W_x.bias");
+    // The input affines: every block's bias in one row, then each block's GEMM onto its gates.
+    if (spec.dt_gate >= 0)
+      throw UnsupportedPath(fmt::format("scan_backend=cuda: the Δt gate of cell '{}' has no CUDA "
+                                        "kernel yet; use cpu", spec.name));
+    std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
+    std::vector<DeviceBuffer> weights;
+    std::vector<DeviceAffine> blocks;
+    for (const AffineBlock& block : spec.affine) {
+      const Tensor& weight = cell.parameter(std::string(block.weight));
+      weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
+      blocks.push_back({.weight = weights.back().get(), .first_column = block.first_gate * D,
+                        .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
+      const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
+      std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
+    }
+    const Tensor bias = Tensor::from_values(compute_, {width}, bias_row);
+    const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "the input biases");
     wx_ = DeviceBuffer(checked_bytes(rows * width, dtype_size(compute_), "W_x x"), "W_x x");
-    input_affine(cell.dtype(), rows, L.d_in, width, weight_device.get(), bias_device.get(),
-                 x_device, wx_.get());
+    input_affine(cell.dtype(), rows, L.d_in, width, bias_device.get(), x_device, blocks, wx_.get());
     problem_.wx = wx_.get();
 
     if (options.h0) {
@@ -391,6 +410,11 @@ class NewtonLoop {
   std::int64_t n_;
 };
 
+// Refuses a cell without CUDA kernels before any device work.
+void require_cuda_cell(CellKind kind) {
+  dispatch_cuda_cell(kind, []<class CellMath>() {});
+}
+
 void require_device(const char* who) {
   std::string why;
   if (!cuda_backend_available(&why)) throw UnsupportedPath(fmt::format("{}: {}", who, why));
@@ -429,7 +453,7 @@ DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 :
 
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
                                  std::int64_t time, std::int64_t channels) {
-  dispatch_cell(cell, [&]<class CellMath>() {
+  dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
       const std::int64_t n = batch * time * S * channels;
@@ -446,21 +470,21 @@ NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batc
 }
 
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
-                  const void* weight, const void* bias, const void* x, void* wx) {
+                  const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
+                  void* wx) {
   if (rows == 0 || width == 0) return;
   const DType compute = compute_dtype(storage);
-  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(compute);
-  // b in every row (copies doubling the filled rows), then W_x x accumulated onto it.
+  const std::size_t element = dtype_size(compute);
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * element;
+  // The bias row in every row (copies doubling the filled rows), then W x accumulated onto it.
   auto* out = static_cast<unsigned char*>(wx);
-  PARARNN_CUDA_CHECK(cudaMemcpyAsync(out, bias, row_bytes, cudaMemcpyDeviceToDevice, kStream));
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(out, bias_row, row_bytes, cudaMemcpyDeviceToDevice, kStream));
   for (std::int64_t filled = 1; filled < rows; filled *= 2) {
     const std::int64_t n = std::min(filled, rows - filled);
     PARARNN_CUDA_CHECK(cudaMemcpyAsync(out + static_cast<std::size_t>(filled) * row_bytes, out,
                                        static_cast<std::size_t>(n) * row_bytes,
                                        cudaMemcpyDeviceToDevice, kStream));
   }
-  // Column-major view: wx (width × rows, ld width) = Wᵀ-stored weight (d_in × width, ld d_in)
-  // transposed, times x (d_in × rows, ld d_in).
   cudaDataType_t input_type = CUDA_R_32F, output_type = CUDA_R_32F;
   cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
   const double one_f64 = 1.0;
@@ -478,15 +502,23 @@ void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int6
     default:
       throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(storage));
   }
-  PARARNN_CUBLAS_CHECK(cublasGemmEx_64(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, width, rows, d_in,
-                                       one, weight, input_type, d_in, x, input_type, d_in, one, wx,
-                                       output_type, width, compute_type, CUBLAS_GEMM_DEFAULT));
+  // Column-major view of block k: wx[:, cols] (outputs × rows, ld width) += Wᵀ-stored weight
+  // (inputs × outputs, ld inputs) transposed, times x[:, :inputs] (inputs × rows, ld d_in).
+  cublasHandle_t handle = cublas_handle();
+  for (const DeviceAffine& block : blocks) {
+    if (block.outputs == 0 || block.inputs == 0) continue;
+    PARARNN_CUBLAS_CHECK(cublasGemmEx_64(
+        handle, CUBLAS_OP_T, CUBLAS_OP_N, block.outputs, rows, block.inputs, one, block.weight,
+        input_type, block.inputs, x, input_type, d_in, one,
+        out + static_cast<std::size_t>(block.first_column) * element, output_type, width,
+        compute_type, CUBLAS_GEMM_DEFAULT));
+  }
 }
 
 void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,
                   const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
                   NewtonStats& stats) {
-  dispatch_cell(spec.kind, [&]<class CellMath>() {
+  dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       NewtonLoop<CellMath, ComputeT>(problem, workspace, static_cast<ComputeT*>(H))
           .solve(spec, storage, config, stats);
@@ -494,21 +526,17 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
   });
 }
 
-namespace {
-void check_sequential_dtype(DType output) {
-  if (output != DType::f32 && output != DType::f64)
-    throw UnsupportedPath(fmt::format(
-        "sequential_apply on the CUDA backend: {} storage is not available yet (the sequential "
-        "kernel rounds its state to the storage dtype every step and has f32 and f64 "
-        "instantiations only); use host tensors with the cpu backend",
-        dtype_name(output)));
-}
-}  // namespace
-
 void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H) {
-  check_sequential_dtype(output);
-  dispatch_cell(cell, [&]<class CellMath>() {
-    dispatch_compute(output, [&]<class T>() { run_sequential<CellMath, T>(problem, static_cast<T*>(H)); });
+  dispatch_cuda_cell(cell, [&]<class CellMath>() {
+    auto run = [&]<class T>() { run_sequential<CellMath, T>(problem, static_cast<T*>(H)); };
+    switch (output) {
+      case DType::f64: return run.template operator()<double>();
+      case DType::f32: return run.template operator()<float>();
+      case DType::f16: return run.template operator()<__half>();
+      case DType::bf16: return run.template operator()<__nv_bfloat16>();
+      default: break;
+    }
+    throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(output));
   });
 }
 
@@ -536,6 +564,7 @@ bool cuda_backend_available(std::string* why_not) {
 Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_device("newton_apply on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
@@ -549,7 +578,7 @@ Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConf
 Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                              Layout layout) {
   cuda::require_device("sequential_apply on the CUDA backend");
-  cuda::check_sequential_dtype(cell.dtype());  // refuse before any work
+  cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backends.hpp"
 
@@ -68,18 +69,28 @@ class NewtonWorkspace {
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
 };
 
-// W_x x + b into `wx` (B·T rows of `width` = G·d_h, compute type) with cuBLAS: f64 arithmetic for
-// f64, f32 accumulation otherwise (f16/bf16 inputs are multiplied exactly in f32). `weight` and
-// `x` are contiguous device arrays in the storage dtype, `bias` is in the compute type.
+// One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to
+// the first `inputs` columns of x, written to columns [first_column, first_column + outputs).
+struct DeviceAffine {
+  const void* weight = nullptr;
+  std::int64_t first_column = 0, outputs = 0, inputs = 0;
+};
+
+// The gate pre-activations into `wx` (`rows` = B·T rows of `width` = G·d_h, compute type):
+// `bias_row` (width values, compute type) in every row, plus every block's W x, by cuBLAS with f64
+// arithmetic for f64 and f32 accumulation otherwise (f16/bf16 inputs multiply exactly in f32).
+// `x` is contiguous (rows × d_in) in the storage dtype.
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
-                  const void* weight, const void* bias, const void* x, void* wx);
+                  const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
+                  void* wx);
 
 // The Newton solve; `H` (device, compute type, [b][t][s][c]) receives H*.
 void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,
                   const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
                   NewtonStats& stats);
 
-// The sequential kernel; `H` is in `output` dtype (the storage dtype, or the compute dtype).
+// The sequential kernel, the state rounded to `output` every step; `H` is in that dtype (the
+// storage dtype, or the compute dtype for the Newton fallback).
 void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H);
 
 // Waits for the device work queued by the functions above.

@@ -6,10 +6,14 @@
 // synchronises, and returns the first error (argument checks as cudaErrorInvalidValue, then
 // cudaGetLastError() after its launches). `ComputeOf<StorageT>` is the device twin of
 // pararnn::ComputeOf from core/dtype.hpp (which pulls Eigen and so stays out of .cu files); the
-// kernel tests assert that the two agree. Example:
+// kernel tests assert that the two agree. The half storage types are CUDA's `__half` and
+// `__nv_bfloat16` (the bit layouts of Eigen::half and Eigen::bfloat16 on the host; their headers
+// compile with the host compiler too). Example:
 //   using C = pararnn::kernels::ComputeOf<float>;  // float
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -27,7 +31,15 @@ template <>
 struct StorageCompute<double> {
   using type = double;
 };
-// Half storage types (f16, bf16) compute in float; they are added with their kernels.
+// Half storage types (f16, bf16) compute in float.
+template <>
+struct StorageCompute<__half> {
+  using type = float;
+};
+template <>
+struct StorageCompute<__nv_bfloat16> {
+  using type = float;
+};
 
 template <class StorageT>
 using ComputeOf = typename StorageCompute<StorageT>::type;

@@ -42,7 +42,9 @@ struct SequentialArgs {
   std::int64_t channels = 0;
 };
 
-// Instantiated for cells::GruDiagMath, cells::LstmMath, cells::NlruMath × {float, double}.
+// Instantiated for cells::GruDiagMath, cells::LstmMath, cells::NlruMath × {float, double,
+// __half, __nv_bfloat16} (half storage: f32 arithmetic, the state rounded to nearest even in the
+// storage type after every step, as the host loop storing into Eigen::half / bfloat16 does).
 template <class CellMath, class StorageT>
 cudaError_t launch_sequential_apply(const SequentialArgs<StorageT>& args, cudaStream_t stream);
 

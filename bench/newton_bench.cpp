@@ -1,0 +1,271 @@
+// pararnn_bench_newton: the CUDA backend's generic Newton forward (residual kernel, scan, cuBLAS
+// axpy; one host read of max|F| per iteration) for GRU-diag at the reference shape S1 (B = 8,
+// T = 65536, d_h = 256, f32), with K = 3 fixed and with the default adaptive K, beside the
+// sequential kernel at the same shape, the input GEMM, and the public newton_apply end to end.
+// Prints one JSON object on stdout.
+//
+// Method (PERFORMANCE.md "How to measure"): CUDA events on the legacy default stream (the one
+// the backend uses) around the solve only, gate pre-activations W_x x + b precomputed once and
+// timed separately, warm-up first, median of >= 20 runs (5 for the end-to-end call, which also
+// allocates and copies 0.5 GB to the host). Random data: x uniform in [-1, 1), the cell's App.
+// C.1 initialisation (seeded). The timed configurations' trajectories are checked in the same run
+// against the CPU sequential loop (the production cell math in f32, state rounded every step) on
+// 16 chains spread over batch rows and channels, with τ from contracts/tolerance.hpp. The
+// device-to-device copy bandwidth is measured in the same run; `bytes_model` counts the HBM
+// traffic of the unfused loop (per token-channel: guess 32 B, an iteration with its update 48 B,
+// a residual evaluation without update 20 B).
+//
+// Usage: pararnn_bench_newton [--batch 8] [--channels 256] [--time 65536] [--d-in 256] [--runs 20]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cuda_backend.hpp"
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace {
+
+using pararnn::detail::cuda::DeviceBuffer;
+namespace cuda = pararnn::detail::cuda;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "pararnn_bench_newton: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Times `body` (device work on the legacy default stream) with events: median over `runs`.
+template <class Body>
+double median_ms(int warmup, int runs, Body&& body) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> times;
+  for (int i = 0; i < warmup + runs; ++i) {
+    check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+    body();
+    check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i >= warmup) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(times);
+}
+
+std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::strtoll(argv[i + 1], nullptr, 10);
+  return fallback;
+}
+
+std::vector<float> download(const DeviceBuffer& buffer) {
+  std::vector<float> host(buffer.bytes() / sizeof(float));
+  check(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
+  return host;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pararnn;
+  using Gru = cells::GruDiagMath;
+  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
+  const std::int64_t B = arg_value(argc, argv, "--batch", 8);
+  const std::int64_t D = arg_value(argc, argv, "--channels", 256);
+  const std::int64_t T = arg_value(argc, argv, "--time", 65536);
+  const std::int64_t d_in = arg_value(argc, argv, "--d-in", 256);
+  const int runs = static_cast<int>(std::max<std::int64_t>(20, arg_value(argc, argv, "--runs", 20)));
+  const int warmup = 3;
+  const std::int64_t n = B * T * D;  // token-channels
+  const std::uint64_t seed = 20260301;
+
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int runtime_version = 0, driver_version = 0;
+  cudaRuntimeGetVersion(&runtime_version);
+  cudaDriverGetVersion(&driver_version);
+
+  nlohmann::ordered_json out;
+  out["schema_version"] = 1;
+  out["benchmark"] = "pararnn_bench_newton";
+  {
+    std::string args;
+    for (int i = 0; i < argc; ++i) {
+      if (i > 0) args += ' ';
+      args += argv[i];
+    }
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    out["context"] = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount},
+                      {"cuda_runtime", runtime_version}, {"cuda_driver", driver_version},
+                      {"argv", args}, {"date", date}, {"seed", seed}};
+  }
+  out["shape"] = {{"cell", "gru"}, {"dtype", "f32"}, {"batch", B}, {"time", T}, {"d_h", D},
+                  {"d_in", d_in}, {"chains", B * D}, {"token_channels", n}};
+  out["runs"] = runs;
+  out["warmup"] = warmup;
+
+  // Copy bandwidth: 1 GiB device to device, bytes read plus written.
+  double copy_tb_per_s = 0;
+  {
+    const std::size_t bytes = std::size_t{1} << 30;
+    DeviceBuffer src(bytes), dst(bytes);
+    check(cudaMemset(src.get(), 1, bytes), "cudaMemset");
+    const double ms = median_ms(warmup, runs, [&] {
+      check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, nullptr), "copy");
+    });
+    copy_tb_per_s = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e12;
+    out["copy"] = {{"bytes", bytes}, {"ms", ms}, {"tb_per_s", copy_tb_per_s}};
+  }
+
+  // The problem: App. C.1 cell, x uniform in [-1, 1).
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = d_in, .d_h = D}, DType::f32, seed);
+  Tensor x(DType::f32, {B, T, d_in});
+  {
+    std::uint64_t state = seed;
+    float* p = x.data_as<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
+    }
+  }
+  const std::vector<double> channel_values = cell.channel_values();  // clamped (App. C.1)
+  const std::vector<float> rec(channel_values.begin(), channel_values.end());
+  const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), DType::f32);
+  const Tensor& weight = cell.parameter("W_x.weight");
+  DeviceBuffer d_x(x.nbytes()), d_w(weight.nbytes()), d_b(bias.nbytes()),
+      d_rec(rec.size() * sizeof(float)), d_wx(static_cast<std::size_t>(n * G) * sizeof(float));
+  check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
+  check(cudaMemcpy(d_w.get(), weight.data(), weight.nbytes(), cudaMemcpyHostToDevice), "upload W");
+  check(cudaMemcpy(d_b.get(), bias.data(), bias.nbytes(), cudaMemcpyHostToDevice), "upload b");
+  check(cudaMemcpy(d_rec.get(), rec.data(), d_rec.bytes(), cudaMemcpyHostToDevice), "upload rec");
+
+  // The input GEMM W_x x + b (excluded from the Newton timings).
+  {
+    const cuda::DeviceAffine block{.weight = d_w.get(), .outputs = G * D, .inputs = d_in};
+    const double ms = median_ms(warmup, runs, [&] {
+      cuda::input_affine(DType::f32, B * T, d_in, G * D, d_b.get(), d_x.get(), {&block, 1}, d_wx.get());
+    });
+    const double flops = 2.0 * static_cast<double>(B * T) * static_cast<double>(d_in) * static_cast<double>(G * D);
+    out["input_gemm"] = {{"ms", ms}, {"tflop_per_s", flops / (ms * 1e-3) / 1e12}};
+  }
+
+  const cuda::DeviceProblem problem{.wx = d_wx.get(), .recurrent = d_rec.get(), .batch = B,
+                                    .time = T, .channels = D};
+  cuda::NewtonWorkspace workspace(CellKind::gru, DType::f32, B, T, D);
+  const std::size_t h_bytes = static_cast<std::size_t>(n) * sizeof(float);
+  DeviceBuffer d_H_k3(h_bytes), d_H_adaptive(h_bytes), d_H_seq(h_bytes);
+  const double token_channels = static_cast<double>(n);
+  auto newton_figures = [&](const NewtonConfig& config, const DeviceBuffer& H, const char* name) {
+    NewtonStats stats;
+    const double ms = median_ms(warmup, runs, [&] {
+      cuda::newton_solve(cell.spec(), DType::f32, problem, config, H.get(), workspace, stats);
+    });
+    // The guess, every update's iteration, and the evaluations without an update (the early
+    // stop's or the final residual).
+    const double bytes = token_channels * (32.0 + 48.0 * static_cast<double>(stats.updates) +
+                                           20.0 * static_cast<double>(stats.iters - stats.updates + 1));
+    out[name] = {{"ms", ms},
+                 {"k", stats.k.k},
+                 {"k_source", stats.k.source},
+                 {"iters", stats.iters},
+                 {"updates", stats.updates},
+                 {"converged", stats.converged},
+                 {"max_residual", stats.max_residual},
+                 {"residual_history", stats.residual_history},
+                 {"bytes_model", bytes},
+                 {"effective_tb_per_s", bytes / (ms * 1e-3) / 1e12},
+                 {"ratio_to_copy", bytes / (ms * 1e-3) / 1e12 / copy_tb_per_s}};
+  };
+  newton_figures(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, d_H_k3, "newton_k3_fixed");
+  newton_figures(NewtonConfig{}, d_H_adaptive, "newton_adaptive_default");
+
+  // The sequential kernel (one thread per chain), same inputs.
+  {
+    const double ms = median_ms(warmup, runs, [&] {
+      cuda::sequential_solve(CellKind::gru, DType::f32, problem, d_H_seq.get());
+    });
+    out["sequential_kernel"] = {{"ms", ms}, {"bytes_model", token_channels * 16.0}};
+  }
+  out["newton_k3_vs_sequential_speedup"] =
+      out["sequential_kernel"]["ms"].get<double>() / out["newton_k3_fixed"]["ms"].get<double>();
+
+  // The public API end to end: device x, input GEMM, allocations, Newton (default config), the
+  // residual gate and the 0.5 GB copy to a host tensor.
+  {
+    const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, device);
+    std::vector<double> times;
+    for (int i = 0; i < 1 + 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor H = newton_apply(cell, x_device, NewtonConfig{});
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i > 0) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    out["newton_apply_end_to_end"] = {{"ms", median(times)}, {"runs", 5}, {"clock", "host steady_clock"}};
+  }
+
+  // Correctness of what was timed: 16 chains against the CPU sequential loop (f32 state).
+  {
+    const std::vector<float> wx = download(d_wx), H_k3 = download(d_H_k3),
+                             H_adaptive = download(d_H_adaptive), H_seq = download(d_H_seq);
+    double err_k3 = 0, err_adaptive = 0, err_seq = 0;
+    auto worse = [](double e, double d) { return std::isnan(d) ? INFINITY : std::max(e, d); };
+    const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
+    std::int64_t checked = 0;
+    for (std::int64_t chain = 0; chain < chains; chain += step, ++checked) {
+      const std::int64_t b = chain / D, c = (chain * 7 + 3) % D;
+      float r[R];
+      for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + c)];
+      float h = 0.0f;
+      for (std::int64_t t = 0; t < T; ++t) {
+        float w[G];
+        for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + c)];
+        float h_new;
+        Gru::step(r, w, &h, &h_new, static_cast<float*>(nullptr));
+        h = h_new;
+        const std::size_t i = static_cast<std::size_t>((b * T + t) * D + c);
+        err_k3 = worse(err_k3, std::fabs(static_cast<double>(H_k3[i]) - h));
+        err_adaptive = worse(err_adaptive, std::fabs(static_cast<double>(H_adaptive[i]) - h));
+        err_seq = worse(err_seq, std::fabs(static_cast<double>(H_seq[i]) - h));
+      }
+    }
+    const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = "gru", .backend = "cuda"});
+    out["check_vs_cpu_sequential"] = {{"chains", checked},
+                                      {"tau_atol", tau.atol},
+                                      {"tolerance_source", tau.source},
+                                      {"newton_k3_fixed_max_abs", err_k3},
+                                      {"newton_adaptive_default_max_abs", err_adaptive},
+                                      {"sequential_kernel_max_abs", err_seq},
+                                      {"all_within_tau", err_k3 <= tau.atol && err_adaptive <= tau.atol &&
+                                                             err_seq <= tau.atol}};
+  }
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
