@@ -18,14 +18,16 @@
 #include "pararnn/kernels/launch.hpp"
 #include "test_support.hpp"
 
+#include "pararnn/contracts/tolerance.hpp"
+
 namespace pararnn::kernels::test {
 
-// Agreement bound between a kernel and the host loop running the same cell math: device and host
-// libm (expf/tanhf, FMA contraction) differ by a few ulps a step. PLACEHOLDER values (f32: the
-// contract's τ; f64: well above the observed drift): the lead replaces them with the contract's
-// tolerance table (CONTRACT.md), which is the only place tolerances should live.
+// Agreement bound between a kernel and the host loop running the same cell math (device and
+// host libm differ by a few ulps a step): the contract's "GPU backend ≡ CPU backend within τ",
+// i.e. the trajectory τ of the compute type's dtype, from the one tolerance table.
 template <class ComputeT>
-constexpr double kKernelVsHostTau = std::is_same_v<ComputeT, float> ? 1e-4 : 1e-10;
+inline const double kKernelVsHostTau =
+    tolerance_for({.dtype = std::is_same_v<ComputeT, float> ? DType::f32 : DType::f64}).atol;
 
 template <class CellMath_, class StorageT_>
 struct CellCase {
