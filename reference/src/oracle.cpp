@@ -38,11 +38,24 @@ constexpr const char* type_name() {
   }
 }
 
+struct RecurrentSpec {
+  std::string name;
+  int rows = 0;  // 0: a (d_h) vector; else a (rows, d_h) tensor of that many vectors
+};
+
+struct AffineSpec {
+  std::string weight;
+  std::string bias;
+  int gates = 0;
+};
+
 struct CellSpec {
   CellKind kind;
-  int gates;
+  int gates;  // gate-input blocks; the affines' gates, plus cfc's Δt
   int slots;
-  std::vector<std::string> recurrent;  // state_dict names, in order
+  std::vector<AffineSpec> affine;        // in row order; the first gives d_h
+  std::vector<RecurrentSpec> recurrent;  // state_dict names, in order
+  bool time_channel = false;             // cfc: x's last channel is Δt, not a feature
 };
 
 CellSpec cell_spec(const Case& problem) {
@@ -51,32 +64,66 @@ CellSpec cell_spec(const Case& problem) {
   const auto refuse_mix = [&](std::string_view rule) {
     throw ContractViolation("mix", rule, *mix);
   };
+  const auto refuse_heads = [&](std::string_view rule) {
+    if (const auto heads = problem.meta("n_heads"); heads && !heads->empty() && *heads != "none") {
+      throw ContractViolation("n_heads", rule, *heads);
+    }
+  };
+  const AffineSpec w_x{"W_x.weight", "W_x.bias", 0};
+  const auto with_gates = [](AffineSpec a, int gates) {
+    a.gates = gates;
+    return a;
+  };
   if (cell == "gru") {
     if (mix && *mix != "diag") {
       refuse_mix("the oracle implements cell gru with mix 'diag' only");
     }
-    if (const auto heads = problem.meta("n_heads"); heads && !heads->empty() && *heads != "none") {
-      throw ContractViolation("n_heads", "is only valid with mix 'head' (cell gru, mix diag)",
-                              *heads);
-    }
-    return {CellKind::gru, 3, 1, {"a_z", "a_r", "a_n"}};
+    refuse_heads("is only valid with mix 'head' (cell gru, mix diag)");
+    return {CellKind::gru, 3, 1, {with_gates(w_x, 3)}, {{"a_z"}, {"a_r"}, {"a_n"}}};
   }
   if (cell == "lstm") {
     if (mix && *mix != "diag") refuse_mix("cell lstm is diagonal (mix 'diag' or absent)");
-    return {CellKind::lstm, 3, 2, {"a_f", "a_z", "a_o", "c_f", "c_o"}};
+    return {CellKind::lstm, 3, 2, {with_gates(w_x, 3)},
+            {{"a_f"}, {"a_z"}, {"a_o"}, {"c_f"}, {"c_o"}}};
   }
   if (cell == "nlru") {
     if (mix && *mix != "diag") refuse_mix("cell nlru is diagonal (mix 'diag' or absent)");
-    return {CellKind::nlru, 2, 1, {"u"}};
+    return {CellKind::nlru, 2, 1, {with_gates(w_x, 2)}, {{"u"}}};
   }
-  throw ContractViolation("cell", "must be a cell the oracle implements: gru (mix diag), lstm, nlru",
-                          cell.empty() ? std::string("<empty>") : cell);
+  if (cell == "slstm") {
+    if (mix && *mix != "diag") {
+      refuse_mix("the oracle implements cell slstm with mix 'diag' only");
+    }
+    refuse_heads("is only valid with mix 'head' (cell slstm, mix diag)");
+    return {CellKind::slstm, 4, 4, {with_gates(w_x, 4)}, {{"R", 4}}};
+  }
+  if (cell == "cfc") {
+    if (mix && *mix != "diag") refuse_mix("cell cfc is diagonal (mix 'diag' or absent)");
+    if (const auto gate_mix = problem.meta("gate_mix"); gate_mix && *gate_mix != "input") {
+      throw ContractViolation("gate_mix", "the oracle implements cell cfc with gate_mix 'input' only",
+                              *gate_mix);
+    }
+    return {CellKind::cfc, 4, 1, {with_gates(w_x, 2), {"W_b.weight", "W_b.bias", 1}}, {{"u"}},
+            true};
+  }
+  if (cell == "titans") {
+    if (mix && *mix != "diag") refuse_mix("cell titans is diagonal (mix 'diag' or absent)");
+    return {CellKind::titans, 5, 1, {with_gates(w_x, 5)}, {{"u"}, {"r"}}};
+  }
+  throw ContractViolation(
+      "cell",
+      "must be a cell the oracle implements: gru (mix diag), lstm, nlru, slstm (mix diag), "
+      "cfc (gate_mix input), titans",
+      cell.empty() ? std::string("<empty>") : cell);
 }
 
 std::string parameter_list(const CellSpec& spec) {
   std::string names;
-  for (const auto& name : spec.recurrent) names += name + ", ";
-  return names + "W_x.weight, W_x.bias";
+  for (const auto& r : spec.recurrent) names += r.name + ", ";
+  for (std::size_t i = 0; i < spec.affine.size(); ++i) {
+    names += (i ? ", " : "") + spec.affine[i].weight + ", " + spec.affine[i].bias;
+  }
+  return names;
 }
 
 // A parameter of the cell, present, floating, in the case's dtype, of the expected shape.
@@ -109,7 +156,7 @@ std::vector<double> lift_vector(const Tensor& t) {
 }
 
 // The cap as the storage dtype holds it (the Python library clamps a storage-dtype tensor).
-double cap_in_storage(double cap, DType dtype) {
+double in_storage(double cap, DType dtype) {
   Tensor holder(dtype, {1});
   holder.store({0}, cap);
   return holder.load({0});
@@ -210,52 +257,89 @@ PreparedCase prepare_case(const Case& problem) {
   if (x.size(0) < 1 || x.size(1) < 1 || x.size(2) < 1) {
     throw ContractViolation("x", "must have B >= 1, T >= 1 and d_in >= 1", shape_string(x.shape()));
   }
+  if (spec.time_channel && x.size(2) < 2) {
+    throw ContractViolation(
+        "x", fmt::format("must have d_in >= 2 for cell {} (F >= 1 features, then the Δt channel)",
+                         problem.cell),
+        shape_string(x.shape()));
+  }
   out.dtype = x.dtype();
   out.batch = x.size(0);
   out.time = x.size(1);
   out.d_in = x.size(2);
+  out.features = spec.time_channel ? out.d_in - 1 : out.d_in;
   out.x = x;
   out.products_exact_in_double = out.dtype != DType::f64;
 
-  // d_h from W_x.weight rows / gates; every other shape follows.
-  const Tensor& weight = checked_parameter(problem, spec, "W_x.weight", {}, "");
-  if (weight.dim() != 2 || weight.size(0) < spec.gates || weight.size(0) % spec.gates != 0) {
+  // d_h from the first affine's weight rows / its gates; every other shape follows.
+  const AffineSpec& first = spec.affine.front();
+  const Tensor& weight = checked_parameter(problem, spec, first.weight, {}, "");
+  if (weight.dim() != 2 || weight.size(0) < first.gates || weight.size(0) % first.gates != 0) {
     throw CaseFileError(fmt::format(
-        "case (cell {}): parameter 'W_x.weight' has shape {}, expected ({} d_h, d_in) with d_h >= 1",
-        problem.cell, shape_string(weight.shape()), spec.gates));
+        "case (cell {}): parameter '{}' has shape {}, expected ({} d_h, {}) with d_h >= 1",
+        problem.cell, first.weight, shape_string(weight.shape()), first.gates,
+        spec.time_channel ? "F" : "d_in"));
   }
-  out.d_h = weight.size(0) / spec.gates;
-  if (weight.size(1) != out.d_in) {
-    throw ContractViolation(
-        "x", fmt::format("last dimension must equal d_in = {} (the columns of W_x.weight)",
-                         weight.size(1)),
-        shape_string(x.shape()));
+  out.d_h = weight.size(0) / first.gates;
+  if (weight.size(1) != out.features) {
+    const std::string rule =
+        spec.time_channel
+            ? fmt::format("last dimension must equal F + 1 = {} (the columns of {}, then Δt)",
+                          weight.size(1) + 1, first.weight)
+            : fmt::format("last dimension must equal d_in = {} (the columns of {})",
+                          weight.size(1), first.weight);
+    throw ContractViolation("x", rule, shape_string(x.shape()));
   }
-  const std::string why = fmt::format(" (d_h = {} from W_x.weight rows {} / {} gates)", out.d_h,
-                                      weight.size(0), spec.gates);
-  const Tensor& bias =
-      checked_parameter(problem, spec, "W_x.bias", {spec.gates * out.d_h}, why);
-  out.w = lift_vector(weight.reshaped({weight.numel()}));
-  out.bias = lift_vector(bias);
+  const std::string why = fmt::format(" (d_h = {} from {} rows {} / {} gates)", out.d_h,
+                                      first.weight, weight.size(0), first.gates);
+  int gate = 0;
+  for (const AffineSpec& affine : spec.affine) {
+    const std::int64_t rows = affine.gates * out.d_h;
+    const std::vector<double> w = lift_vector(
+        checked_parameter(problem, spec, affine.weight, {rows, out.features}, why)
+            .reshaped({rows * out.features}));
+    const std::vector<double> b =
+        lift_vector(checked_parameter(problem, spec, affine.bias, {rows}, why));
+    out.w.insert(out.w.end(), w.begin(), w.end());
+    out.bias.insert(out.bias.end(), b.begin(), b.end());
+    out.affine_parameters.push_back({affine.weight, affine.bias, gate, affine.gates});
+    gate += affine.gates;
+  }
+  out.affine_gates = gate;
+  if (spec.time_channel) out.time_gate = gate;
+
+  if (spec.kind == CellKind::slstm) {
+    out.eps = problem.meta_double("eps", 1e-6);
+    if (!std::isfinite(out.eps)) {
+      throw ContractViolation("eps", "must be a finite number", fmt::format("{}", out.eps));
+    }
+  }
 
   const std::optional<double> cap = problem.meta_cap(0.5);
   if (cap && !(*cap >= 0.0)) {
     throw ContractViolation("max_recurrent_norm", "must be a non-negative number or none",
                             fmt::format("{}", *cap));
   }
-  const double cap_s = cap ? cap_in_storage(*cap, out.dtype) : 0.0;
-  for (const auto& name : spec.recurrent) {
-    std::vector<double> v = lift_vector(checked_parameter(problem, spec, name, {out.d_h}, why));
-    std::vector<double> mask(v.size(), 1.0);
-    if (cap) {
-      for (std::size_t j = 0; j < v.size(); ++j) {
-        mask[j] = std::abs(v[j]) <= cap_s ? 1.0 : 0.0;
-        v[j] = std::min(std::max(v[j], -cap_s), cap_s);  // NaN stays NaN
+  const double cap_s = cap ? in_storage(*cap, out.dtype) : 0.0;
+  for (const RecurrentSpec& r : spec.recurrent) {
+    const int rows = std::max(r.rows, 1);
+    const Shape shape = r.rows == 0 ? Shape{out.d_h} : Shape{r.rows, out.d_h};
+    const std::vector<double> all =
+        lift_vector(checked_parameter(problem, spec, r.name, shape, why).reshaped({rows * out.d_h}));
+    out.recurrent_parameters.push_back(
+        {r.name, static_cast<int>(out.recurrent.size()), rows, shape});
+    for (int row = 0; row < rows; ++row) {
+      std::vector<double> v(all.begin() + row * out.d_h, all.begin() + (row + 1) * out.d_h);
+      std::vector<double> mask(v.size(), 1.0);
+      if (cap) {
+        for (std::size_t j = 0; j < v.size(); ++j) {
+          mask[j] = std::abs(v[j]) <= cap_s ? 1.0 : 0.0;
+          v[j] = std::min(std::max(v[j], -cap_s), cap_s);  // NaN stays NaN
+        }
       }
+      out.recurrent.push_back(std::move(v));
+      out.recurrent_gradient_mask.push_back(std::move(mask));
     }
-    out.recurrent.push_back(std::move(v));
-    out.recurrent_names.push_back(name);
-    out.recurrent_gradient_mask.push_back(std::move(mask));
   }
 
   std::int64_t h0_rows = out.batch;

@@ -14,8 +14,9 @@
 // Jacobian (a column-compressed Jacobian; the colouring "same direction in every channel" is
 // exact because channels never mix). The step's vector-Jacobian product with the state
 // cotangent μ is then, per channel, Σ_slot μ[slot][j] · derivatives(s_new[slot][j]).
-// N is 7 (GRU), 10 (LSTM) or 4 (NLRU), fixed at compile time, so derivatives live on the stack
-// and a step costs about N + 1 plain steps. A tape-based reverse mode would cost a constant
+// N is 7 (GRU: 1 + 3 + 3), 10 (LSTM: 2 + 3 + 5), 4 (NLRU: 1 + 2 + 1), 12 (sLSTM: 4 + 4 + the
+// 4 rows of R), 6 (CfC: 1 + 4 gate inputs f_pre, c_x, b, Δt + u) or 8 (Titans: 1 + 5 + 2), fixed
+// at compile time, so derivatives live on the stack and a step costs about N + 1 plain steps. A tape-based reverse mode would cost a constant
 // factor of the same order at these N and add a second AD implementation to trust; this one is
 // the AutoDiffScalar the oracle's Jacobians already use. (Forward mode over every parameter
 // would cost (gates·d_in + ...)·d_h directions a step; over the full state, n directions.)
@@ -28,9 +29,12 @@
 //   (μ_prev, d_wx_t, d_a) = VJP of step t at (H[t−1], wx_t) with μ;  Σ_t d_a;  μ ← μ_prev
 // and the final μ is the cotangent of the chain's initial state (∇h0 when h0 is given). The
 // recurrent gradient is taken with respect to the clamped value and multiplied by the clamp
-// mask (PreparedCase::recurrent_gradient_mask). W_x's gradients are linear in the gate-input
-// cotangents d_wx: ∇W = Σ d_wx xᵀ, ∇b = Σ d_wx, ∇x_t = Wᵀ d_wx_t, evaluated in the working type
-// from the exactly lifted W and x (input_affine_gradients).
+// mask (PreparedCase::recurrent_gradient_mask). The affines' gradients (W_x, and CfC's W_b) are
+// linear in the gate-input cotangents d_wx of their rows: ∇W = Σ d_wx featᵀ, ∇b = Σ d_wx,
+// ∇feat_t = Wᵀ d_wx_t, evaluated in the working type from the exactly lifted W and x
+// (input_affine_gradients). CfC's Δt is a function of x's last channel, not of W: its d_h
+// cotangents (one per channel: Δt is broadcast) are summed into ∇x[..., -1], times dΔt/draw
+// (1 above the floor, 0 where the floor clamps it).
 #pragma once
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
@@ -92,12 +96,16 @@ void bptt_chain(const GradientCase& gc, const ChainSpec& spec, const ChainGradie
   ColMajorMatrix<Real> wx(rows, len);
   if constexpr (std::is_same_v<Real, double>) {
     const Eigen::Map<const ColMajorMatrix<double>> xs(x.data(), d_in, len);
-    wx.noalias() = affine.w * xs;
-    wx.colwise() += affine.bias;
+    wx.topRows(affine.rows).noalias() = affine.w * xs.topRows(affine.features);
+    wx.topRows(affine.rows).colwise() += affine.bias;
+    for (Index t = 0; t < len; ++t) {
+      fill_derived_gates<double>(problem, width, x.data() + t * d_in, wx.col(t));
+    }
   } else {
     Vec<Real> column(rows);
     for (Index t = 0; t < len; ++t) {
       affine.apply(x.data() + t * d_in, column);
+      fill_derived_gates<Real>(problem, width, x.data() + t * d_in, column);
       wx.col(t) = column;
     }
   }
@@ -117,7 +125,7 @@ void bptt_chain(const GradientCase& gc, const ChainSpec& spec, const ChainGradie
   }
 
   // The AD inputs: seeds fixed once, values set every step.
-  RecurrentDiagonals<Ad> recurrent_ad{problem.kind, width, {}};
+  RecurrentDiagonals<Ad> recurrent_ad{problem.kind, width, {}, problem.eps};
   for (Index i = 0; i < n_recurrent; ++i) {
     Vec<Ad> a(width);
     for (Index j = 0; j < width; ++j) {
@@ -205,40 +213,60 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
       case CellKind::nlru:
         if (directions != 4) break;
         return bptt_chain<Real, 4>(gc, items[at], views[at]);
+      case CellKind::slstm:
+        if (directions != 12) break;
+        return bptt_chain<Real, 12>(gc, items[at], views[at]);
+      case CellKind::cfc:
+        if (directions != 6) break;
+        return bptt_chain<Real, 6>(gc, items[at], views[at]);
+      case CellKind::titans:
+        if (directions != 8) break;
+        return bptt_chain<Real, 8>(gc, items[at], views[at]);
     }
     throw std::logic_error("oracle_gradients: unexpected number of AD directions for the cell");
   });
 }
 
+// The affines' weights, (affine_gates·d_h, features), lifted exactly into Real.
 template <class Real>
 RowMajorMatrix<Real> lifted_weight(const PreparedCase& problem) {
-  const Index rows = problem.gates * problem.d_h;
-  RowMajorMatrix<Real> w(rows, problem.d_in);
+  const Index rows = problem.affine_rows();
+  RowMajorMatrix<Real> w(rows, problem.features);
   for (Index r = 0; r < rows; ++r) {
-    for (Index k = 0; k < problem.d_in; ++k) {
-      w(r, k) = Real(problem.w[static_cast<std::size_t>(r * problem.d_in + k)]);
+    for (Index k = 0; k < problem.features; ++k) {
+      w(r, k) = Real(problem.w[static_cast<std::size_t>(r * problem.features + k)]);
     }
   }
   return w;
 }
 
-// out (d_in × count, column-major) = Wᵀ · d_wx (gates·d_h × count, column-major), in Real.
+// ∇x of `count` steps, out (d_in × count, column-major), from their gate-input cotangents d_wx
+// (gates·d_h × count, column-major), in Real: the feature rows Wᵀ · d_wx[affine rows]; for CfC
+// the last row Σ_j d_wx[Δt block][j] · dΔt/draw, draw read from x (the same steps lifted,
+// d_in × count, column-major).
 template <class Real>
-void input_gradient(const RowMajorMatrix<Real>& w, const Real* d_wx, Index count, Real* out) {
-  const Eigen::Map<const ColMajorMatrix<Real>> d(d_wx, w.rows(), count);
-  Eigen::Map<ColMajorMatrix<Real>> o(out, w.cols(), count);
-  o.noalias() = w.transpose() * d;
+void input_gradient(const PreparedCase& problem, const RowMajorMatrix<Real>& w, const Real* d_wx,
+                    const double* x, Index count, Real* out) {
+  const Eigen::Map<const ColMajorMatrix<Real>> d(d_wx, problem.gates * problem.d_h, count);
+  Eigen::Map<ColMajorMatrix<Real>> o(out, problem.d_in, count);
+  o.topRows(problem.features).noalias() = w.transpose() * d.topRows(w.rows());
+  if (problem.time_gate < 0) return;
+  const Index last = problem.d_in - 1;
+  for (Index t = 0; t < count; ++t) {
+    const Real slope(PreparedCase::time_step_slope(x[t * problem.d_in + last]));
+    o(last, t) = slope * d.col(t).segment(problem.time_gate * problem.d_h, problem.d_h).sum();
+  }
 }
 
 template <class Real>
 struct InputAffineGradients {
-  RowMajorMatrix<Real> weight;  // (gates·d_h, d_in)
-  Vec<Real> bias;               // (gates·d_h)
+  RowMajorMatrix<Real> weight;  // (affine_gates·d_h, features): every affine, stacked
+  Vec<Real> bias;               // (affine_gates·d_h)
   ColMajorMatrix<Real> x;       // (d_in, B·T): column b·T + t
 };
 
-// The gradients of W_x and x from the gate-input cotangents of every step (gates·d_h × B·T,
-// column b·T + t), in Real; a fixed partition of the work, so the bits do not depend on the
+// The gradients of the affines and x from the gate-input cotangents of every step (gates·d_h ×
+// B·T, column b·T + t), in Real; a fixed partition of the work, so the bits do not depend on the
 // number of threads.
 template <class Real>
 InputAffineGradients<Real> input_affine_gradients(const PreparedCase& problem,
@@ -246,13 +274,14 @@ InputAffineGradients<Real> input_affine_gradients(const PreparedCase& problem,
   constexpr Index kColumnsPerItem = 256;
   constexpr Index kRowsPerItem = 8;
   const Index rows = problem.gates * problem.d_h;
+  const Index affine_rows = problem.affine_rows();
   const Index columns = problem.batch * problem.time;
   const Index d_in = problem.d_in;
   ColMajorMatrix<double> x_double(d_in, columns);
   for (std::int64_t b = 0; b < problem.batch; ++b) {
     lift_x(problem, b, 0, problem.time, x_double.data() + b * problem.time * d_in);
   }
-  const ColMajorMatrix<Real> x = x_double.template cast<Real>();
+  const ColMajorMatrix<Real> features = x_double.topRows(problem.features).template cast<Real>();
   const RowMajorMatrix<Real> w = lifted_weight<Real>(problem);
 
   InputAffineGradients<Real> out;
@@ -260,15 +289,17 @@ InputAffineGradients<Real> input_affine_gradients(const PreparedCase& problem,
   parallel_for((columns + kColumnsPerItem - 1) / kColumnsPerItem, [&](std::int64_t item) {
     const Index c0 = item * kColumnsPerItem;
     const Index count = std::min(kColumnsPerItem, columns - c0);
-    input_gradient(w, d_wx.data() + c0 * rows, count, out.x.data() + c0 * d_in);
+    input_gradient(problem, w, d_wx.data() + c0 * rows, x_double.data() + c0 * d_in, count,
+                   out.x.data() + c0 * d_in);
   });
-  out.weight.resize(rows, d_in);
-  parallel_for((rows + kRowsPerItem - 1) / kRowsPerItem, [&](std::int64_t item) {
+  out.weight.resize(affine_rows, problem.features);
+  parallel_for((affine_rows + kRowsPerItem - 1) / kRowsPerItem, [&](std::int64_t item) {
     const Index r0 = item * kRowsPerItem;
-    const Index count = std::min(kRowsPerItem, rows - r0);
-    out.weight.middleRows(r0, count).noalias() = d_wx.middleRows(r0, count) * x.transpose();
+    const Index count = std::min(kRowsPerItem, affine_rows - r0);
+    out.weight.middleRows(r0, count).noalias() =
+        d_wx.middleRows(r0, count) * features.transpose();
   });
-  out.bias = d_wx.rowwise().sum();
+  out.bias = d_wx.topRows(affine_rows).rowwise().sum();
   return out;
 }
 
@@ -278,8 +309,8 @@ InputAffineGradients<Real> input_affine_gradients(const PreparedCase& problem,
   EXTERN template void run_bptt<Real>(const GradientCase&, const std::vector<ChainSpec>&,      \
                                       const std::vector<ChainGradientView<Real>>&);           \
   EXTERN template RowMajorMatrix<Real> lifted_weight<Real>(const PreparedCase&);              \
-  EXTERN template void input_gradient<Real>(const RowMajorMatrix<Real>&, const Real*, Index,  \
-                                            Real*);
+  EXTERN template void input_gradient<Real>(const PreparedCase&, const RowMajorMatrix<Real>&, \
+                                            const Real*, const double*, Index, Real*);
 #define PARARNN_ORACLE_PRIMARY_GRADIENT_TEMPLATES(EXTERN, Real) \
   EXTERN template InputAffineGradients<Real> input_affine_gradients<Real>( \
       const PreparedCase&, const ColMajorMatrix<Real>&);

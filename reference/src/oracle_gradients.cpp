@@ -9,10 +9,11 @@
 // type: the gate-input cotangent d_wx_t of every step (every gate of the certified channels),
 // the cotangent of the initial state (∇h0's row, or what ∇h0 would be from zeros), the chain's
 // contribution to every (masked) recurrent gradient, and, for a whole chain, the chain's rows of
-// ∇x (∇x_t = Wᵀ d_wx_t mixes channels, so a lone channel cannot certify it). The parameter
-// gradients of W_x are sums over all rows, ∇W = Σ d_wx xᵀ and ∇b = Σ d_wx: exact inputs (W and
-// x lifted exactly) times certified d_wx, summed in the working type (at most B·T terms, a
-// relative error of B·T·2^-53 in the worst case for double); they are not recomputed. The
+// ∇x (∇x_t = Wᵀ d_wx_t mixes channels, and so does CfC's Δt row, a sum over channels: a lone
+// channel cannot certify it). The parameter gradients of the affines (W_x, CfC's W_b) are sums
+// over all rows, ∇W = Σ d_wx featᵀ and ∇b = Σ d_wx: exact inputs (W and x lifted exactly)
+// times certified d_wx, summed in the working type (at most B·T terms, a relative error of
+// B·T·2^-53 in the worst case for double); they are not recomputed. The
 // recurrent gradients are certified per chain, which is where their error would come from
 // (the AD through T steps), not from the final sum over chains.
 #include <fmt/format.h>
@@ -223,11 +224,14 @@ GradientCertification certify_gradients(const GradientCase& gc,
     const Index blocks = (len + kStepsPerBlock - 1) / kStepsPerBlock;
     std::vector<WorstDifference<Certifier>> block_worst(static_cast<std::size_t>(blocks));
     const Index column = chain.b * problem.time + chain.t_begin;
+    std::vector<double> x_lifted(static_cast<std::size_t>(len * problem.d_in));
+    lift_x(problem, chain.b, chain.t_begin, len, x_lifted.data());
     parallel_for(blocks, [&](std::int64_t block) {
       const Index t0 = block * kStepsPerBlock;
       const Index count = std::min(kStepsPerBlock, len - t0);
       ColMajorMatrix<Certifier> x(problem.d_in, count);
-      input_gradient<Certifier>(w, d_wx.data() + t0 * rows, count, x.data());
+      input_gradient<Certifier>(problem, w, d_wx.data() + t0 * rows,
+                                x_lifted.data() + t0 * problem.d_in, count, x.data());
       for (Index t = 0; t < count; ++t) {
         for (Index k = 0; k < problem.d_in; ++k) {
           block_worst[static_cast<std::size_t>(block)].add(
@@ -272,16 +276,22 @@ OracleGradients gradients_in(const Case& problem, const GradientCase& gc,
   result.type = type_name<Primary>();
   result.digits = std::numeric_limits<Primary>::digits;
 
-  const std::int64_t rows = prepared.gates * prepared.d_h;
   result.tensors["x"] =
       to_tensor<Primary>(primary.affine.x, {prepared.batch, prepared.time, prepared.d_in});
-  result.tensors["W_x.weight"] = to_tensor<Primary>(primary.affine.weight, {rows, prepared.d_in});
-  result.tensors["W_x.bias"] = to_tensor<Primary>(primary.affine.bias, {rows});
+  for (const AffineParameter& affine : prepared.affine_parameters) {
+    const Index first = affine.first_gate * prepared.d_h;
+    const Index rows = affine.gates * prepared.d_h;
+    const RowMajorMatrix<Primary> weight = primary.affine.weight.middleRows(first, rows);
+    const Vec<Primary> bias = primary.affine.bias.segment(first, rows);
+    result.tensors[affine.weight] = to_tensor<Primary>(weight, {rows, prepared.features});
+    result.tensors[affine.bias] = to_tensor<Primary>(bias, {rows});
+  }
   const Vec<Primary> recurrent = primary.recurrent.rowwise().sum();  // chains in order
-  for (std::size_t i = 0; i < prepared.recurrent_names.size(); ++i) {
-    const Vec<Primary> one =
-        recurrent.segment(static_cast<Index>(i) * prepared.d_h, prepared.d_h);
-    result.tensors[prepared.recurrent_names[i]] = to_tensor<Primary>(one, {prepared.d_h});
+  for (const RecurrentParameter& parameter : prepared.recurrent_parameters) {
+    // Its vectors are consecutive d_h blocks: the (rows, d_h) tensor, row-major.
+    const Vec<Primary> all = recurrent.segment(static_cast<Index>(parameter.first) * prepared.d_h,
+                                               parameter.rows * prepared.d_h);
+    result.tensors[parameter.name] = to_tensor<Primary>(all, parameter.shape);
   }
   if (problem.h0) {
     Tensor h0(DType::f64, problem.h0->shape());

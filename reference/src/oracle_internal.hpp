@@ -20,7 +20,7 @@
 
 namespace pararnn::reference::detail {
 
-enum class CellKind : std::uint8_t { gru, lstm, nlru };
+enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
 struct RowChain {
@@ -32,25 +32,55 @@ struct RowChain {
   std::int64_t length() const { return t_end - t_begin; }
 };
 
+// A recurrent parameter under its state_dict name: `rows` consecutive entries of
+// PreparedCase::recurrent, starting at `first`, stored with `shape` ((d_h) or (rows, d_h)).
+struct RecurrentParameter {
+  std::string name;
+  int first = 0;
+  int rows = 1;
+  Shape shape;
+};
+
+// An nn.Linear of the input affine under its state_dict names: its output is the gate blocks
+// [first_gate, first_gate + gates) of the gate inputs, rows [first_gate·d_h, ...) of
+// PreparedCase::w and ::bias.
+struct AffineParameter {
+  std::string weight;
+  std::string bias;
+  int first_gate = 0;
+  int gates = 0;
+};
+
 // Everything the oracle reads from a Case, validated and lifted exactly into double (every
 // storage dtype is a subset of double). x stays in its storage and is lifted block by block.
+//
+// The gate inputs of a step are `gates` blocks of d_h values: first the `affine_gates` blocks of
+// the input affine W·feat_t + bias (feat_t = x_t's first `features` columns), then blocks that
+// are functions of x_t alone (CfC: Δt = max(x_t[d_in - 1], kTimeFloor), block `time_gate`).
+// Pack orders: gru (z_x, r_x, n_x); lstm (f_x, z_x, o_x); nlru (a_x, c_x);
+// slstm (i, f, z, o); cfc (f_pre, c_x | b | Δt); titans (α_pre, θ_pre, k, v, n_pre).
 struct PreparedCase {
   CellKind kind = CellKind::gru;
   std::string cell;
   DType dtype = DType::f32;
-  int gates = 0;
+  int gates = 0;         // gate-input blocks the step reads
+  int affine_gates = 0;  // of which the input affine computes the first ones
   int slots = 1;
   std::int64_t batch = 0, time = 0, d_in = 0, d_h = 0;
-  std::vector<double> w;     // "W_x.weight", (gates*d_h, d_in) row-major
-  std::vector<double> bias;  // "W_x.bias", (gates*d_h)
-  // Clamped recurrent vectors (each d_h) in the cell's state_dict order:
-  // gru a_z, a_r, a_n; lstm a_f, a_z, a_o, c_f, c_o; nlru u.
+  std::int64_t features = 0;  // x columns the affine reads: d_in, or d_in - 1 (cfc)
+  std::vector<double> w;     // the affine's weights, (affine_gates*d_h, features) row-major
+  std::vector<double> bias;  // (affine_gates*d_h)
+  std::vector<AffineParameter> affine_parameters;  // W_x (and cfc's W_b), in row order
+  // Clamped recurrent vectors (each d_h), in order: gru a_z, a_r, a_n; lstm a_f, a_z, a_o, c_f,
+  // c_o; nlru u; slstm the rows r_i, r_f, r_z, r_o of R; cfc u; titans u, r.
   std::vector<std::vector<double>> recurrent;
-  std::vector<std::string> recurrent_names;  // their state_dict names, same order
+  std::vector<RecurrentParameter> recurrent_parameters;  // their state_dict tensors
   // Per recurrent entry, what the gradient of the raw parameter is multiplied by: 1 where
   // |raw| <= cap (the Python library's clamp mask, solvers/vjp.py::_clip_mask), 0 where
   // |raw| > cap or raw is NaN; all 1 without a cap.
   std::vector<std::vector<double>> recurrent_gradient_mask;
+  double eps = 0.0;        // slstm: h' = o c' / (n' + eps), the metadata "eps" (default 1e-6)
+  int time_gate = -1;      // cfc: the gate block holding Δt; -1 for the other cells
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
   std::vector<RowChain> chains;
@@ -58,7 +88,21 @@ struct PreparedCase {
   // most 24 bits), so the wide types can sum them as exact double terms (oracle_math.hpp).
   bool products_exact_in_double = true;
 
+  // CfC's floor on Δt (ParaCfC: clamp_min(x[..., -1:], 1e-4)), the double nearest 1e-4 for
+  // every storage dtype. The Python library clamps the storage-dtype tensor, so a clamped Δt
+  // there is 1e-4 rounded to the storage dtype: for f32 that is 2.5e-13 away, for bf16 and f16
+  // within 1e-4 * 2^-8; the gate argument softplus·Δt moves by less than that times softplus,
+  // far below those dtypes' tolerances. (Keeping one floor for all dtypes keeps an f32 case
+  // and its exact f64 widening the same problem.)
+  static constexpr double kTimeFloor = 1e-4;
+  // Δt from the raw last channel of x (NaN stays NaN).
+  static double time_step(double raw) { return raw < kTimeFloor ? kTimeFloor : raw; }
+  // dΔt/draw: 1 where raw >= the floor, 0 where the floor clamps it (and for NaN), as the
+  // Python library's packed VJP and clamp_min's backward.
+  static double time_step_slope(double raw) { return raw >= kTimeFloor ? 1.0 : 0.0; }
+
   std::int64_t state_size() const { return slots * d_h; }
+  std::int64_t affine_rows() const { return affine_gates * d_h; }
   // Offset of H[b, t, slot, channel] in the oracle's f64 trajectory.
   std::int64_t h_offset(std::int64_t b, std::int64_t t, std::int64_t slot,
                         std::int64_t channel) const {
@@ -74,7 +118,7 @@ void lift_x(const PreparedCase& problem, std::int64_t b, std::int64_t t0, std::i
             double* out);
 
 // Which slice of a row chain a runner unrolls: all channels, or one channel of a cell whose
-// channels are independent (every diagonal cell: gru, lstm, nlru).
+// channels are independent (every cell the oracle implements is diagonal).
 struct ChainSpec {
   std::int64_t chain = 0;     // index into PreparedCase::chains
   std::int64_t channel = -1;  // -1: every channel

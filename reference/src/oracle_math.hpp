@@ -1,11 +1,12 @@
 // Internal to the oracle: the cell equations in matrix form, written once, generic on the scalar
 // (double, float128, cpp_bin_float_50, and Eigen's AutoDiffScalar over either primary type), and
 // the chain unroller built on them. Written from the equations of the specification
-// (shared/reference/pararnn-torch-spec.md §1.1, §1.3, §1.5), never from cells/.
+// (shared/reference/pararnn-torch-spec.md §1.1, §1.3 to §1.7), never from cells/.
 //
 // For one batch row with state s (slots*d_h, slot-major):
-//   wx = W_x.weight · x_t + W_x.bias, split into d_h-wide gate blocks in the pack order;
-//   diag(v) is the diagonal matrix of a clamped recurrent vector v (ã = clamp(a, -cap, cap)).
+//   wx = the gate inputs (PreparedCase): W·feat_t + bias split into d_h-wide gate blocks in the
+//   pack order, then CfC's Δt block; diag(v) is the diagonal matrix of a clamped recurrent
+//   vector v (ã = clamp(a, -cap, cap)).
 //   GRU (diag), pack (z_x, r_x, n_x):
 //     z = σ(diag(ã_z) h + z_x),  r = σ(diag(ã_r) h + r_x),  n = tanh(diag(ã_n) diag(r) h + n_x)
 //     h' = diag(1 - z) h + diag(z) n
@@ -16,7 +17,21 @@
 //     h' = diag(o) tanh(c')
 //   NLRU, pack (a_x, c_x):
 //     a = σ(a_x),  n = tanh(c_x + diag(ũ) h),  h' = diag(a) h + diag(1 - a) n
-// σ(v) = 1 / (1 + exp(-v)); exp and tanh are the scalar type's own (found by ADL).
+//   sLSTM (mix diag), state (c, n, m, h), pack (i, f, z, o), R̃'s rows r_i, r_f, r_z, r_o:
+//     z_g = g_x + diag(r_g) h  (g = i, f, z, o)
+//     m' = max(z_f + m, z_i)   (at a tie the derivative is 1/2 to each side)
+//     i = exp(z_i - m'),  f = exp(z_f + m - m'),  z = tanh(z_z),  o = σ(z_o)
+//     n' = diag(f) n + i,  c' = diag(f) c + diag(i) z,  h' = diag(o) diag(n' + eps)⁻¹ c'
+//   CfC (v0.17.5, gate_mix 'input'), gate inputs (f_pre, c_x, b, Δt):
+//     a = σ(-(diag(Δt) softplus(f_pre) + b)),  n = tanh(c_x + diag(ũ) h)
+//     h' = diag(a) h + diag(1 - a) n
+//   Titans, pack (α_pre, θ_pre, k, v, n_pre):
+//     α = σ(α_pre),  θ = softplus(θ_pre),  g = diag(k) (diag(k) h - v)
+//     h' = diag(1 - α) h - diag(θ) g + diag(ũ) tanh(n_pre + diag(r̃) h)
+// σ(v) = 1 / (1 + exp(-v)); softplus is PyTorch's (beta 1, threshold 20): v for v > 20, else
+// log1p(exp(v)); exp, tanh and log1p are the scalar type's own (found by ADL). For the
+// AutoDiffScalar, softplus is a primitive whose derivative is σ(v) (1 above the threshold), as
+// Eigen's own exp and tanh are; every other derivative comes from the AD of these expressions.
 #pragma once
 
 #include <Eigen/Core>
@@ -46,6 +61,11 @@ using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 using Eigen::Index;
 
 template <class Scalar>
+struct IsAutoDiff : std::false_type {};
+template <class Derivatives>
+struct IsAutoDiff<Eigen::AutoDiffScalar<Derivatives>> : std::true_type {};
+
+template <class Scalar>
 struct Sigmoid {
   Scalar operator()(const Scalar& v) const {
     using std::exp;
@@ -59,22 +79,74 @@ struct Tanh {
     return tanh(v);
   }
 };
+template <class Scalar>
+struct Exp {
+  Scalar operator()(const Scalar& v) const {
+    using std::exp;
+    return exp(v);
+  }
+};
+
+// log1p of the scalar type (boost's float128 overload does not compile: it returns the raw
+// __float128 of log1pq without converting it, so float128 calls log1pq itself).
+template <class Real>
+Real log1p_of(const Real& v) {
+  if constexpr (std::is_same_v<Real, Float128>) {
+    return Real(log1pq(v.backend().value()));
+  } else {
+    using std::log1p;
+    return log1p(v);
+  }
+}
+
+// PyTorch's F.softplus (beta 1, threshold 20), on a plain scalar.
+template <class Real>
+Real softplus_value(const Real& v) {
+  using std::exp;
+  return v > Real(20) ? v : log1p_of(Real(exp(v)));
+}
+template <class Scalar>
+struct Softplus {
+  Scalar operator()(const Scalar& v) const {
+    if constexpr (IsAutoDiff<Scalar>::value) {
+      // A primitive of the AD: d softplus / dv = σ(v) below the threshold, 1 above it.
+      using Real = std::decay_t<decltype(v.value())>;
+      const Real& x = v.value();
+      if (x > Real(20)) return v;
+      return Scalar(softplus_value(x), v.derivatives() * Sigmoid<Real>()(x));
+    } else {
+      return softplus_value(v);
+    }
+  }
+};
+// max(left, right) with the sLSTM tie convention: at left == right the value is unchanged and
+// the derivative is 1/2 to each side ((left + right) / 2 there); NaN propagates.
+template <class Scalar>
+struct TieMax {
+  Scalar operator()(const Scalar& left, const Scalar& right) const {
+    if (left > right) return left;
+    if (right > left) return right;
+    return (left + right) / Scalar(2);
+  }
+};
 
 template <class Real>
 double to_double(const Real& v) {
   return static_cast<double>(v);
 }
 
-// The clamped recurrent vectors of the cell as diagonals (one channel or all).
+// The clamped recurrent vectors of the cell as diagonals (one channel or all), and the cell's
+// constants.
 template <class Scalar>
 struct RecurrentDiagonals {
   CellKind kind = CellKind::gru;
   Index d = 0;
   std::vector<Vec<Scalar>> a;
+  double eps = 0.0;  // slstm
 
   template <class Other>
   RecurrentDiagonals<Other> cast() const {
-    RecurrentDiagonals<Other> out{kind, d, {}};
+    RecurrentDiagonals<Other> out{kind, d, {}, eps};
     for (const auto& v : a) out.a.push_back(v.template cast<Other>());
     return out;
   }
@@ -86,6 +158,7 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   RecurrentDiagonals<Scalar> out;
   out.kind = problem.kind;
   out.d = channel < 0 ? problem.d_h : 1;
+  out.eps = problem.eps;
   for (const auto& values : problem.recurrent) {
     Vec<Scalar> v(out.d);
     for (Index j = 0; j < out.d; ++j) v(j) = Scalar(values[channel < 0 ? j : channel]);
@@ -97,8 +170,8 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
 // Work vectors of one step, allocated once per chain.
 template <class Scalar>
 struct StepWork {
-  Vec<Scalar> g0, g1, g2, ones;
-  explicit StepWork(Index d) : g0(d), g1(d), g2(d), ones(Vec<Scalar>::Ones(d)) {}
+  Vec<Scalar> g0, g1, g2, g3, ones;
+  explicit StepWork(Index d) : g0(d), g1(d), g2(d), g3(d), ones(Vec<Scalar>::Ones(d)) {}
 };
 
 // One step of the cell: s_new = f(s, wx). s and s_new are distinct vectors of slots*d values.
@@ -110,6 +183,8 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
   const auto diag = [&](int i) { return p.a[static_cast<std::size_t>(i)].asDiagonal(); };
   const Sigmoid<Scalar> sigmoid;
   const Tanh<Scalar> tanh_of;
+  const Exp<Scalar> exp_of;
+  const Softplus<Scalar> softplus;
   switch (p.kind) {
     case CellKind::gru: {  // a: a_z, a_r, a_n
       const auto h = s.head(d);
@@ -146,6 +221,55 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
       return;
     }
+    case CellKind::slstm: {  // a: r_i, r_f, r_z, r_o; state (c, n, m, h); pack (i, f, z, o)
+      const auto c = s.segment(0, d);
+      const auto n = s.segment(d, d);
+      const auto m = s.segment(2 * d, d);
+      const auto h = s.segment(3 * d, d);
+      auto c_new = s_new.segment(0, d);
+      auto n_new = s_new.segment(d, d);
+      auto m_new = s_new.segment(2 * d, d);
+      auto& f = w.g0;  // z_f + m, then f
+      auto& i = w.g1;  // z_i, then i
+      auto& z = w.g2;
+      auto& o = w.g3;
+      f = gate(1) + diag(1) * h + m;
+      i = gate(0) + diag(0) * h;
+      m_new = f.binaryExpr(i, TieMax<Scalar>());
+      f = (f - m_new).unaryExpr(exp_of);
+      i = (i - m_new).unaryExpr(exp_of);
+      z = (gate(2) + diag(2) * h).unaryExpr(tanh_of);
+      o = (gate(3) + diag(3) * h).unaryExpr(sigmoid);
+      n_new = f.asDiagonal() * n + i;
+      c_new = f.asDiagonal() * c + i.asDiagonal() * z;
+      z = n_new + Scalar(p.eps) * w.ones;  // the denominator n' + eps
+      s_new.segment(3 * d, d) = o.asDiagonal() * c_new.cwiseQuotient(z);
+      return;
+    }
+    case CellKind::cfc: {  // a: u; gate inputs (f_pre, c_x, b, Δt)
+      const auto h = s.head(d);
+      auto& a = w.g0;
+      auto& n = w.g1;
+      a = gate(0).unaryExpr(softplus);
+      a = (-(gate(3).asDiagonal() * a + gate(2))).unaryExpr(sigmoid);
+      n = (gate(1) + diag(0) * h).unaryExpr(tanh_of);
+      s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
+      return;
+    }
+    case CellKind::titans: {  // a: u, r; pack (α_pre, θ_pre, k, v, n_pre)
+      const auto h = s.head(d);
+      auto& alpha = w.g0;
+      auto& theta = w.g1;
+      auto& g = w.g2;
+      auto& n = w.g3;
+      alpha = gate(0).unaryExpr(sigmoid);
+      theta = gate(1).unaryExpr(softplus);
+      g = gate(2).asDiagonal() * h - gate(3);
+      g = gate(2).asDiagonal() * g;
+      n = (gate(4) + diag(1) * h).unaryExpr(tanh_of);
+      s_new.head(d) = (w.ones - alpha).asDiagonal() * h - theta.asDiagonal() * g + diag(0) * n;
+      return;
+    }
   }
 }
 
@@ -173,7 +297,8 @@ struct TripleDoubleSum {
   }
 };
 
-// wx = W·x_t + b for the rows of one channel or all, as an explicit sum over k in order, so
+// wx = W·feat_t + b (feat_t: x_t's first `features` columns) for the affine rows of one channel
+// or all, as an explicit sum over k in order, so
 // that the bits of one channel do not depend on which other rows are computed. Three ways, by
 // what is exact where (every way is at least as accurate as summing in Real):
 //  - f32, f16, bf16 storage: each product w·x is exact in double; the products and the bias are
@@ -185,8 +310,8 @@ struct TripleDoubleSum {
 template <class Real>
 struct InputAffine {
   enum class Mode : std::uint8_t { exact_double_products, split_products, in_real };
-  Index rows = 0;
-  Index d_in = 0;
+  Index rows = 0;      // affine rows: affine_gates * width
+  Index features = 0;  // x columns read
   Mode mode = Mode::exact_double_products;
   RowMajorMatrix<double> w;  // lifted storage values
   Vec<double> bias_double;
@@ -195,18 +320,18 @@ struct InputAffine {
 
   InputAffine(const PreparedCase& problem, std::int64_t channel) {
     const Index width = channel < 0 ? problem.d_h : 1;
-    rows = problem.gates * width;
-    d_in = problem.d_in;
+    rows = problem.affine_gates * width;
+    features = problem.features;
     if (!problem.products_exact_in_double) {
       mode = std::is_same_v<Real, Float128> ? Mode::split_products : Mode::in_real;
     }
-    w.resize(rows, d_in);
+    w.resize(rows, features);
     bias_double.resize(rows);
-    for (int g = 0; g < problem.gates; ++g) {
+    for (int g = 0; g < problem.affine_gates; ++g) {
       for (Index j = 0; j < width; ++j) {
         const Index src = g * problem.d_h + (channel < 0 ? j : channel);
         const Index dst = g * width + j;
-        for (Index k = 0; k < d_in; ++k) w(dst, k) = problem.w[src * d_in + k];
+        for (Index k = 0; k < features; ++k) w(dst, k) = problem.w[src * features + k];
         bias_double(dst) = problem.bias[src];
       }
     }
@@ -214,19 +339,20 @@ struct InputAffine {
     if (mode == Mode::in_real) w_real = w.template cast<Real>();
   }
 
+  // The affine rows of wx (its first `rows` entries) from x_t (d_in values).
   void apply(const double* x_t, Vec<Real>& wx) const {
     for (Index r = 0; r < rows; ++r) {
-      const double* w_row = w.data() + r * d_in;
+      const double* w_row = w.data() + r * features;
       switch (mode) {
         case Mode::exact_double_products: {
           TripleDoubleSum sum{bias_double(r)};
-          for (Index k = 0; k < d_in; ++k) sum.add(w_row[k] * x_t[k]);
+          for (Index k = 0; k < features; ++k) sum.add(w_row[k] * x_t[k]);
           wx(r) = sum.template rounded<Real>();
           break;
         }
         case Mode::split_products: {
           TripleDoubleSum sum{bias_double(r)};
-          for (Index k = 0; k < d_in; ++k) {
+          for (Index k = 0; k < features; ++k) {
             const double p = w_row[k] * x_t[k];
             sum.add(p);
             sum.add(std::fma(w_row[k], x_t[k], -p));
@@ -236,7 +362,7 @@ struct InputAffine {
         }
         case Mode::in_real: {
           Real acc(0);
-          for (Index k = 0; k < d_in; ++k) acc += w_real(r, k) * Real(x_t[k]);
+          for (Index k = 0; k < features; ++k) acc += w_real(r, k) * Real(x_t[k]);
           wx(r) = acc + bias(r);
           break;
         }
@@ -244,6 +370,16 @@ struct InputAffine {
     }
   }
 };
+
+// The gate inputs after the affine rows that are functions of x_t alone: CfC's Δt, the floored
+// last channel of x_t, broadcast over the `width` channels of block time_gate.
+template <class Real, class Column>
+void fill_derived_gates(const PreparedCase& problem, Index width, const double* x_t,
+                        Column&& wx) {
+  if (problem.time_gate < 0) return;
+  wx.segment(problem.time_gate * width, width)
+      .setConstant(Real(PreparedCase::time_step(x_t[problem.d_in - 1])));
+}
 
 template <class Real>
 Vec<Real> initial_state(const PreparedCase& problem, const RowChain& chain, std::int64_t channel) {
@@ -273,7 +409,7 @@ struct ChainRunner<Real>::Impl {
   StepWork<Real> work;
   Vec<Real> s, s_next, wx;
   std::vector<double> x_block;                         // (kBlock, d_in) row-major
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic> wx_block;  // double only: (rows, kBlock)
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic> wx_block;  // double: (gates·width, kBlock)
   std::int64_t block_t0 = 0;
   std::int64_t block_count = 0;
   std::int64_t t_next;
@@ -289,10 +425,10 @@ struct ChainRunner<Real>::Impl {
         work(width),
         s(initial_state<Real>(p, chain, spec.channel)),
         s_next(s.size()),
-        wx(affine.rows),
+        wx(p.gates * width),
         x_block(static_cast<std::size_t>(kBlock * p.d_in)),
         t_next(chain.t_begin) {
-    if constexpr (std::is_same_v<Real, double>) wx_block.resize(affine.rows, kBlock);
+    if constexpr (std::is_same_v<Real, double>) wx_block.resize(p.gates * width, kBlock);
   }
 
   void load_block(std::int64_t t0) {
@@ -303,9 +439,13 @@ struct ChainRunner<Real>::Impl {
       // The double primary computes W·X for the block as one GEMM (matrix form, fast).
       const Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>> x(
           x_block.data(), problem.d_in, block_count);
-      auto out = wx_block.leftCols(block_count);
-      out.noalias() = affine.w * x;
+      auto out = wx_block.topLeftCorner(affine.rows, block_count);
+      out.noalias() = affine.w * x.topRows(affine.features);
       out.colwise() += affine.bias;
+      for (std::int64_t i = 0; i < block_count; ++i) {
+        fill_derived_gates<double>(problem, width, x_block.data() + i * problem.d_in,
+                                   wx_block.col(i));
+      }
     }
   }
 
@@ -316,7 +456,9 @@ struct ChainRunner<Real>::Impl {
     if constexpr (std::is_same_v<Real, double>) {
       cell_step(recurrent, wx_block.col(i), s, s_next, work);
     } else {
-      affine.apply(x_block.data() + i * problem.d_in, wx);
+      const double* x_t = x_block.data() + i * problem.d_in;
+      affine.apply(x_t, wx);
+      fill_derived_gates<Real>(problem, width, x_t, wx);
       cell_step(recurrent, wx, s, s_next, work);
     }
     s.swap(s_next);
@@ -369,7 +511,10 @@ inline bool channels_independent(CellKind kind) {
   switch (kind) {
     case CellKind::gru:
     case CellKind::lstm:
-    case CellKind::nlru: return true;
+    case CellKind::nlru:
+    case CellKind::slstm:
+    case CellKind::cfc:
+    case CellKind::titans: return true;
   }
   return false;
 }
@@ -422,8 +567,9 @@ Vec<Real> input_affine_at(const PreparedCase& problem, std::int64_t b, std::int6
   const InputAffine<Real> affine(problem, -1);
   std::vector<double> x(static_cast<std::size_t>(problem.d_in));
   lift_x(problem, b, t, 1, x.data());
-  Vec<Real> wx(affine.rows);
+  Vec<Real> wx(problem.gates * problem.d_h);
   affine.apply(x.data(), wx);
+  fill_derived_gates<Real>(problem, problem.d_h, x.data(), wx);
   return wx;
 }
 

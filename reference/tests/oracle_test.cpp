@@ -1,10 +1,12 @@
 // Claims about the oracle: its three precisions agree, its AD Jacobian is the derivative of its
-// step, one step is the cell's equations, h0 and packing mean what the contract says, bad cases
-// are refused with typed errors, large cases are certified on a seeded sample.
+// step, one step is the cell's equations (sLSTM at the tie of its max too, with the
+// specification's Jacobian; CfC with Δt below its floor), h0 and packing mean what the contract
+// says, bad cases are refused with typed errors, large cases are certified on a seeded sample.
 // Every case is generated from a printed seed (SCOPED_TRACE) and replays from it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -38,6 +40,19 @@ constexpr double kJacobianVsDifferences = 1e-13;
 // Continuing an f64 unroll from its own rounded state (h0 = H[t-1] rounded to f64): a perturbation
 // of 1e-16 carried by a contracting cell over a few steps.
 constexpr double kContinuationFromRoundedState = 1e-13;
+// The sLSTM Jacobian from the specification's hand-written formulas (§1.4) vs the oracle's AD,
+// both in double: entries are O(1) and each is a few roundings apart.
+constexpr double kSpecJacobianVsAd = 1e-14;
+// At the tie of the sLSTM max (test_cases::slstm_tie_case): α = β = 1/2, exactly.
+constexpr double kTieDerivative = 0.5;
+// The default clamp.
+constexpr double kDefaultCap = 0.5;
+// CfC: the floor on Δt, and raw Δt values below it (clamped) and above it.
+constexpr double kTimeFloor = 1e-4;
+constexpr std::array<double, 4> kRawTimeSteps = {-0.5, 0.0, 5e-5, 0.75};
+// sLSTM's eps default and PyTorch's softplus threshold.
+constexpr double kSlstmEps = 1e-6;
+constexpr double kSoftplusThreshold = 20.0;
 
 using namespace pararnn::reference::test_cases;  // NOLINT: the shared case generator
 
@@ -90,8 +105,7 @@ TEST_P(OracleCellTest, AdJacobianEqualsFloat128CentralDifferences) {
     const Case c = make_case(spec);
     const std::int64_t n = slots_of(spec.cell) * spec.d_h;
     Generator gen(spec.seed + 1000);
-    std::vector<double> h_prev(static_cast<std::size_t>(n));
-    for (double& v : h_prev) v = gen.uniform(-1.0, 1.0);
+    const std::vector<double> h_prev = random_state(gen, spec.cell, spec.d_h);
 
     const OracleStep step = oracle_step_with_jacobian(c, 1, 2, h_prev);
     const std::vector<double> differences = detail::finite_difference_jacobian_float128(
@@ -131,12 +145,13 @@ TEST_P(OracleCellTest, AdStepEqualsTheUnrolledStep) {
 
 // The cell's equations for one channel, written out with scalars from the specification.
 struct ChannelInputs {
-  std::vector<double> gate_pre;  // W·x + b for each gate of this channel
-  std::vector<double> recurrent; // clamped, state_dict order
-  std::vector<double> state;     // previous (c, h) or (h)
+  std::vector<double> gate_pre;  // W·x + b for each gate of this channel (cfc: f_pre, c_x, b, Δt)
+  std::vector<double> recurrent; // clamped, state_dict order (slstm: R's rows i, f, z, o)
+  std::vector<double> state;     // previous (c, h), (c, n, m, h) or (h)
 };
 
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double softplus(double v) { return v > kSoftplusThreshold ? v : std::log1p(std::exp(v)); }
 
 std::vector<double> closed_form_step(const std::string& cell, const ChannelInputs& in) {
   const auto& g = in.gate_pre;
@@ -157,48 +172,209 @@ std::vector<double> closed_form_step(const std::string& cell, const ChannelInput
     const double o = sigmoid(a[2] * h + a[4] * c_new + g[2]);
     return {c_new, o * std::tanh(c_new)};
   }
+  if (cell == "slstm") {
+    const double c = in.state[0], n = in.state[1], m = in.state[2], h = in.state[3];
+    const double z_i = g[0] + a[0] * h;
+    const double z_f = g[1] + a[1] * h;
+    const double z_z = g[2] + a[2] * h;
+    const double z_o = g[3] + a[3] * h;
+    const double m_new = std::max(z_f + m, z_i);
+    const double i = std::exp(z_i - m_new);
+    const double f = std::exp(z_f + m - m_new);
+    const double z = std::tanh(z_z);
+    const double o = sigmoid(z_o);
+    const double n_new = f * n + i;
+    const double c_new = f * c + i * z;
+    return {c_new, n_new, m_new, o * c_new / (n_new + kSlstmEps)};
+  }
+  if (cell == "cfc") {
+    const double h = in.state[0];
+    const double gate = sigmoid(-(softplus(g[0]) * g[3] + g[2]));
+    const double n = std::tanh(g[1] + a[0] * h);
+    return {gate * h + (1.0 - gate) * n};
+  }
+  if (cell == "titans") {
+    const double h = in.state[0];
+    const double alpha = sigmoid(g[0]);
+    const double theta = softplus(g[1]);
+    const double k = g[2], v = g[3];
+    const double grad = (h * k - v) * k;
+    return {(1.0 - alpha) * h - theta * grad + a[0] * std::tanh(g[4] + a[1] * h)};
+  }
   const double h = in.state[0];
   const double gate = sigmoid(g[0]);
   const double n = std::tanh(g[1] + a[0] * h);
   return {gate * h + (1.0 - gate) * n};
 }
 
+// W·feat + b of row `row` of an affine at (b, t), summed in double.
+double affine_row(const Case& c, const std::string& weight, const std::string& bias,
+                  std::int64_t row, std::int64_t b, std::int64_t t) {
+  const Tensor& w = c.parameters.at(weight);
+  double sum = 0.0;
+  for (std::int64_t k = 0; k < w.size(1); ++k) sum += w.load({row, k}) * c.x.load({b, t, k});
+  return sum + c.parameters.at(bias).load({row});
+}
+
+// The channel's inputs of step t of row b from the case, in the closed form's order.
+ChannelInputs channel_inputs(const Case& c, std::int64_t b, std::int64_t t, std::int64_t j,
+                             std::int64_t d_h, double cap, const std::vector<double>& state) {
+  ChannelInputs in;
+  for (int g = 0; g < gates_of(c.cell); ++g) {
+    in.gate_pre.push_back(affine_row(c, "W_x.weight", "W_x.bias", g * d_h + j, b, t));
+  }
+  if (c.cell == "cfc") {
+    in.gate_pre.push_back(affine_row(c, "W_b.weight", "W_b.bias", j, b, t));
+    in.gate_pre.push_back(std::max(c.x.load({b, t, c.x.size(2) - 1}), kTimeFloor));
+  }
+  for (const auto& name : recurrent_names(c.cell)) {
+    const Tensor& r = c.parameters.at(name);
+    for (std::int64_t row = 0; row < recurrent_rows(c.cell); ++row) {
+      const double raw = r.dim() == 1 ? r.load({j}) : r.load({row, j});
+      in.recurrent.push_back(std::clamp(raw, -cap, cap));
+    }
+  }
+  in.state = state;
+  return in;
+}
+
+// h0's row b, channel j, every slot.
+std::vector<double> h0_channel(const Case& c, std::int64_t b, std::int64_t j) {
+  std::vector<double> state;
+  for (int s = 0; s < slots_of(c.cell); ++s) {
+    state.push_back(c.h0->dim() == 2 ? c.h0->load({b, j}) : c.h0->load({b, s, j}));
+  }
+  return state;
+}
+
+double trajectory_at(const Tensor& H, std::int64_t b, std::int64_t t, int slot, std::int64_t j) {
+  return H.dim() == 3 ? H.load({b, t, j}) : H.load({b, t, slot, j});
+}
+
 TEST_P(OracleCellTest, OneStepEqualsTheClosedFormEquationsPerChannel) {
   CaseSpec spec{.cell = GetParam(), .time = 1, .seed = 16, .with_h0 = true};
   SCOPED_TRACE(describe(spec));
-  Case c = make_case(spec);
+  // Channel 0 of cfc and titans goes through softplus's identity branch.
+  Case c = with_softplus_above_threshold(make_case(spec));
   // Entries beyond the default cap 0.5 make the clamp part of the claim.
-  const std::string first = recurrent_names(spec.cell).front();
-  c.parameters[first].store({0}, 3.0);
-  c.parameters[first].store({1}, -2.0);
+  Tensor& first = c.parameters[recurrent_names(spec.cell).front()];
+  first.reshaped({first.numel()}).store({0}, 3.0);
+  first.reshaped({first.numel()}).store({1}, -2.0);
   constexpr double kCap = 0.5;
   const OracleResult r = oracle_sequential(c, {.certify = false});
   const int slots = slots_of(spec.cell);
   for (std::int64_t b = 0; b < spec.batch; ++b) {
     for (std::int64_t j = 0; j < spec.d_h; ++j) {
-      ChannelInputs in;
-      for (int g = 0; g < gates_of(spec.cell); ++g) {
-        const std::int64_t row = g * spec.d_h + j;
-        double sum = 0.0;
-        for (std::int64_t k = 0; k < spec.d_in; ++k) {
-          sum += c.parameters.at("W_x.weight").load({row, k}) * c.x.load({b, 0, k});
-        }
-        in.gate_pre.push_back(sum + c.parameters.at("W_x.bias").load({row}));
-      }
-      for (const auto& name : recurrent_names(spec.cell)) {
-        in.recurrent.push_back(std::clamp(c.parameters.at(name).load({j}), -kCap, kCap));
-      }
-      for (int s = 0; s < slots; ++s) {
-        in.state.push_back(slots == 1 ? c.h0->load({b, j}) : c.h0->load({b, s, j}));
-      }
+      const ChannelInputs in = channel_inputs(c, b, 0, j, spec.d_h, kCap, h0_channel(c, b, j));
       const std::vector<double> expected = closed_form_step(spec.cell, in);
       for (int s = 0; s < slots; ++s) {
-        const double got = slots == 1 ? r.H.load({b, 0, j}) : r.H.load({b, 0, s, j});
-        EXPECT_NEAR(got, expected[static_cast<std::size_t>(s)], kSameMathInDouble)
+        EXPECT_NEAR(trajectory_at(r.H, b, 0, s, j), expected[static_cast<std::size_t>(s)],
+                    kSameMathInDouble)
             << "b=" << b << " channel=" << j << " slot=" << s;
       }
     }
   }
+}
+
+// The sLSTM Jacobian of one channel (4×4, [out][in] over c, n, m, h) from the specification's
+// hand-written formulas (pararnn-torch-spec.md §1.4), with α the derivative of the max.
+std::array<std::array<double, 4>, 4> slstm_spec_jacobian(const ChannelInputs& in, double alpha) {
+  const auto& g = in.gate_pre;
+  const double r_i = in.recurrent[0], r_f = in.recurrent[1], r_z = in.recurrent[2],
+               r_o = in.recurrent[3];
+  const double c = in.state[0], n = in.state[1], m = in.state[2], h = in.state[3];
+  const double beta = 1.0 - alpha;
+  const double z_i = g[0] + r_i * h, z_f = g[1] + r_f * h;
+  const double m_new = std::max(z_f + m, z_i);
+  const double i = std::exp(z_i - m_new), f = std::exp(z_f + m - m_new);
+  const double z = std::tanh(g[2] + r_z * h), o = sigmoid(g[3] + r_o * h);
+  const double n_new = f * n + i, c_new = f * c + i * z;
+  const double dm_dh = alpha * r_f + beta * r_i;
+  const double di_dh = i * (r_i - dm_dh), df_dh = f * (r_f - dm_dh);
+  const double dz_dh = (1.0 - z * z) * r_z, do_dh = o * (1.0 - o) * r_o;
+  const double D = n_new + kSlstmEps;
+  const double inv = o / D, dn = -o * c_new / (D * D), du = c_new / D;
+  const double J_cm = f * beta * c - i * alpha * z;
+  const double J_ch = df_dh * c + di_dh * z + i * dz_dh;
+  const double J_nm = f * beta * n - i * alpha;
+  const double J_nh = df_dh * n + di_dh;
+  return {{{f, 0.0, J_cm, J_ch},
+           {0.0, f, J_nm, J_nh},
+           {0.0, 0.0, alpha, dm_dh},
+           {inv * f, dn * f, inv * J_cm + dn * J_nm, inv * J_ch + dn * J_nh + du * do_dh}}};
+}
+
+TEST(OracleSlstm, TieOfTheMaxTakesHalfOfEachSideAndTheJacobianIsTheSpecifications) {
+  const CaseSpec spec{.cell = "slstm", .batch = 2, .time = 1, .d_h = 3, .seed = 31,
+                      .with_h0 = true};
+  SCOPED_TRACE(describe(spec));
+  const Case c = slstm_tie_case(spec);
+  const OracleResult r = oracle_sequential(c, {.certify = false});
+  const std::int64_t n = 4 * spec.d_h;
+  for (std::int64_t b = 0; b < spec.batch; ++b) {
+    std::vector<double> h_prev(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) h_prev[static_cast<std::size_t>(k)] = c.h0->load({b, k / spec.d_h, k % spec.d_h});
+    const OracleStep step = oracle_step_with_jacobian(c, b, 0, h_prev);
+    for (std::int64_t j = 0; j < spec.d_h; ++j) {
+      const ChannelInputs in = channel_inputs(c, b, 0, j, spec.d_h, kDefaultCap, h0_channel(c, b, j));
+      const double left = in.gate_pre[1] + in.recurrent[1] * in.state[3] + in.state[2];
+      const double right = in.gate_pre[0] + in.recurrent[0] * in.state[3];
+      if (j == kTieChannel) ASSERT_EQ(left, right) << "the case must be at the tie";
+      const double alpha = left > right ? 1.0 : left == right ? kTieDerivative : 0.0;
+      // The state is the closed form's (the value of the max does not depend on α).
+      const std::vector<double> expected = closed_form_step("slstm", in);
+      const auto jacobian = slstm_spec_jacobian(in, alpha);
+      for (int out = 0; out < 4; ++out) {
+        EXPECT_NEAR(trajectory_at(r.H, b, 0, out, j), expected[static_cast<std::size_t>(out)],
+                    kSameMathInDouble)
+            << "b=" << b << " channel=" << j << " slot=" << out;
+        for (std::int64_t k = 0; k < n; ++k) {
+          const double got = step.jacobian[static_cast<std::size_t>((out * spec.d_h + j) * n + k)];
+          if (k % spec.d_h != j) {
+            EXPECT_EQ(got, 0.0) << "channels never mix";
+            continue;
+          }
+          EXPECT_NEAR(got, jacobian[static_cast<std::size_t>(out)][static_cast<std::size_t>(k / spec.d_h)],
+                      kSpecJacobianVsAd)
+              << "b=" << b << " channel=" << j << " J[" << out << "][" << k / spec.d_h << "]";
+        }
+      }
+      if (j == kTieChannel) {
+        // dm'/dm = α = 1/2 and dm'/dh = (r_f + r_i) / 2, exactly.
+        const auto at = [&](int out, int in_slot) {
+          return step.jacobian[static_cast<std::size_t>((out * spec.d_h + j) * n + in_slot * spec.d_h + j)];
+        };
+        EXPECT_EQ(at(kSlstmStabilizer, kSlstmStabilizer), kTieDerivative);
+        EXPECT_EQ(at(kSlstmStabilizer, kSlstmHidden),
+                  kTieDerivative * (kTieRecurrentF + kTieRecurrentI));
+      }
+    }
+  }
+}
+
+TEST(OracleCfc, TimeStepIsFlooredAtOneTenThousandth) {
+  const CaseSpec spec{.cell = "cfc", .batch = static_cast<std::int64_t>(kRawTimeSteps.size()),
+                      .time = 1, .d_in = 4, .d_h = 3, .dtype = DType::f64, .seed = 32,
+                      .with_h0 = true};
+  SCOPED_TRACE(describe(spec));
+  Case c = make_case(spec);
+  Case at_floor = c;
+  at_floor.x = Tensor::copy_of(c.x);
+  for (std::int64_t b = 0; b < spec.batch; ++b) {
+    const double raw = kRawTimeSteps[static_cast<std::size_t>(b)];
+    c.x.store({b, 0, spec.d_in - 1}, raw);
+    at_floor.x.store({b, 0, spec.d_in - 1}, std::max(raw, kTimeFloor));
+  }
+  const OracleResult r = oracle_sequential(c, {.certify = false});
+  for (std::int64_t b = 0; b < spec.batch; ++b) {
+    for (std::int64_t j = 0; j < spec.d_h; ++j) {
+      const ChannelInputs in = channel_inputs(c, b, 0, j, spec.d_h, kDefaultCap, h0_channel(c, b, j));
+      EXPECT_NEAR(r.H.load({b, 0, j}), closed_form_step("cfc", in).front(), kSameMathInDouble)
+          << "b=" << b << " channel=" << j;
+    }
+  }
+  // A raw Δt below the floor is the floor itself, bit for bit.
+  EXPECT_EQ(max_abs_difference(r.H, oracle_sequential(at_floor, {.certify = false}).H), 0.0);
 }
 
 TEST_P(OracleCellTest, UnrollContinuedFromH0EqualsTheFullUnroll) {
@@ -258,6 +434,13 @@ TEST(Oracle, TrajectoryLayoutIsBTdOrBTSlotsD) {
   EXPECT_EQ(oracle_sequential(make_case({.cell = "nlru"}), no_certify).H.shape(), (Shape{2, 16, 4}));
   EXPECT_EQ(oracle_sequential(make_case({.cell = "lstm"}), no_certify).H.shape(),
             (Shape{2, 16, 2, 4}));
+  EXPECT_EQ(oracle_sequential(make_case({.cell = "slstm"}), no_certify).H.shape(),
+            (Shape{2, 16, 4, 4}));
+  EXPECT_EQ(oracle_sequential(make_case({.cell = "cfc"}), no_certify).H.shape(), (Shape{2, 16, 4}));
+  EXPECT_EQ(oracle_sequential(make_case({.cell = "titans"}), no_certify).H.shape(),
+            (Shape{2, 16, 4}));
+  EXPECT_EQ(oracle_state_shape(make_case({.cell = "slstm", .d_h = 7})).slots, 4);
+  EXPECT_EQ(oracle_state_shape(make_case({.cell = "cfc", .d_in = 5, .d_h = 7})).d_h, 7);
   EXPECT_EQ(oracle_state_shape(make_case({.cell = "lstm", .d_h = 7})).slots, 2);
   EXPECT_EQ(oracle_state_shape(make_case({.cell = "lstm", .d_h = 7})).d_h, 7);
 }
@@ -364,8 +547,32 @@ TEST(Oracle, NonFiniteInputIsReportedNotHidden) {
 
 TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   Case c = make_case({});
-  c.cell = "slstm";
+  c.cell = "hopfield";
   EXPECT_THROW((void)oracle_sequential(c), ContractViolation);
+  for (const std::string mix : {"head", "dense"}) {
+    Case slstm = make_case({.cell = "slstm"});
+    slstm.metadata["mix"] = mix;
+    EXPECT_THROW((void)oracle_sequential(slstm), ContractViolation) << mix;
+  }
+  Case slstm_heads = make_case({.cell = "slstm"});
+  slstm_heads.metadata["n_heads"] = "2";
+  EXPECT_THROW((void)oracle_sequential(slstm_heads), ContractViolation);
+  Case slstm_eps = make_case({.cell = "slstm"});
+  slstm_eps.metadata["eps"] = "tiny";
+  EXPECT_THROW((void)oracle_sequential(slstm_eps), ContractViolation);
+  for (const std::string gate_mix : {"diag_h", "dense"}) {
+    Case cfc = make_case({.cell = "cfc"});
+    cfc.metadata["gate_mix"] = gate_mix;
+    EXPECT_THROW((void)oracle_sequential(cfc), ContractViolation) << gate_mix;
+  }
+  Case cfc_input = make_case({.cell = "cfc"});
+  cfc_input.metadata["gate_mix"] = "input";
+  EXPECT_NO_THROW((void)oracle_sequential(cfc_input, {.certify = false}));
+  for (const std::string cell : {"cfc", "titans"}) {
+    Case mixed = make_case({.cell = cell});
+    mixed.metadata["mix"] = "head";
+    EXPECT_THROW((void)oracle_sequential(mixed), ContractViolation) << cell;
+  }
   Case head = make_case({});
   head.metadata["mix"] = "head";
   EXPECT_THROW((void)oracle_sequential(head), ContractViolation);
@@ -393,6 +600,36 @@ TEST(OracleRefuses, MissingOrMisshapenParameterWithCaseFileError) {
   Case wrong_dtype = make_case({});
   wrong_dtype.parameters["a_z"] = Tensor::converted(wrong_dtype.parameters["a_z"], DType::f64);
   EXPECT_THROW((void)oracle_sequential(wrong_dtype), CaseFileError);
+
+  Case no_r = make_case({.cell = "slstm"});
+  no_r.parameters.erase("R");
+  EXPECT_THROW((void)oracle_sequential(no_r), CaseFileError);
+  Case flat_r = make_case({.cell = "slstm"});
+  flat_r.parameters["R"] = Tensor(DType::f32, {4});  // a (d_h) vector, not (4, d_h)
+  EXPECT_THROW((void)oracle_sequential(flat_r), CaseFileError);
+  Case three_rows = make_case({.cell = "slstm"});
+  three_rows.parameters["R"] = Tensor(DType::f32, {3, 4});
+  EXPECT_THROW((void)oracle_sequential(three_rows), CaseFileError);
+  Case slstm_weight = make_case({.cell = "slstm"});
+  slstm_weight.parameters["W_x.weight"] = Tensor(DType::f32, {12, 3});  // 3 gates, not 4
+  EXPECT_THROW((void)oracle_sequential(slstm_weight), CaseFileError);
+  for (const std::string name : {"W_b.weight", "W_b.bias", "u"}) {
+    Case cfc = make_case({.cell = "cfc"});
+    cfc.parameters.erase(name);
+    EXPECT_THROW((void)oracle_sequential(cfc), CaseFileError) << name;
+  }
+  Case w_b_columns = make_case({.cell = "cfc"});  // d_in = 3: F = 2 features
+  w_b_columns.parameters["W_b.weight"] = Tensor(DType::f32, {4, 3});
+  EXPECT_THROW((void)oracle_sequential(w_b_columns), CaseFileError);
+  Case w_b_rows = make_case({.cell = "cfc"});
+  w_b_rows.parameters["W_b.bias"] = Tensor(DType::f32, {8});
+  EXPECT_THROW((void)oracle_sequential(w_b_rows), CaseFileError);
+  Case no_titans_r = make_case({.cell = "titans"});
+  no_titans_r.parameters.erase("r");
+  EXPECT_THROW((void)oracle_sequential(no_titans_r), CaseFileError);
+  Case titans_rows = make_case({.cell = "titans"});
+  titans_rows.parameters["W_x.weight"] = Tensor(DType::f32, {16, 3});  // 4 gates of 4, not 5
+  EXPECT_THROW((void)oracle_sequential(titans_rows), CaseFileError);
 }
 
 TEST(OracleRefuses, BadShapesWithContractViolation) {
@@ -414,8 +651,23 @@ TEST(OracleRefuses, BadShapesWithContractViolation) {
   Case int_x = make_case({});
   int_x.x = Tensor(DType::i32, {2, 16, 3});
   EXPECT_THROW((void)oracle_sequential(int_x), ContractViolation);
+  Case slstm_flat_h0 = make_case({.cell = "slstm"});
+  slstm_flat_h0.h0 = Tensor(DType::f32, {2, 4});
+  EXPECT_THROW((void)oracle_sequential(slstm_flat_h0), ContractViolation);
+  Case slstm_two_slots = make_case({.cell = "slstm"});
+  slstm_two_slots.h0 = Tensor(DType::f32, {2, 2, 4});
+  EXPECT_THROW((void)oracle_sequential(slstm_two_slots), ContractViolation);
+  // CfC needs a feature and the Δt channel; x's last dimension is W's columns + 1.
+  Case cfc_one_channel = make_case({.cell = "cfc"});
+  cfc_one_channel.x = Tensor(DType::f32, {2, 16, 1});
+  EXPECT_THROW((void)oracle_sequential(cfc_one_channel), ContractViolation);
+  Case cfc_no_time = make_case({.cell = "cfc"});
+  cfc_no_time.x = Tensor(DType::f32, {2, 16, 2});  // W_x reads F = 2 features: d_in must be 3
+  EXPECT_THROW((void)oracle_sequential(cfc_no_time), ContractViolation);
   const std::vector<double> h(4, 0.0);
   EXPECT_THROW((void)oracle_step_with_jacobian(make_case({.cell = "lstm"}), 0, 0, h),
+               ContractViolation);
+  EXPECT_THROW((void)oracle_step_with_jacobian(make_case({.cell = "slstm"}), 0, 0, h),
                ContractViolation);
   EXPECT_THROW((void)oracle_step_with_jacobian(make_case({}), 2, 0, h), ContractViolation);
 }

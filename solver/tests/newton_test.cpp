@@ -198,3 +198,27 @@ TEST(RefusedInput, CuSeqlensRulesAreNamed) {
 
 }  // namespace
 }  // namespace pararnn
+
+namespace pararnn {
+namespace {
+
+TEST(SlstmPicard, ZeroPicardPassesOnAWideLongCellDivergesAndTheGateRaises) {
+  // Without Picard passes the zero-hidden guess is far from H* on a wide cell at long T; three
+  // fixed Newton steps leave the basin and the residual gate must raise, with the sLSTM hint.
+  const Cell cell = Cell::initialise({.cell = "slstm", .d_in = 8, .d_h = 128},
+                                     DType::f32, 3);
+  const Tensor x = random_input(DType::f32, 2, 4096, 8, 4, 2.0);
+  try {
+    (void)newton_apply(cell, x, {.max_iters = 3, .picard_iters = 0});
+    FAIL() << "P = 0 should diverge here";
+  } catch (const NewtonDivergenceError& e) {
+    EXPECT_NE(std::string(e.what()).find("picard_iters"), std::string::npos) << e.what();
+  }
+  NewtonStats stats;
+  (void)newton_apply(cell, x, {.max_iters = 3}, {}, &stats);  // auto P = 5 at T = 4096
+  EXPECT_EQ(stats.picard_iters, 5);
+  EXPECT_LE(stats.max_residual, kResidualWarn);
+}
+
+}  // namespace
+}  // namespace pararnn

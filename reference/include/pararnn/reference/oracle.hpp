@@ -62,7 +62,9 @@ OracleStep oracle_step_with_jacobian(const Case& problem, std::int64_t b, std::i
 // The oracle's BPTT: gradients of L = Σ grad_H ⊙ H (grad_H = the case's "grad.H", or ones) through
 // the sequential unroll in the primary working type, derivatives by automatic differentiation
 // (never the production VJPs). Keys: "x", "h0" (when the case has h0), and every parameter under
-// its state_dict name; all f64 tensors of the input's shape ("h0" in the shape h0 was given in).
+// its state_dict name; all f64 tensors of the input's shape ("h0" in the shape h0 was given in;
+// sLSTM's "R" (4, d_h); CfC's "W_b.weight" and "W_b.bias" too, and x's last channel, Δt, gets
+// dL/dΔt where raw Δt >= 1e-4 and zero where the floor clamps it).
 // The clamp is differentiated as the Python library's mask: zero gradient where |raw| > cap.
 // grad_H must have the trajectory's shape ((B, T, 1, d_h) is accepted for one-slot cells) and a
 // floating dtype (lifted exactly). Memory: the gate-input cotangents of every step (gates·d_h·B·T
