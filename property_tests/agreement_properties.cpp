@@ -17,7 +17,7 @@ using testing::gen_problem;
 using testing::GeneratedProblem;
 using testing::kTestBackend;
 
-const std::vector<std::string> kCells = {"gru", "lstm", "nlru"};
+const std::vector<std::string> kCells = {"gru", "lstm", "nlru", "slstm", "cfc", "titans"};
 constexpr std::int64_t kCertifyBudget = 20'000;
 
 // `config` on the backend under test.
@@ -73,8 +73,10 @@ RC_GTEST_PROP(Agreement, ReportPointsAtAPlantedError, ()) {
   Shape index(shape.size());
   for (std::size_t d = 0; d < shape.size(); ++d)
     index[d] = *rc::gen::inRange<std::int64_t>(0, shape[d]);
-  const double planted = 10.0 * tolerance_for({.dtype = p.dtype}).atol;
-  theirs.view().store(index, theirs.view().load(index) + planted);
+  const Tolerance tau = tolerance_for({.dtype = p.dtype, .cell = p.cell});
+  const double value = theirs.view().load(index);
+  const double planted = 10.0 * (tau.atol + tau.rtol * std::abs(value));
+  theirs.view().store(index, value + planted);
   const AgreementReport r = compare_trajectory(problem, theirs, {.certify_budget = kCertifyBudget});
   RC_ASSERT(r.verdict == Verdict::disagree);
   RC_ASSERT(r.worst_index == index);

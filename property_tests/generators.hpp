@@ -43,6 +43,9 @@ struct GeneratedProblem {
     Tensor h0(dtype, {batch, slots, d_h});
     Tensor flat = h0.reshaped({h0.numel()});
     for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, normal(rng));
+    if (cell == "slstm")  // the normalizer n0 (slot 1) of an sLSTM state is >= 0
+      for (std::int64_t b = 0; b < batch; ++b)
+        for (std::int64_t c = 0; c < d_h; ++c) h0.store({b, 1, c}, std::abs(h0.load({b, 1, c})));
     return h0;
   }
   std::string describe() const {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <limits>
+
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
 
@@ -15,16 +17,25 @@ using testing::gen_problem;
 constexpr std::int64_t kCertifyBudget = 20'000;  // a property run makes hundreds of cases
 
 RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
-  const auto p = *gen_problem(400, {"gru", "lstm", "nlru"},
+  const auto p = *gen_problem(400, {"gru", "lstm", "nlru", "slstm", "cfc", "titans"},
                               {DType::f64, DType::f32, DType::f16, DType::bf16});
   RC_TAG(std::string(dtype_name(p.dtype)));
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
+  // sLSTM's max(z_f + m, z_i) is a kink: with unclamped hard weights the trajectory runs near
+  // ties, where a rounding-size difference between H* and the oracle flips the branch and the
+  // (sub)gradient jumps. Its gradients are claimed for clamped weights (docs/choices.md).
+  if (p.cell == "slstm" && !p.clamped) RC_DISCARD("sLSTM gradients near max ties (unclamped)");
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   const auto h0 = p.make_h0(cell.slots());
   VerifyOptions options{.seed = p.seed, .certify_budget = kCertifyBudget, .gradients = true};
   if (h0) options.h0 = h0->view();
   const AgreementReport r = verify_agreement(cell, x, options);
+  // A true gradient beyond the storage dtype's range (f16 max 65504; Σ over T of an sLSTM's
+  // growing slots reaches it) cannot be represented by any implementation: not a claim to test.
+  const double max_finite = p.dtype == DType::f16 ? 65504.0 : std::numeric_limits<double>::max();
+  for (const auto& gc : r.gradients)
+    if (std::abs(gc.comparison.worst_expected) > max_finite) RC_DISCARD("gradient beyond the dtype's range");
   if (r.verdict != Verdict::agree) RC_FAIL(p.describe() + "\n" + r.failure_message());
   RC_ASSERT(r.gradients.size() >= cell.parameters().size() + 1);
 }

@@ -91,13 +91,19 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
     std::vector<ComputeT> rec(values.begin(), values.end()), wx(static_cast<std::size_t>(G * D)),
         hp(static_cast<std::size_t>(S * D)), hn, jac;
     for (std::int64_t c = 0; c < D; ++c) {
-      for (int g = 0; g < G; ++g) {
-        ComputeT acc = static_cast<ComputeT>(cell.parameter("W_x.bias").load({g * D + c}));
-        for (std::int64_t i = 0; i < cell.d_in(); ++i)
-          acc += static_cast<ComputeT>(cell.parameter("W_x.weight").load({g * D + c, i})) *
-                 static_cast<ComputeT>(x.load({b, t, i}));
-        wx[static_cast<std::size_t>(g * D + c)] = acc;
-      }
+      // The gate inputs from the cell's input affines (and CfC's Δt), as the backends form them.
+      for (const AffineBlock& block : cell.spec().affine)
+        for (int g = 0; g < block.gates; ++g) {
+          const std::int64_t row = g * D + c;
+          ComputeT acc = static_cast<ComputeT>(cell.parameter(std::string(block.bias)).load({row}));
+          for (std::int64_t i = 0; i < cell.affine_inputs(block); ++i)
+            acc += static_cast<ComputeT>(cell.parameter(std::string(block.weight)).load({row, i})) *
+                   static_cast<ComputeT>(x.load({b, t, i}));
+          wx[static_cast<std::size_t>((block.first_gate + g) * D + c)] = acc;
+        }
+      if (cell.spec().dt_gate >= 0)
+        wx[static_cast<std::size_t>(cell.spec().dt_gate * D + c)] =
+            static_cast<ComputeT>(std::max(x.load({b, t, cell.d_in() - 1}), cells::kCfcDtFloor));
       for (int s = 0; s < S; ++s)
         hp[static_cast<std::size_t>(s * D + c)] = static_cast<ComputeT>(h_prev[static_cast<std::size_t>(s * D + c)]);
     }
@@ -132,7 +138,7 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
 }
 
 RC_GTEST_PROP(Jacobian, AnalyticJacobianEqualsOracleAutodiff, ()) {
-  const auto p = *gen_problem(4, testing::backend_cells({"gru", "lstm", "nlru"}), {DType::f32, DType::f64});
+  const auto p = *gen_problem(4, testing::backend_cells({"gru", "lstm", "nlru", "slstm", "cfc", "titans"}), {DType::f32, DType::f64});
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   const Case problem = cell.make_case(x);
@@ -140,6 +146,8 @@ RC_GTEST_PROP(Jacobian, AnalyticJacobianEqualsOracleAutodiff, ()) {
   const std::int64_t t = *rc::gen::inRange<std::int64_t>(0, p.time);
   std::vector<double> h_prev(static_cast<std::size_t>(cell.slots() * cell.d_h()));
   for (auto& v : h_prev) v = *rc::gen::inRange(-900, 901) / 1000.0;
+  if (cell.kind() == CellKind::slstm)  // the normalizer slot n >= 0 (so that n' + eps > 0)
+    for (std::int64_t c = 0; c < cell.d_h(); ++c) h_prev[static_cast<std::size_t>(cell.d_h() + c)] = std::abs(h_prev[static_cast<std::size_t>(cell.d_h() + c)]);
   std::vector<double> h_new, jac;
   if (p.dtype == DType::f64)
     production_step<double>(cell, x, b, t, h_prev, h_new, jac);

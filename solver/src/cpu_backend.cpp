@@ -23,7 +23,6 @@ namespace pararnn::detail {
 namespace {
 
 constexpr std::int64_t kChannelTile = 64;
-constexpr double kDtFloor = 1e-4;  // CfC clamps Δt from below
 
 // max that lets NaN win (a NaN residual must never look small).
 inline double nan_max(double a, double b) {
@@ -74,7 +73,7 @@ class CpuSolver {
       for (std::int64_t bi = 0; bi < L_.batch; ++bi)
         for (std::int64_t t = 0; t < L_.time; ++t) {
           const ComputeT dt = std::max(xc.data_as<ComputeT>()[(bi * L_.time + t) * L_.d_in + L_.d_in - 1],
-                                       static_cast<ComputeT>(kDtFloor));
+                                       static_cast<ComputeT>(cells::kCfcDtFloor));
           ComputeT* dst = wx_.data() + (bi * L_.time + t) * G * D + g * D;
           std::fill(dst, dst + D, dt);
         }
@@ -407,7 +406,7 @@ class CpuSolver {
       const std::int64_t g = cell_.spec().dt_gate;
       for (std::int64_t bt = 0; bt < B * T; ++bt) {
         const ComputeT raw = xc.data_as<ComputeT>()[bt * L_.d_in + L_.d_in - 1];
-        if (raw < static_cast<ComputeT>(kDtFloor)) continue;
+        if (raw < static_cast<ComputeT>(cells::kCfcDtFloor)) continue;
         double sum = 0.0;
         const ComputeT* dwx_t = d_wx.data() + bt * G * D + g * D;
         for (std::int64_t c = 0; c < D; ++c) sum += static_cast<double>(dwx_t[c]);

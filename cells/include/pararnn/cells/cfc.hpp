@@ -9,6 +9,10 @@
 
 namespace pararnn::cells {
 
+// Δt is clamped from below before use: Δt = max(x[..., -1], kCfcDtFloor); its gradient is zero
+// where the floor applies.
+inline constexpr double kCfcDtFloor = 1e-4;
+
 struct CfcMath {
   static constexpr int kSlots = 1;
   static constexpr int kGates = 4;      // f_pre, c_x, Δt, b
