@@ -149,6 +149,29 @@ Case case_from_file(const SafetensorsFile& file, const std::filesystem::path& pa
       problem.parameters.emplace(name, tensor);
     }
   }
+  // Packing may also come as metadata "cu_seqlens" = "0,5,12" (a tensor wins when both exist).
+  if (!problem.cu_seqlens) {
+    if (auto it = problem.metadata.find(std::string(kSeqlens)); it != problem.metadata.end()) {
+      std::vector<double> values;
+      std::size_t start = 0;
+      const std::string& text = it->second;
+      while (start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, comma - start);
+        try {
+          std::size_t used = 0;
+          values.push_back(static_cast<double>(std::stoll(item, &used)));
+          if (used != item.size()) throw std::invalid_argument("trailing");
+        } catch (const std::exception&) {
+          throw CaseFileError(fmt::format("{}: metadata 'cu_seqlens': must be comma-separated "
+                                          "integers, got '{}'", path.string(), text));
+        }
+        start = comma + 1;
+      }
+      problem.cu_seqlens = Tensor::from_values(DType::i64, {static_cast<std::int64_t>(values.size())}, values);
+    }
+  }
+
   return problem;
 }
 

@@ -507,5 +507,15 @@ TEST_F(SafetensorsTest, WriteCaseRefusesAParameterNamedLikeTheInput) {
   EXPECT_FALSE(fs::exists(path("dup.safetensors")));
 }
 
+TEST_F(SafetensorsTest, PackingMayComeAsMetadata) {
+  const Tensor x(DType::f32, {1, 12, 2});
+  write_safetensors(path("packed.safetensors"), {{"x", x}}, {{"cell", "gru"}, {"cu_seqlens", "0,5,12"}});
+  const Case problem = read_case(path("packed.safetensors"));
+  ASSERT_TRUE(problem.cu_seqlens.has_value());
+  EXPECT_EQ(problem.cu_seqlens->to_f64_vector(), (std::vector<double>{0, 5, 12}));
+  write_safetensors(path("bad.safetensors"), {{"x", x}}, {{"cell", "gru"}, {"cu_seqlens", "0,5,x"}});
+  EXPECT_THROW((void)read_case(path("bad.safetensors")), CaseFileError);
+}
+
 }  // namespace
 }  // namespace pararnn

@@ -37,6 +37,7 @@ std::optional<double> parse_cap(const std::string& text) {
 NewtonConfig config_from(const SolveArgs& args) {
   NewtonConfig config;
   config.scan_backend = parse_scan_backend(args.backend);
+  config.recompute = args.recompute;
   if (args.max_iters != "none" && args.max_iters != "None") {
     try {
       std::size_t used = 0;
@@ -96,8 +97,12 @@ int make_case(const MakeCaseArgs& args) {
                                 .d_in = args.d_in,
                                 .d_h = args.d_h,
                                 .n_heads = args.n_heads,
-                                .max_recurrent_norm = parse_cap(args.max_recurrent_norm),
-                                .weight_std = args.weight_std},
+                                .max_recurrent_norm =
+                                    args.max_recurrent_norm.empty()
+                                        ? cell_spec(args.cell, args.mix, "--cell").default_cap
+                                        : parse_cap(args.max_recurrent_norm),
+                                .weight_std = args.weight_std,
+                                .beta = args.beta},
                                dtype, args.seed);
   // Inputs from a stream of its own, so the parameters do not depend on the input size.
   std::mt19937_64 rng(args.seed ^ 0x9e3779b97f4a7c15ULL);
@@ -217,6 +222,8 @@ int solve(const SolveArgs& args) {
       for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
     }
     const NewtonGradients grads = newton_backward(cell, problem.x, forward, g, config, apply_options(problem));
+    std::cout << fmt::format("held between forward and backward: {} bytes (recompute={})\n",
+                             forward.saved_bytes(), config.recompute);
     tensors.emplace("grad.x", grads.x);
     if (grads.h0) tensors.emplace("grad.h0", *grads.h0);
     for (const auto& [name, grad] : grads.parameters) tensors.emplace("grad." + name, grad);

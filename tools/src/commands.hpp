@@ -21,7 +21,8 @@ struct MakeCaseArgs {
   std::string dtype = "f32";
   std::uint64_t seed = 1;
   std::optional<double> weight_std;
-  std::string max_recurrent_norm = "0.5";
+  std::string max_recurrent_norm;  // a number, none, or empty: the cell's default (none for head)
+  std::optional<double> beta;       // ParaHopfield; default 1/√d_h
   std::optional<double> h0_std;
   std::string cu_seqlens;  // "0,5,12" (packed case; batch must be 1)
   std::string out;
@@ -30,6 +31,7 @@ struct MakeCaseArgs {
 struct SolveArgs {
   std::string case_path, backend = "auto", max_iters = "none", out, json;
   bool grad = false;
+  bool recompute = false;  // NewtonConfig::recompute (Level 2: the backward re-solves H*)
   std::uint64_t seed = 0;
   std::optional<std::int64_t> certify_budget;  // default: default_certify_budget(dtype)
   std::optional<double> atol;

@@ -17,8 +17,9 @@ int main(int argc, char** argv) {
 
   MakeCaseArgs mk;
   auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
-  make->add_option("--cell", mk.cell, "gru | lstm | nlru");
-  make->add_option("--mix", mk.mix, "recurrent mix (diag)");
+  make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield");
+  make->add_option("--mix", mk.mix, "recurrent mix (diag; gru: head)");
+  make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))");
   make->add_option("--n-heads", mk.n_heads, "heads (head mixes)");
   make->add_option("--batch", mk.batch);
   make->add_option("--time", mk.time);
@@ -27,7 +28,8 @@ int main(int argc, char** argv) {
   make->add_option("--dtype", mk.dtype, "f64 | f32 | f16 | bf16");
   make->add_option("--seed", mk.seed);
   make->add_option("--weight-std", mk.weight_std, "std of the recurrent parameters");
-  make->add_option("--max-recurrent-norm", mk.max_recurrent_norm, "clamp cap, a number or none");
+  make->add_option("--max-recurrent-norm", mk.max_recurrent_norm,
+                   "clamp cap, a number or none (default: the cell's, 0.5; none for mix head)");
   make->add_option("--h0-std", mk.h0_std, "add a random h0 with this std");
   make->add_option("--cu-seqlens", mk.cu_seqlens, "packed case: 0,n1,...,N (needs --batch 1)");
   make->add_option("--out", mk.out)->required();
@@ -55,11 +57,13 @@ int main(int argc, char** argv) {
   add_solver(solve_cmd);
   solve_cmd->add_option("--out", sa.out)->required();
   solve_cmd->add_flag("--grad", sa.grad);
+  solve_cmd->add_flag("--recompute", sa.recompute, "with --grad: keep nothing of H*, re-solve it");
   auto* verify_cmd = app.add_subcommand("verify", "solver vs oracle: exit 0 Agree, 1 Disagree, 2 Inconclusive/refused");
   add_case(verify_cmd);
   add_solver(verify_cmd);
   add_judge(verify_cmd);
   verify_cmd->add_flag("--grad", sa.grad);
+  verify_cmd->add_flag("--recompute", sa.recompute, "with --grad: the backward re-solves H*");
   auto* compare_cmd = app.add_subcommand("compare", "an external trajectory vs the oracle");
   add_case(compare_cmd);
   compare_cmd->add_option("--trajectory", trajectory, "safetensors file holding H")->required();
