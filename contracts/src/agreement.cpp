@@ -108,7 +108,8 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   r.timings_ms["oracle_gradients"] = ms_since(start);
   r.gradient_self_check_delta = oracle.self_check_delta;
   const Metric metric = gradient_metric(cell);
-  const Tolerance tol = tolerance_for({.dtype = cell.dtype(), .metric = metric, .cell = r.cell, .backend = r.backend});
+  Tolerance tol = tolerance_for({.dtype = cell.dtype(), .metric = metric, .cell = r.cell, .backend = r.backend});
+  tol.relative_to_rms = true;  // gradient elements are sums that cancel (CONTRACT §2, docs)
   auto check = [&](const std::string& name, const Tensor& ours) {
     auto it = oracle.tensors.find(name);
     if (it == oracle.tensors.end()) throw Error("oracle_gradients returned no '" + name + "'");

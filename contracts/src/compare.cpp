@@ -51,13 +51,23 @@ ComparisonResult compare(const TensorView& actual, const TensorView& expected,
     }
     return index;
   };
+  double scale_floor = 0.0;  // RMS of the expected tensor, when the tolerance asks for it
+  if (tolerance.relative_to_rms && n > 0) {
+    double sum_sq = 0.0;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (std::isfinite(pe[i])) sum_sq += pe[i] * pe[i];
+    scale_floor = std::sqrt(sum_sq / static_cast<double>(n));
+  }
+  auto allowed_at = [&](double expected) {
+    return tolerance.atol + tolerance.rtol * std::max(std::abs(expected), scale_floor);
+  };
   std::int64_t worst_abs = -1, worst_rel = -1;
   double sum_abs = 0.0;
   std::vector<std::int64_t> last;
   for (std::int64_t i = 0; i < n; ++i) {
     const double x = pa[i], y = pe[i];
     const double diff = std::abs(x - y);
-    const double allowed = tolerance.atol + tolerance.rtol * std::abs(y);
+    const double allowed = allowed_at(y);
     ++r.count;
     if (std::isnan(x) || std::isnan(y)) ++r.nan_count;
     if (std::isinf(x) || std::isinf(y)) ++r.inf_count;
@@ -85,13 +95,13 @@ ComparisonResult compare(const TensorView& actual, const TensorView& expected,
   }
   for (std::int64_t i : last)
     r.last_mismatches.push_back(
-        {unravel(i), pa[i], pe[i], tolerance.atol + tolerance.rtol * std::abs(pe[i])});
+        {unravel(i), pa[i], pe[i], allowed_at(pe[i])});
   r.mean_abs = n > 0 ? sum_abs / static_cast<double>(n) : 0.0;
   if (worst_abs >= 0) {
     r.worst_abs_index = unravel(worst_abs);
     r.worst_actual = pa[worst_abs];
     r.worst_expected = pe[worst_abs];
-    r.worst_allowed = tolerance.atol + tolerance.rtol * std::abs(pe[worst_abs]);
+    r.worst_allowed = allowed_at(pe[worst_abs]);
   }
   if (worst_rel >= 0) r.worst_rel_index = unravel(worst_rel);
   return r;
@@ -100,14 +110,15 @@ ComparisonResult compare(const TensorView& actual, const TensorView& expected,
 std::string ComparisonResult::describe() const {
   auto idx = [](const Shape& s) { return shape_string(s); };
   std::string out = fmt::format(
-      "{} of {} elements ({:.4g}%) outside |actual - expected| <= {:g} + {:g}*|expected| "
+      "{} of {} elements ({:.4g}%) outside |actual - expected| <= {:g} + {:g}*{} "
       "(tolerance: {}).\n"
       "Greatest absolute difference: {:.9g} at index {} (allowed {:.9g}).\n"
       "Greatest relative difference: {:.9g} at index {}.\n"
       "  expected {:.17g} ({})\n  actual   {:.17g} ({})\n"
       "dtype {}, shape {}, NaN {}, Inf {}, max ULPs {:.4g}.",
       mismatches, count, count ? 100.0 * static_cast<double>(mismatches) / static_cast<double>(count) : 0.0,
-      tolerance.atol, tolerance.rtol, tolerance.source, max_abs, idx(worst_abs_index),
+      tolerance.atol, tolerance.rtol, tolerance.relative_to_rms ? "max(|expected|, rms(expected))" : "|expected|",
+      tolerance.source, max_abs, idx(worst_abs_index),
       worst_allowed, max_rel, idx(worst_rel_index), worst_expected, hexfloat(worst_expected),
       worst_actual, hexfloat(worst_actual), dtype_name(dtype), idx(shape), nan_count, inf_count,
       max_ulps);

@@ -29,6 +29,10 @@ struct Tolerance {
   double atol = 0.0;
   double rtol = 0.0;
   std::string source;  // "default" or the reason of the override that applied
+  // rtol relative to max(|expected|, RMS of the expected tensor) instead of |expected| alone:
+  // used for gradients, whose elements are sums that can cancel to values far below the
+  // tensor's scale (e.g. one ∇x entry of 6.6 among entries of 3000).
+  bool relative_to_rms = false;
 };
 
 struct ToleranceScope {
