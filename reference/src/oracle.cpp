@@ -74,9 +74,24 @@ CellSpec cell_spec(const Case& problem) {
     a.gates = gates;
     return a;
   };
+  if (cell == "gru" && mix && *mix == "head") {
+    const auto heads = problem.meta("n_heads");
+    if (!heads || heads->empty() || *heads == "none") {
+      throw ContractViolation("n_heads", "is required with cell gru, mix 'head'",
+                              heads ? *heads : std::string("<absent>"));
+    }
+    return {CellKind::gru_head, 3, 1, {with_gates(w_x, 3)}, {}};
+  }
+  if (cell == "hopfield") {
+    if (mix && *mix != "dense" && *mix != "diag") {
+      refuse_mix("cell hopfield has the dense mix only ('dense' or absent)");
+    }
+    refuse_heads("is not an argument of cell hopfield");
+    return {CellKind::hopfield, 2, 1, {with_gates(w_x, 2)}, {}};
+  }
   if (cell == "gru") {
     if (mix && *mix != "diag") {
-      refuse_mix("the oracle implements cell gru with mix 'diag' only");
+      refuse_mix("the oracle implements cell gru with mix 'diag' or 'head' only");
     }
     refuse_heads("is only valid with mix 'head' (cell gru, mix diag)");
     return {CellKind::gru, 3, 1, {with_gates(w_x, 3)}, {{"a_z"}, {"a_r"}, {"a_n"}}};
@@ -112,8 +127,8 @@ CellSpec cell_spec(const Case& problem) {
   }
   throw ContractViolation(
       "cell",
-      "must be a cell the oracle implements: gru (mix diag), lstm, nlru, slstm (mix diag), "
-      "cfc (gate_mix input), titans",
+      "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag), "
+      "cfc (gate_mix input), titans, hopfield",
       cell.empty() ? std::string("<empty>") : cell);
 }
 
@@ -281,6 +296,16 @@ PreparedCase prepare_case(const Case& problem) {
         spec.time_channel ? "F" : "d_in"));
   }
   out.d_h = weight.size(0) / first.gates;
+  if (spec.kind == CellKind::hopfield) {  // 2 d_h² rows: K and V, each (d_h, d_h)
+    std::int64_t d = 1;
+    while ((d + 1) * (d + 1) <= out.d_h) ++d;
+    if (d * d != out.d_h) {
+      throw CaseFileError(fmt::format(
+          "case (cell hopfield): parameter '{}' has shape {}, expected (2 d_h², d_in) with d_h >= 1",
+          first.weight, shape_string(weight.shape())));
+    }
+    out.d_h = d;
+  }
   if (weight.size(1) != out.features) {
     const std::string rule =
         spec.time_channel
@@ -292,8 +317,12 @@ PreparedCase prepare_case(const Case& problem) {
   }
   const std::string why = fmt::format(" (d_h = {} from {} rows {} / {} gates)", out.d_h,
                                       first.weight, weight.size(0), first.gates);
+  // Hopfield's affine is 2 d_h blocks of d_h rows (K's rows, then V's).
+  const int block_scale = spec.kind == CellKind::hopfield ? static_cast<int>(out.d_h) : 1;
+  out.gates = spec.gates * block_scale;
   int gate = 0;
-  for (const AffineSpec& affine : spec.affine) {
+  for (AffineSpec affine : spec.affine) {
+    affine.gates *= block_scale;
     const std::int64_t rows = affine.gates * out.d_h;
     const std::vector<double> w = lift_vector(
         checked_parameter(problem, spec, affine.weight, {rows, out.features}, why)
@@ -321,6 +350,44 @@ PreparedCase prepare_case(const Case& problem) {
                             fmt::format("{}", *cap));
   }
   const double cap_s = cap ? in_storage(*cap, out.dtype) : 0.0;
+  if (spec.kind == CellKind::gru_head) {
+    const std::int64_t heads = problem.meta_int("n_heads", 0);
+    if (heads < 1 || out.d_h % heads != 0) {
+      throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide d_h = {}", out.d_h),
+                              std::to_string(heads));
+    }
+    out.n_heads = heads;
+    const std::int64_t m = out.d_h / heads;
+    // ParaGRU head: no clamp unless max_recurrent_norm names one (its default is None).
+    const std::optional<double> head_cap = problem.meta_cap(std::nullopt);
+    if (head_cap && !(*head_cap >= 0.0)) {
+      throw ContractViolation("max_recurrent_norm", "must be a non-negative number or none",
+                              fmt::format("{}", *head_cap));
+    }
+    const double head_cap_s = head_cap ? in_storage(*head_cap, out.dtype) : 0.0;
+    std::vector<std::vector<double>> lifted;
+    for (const char* name : {"A_z", "A_r", "A_n"}) {
+      lifted.push_back(lift_vector(
+          checked_parameter(problem, spec, name, {heads, m, m},
+                            fmt::format(" (n_heads = {}, d_head = {}; stored (in, out))", heads, m))
+              .reshaped({heads * m * m})));
+    }
+    for (std::int64_t hd = 0; hd < heads; ++hd) {
+      for (const auto& a : lifted) {
+        for (std::int64_t i = 0; i < m * m; ++i) {
+          double v = a[static_cast<std::size_t>(hd * m * m + i)];
+          if (head_cap) v = std::min(std::max(v, -head_cap_s), head_cap_s);
+          out.head_matrices.push_back(v);
+        }
+      }
+    }
+  }
+  if (spec.kind == CellKind::hopfield) {
+    out.beta = problem.meta_double("beta", 1.0 / std::sqrt(static_cast<double>(out.d_h)));
+    if (!(out.beta > 0.0 && std::isfinite(out.beta))) {
+      throw ContractViolation("beta", "must be finite and > 0", fmt::format("{}", out.beta));
+    }
+  }
   for (const RecurrentSpec& r : spec.recurrent) {
     const int rows = std::max(r.rows, 1);
     const Shape shape = r.rows == 0 ? Shape{out.d_h} : Shape{r.rows, out.d_h};

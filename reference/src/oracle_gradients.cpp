@@ -328,6 +328,12 @@ OracleGradients oracle_gradients(const Case& problem, const OracleOptions& optio
                             std::to_string(options.certify_budget));
   }
   const detail::PreparedCase prepared = detail::prepare_case(problem);
+  if (!detail::channels_independent(prepared.kind)) {
+    throw ContractViolation("cell",
+                            "oracle_gradients does not yet implement cells whose Jacobian is dense "
+                            "(gru mix 'head', hopfield); the forward oracle does",
+                            problem.cell);
+  }
   const detail::GradientCase gc{prepared, detail::checked_cotangent(problem, prepared)};
   if (prepared.dtype == DType::f64) {
     return detail::gradients_in<detail::Float128, detail::Bin50>(problem, gc, options);

@@ -20,7 +20,7 @@
 
 namespace pararnn::reference::detail {
 
-enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans };
+enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
 struct RowChain {
@@ -80,6 +80,14 @@ struct PreparedCase {
   // |raw| > cap or raw is NaN; all 1 without a cap.
   std::vector<std::vector<double>> recurrent_gradient_mask;
   double eps = 0.0;        // slstm: h' = o c' / (n' + eps), the metadata "eps" (default 1e-6)
+  // gru_head: n_heads and the clamped (clamped only with a cap; the head mix's default is none)
+  // A_z, A_r, A_n, [head][A_z, A_r, A_n][in][out]; the recurrent vectors above stay empty.
+  std::int64_t n_heads = 1;
+  std::vector<double> head_matrices;
+  // hopfield: β (metadata "beta", default 1/√d_h). The affine's 2 d_h² rows are counted as
+  // affine_gates = 2 d_h blocks of d_h rows: K = rows [0, d_h²), V = rows [d_h², 2 d_h²),
+  // each row-major (K[i][j] = wx[i d_h + j]).
+  double beta = 0.0;
   int time_gate = -1;      // cfc: the gate block holding Δt; -1 for the other cells
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros

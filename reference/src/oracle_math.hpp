@@ -28,6 +28,14 @@
 //   Titans, pack (α_pre, θ_pre, k, v, n_pre):
 //     α = σ(α_pre),  θ = softplus(θ_pre),  g = diag(k) (diag(k) h - v)
 //     h' = diag(1 - α) h - diag(θ) g + diag(ũ) tanh(n_pre + diag(r̃) h)
+//   GRU (mix head, §1.2), per head with column vector h_hd and A stored (in, out), i.e. the
+//   row product h A is Aᵀ h; pack (z_x, r_x, n_x), each head's slice of d_head channels:
+//     z = σ(A_zᵀ h + z_x),  r = σ(A_rᵀ h + r_x),  n = tanh(A_nᵀ diag(r) h + n_x)
+//     h' = diag(1 - z) h + diag(z) n
+//   Hopfield (§1.8), K and V the (d_h, d_h) row-major halves of the affine's output:
+//     a = exp(β K h) / Σ exp(β K h),  h' = V a
+//   (no shift by the largest logit: this is the definition, and the working types have range).
+//   These two mix channels: their chains are whole batch rows, never single channels.
 // σ(v) = 1 / (1 + exp(-v)); softplus is PyTorch's (beta 1, threshold 20): v for v > 20, else
 // log1p(exp(v)); exp, tanh and log1p are the scalar type's own (found by ADL). For the
 // AutoDiffScalar, softplus is a primitive whose derivative is σ(v) (1 above the threshold), as
@@ -143,11 +151,14 @@ struct RecurrentDiagonals {
   Index d = 0;
   std::vector<Vec<Scalar>> a;
   double eps = 0.0;  // slstm
+  std::vector<RowMajorMatrix<Scalar>> matrices;  // gru_head: [head·3 + gate], (in, out)
+  double beta = 0.0;                             // hopfield
 
   template <class Other>
   RecurrentDiagonals<Other> cast() const {
-    RecurrentDiagonals<Other> out{kind, d, {}, eps};
+    RecurrentDiagonals<Other> out{kind, d, {}, eps, {}, beta};
     for (const auto& v : a) out.a.push_back(v.template cast<Other>());
+    for (const auto& m : matrices) out.matrices.push_back(m.template cast<Other>());
     return out;
   }
 };
@@ -159,6 +170,19 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   out.kind = problem.kind;
   out.d = channel < 0 ? problem.d_h : 1;
   out.eps = problem.eps;
+  out.beta = problem.beta;
+  if (problem.kind == CellKind::gru_head) {
+    const Index m = problem.d_h / problem.n_heads;
+    for (std::int64_t k = 0; k < problem.n_heads * 3; ++k) {
+      RowMajorMatrix<Scalar> a(m, m);
+      for (Index i = 0; i < m; ++i) {
+        for (Index j = 0; j < m; ++j) {
+          a(i, j) = Scalar(problem.head_matrices[static_cast<std::size_t>((k * m + i) * m + j)]);
+        }
+      }
+      out.matrices.push_back(std::move(a));
+    }
+  }
   for (const auto& values : problem.recurrent) {
     Vec<Scalar> v(out.d);
     for (Index j = 0; j < out.d; ++j) v(j) = Scalar(values[channel < 0 ? j : channel]);
@@ -268,6 +292,39 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       g = gate(2).asDiagonal() * g;
       n = (gate(4) + diag(1) * h).unaryExpr(tanh_of);
       s_new.head(d) = (w.ones - alpha).asDiagonal() * h - theta.asDiagonal() * g + diag(0) * n;
+      return;
+    }
+    case CellKind::gru_head: {  // matrices: per head A_z, A_r, A_n (in, out)
+      const auto heads = static_cast<Index>(p.matrices.size() / 3);
+      const Index m = d / heads;
+      for (Index hd = 0; hd < heads; ++hd) {
+        const auto& A_z = p.matrices[static_cast<std::size_t>(3 * hd)];
+        const auto& A_r = p.matrices[static_cast<std::size_t>(3 * hd + 1)];
+        const auto& A_n = p.matrices[static_cast<std::size_t>(3 * hd + 2)];
+        const Vec<Scalar> h = s.segment(hd * m, m);
+        const Vec<Scalar> z =
+            (A_z.transpose() * h + wx.derived().segment(hd * m, m)).unaryExpr(sigmoid);
+        const Vec<Scalar> r =
+            (A_r.transpose() * h + wx.derived().segment(d + hd * m, m)).unaryExpr(sigmoid);
+        const Vec<Scalar> hr = r.asDiagonal() * h;
+        const Vec<Scalar> n =
+            (A_n.transpose() * hr + wx.derived().segment(2 * d + hd * m, m)).unaryExpr(tanh_of);
+        const Vec<Scalar> ones = Vec<Scalar>::Ones(m);
+        s_new.segment(hd * m, m) = (ones - z).asDiagonal() * h + z.asDiagonal() * n;
+      }
+      return;
+    }
+    case CellKind::hopfield: {  // K, V from the gate inputs; β
+      RowMajorMatrix<Scalar> K(d, d), V(d, d);
+      for (Index i = 0; i < d; ++i) {
+        for (Index j = 0; j < d; ++j) {
+          K(i, j) = wx.derived()(i * d + j);
+          V(i, j) = wx.derived()(d * d + i * d + j);
+        }
+      }
+      const Vec<Scalar> e = (Scalar(p.beta) * (K * s.head(d))).unaryExpr(exp_of);
+      const Scalar total = e.sum();
+      s_new.head(d) = V * (e / total);
       return;
     }
   }
@@ -515,6 +572,8 @@ inline bool channels_independent(CellKind kind) {
     case CellKind::slstm:
     case CellKind::cfc:
     case CellKind::titans: return true;
+    case CellKind::gru_head:
+    case CellKind::hopfield: return false;
   }
   return false;
 }

@@ -547,7 +547,7 @@ TEST(Oracle, NonFiniteInputIsReportedNotHidden) {
 
 TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   Case c = make_case({});
-  c.cell = "hopfield";
+  c.cell = "m2rnn";
   EXPECT_THROW((void)oracle_sequential(c), ContractViolation);
   for (const std::string mix : {"head", "dense"}) {
     Case slstm = make_case({.cell = "slstm"});

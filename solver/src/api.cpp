@@ -38,6 +38,23 @@ Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
 
 Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
 
+bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::dense; }
+
+// Dense-Jacobian cells run on the CPU dense backend only (forward).
+void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
+  if (is_dense(cell) && backend == Resolved::cuda)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has a dense Jacobian; the CUDA backend "
+                                      "has no dense scan yet; use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.spec().mix));
+}
+
+void refuse_dense_gradients(const Cell& cell, const char* who) {
+  if (is_dense(cell))
+    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian cells are not built yet "
+                                      "(cell '{}', mix '{}')",
+                                      who, cell.name(), cell.spec().mix));
+}
+
 // One window's configuration: no chunking, and the K of the full length (a fixed K stays;
 // the adaptive minimum is pinned with a one-entry newton_iters_by_t table).
 NewtonConfig window_config(const NewtonConfig& config, const Cell& cell, std::int64_t full_time) {
@@ -152,6 +169,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   validate(config, cell.spec());
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
+  check_dense_backend(cell, backend, "newton_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed Newton: serial over windows, each a full solve from the previous last state.
@@ -183,16 +201,18 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   const std::int64_t time = layout.time, batch = layout.batch;
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = backend == Resolved::cuda
-                 ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
-                 : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
+  Tensor H = backend == Resolved::cuda ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
+             : is_dense(cell)         ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
+                                      : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
   detail::residual_gate(cell, config, s, time, batch);
   return H;
 }
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
   const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
+  check_dense_backend(cell, backend, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
+  if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
   return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }
@@ -200,7 +220,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                         const ApplyOptions& options) {
   const Resolved resolved = resolve_backend(backend, x);
+  check_dense_backend(cell, resolved, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
+  if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
   return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }
@@ -209,6 +231,7 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
                              const ApplyOptions& options) {
   validate(config, cell.spec());
   check_windowed(config, options);
+  refuse_dense_gradients(cell, "newton_forward");
   if (resolve_backend(config.scan_backend, x) == Resolved::cuda)
     throw UnsupportedPath("newton_forward: training on the CUDA backend is not available yet; "
                           "use scan_backend=cpu");
@@ -230,6 +253,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
                                 const ApplyOptions& options) {
   validate(config, cell.spec());
   check_windowed(config, options);
+  refuse_dense_gradients(cell, "newton_backward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward");
   if (config.chunk_len && *config.chunk_len < layout.time)
     return windowed_backward(cell, x, forward, grad_H, config, options, layout);
@@ -242,6 +266,7 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
   const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+  if (is_dense(cell)) return detail::dense_max_residual(cell, x, H, options, std::move(layout));
   return detail::cpu_max_residual(cell, x, H, options, std::move(layout));
 }
 

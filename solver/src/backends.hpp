@@ -37,6 +37,14 @@ NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
 double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                         const ApplyOptions& options, Layout layout);
 
+// CPU backend of dense-Jacobian cells (dense_backend.cpp; forward only).
+Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                          const ApplyOptions& options, Layout layout, NewtonStats& stats);
+Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                              Layout layout);
+double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                          const ApplyOptions& options, Layout layout);
+
 // CUDA backend (cuda_backend.cpp; without CUDA in the build, `cuda_backend_available` is false
 // with the reason and the others throw UnsupportedPath).
 bool cuda_backend_available(std::string* why_not = nullptr);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "newton_loop.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
 
@@ -23,12 +24,6 @@ namespace pararnn::detail {
 namespace {
 
 constexpr std::int64_t kChannelTile = 64;
-
-// max that lets NaN win (a NaN residual must never look small).
-inline double nan_max(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
-  return std::max(a, b);
-}
 
 template <class CellMath, class StorageT>
 class CpuSolver {
@@ -48,27 +43,9 @@ class CpuSolver {
     const std::vector<double> values = cell.channel_values();
     rec_.assign(values.begin(), values.end());
     // Input affines: one GEMM per block and batch row, in the compute type; Δt for CfC.
-    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    const Tensor xc = Tensor::converted(x, kComputeDType);
-    wx_.resize(static_cast<std::size_t>(L_.batch * L_.time * G * D));
-    using Stride = Eigen::OuterStride<Eigen::Dynamic>;
-    for (const AffineBlock& block : cell.spec().affine) {
-      const std::int64_t inputs = cell.affine_inputs(block);
-      const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), kComputeDType);
-      const Tensor bias = Tensor::converted(cell.parameter(std::string(block.bias)), kComputeDType);
-      const std::int64_t rows = block.gates * D;
-      Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), rows, inputs);
-      Eigen::Map<const Eigen::Matrix<ComputeT, 1, Eigen::Dynamic>> b(bias.data_as<ComputeT>(), rows);
-      for (std::int64_t bi = 0; bi < L_.batch; ++bi) {
-        Eigen::Map<const RowMatrix, 0, Stride> X(xc.data_as<ComputeT>() + bi * L_.time * L_.d_in,
-                                                 L_.time, inputs, Stride(L_.d_in));
-        Eigen::Map<RowMatrix, 0, Stride> out(wx_.data() + bi * L_.time * G * D + block.first_gate * D,
-                                             L_.time, rows, Stride(G * D));
-        out.noalias() = X * W.transpose();
-        out.rowwise() += b;
-      }
-    }
+    wx_ = input_affine<ComputeT>(cell, x, L_);
     if (cell.spec().dt_gate >= 0) {
+      const Tensor xc = Tensor::converted(x, kComputeDType);
       const std::int64_t g = cell.spec().dt_gate;
       for (std::int64_t bi = 0; bi < L_.batch; ++bi)
         for (std::int64_t t = 0; t < L_.time; ++t) {
@@ -253,48 +230,8 @@ class CpuSolver {
       H = initial_guess();
     }
     std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h));
-    std::optional<double> final_residual;  // known when the last evaluation saw the final H
-    // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
-    const bool adaptive = k.adaptive && atol.has_value();
-    const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
-    for (std::int64_t it = 0; it < cap; ++it) {
-      const double res = residual(H, F, &J);
-      ++stats.iters;
-      stats.residual_history.push_back(res);
-      if (!std::isfinite(res)) {
-        final_residual = res;
-        break;
-      }
-      const bool below = atol && res < *atol;
-      if (below && !adaptive) {  // seed's early stop: no update
-        stats.converged = true;
-        final_residual = res;
-        break;
-      }
-      update(H, J, F, config.omega);
-      ++stats.updates;
-      if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
-        stats.converged = true;      // and this was the one more update
-        break;
-      }
-    }
-    stats.max_residual = final_residual ? *final_residual : residual(H, F, nullptr);
-    if (adaptive && !stats.converged) {
-      // Not converged by k_max (or a non-finite iterate): the chains whose residual is still
-      // above residual_atol get the sequential answer instead of a silently wrong one.
-      const double before = stats.max_residual;
-      if (final_residual) (void)residual(H, F, nullptr);  // per-tile maxima of the final H
-      stats.fallback_tiles = sequential_fallback(H, *atol);
-      stats.max_residual = residual(H, F, nullptr);
-      emit_warning("newton_residual_high",
-                   fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
-                               "(max|F|={:.3e}); {} chain tile(s) of {} channels were solved "
-                               "sequentially",
-                               *atol, cap, before, stats.fallback_tiles, kChannelTile),
-                   {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
-                    {"fallback_tiles", stats.fallback_tiles},
-                    {"cell", std::string(cell_.name())}, {"T", L_.time}});
-    }
+    run_newton_iterations(*this, cell_, config, k, atol, L_.time, H, F, J, stats,
+                          fmt::format("chain tile(s) of {} channels", kChannelTile));
     return H;
   }
 
@@ -319,27 +256,32 @@ class CpuSolver {
       const ComputeT* H_row = H.data() + b * row_elems();
       const ComputeT* g_row = g_all + b * row_elems();
       for (std::int64_t c = c0; c < c1; ++c) {
-        ComputeT carry[S] = {};
+        // The reverse walk runs in double whatever the storage: the adjoint of long chains sums
+        // large cotangents whose contributions cancel (sLSTM's stabiliser m cancels exactly in
+        // h'), and f32 cancellation noise there exceeded the gradient band.
+        using AdjointT = double;
+        AdjointT carry[S] = {};
         double acc[R] = {};
         for (std::int64_t t = T - 1; t >= 0; --t) {
-          ComputeT cot[S], hp[S], rec[RC], wx[G], d_rec[RC] = {}, dwx[G], dhp[S];
+          AdjointT cot[S], hp[S], rec[RC], wx[G], d_rec[RC] = {}, dwx[G], dhp[S];
           for (int s = 0; s < S; ++s) {
-            cot[s] = g_row[(t * S + s) * D + c] + carry[s];
-            hp[s] = prev_state(H_row, b, t, s, c);
+            cot[s] = static_cast<AdjointT>(g_row[(t * S + s) * D + c]) + carry[s];
+            hp[s] = static_cast<AdjointT>(prev_state(H_row, b, t, s, c));
           }
-          for (int k = 0; k < RC; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
+          for (int k = 0; k < RC; ++k) rec[k] = static_cast<AdjointT>(rec_[static_cast<std::size_t>(k * D + c)]);
           const ComputeT* wx_t = wx_.data() + (b * T + t) * G * D;
-          for (int k = 0; k < G; ++k) wx[k] = wx_t[k * D + c];
+          for (int k = 0; k < G; ++k) wx[k] = static_cast<AdjointT>(wx_t[k * D + c]);
           CellMath::vjp(rec, wx, hp, cot, d_rec, dwx, dhp);
-          for (int k = 0; k < R; ++k) acc[k] += static_cast<double>(d_rec[k]);
+          for (int k = 0; k < R; ++k) acc[k] += d_rec[k];
           ComputeT* dwx_t = d_wx.data() + (b * T + t) * G * D;
-          for (int k = 0; k < G; ++k) dwx_t[k * D + c] = dwx[k];
+          for (int k = 0; k < G; ++k) dwx_t[k * D + c] = static_cast<ComputeT>(dwx[k]);
           if (L_.heads[static_cast<std::size_t>(t)]) {
             // A head reads h0 (or zeros): its d h_prev is ∇h0 and nothing flows further back.
             const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
             if (!d_h0.empty())
-              for (int s = 0; s < S; ++s) d_h0[static_cast<std::size_t>((row * S + s) * D + c)] = dhp[s];
-            for (int s = 0; s < S; ++s) carry[s] = ComputeT(0);
+              for (int s = 0; s < S; ++s)
+                d_h0[static_cast<std::size_t>((row * S + s) * D + c)] = static_cast<ComputeT>(dhp[s]);
+            for (int s = 0; s < S; ++s) carry[s] = AdjointT(0);
           } else {
             for (int s = 0; s < S; ++s) carry[s] = dhp[s];
           }

@@ -81,8 +81,14 @@ KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cel
         it == config.newton_iters_by_t.begin() ? it->second : std::prev(it)->second;
     return {k, true, "newton_iters_by_t"};
   }
-  if (dtype == DType::f64) return {cell.library_newton_iters + 2, true, "table+2(f64)"};
-  return {cell.library_newton_iters, true, "table"};
+  std::int64_t table = cell.library_newton_iters;
+  if (!cell.library_newton_table.empty()) {  // left-step, like newton_iters_by_t
+    table = cell.library_newton_table.front().second;
+    for (const auto& [t, k] : cell.library_newton_table)
+      if (t <= time) table = k;
+  }
+  if (dtype == DType::f64) return {table + 2, true, "table+2(f64)"};
+  return {table, true, "table"};
 }
 
 }  // namespace pararnn

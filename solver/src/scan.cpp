@@ -94,6 +94,62 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
   }
 }
 
+template <class ComputeT>
+void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
+                std::span<const std::uint8_t> heads) {
+  const std::int64_t time = shape.time;
+  const int n = static_cast<int>(shape.n);
+  const std::int64_t stride = shape.r_stride > 0 ? shape.r_stride : shape.n;
+  if (time <= 1 || n <= 0) return;
+  const std::int64_t nn = shape.n * shape.n;
+  auto is_head = [&](std::int64_t t) { return t == 0 || (!heads.empty() && heads[t] != 0); };
+  const std::int64_t chunk =
+      shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
+  if (chunk == time) {
+    // Sequential substitution: δ_t = J_t δ_{t−1} + r_t, in place on r (J = 0 at heads).
+    for (std::int64_t t = 1; t < time; ++t) {
+      if (is_head(t)) continue;
+      cells::apply_dense(n, J + t * nn, r + t * stride, r + (t - 1) * stride, r + t * stride);
+    }
+    return;
+  }
+  // Three phases: chunk aggregates (J = 0 at heads), carries, re-run of each chunk from its carry.
+  const std::int64_t n_chunks = (time + chunk - 1) / chunk;
+  std::vector<ComputeT> agg_J(static_cast<std::size_t>(n_chunks * nn));
+  std::vector<ComputeT> agg_r(static_cast<std::size_t>(n_chunks * n));
+  std::vector<ComputeT> tmp_J(static_cast<std::size_t>(nn)), tmp_r(static_cast<std::size_t>(n));
+  const std::vector<ComputeT> zero_J(static_cast<std::size_t>(nn), ComputeT(0));
+  auto J_at = [&](std::int64_t t) { return is_head(t) ? zero_J.data() : J + t * nn; };
+  for (std::int64_t q = 0; q < n_chunks; ++q) {
+    const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
+    ComputeT* aJ = agg_J.data() + q * nn;
+    ComputeT* ar = agg_r.data() + q * n;
+    std::copy(J_at(begin), J_at(begin) + nn, aJ);
+    std::copy(r + begin * stride, r + begin * stride + n, ar);
+    for (std::int64_t t = begin + 1; t < end; ++t) {
+      cells::compose_dense(n, J_at(t), r + t * stride, aJ, ar, tmp_J.data(), tmp_r.data());
+      std::copy(tmp_J.begin(), tmp_J.end(), aJ);
+      std::copy(tmp_r.begin(), tmp_r.end(), ar);
+    }
+  }
+  // The first chunk starts at t = 0, a head: its carry is never read.
+  std::vector<ComputeT> carries(static_cast<std::size_t>(n_chunks * n), ComputeT(0));
+  for (std::int64_t q = 0; q + 1 < n_chunks; ++q)
+    cells::apply_dense(n, agg_J.data() + q * nn, agg_r.data() + q * n, carries.data() + q * n,
+                       carries.data() + (q + 1) * n);
+  for (std::int64_t q = 0; q < n_chunks; ++q) {
+    const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
+    const ComputeT* prev = carries.data() + q * n;
+    for (std::int64_t t = begin; t < end; ++t) {
+      if (!is_head(t)) cells::apply_dense(n, J + t * nn, r + t * stride, prev, r + t * stride);
+      prev = r + t * stride;
+    }
+  }
+}
+
+template void scan_dense<float>(const float*, float*, const DenseScanShape&, std::span<const std::uint8_t>);
+template void scan_dense<double>(const double*, double*, const DenseScanShape&, std::span<const std::uint8_t>);
+
 #define PARARNN_INSTANTIATE_SCAN(S, T) \
   template void scan_affine<S, T>(const T*, T*, const ScanShape&, std::span<const std::uint8_t>);
 PARARNN_INSTANTIATE_SCAN(1, float)

@@ -1,7 +1,11 @@
 // Host-side description of a production cell: which cell, its sizes, its parameters under the
 // Python library's state_dict names, its constructor arguments, initialisation and case-file
-// metadata. Host only (the per-channel math in gru_diag.hpp, lstm.hpp, nlru.hpp is what runs on
-// both sides).
+// metadata. Host only (the per-channel math in gru_diag.hpp, lstm.hpp, nlru.hpp and the
+// dense-chain math in hopfield.hpp, gru_head.hpp is what runs on both sides).
+// A spec's `jacobian` says which solver path it takes: per_channel cells go through
+// `dispatch_cell` (S x S blocks per channel), dense cells through `dispatch_dense_cell` (one
+// dense N x N block per chain: ParaHopfield, a batch row, N = d_h; ParaGRU mix='head', a
+// (batch row, head), N = d_head).
 //
 // Guarantees: `Cell::from_case` accepts exactly the parameter names and shapes of pararnn-torch
 // (W_x.weight (G·d_h, d_in), W_x.bias (G·d_h,), recurrent vectors (d_h,)) in the case's dtype and
@@ -27,17 +31,23 @@
 
 #include "pararnn/cells/cfc.hpp"
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/cells/gru_head.hpp"
+#include "pararnn/cells/hopfield.hpp"
 #include "pararnn/cells/lstm.hpp"
 #include "pararnn/cells/nlru.hpp"
 #include "pararnn/cells/slstm_diag.hpp"
 #include "pararnn/cells/titans.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
+#include "pararnn/core/logging.hpp"
 #include "pararnn/core/tensor.hpp"
 
 namespace pararnn {
 
-enum class CellKind { gru, lstm, nlru, slstm, cfc, titans };
+enum class CellKind { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield };
+
+// How the Jacobian of a step is structured, and hence which solver path a cell takes.
+enum class JacobianClass { per_channel, dense };
 
 // A per-channel recurrent value: a (d_h,) vector, or one row of a (rows, d_h) tensor.
 struct RecurrentEntry {
@@ -51,10 +61,12 @@ struct AffineBlock {
   std::string_view weight, bias;
   int first_gate = 0, gates = 0;
   bool features_only = false;
+  bool square = false;  // the blocks are d_h x d_h (Hopfield's K, V): gates·d_h² outputs
 };
 
-enum class ParameterInit { xavier_vec, kaiming, zeros, constant };
-enum class ParameterShape { vector, rows, affine_weight, affine_bias };
+enum class ParameterInit { xavier_vec, kaiming, zeros, constant, orthogonal };
+// head_matrices: (n_heads, d_head, d_head), (in, out) per head.
+enum class ParameterShape { vector, rows, affine_weight, affine_bias, head_matrices };
 
 // One state_dict entry, in the Python library's registration order.
 struct ParameterSpec {
@@ -63,6 +75,7 @@ struct ParameterSpec {
   int rows = 1;  // `rows`: leading dimension; affine: gate blocks (output = rows·d_h)
   ParameterInit init = ParameterInit::zeros;
   bool features_only = false;  // affine weight over x[..., :-1]
+  bool square = false;         // affine: rows·d_h² outputs (Hopfield)
 };
 
 // Static facts of one cell kind.
@@ -80,6 +93,12 @@ struct CellSpec {
   int library_newton_iters;                     // K table value (CONTRACT §4)
   bool picard = false;                          // zero-hidden guess + Picard passes (sLSTM)
   int min_d_in = 1;
+  std::string_view mix = "diag";                // case-file "mix" of this spec
+  JacobianClass jacobian = JacobianClass::per_channel;
+  // Left-step K(T) table (value at the largest key <= T); empty: library_newton_iters at every T.
+  std::vector<std::pair<std::int64_t, std::int64_t>> library_newton_table = {};
+  std::optional<double> default_cap = 0.5;      // max_recurrent_norm when a case names none
+  std::string_view construction_warning = {};   // emit_warning event at construction
 };
 
 inline const std::vector<CellSpec>& cell_specs() {
@@ -124,6 +143,21 @@ inline const std::vector<CellSpec>& cell_specs() {
        .affine = {{"W_x.weight", "W_x.bias", 0, 5}},
        .parameters = {vec("u"), vec("r"), weight(5), bias(5)},
        .slot_names = {"h"}, .library_newton_iters = 3},
+      {.kind = CellKind::gru_head, .name = "gru", .python_class = "ParaGRU", .slots = 1, .gates = 3,
+       .affine = {{"W_x.weight", "W_x.bias", 0, 3}},
+       .parameters = {ParameterSpec{"A_z", PS::head_matrices, 1, PI::orthogonal},
+                      ParameterSpec{"A_r", PS::head_matrices, 1, PI::orthogonal},
+                      ParameterSpec{"A_n", PS::head_matrices, 1, PI::orthogonal}, weight(3), bias(3)},
+       .slot_names = {"h"}, .library_newton_iters = 3, .mix = "head",
+       .jacobian = JacobianClass::dense, .default_cap = std::nullopt,
+       .construction_warning = "gru_head_block_diagonal"},
+      {.kind = CellKind::hopfield, .name = "hopfield", .python_class = "ParaHopfield", .slots = 1,
+       .gates = 2, .affine = {{"W_x.weight", "W_x.bias", 0, 2, false, true}},
+       .parameters = {ParameterSpec{"W_x.weight", PS::affine_weight, 2, PI::kaiming, false, true},
+                      ParameterSpec{"W_x.bias", PS::affine_bias, 2, PI::zeros, false, true}},
+       .slot_names = {"h"}, .library_newton_iters = 2, .mix = "dense",
+       .jacobian = JacobianClass::dense, .library_newton_table = {{1, 2}, {64, 3}},
+       .default_cap = std::nullopt},
   };
   return specs;
 }
@@ -134,12 +168,32 @@ inline const CellSpec& cell_spec(CellKind kind) {
   throw Error("unknown cell kind");
 }
 
+// The first spec of that name (for "gru": mix 'diag').
 inline const CellSpec& cell_spec(std::string_view name, std::string_view argument = "cell") {
   for (const auto& spec : cell_specs())
     if (spec.name == name) return spec;
   std::string known;
-  for (const auto& spec : cell_specs()) known += (known.empty() ? "" : ", ") + std::string(spec.name);
+  for (const auto& spec : cell_specs())
+    if (known.find(std::string(spec.name)) == std::string::npos)
+      known += (known.empty() ? "" : ", ") + std::string(spec.name);
   throw ContractViolation(argument, "must be one of " + known, name);
+}
+
+// The spec of (cell, mix). A cell with a single mix also accepts "diag" (the default when a case
+// names no mix) for it.
+inline const CellSpec& cell_spec(std::string_view name, std::string_view mix,
+                                 std::string_view argument) {
+  const CellSpec& first = cell_spec(name, argument);
+  std::string mixes;
+  int count = 0;
+  for (const auto& spec : cell_specs())
+    if (spec.name == name) {
+      if (spec.mix == mix) return spec;
+      mixes += (mixes.empty() ? "'" : ", '") + std::string(spec.mix) + "'";
+      ++count;
+    }
+  if (count == 1 && mix == "diag") return first;
+  throw ContractViolation("mix", fmt::format("must be {} for {}", mixes, name), mix);
 }
 
 // Calls `f.template operator()<CellMath>()` with the per-channel math struct of `kind`: the one
@@ -153,8 +207,24 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::slstm: return f.template operator()<cells::SlstmDiagMath>();
     case CellKind::cfc: return f.template operator()<cells::CfcMath>();
     case CellKind::titans: return f.template operator()<cells::TitansMath>();
+    case CellKind::gru_head:
+    case CellKind::hopfield: break;
   }
-  throw Error("unknown cell kind");
+  throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a dense Jacobian: it has no per-channel math",
+                                    cell_spec(kind).name, cell_spec(kind).mix));
+}
+
+// Calls `f.template operator()<DenseMath>()` with the dense-chain math struct of `kind`
+// (JacobianClass::dense cells).
+template <class F>
+decltype(auto) dispatch_dense_cell(CellKind kind, F&& f) {
+  switch (kind) {
+    case CellKind::gru_head: return f.template operator()<cells::GruHeadMath>();
+    case CellKind::hopfield: return f.template operator()<cells::HopfieldMath>();
+    default: break;
+  }
+  throw UnsupportedPath(fmt::format("cell '{}' has a per-channel Jacobian: it has no dense-chain math",
+                                    cell_spec(kind).name));
 }
 
 // Constructor arguments (Python names in comments). Designated initialisers at call sites.
@@ -169,12 +239,13 @@ struct CellOptions {
   double eps = 1e-6;                                 // eps (ParaSLSTM)
   std::string gate_mix = "input";                    // gate_mix (ParaCfC)
   double time_bias_init = -3.0;                      // time_bias_init (ParaCfC)
+  std::optional<double> beta;                        // beta (ParaHopfield); default 1/√d_h
 };
 
 class Cell {
  public:
   static Cell initialise(const CellOptions& options, DType dtype, std::uint64_t seed) {
-    const CellSpec& spec = cell_spec(options.cell);
+    const CellSpec& spec = cell_spec(options.cell, options.mix, "cell");
     check_options(spec, options);
     Cell cell(spec, options.d_in, options.d_h, dtype, options.max_recurrent_norm, options);
     std::mt19937_64 rng(seed);
@@ -198,6 +269,22 @@ class Cell {
         case ParameterInit::constant:  // CfC's W_b.bias = time_bias_init
           for (std::int64_t i = 0; i < n; ++i) flat.store({i}, options.time_bias_init);
           break;
+        case ParameterInit::orthogonal: {  // per head: orthogonal(gain 0.25), or N(0, weight_std²)
+          const std::int64_t m = t.size(1);
+          std::normal_distribution<double> normal(0.0, 1.0);
+          for (std::int64_t head = 0; head < t.size(0); ++head) {
+            std::vector<double> q(static_cast<std::size_t>(m * m));
+            for (double& v : q) v = normal(rng);
+            if (options.weight_std) {
+              for (double& v : q) v *= *options.weight_std;
+            } else {
+              orthonormalise_columns(q, m);
+              for (double& v : q) v *= 0.25;
+            }
+            for (std::int64_t i = 0; i < m * m; ++i) flat.store({head * m * m + i}, q[static_cast<std::size_t>(i)]);
+          }
+          break;
+        }
         case ParameterInit::zeros:
           break;
       }
@@ -212,10 +299,11 @@ class Cell {
 
   // Reads and validates the cell of a case (names, shapes, dtypes, metadata).
   static Cell from_case(const Case& problem) {
-    const CellSpec& spec = cell_spec(problem.cell, "case metadata 'cell'");
     CellOptions options;
     options.cell = problem.cell;
     options.mix = problem.meta("mix").value_or("diag");
+    (void)cell_spec(problem.cell, "case metadata 'cell'");
+    const CellSpec& spec = cell_spec(problem.cell, options.mix, "case metadata 'cell'");
     if (problem.x.dim() != 3)
       throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(problem.x.shape()));
     options.d_in = problem.x.size(2);
@@ -226,7 +314,17 @@ class Cell {
                               fmt::format("must be ({}·d_h, d_in) for {}", first.gates, spec.name),
                               shape_string(w.shape()));
     options.d_h = w.size(0) / first.gates;
-    options.max_recurrent_norm = problem.meta_cap(0.5);
+    if (first.square) {  // gates·d_h² rows
+      const auto d = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(options.d_h))));
+      if (d * d != options.d_h)
+        throw ContractViolation(first.weight,
+                                fmt::format("must be ({}·d_h², d_in) for {}", first.gates, spec.name),
+                                shape_string(w.shape()));
+      options.d_h = d;
+    }
+    options.max_recurrent_norm = problem.meta_cap(spec.default_cap);
+    if (const auto beta = problem.meta("beta"); beta && !beta->empty() && *beta != "none")
+      options.beta = problem.meta_double("beta", 0.0);
     options.eps = problem.meta_double("eps", options.eps);
     options.gate_mix = problem.meta("gate_mix").value_or(options.gate_mix);
     options.time_bias_init = problem.meta_double("time_bias_init", options.time_bias_init);
@@ -296,15 +394,48 @@ class Cell {
     return out;
   }
 
+  // Dense-Jacobian cells: the state of one chain is N = chain_width() consecutive channels of a
+  // batch row (chain q of row b: channels [q N, (q + 1) N)), chains_per_row() chains per row.
+  std::int64_t n_heads() const { return options_.n_heads.value_or(1); }
+  std::int64_t chains_per_row() const { return kind() == CellKind::gru_head ? n_heads() : 1; }
+  std::int64_t chain_width() const { return d_h_ / chains_per_row(); }
+  double beta() const { return options_.beta.value_or(1.0 / std::sqrt(static_cast<double>(d_h_))); }
+
+  // The per-chain parameters every backend feeds a dense-chain math struct, as doubles,
+  // [chain within a row][DenseMath::params_size(N)]: GRU-head A_z, A_r, A_n of the head (clamped
+  // to [−cap, cap] when a cap is set), Hopfield {β}.
+  std::vector<double> dense_chain_parameters() const {
+    std::vector<double> out;
+    if (kind() == CellKind::hopfield) return {beta()};
+    if (kind() != CellKind::gru_head) return out;
+    const std::int64_t n = chain_width();
+    for (std::int64_t head = 0; head < n_heads(); ++head)
+      for (const char* name : {"A_z", "A_r", "A_n"}) {
+        const Tensor& a = parameter(name);
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            double v = a.load({head, i, j});
+            if (cap_) v = std::clamp(v, -*cap_, *cap_);
+            out.push_back(v);
+          }
+      }
+    return out;
+  }
+
   // Case-file metadata: cell, mix, max_recurrent_norm, the Python constructor arguments.
   std::map<std::string, std::string> metadata() const {
     std::map<std::string, std::string> m = {
         {"cell", std::string(spec_->name)},
-        {"mix", "diag"},
+        {"mix", std::string(spec_->mix)},
         {"max_recurrent_norm", cap_ ? fmt::format("{}", *cap_) : "none"},
         {"input_size", std::to_string(d_in_)},
         {"hidden_size", std::to_string(d_h_)},
         {"python_class", std::string(spec_->python_class)}};
+    if (kind() == CellKind::gru_head) m["n_heads"] = std::to_string(n_heads());
+    if (kind() == CellKind::hopfield) {
+      m.erase("max_recurrent_norm");  // ParaHopfield has no recurrent parameter and no cap
+      m["beta"] = fmt::format("{}", beta());
+    }
     if (kind() == CellKind::slstm) m["eps"] = fmt::format("{}", options_.eps);
     if (kind() == CellKind::cfc) {
       m["gate_mix"] = options_.gate_mix;
@@ -334,24 +465,66 @@ class Cell {
   std::int64_t affine_inputs(const AffineBlock& block) const {
     return block.features_only ? d_in_ - 1 : d_in_;
   }
+  // Outputs of an affine block: gates·d_h, or gates·d_h² for square blocks.
+  std::int64_t affine_rows(const AffineBlock& block) const {
+    return block.gates * d_h_ * (block.square ? d_h_ : 1);
+  }
 
  private:
   Cell(const CellSpec& spec, std::int64_t d_in, std::int64_t d_h, DType dtype,
        std::optional<double> cap, CellOptions options)
-      : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype), cap_(cap), options_(std::move(options)) {
+      : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype),
+        cap_(spec.kind == CellKind::hopfield ? std::nullopt : cap),  // no recurrent parameter
+        options_(std::move(options)) {
     if (!is_floating(dtype))
       throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
     if (cap && !(*cap >= 0.0))
       throw ContractViolation("max_recurrent_norm", "must be >= 0 or none", fmt::format("{}", *cap));
+    if (!spec.construction_warning.empty())
+      emit_warning(std::string(spec.construction_warning),
+                   "mix='head' is block-diagonal ParaGRU (Dreamer-style): the recurrence mixes "
+                   "channels within each head only",
+                   {{"cell", std::string(spec.name)}, {"mix", std::string(spec.mix)},
+                    {"n_heads", options_.n_heads.value_or(1)}, {"d_h", d_h}});
+    if (spec.kind == CellKind::hopfield && d_h > 32)
+      emit_warning("hopfield_wide",
+                   fmt::format("ParaHopfield d_h={} > 32: the dense Jacobian and its scan cost O(d_h³) "
+                               "per step; prefer d_h <= 32", d_h),
+                   {{"cell", std::string(spec.name)}, {"d_h", d_h}});
+  }
+
+  // Gram-Schmidt (twice) on the columns of the m x m row-major Gaussian matrix q: the Q of
+  // q = Q R with a positive diagonal of R, as torch.nn.init.orthogonal_ returns.
+  static void orthonormalise_columns(std::vector<double>& q, std::int64_t m) {
+    const auto at = [&](std::int64_t i, std::int64_t j) -> double& {
+      return q[static_cast<std::size_t>(i * m + j)];
+    };
+    for (std::int64_t j = 0; j < m; ++j) {
+      for (int pass = 0; pass < 2; ++pass)
+        for (std::int64_t k = 0; k < j; ++k) {
+          double dot = 0.0;
+          for (std::int64_t i = 0; i < m; ++i) dot += at(i, k) * at(i, j);
+          for (std::int64_t i = 0; i < m; ++i) at(i, j) -= dot * at(i, k);
+        }
+      double norm = 0.0;
+      for (std::int64_t i = 0; i < m; ++i) norm += at(i, j) * at(i, j);
+      norm = std::sqrt(norm);
+      for (std::int64_t i = 0; i < m; ++i) at(i, j) = norm > 0.0 ? at(i, j) / norm : (i == j ? 1.0 : 0.0);
+    }
   }
 
   Shape parameter_shape(const ParameterSpec& p) const {
     const std::int64_t inputs = p.features_only ? d_in_ - 1 : d_in_;
+    const std::int64_t block = p.square ? d_h_ * d_h_ : d_h_;
     switch (p.shape) {
       case ParameterShape::vector: return {d_h_};
       case ParameterShape::rows: return {p.rows, d_h_};
-      case ParameterShape::affine_weight: return {p.rows * d_h_, inputs};
-      case ParameterShape::affine_bias: return {p.rows * d_h_};
+      case ParameterShape::affine_weight: return {p.rows * block, inputs};
+      case ParameterShape::affine_bias: return {p.rows * block};
+      case ParameterShape::head_matrices: {
+        const std::int64_t heads = options_.n_heads.value_or(1);
+        return {heads, d_h_ / heads, d_h_ / heads};
+      }
     }
     return {};
   }
@@ -362,12 +535,22 @@ class Cell {
                               std::to_string(options.d_in));
     if (options.d_h < 1)
       throw ContractViolation("hidden_size", "must be >= 1", std::to_string(options.d_h));
-    if (options.mix != "diag")
-      throw ContractViolation("mix", fmt::format("must be 'diag' for {} (head and dense mixes are not built yet)", spec.name),
-                              options.mix);
-    if (options.n_heads)
+    if (options.mix != spec.mix && !(options.mix == "diag" && spec.kind == CellKind::hopfield))
+      throw ContractViolation("mix", fmt::format("must be '{}' for {}", spec.mix, spec.name), options.mix);
+    if (options.n_heads && spec.mix != "head")
       throw ContractViolation("n_heads", "is allowed only with mix='head'",
                               std::to_string(*options.n_heads));
+    if (spec.mix == "head") {
+      if (!options.n_heads)
+        throw ContractViolation("n_heads", "is required with mix='head'", "none");
+      if (*options.n_heads < 1 || options.d_h % *options.n_heads != 0)
+        throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide hidden_size={}", options.d_h),
+                                std::to_string(*options.n_heads));
+    }
+    if (options.beta && spec.kind != CellKind::hopfield)
+      throw ContractViolation("beta", "is a ParaHopfield argument", fmt::format("{}", *options.beta));
+    if (options.beta && !(*options.beta > 0.0 && std::isfinite(*options.beta)))
+      throw ContractViolation("beta", "must be finite and > 0", fmt::format("{}", *options.beta));
     if (options.weight_std && !(*options.weight_std >= 0.0))
       throw ContractViolation("weight_std", "must be >= 0", fmt::format("{}", *options.weight_std));
     if (spec.kind == CellKind::slstm && !(options.eps > 0.0))

@@ -26,4 +26,19 @@ template <int S, class ComputeT>
 void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
                  std::span<const std::uint8_t> heads = {});
 
+// One chain of dense n x n blocks (Hopfield, GRU-head): J[t][out][in] contiguous, r[t * r_stride
+// + i] (r_stride 0 means n: a chain's channels inside a wider row). The same monoid
+// (compose_dense / apply_dense of cells/affine_monoid.hpp), the same head rule and the same
+// three-phase chunking as scan_affine, with the same bitwise guarantee on exact inputs.
+struct DenseScanShape {
+  std::int64_t time = 0;
+  std::int64_t n = 0;
+  std::int64_t chunk_len = 0;  // 0 or >= time: sequential substitution
+  std::int64_t r_stride = 0;
+};
+
+template <class ComputeT>
+void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
+                std::span<const std::uint8_t> heads = {});
+
 }  // namespace pararnn

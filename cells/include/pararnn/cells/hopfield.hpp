@@ -1,0 +1,71 @@
+// ParaHopfield: the modern-Hopfield one-step update and its dense Jacobian for one chain (one
+// batch row; N = d_h), in one pass.
+//
+// A dense chain (also GruHeadMath) is stepped as
+//   step(n, params, gates, gate_stride, h_prev[n], h_new[n], jac[n*n] or null, work[work_size(n)])
+// where gate block g of the step's input affine starts at gates[g * gate_stride]. Here the two
+// blocks are K and V (n x n each, row-major: W_x(x) of width 2 d_h² reshaped to (2, d_h, d_h)),
+// params = {β}. Equations (pararnn-torch ParaHopfield): a = softmax(β K h), h' = V a,
+// ∂h'/∂h = V (diag(a) − a aᵀ)(β K), stored [out][in]. The softmax subtracts the largest logit
+// first (the same value in exact arithmetic, no overflow). Example:
+//   float beta = 0.5f, work[HopfieldMath::work_size(4)], h_new[4], J[16];
+//   HopfieldMath::step(4, &beta, kv /* K then V */, 16, h, h_new, J, work);
+#pragma once
+
+#include "pararnn/cells/cell_math.hpp"
+
+namespace pararnn::cells {
+
+struct HopfieldMath {
+  static constexpr int kGates = 2;              // K, V
+  static constexpr bool kSquareGates = true;    // each gate block is n x n, not n
+  static constexpr int kParams = 1;             // β
+  PARARNN_HD static int params_size(int /*n*/) { return kParams; }
+  PARARNN_HD static int work_size(int n) { return n * n + 2 * n; }
+
+  template <class ComputeT>
+  PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
+                              long long gate_stride, const ComputeT* h_prev, ComputeT* h_new,
+                              ComputeT* jac, ComputeT* work) {
+    const ComputeT beta = params[0];
+    const ComputeT* K = gates;
+    const ComputeT* V = gates + gate_stride;
+    ComputeT* a = work;          // logits, then the softmax
+    ComputeT* k_bar = work + n;  // Σ_l a_l K[l, :]
+    ComputeT* M = work + 2 * n;  // (diag(a) − a aᵀ) β K
+    ComputeT top = ComputeT(0);
+    for (int i = 0; i < n; ++i) {
+      ComputeT acc = ComputeT(0);
+      for (int j = 0; j < n; ++j) acc += K[i * n + j] * h_prev[j];
+      a[i] = beta * acc;
+      if (i == 0 || a[i] > top) top = a[i];
+    }
+    ComputeT total = ComputeT(0);
+    for (int i = 0; i < n; ++i) {
+      a[i] = exp_of(a[i] - top);
+      total += a[i];
+    }
+    for (int i = 0; i < n; ++i) a[i] = a[i] / total;
+    for (int i = 0; i < n; ++i) {
+      ComputeT acc = ComputeT(0);
+      for (int j = 0; j < n; ++j) acc += V[i * n + j] * a[j];
+      h_new[i] = acc;
+    }
+    if (jac == nullptr) return;
+    for (int k = 0; k < n; ++k) {
+      ComputeT acc = ComputeT(0);
+      for (int l = 0; l < n; ++l) acc += a[l] * K[l * n + k];
+      k_bar[k] = acc;
+    }
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) M[j * n + k] = beta * a[j] * (K[j * n + k] - k_bar[k]);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) {
+        ComputeT acc = ComputeT(0);
+        for (int j = 0; j < n; ++j) acc += V[i * n + j] * M[j * n + k];
+        jac[i * n + k] = acc;
+      }
+  }
+};
+
+}  // namespace pararnn::cells

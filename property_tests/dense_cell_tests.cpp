@@ -1,0 +1,277 @@
+// Claims about the dense-Jacobian cells (ParaHopfield; ParaGRU mix='head') on the CPU dense
+// backend: Newton agrees with the independent oracle within τ (f32, f64, bf16; with and
+// without h0; hard, unclamped head weights too); T = 1 is one step exactly; the analytic dense
+// Jacobian equals the oracle's AD Jacobian; packing equals solving each sequence alone; the
+// construction rules and warnings; the K table; gradients and CUDA refused for now. Every case
+// names its seed; tolerances come from the contract table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pararnn/cells/cell.hpp"
+#include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/logging.hpp"
+#include "pararnn/reference/oracle.hpp"
+#include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
+
+namespace pararnn {
+namespace {
+
+struct DenseCase {
+  std::string cell;  // "hopfield" or "gru" (mix head)
+  DType dtype = DType::f32;
+  std::int64_t batch = 2, time = 40, d_in = 5, d_h = 8;
+  std::int64_t n_heads = 2;
+  std::optional<double> weight_std;  // GRU head: iid N(0, std²) instead of orthogonal(0.25)
+  bool with_h0 = false;
+  std::uint64_t seed = 1;
+
+  Cell make_cell() const {
+    CellOptions o{.cell = cell, .d_in = d_in, .d_h = d_h, .max_recurrent_norm = std::nullopt,
+                  .weight_std = weight_std};
+    if (cell == "gru") {
+      o.mix = "head";
+      o.n_heads = n_heads;
+    }
+    return Cell::initialise(o, dtype, seed);
+  }
+  Tensor make_input(std::int64_t b, std::int64_t t) const {
+    std::mt19937_64 rng(seed * 7919 + 1);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    Tensor x(dtype, {b, t, d_in});
+    Tensor flat = x.reshaped({x.numel()});
+    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+    return x;
+  }
+  Tensor make_h0(std::int64_t rows) const {
+    std::mt19937_64 rng(seed * 104729 + 3);
+    std::normal_distribution<double> normal(0.0, 0.5);
+    Tensor h0(dtype, {rows, d_h});
+    Tensor flat = h0.reshaped({h0.numel()});
+    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, normal(rng));
+    return h0;
+  }
+  std::string describe() const {
+    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={} weight_std={} h0={} seed={}", cell,
+                       cell == "gru" ? fmt::format(" mix=head n_heads={}", n_heads) : "",
+                       dtype_name(dtype), batch, time, d_in, d_h,
+                       weight_std ? fmt::format("{}", *weight_std) : "init", with_h0, seed);
+  }
+};
+
+std::vector<DenseCase> agreement_cases() {
+  std::vector<DenseCase> out;
+  std::uint64_t seed = 11;
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16})
+    for (std::int64_t time : {1, 37, 300}) {
+      const std::int64_t t = dtype == DType::f64 ? std::min<std::int64_t>(time, 120) : time;
+      out.push_back({.cell = "hopfield", .dtype = dtype, .time = t, .d_h = 8, .with_h0 = time == 37, .seed = seed++});
+      out.push_back({.cell = "hopfield", .dtype = dtype, .batch = 1, .time = t, .d_h = 16, .seed = seed++});
+      out.push_back({.cell = "gru", .dtype = dtype, .time = t, .d_h = 16, .n_heads = 4, .with_h0 = true, .seed = seed++});
+      out.push_back({.cell = "gru", .dtype = dtype, .time = t, .d_h = 12, .n_heads = 3, .seed = seed++});
+      out.push_back({.cell = "gru", .dtype = dtype, .batch = 1, .time = t, .d_h = 8, .n_heads = 1,
+                     .weight_std = 0.7, .seed = seed++});  // hard: unclamped dense head
+    }
+  return out;
+}
+
+TEST(DenseCells, NewtonAgreesWithOracleWithinTau) {
+  QuietWarnings quiet;
+  for (const DenseCase& c : agreement_cases()) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(c.batch, c.time);
+    VerifyOptions options{.seed = c.seed, .certify_budget = 20'000};
+    options.config.scan_backend = ScanBackend::cpu;
+    std::optional<Tensor> h0;
+    if (c.with_h0) {
+      h0 = c.make_h0(c.batch);
+      options.h0 = h0->view();
+    }
+    options.repro_command = "dense_cell_tests: " + c.describe();
+    const AgreementReport r = verify_agreement(cell, x, options);
+    EXPECT_EQ(r.verdict, Verdict::agree) << r.failure_message();
+    EXPECT_EQ(r.backend, "cpu");
+  }
+}
+
+TEST(DenseCells, OneStepIsExactlyTheSequentialStep) {
+  QuietWarnings quiet;
+  for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .with_h0 = true, .seed = 3},
+                            DenseCase{.cell = "gru", .dtype = DType::bf16, .d_h = 12, .n_heads = 3,
+                                      .with_h0 = true, .seed = 4},
+                            DenseCase{.cell = "gru", .dtype = DType::f64, .d_h = 6, .n_heads = 2, .seed = 5}}) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(3, 1);
+    ApplyOptions apply;
+    const Tensor h0 = c.make_h0(3);
+    if (c.with_h0) apply.h0 = h0.view();
+    const Tensor newton = newton_apply(cell, x, {}, apply);
+    const Tensor sequential = sequential_apply(cell, x, apply);
+    ASSERT_EQ(newton.shape(), sequential.shape());
+    EXPECT_EQ(std::memcmp(newton.data(), sequential.data(), newton.nbytes()), 0);
+  }
+}
+
+// The production dense-chain math (in f64) at the gate inputs W_x x_t + b against the oracle's
+// Jacobian by automatic differentiation, over the full state (GRU-head: zero off its heads).
+TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
+  QuietWarnings quiet;
+  for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 21},
+                            DenseCase{.cell = "hopfield", .d_h = 5, .seed = 22},
+                            DenseCase{.cell = "gru", .d_h = 12, .n_heads = 3, .seed = 23},
+                            DenseCase{.cell = "gru", .d_h = 8, .n_heads = 1, .weight_std = 0.7, .seed = 24}}) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(1, 3);
+    const Case problem = cell.make_case(x);
+    const std::int64_t D = cell.d_h(), n = cell.chain_width();
+    const Tolerance tol = tolerance_for({.dtype = c.dtype, .metric = Metric::jacobian, .cell = c.cell});
+    std::mt19937_64 rng(c.seed);
+    std::normal_distribution<double> normal(0.0, 0.5);
+    for (std::int64_t t = 0; t < 3; ++t) {
+      std::vector<double> h(static_cast<std::size_t>(D));
+      for (double& v : h) v = normal(rng);
+      const reference::OracleStep oracle = reference::oracle_step_with_jacobian(problem, 0, t, h);
+      // Gate inputs in double from the stored parameters.
+      const AffineBlock& block = cell.spec().affine.front();
+      const std::int64_t rows = cell.affine_rows(block);
+      const Tensor& w = cell.parameter("W_x.weight");
+      const Tensor& bias = cell.parameter("W_x.bias");
+      std::vector<double> wx(static_cast<std::size_t>(rows));
+      for (std::int64_t i = 0; i < rows; ++i) {
+        double acc = bias.load({i});
+        for (std::int64_t k = 0; k < c.d_in; ++k) acc += w.load({i, k}) * x.load({0, t, k});
+        wx[static_cast<std::size_t>(i)] = acc;
+      }
+      const std::vector<double> params = cell.dense_chain_parameters();
+      std::vector<double> J(static_cast<std::size_t>(D * D), 0.0), h_new(static_cast<std::size_t>(D));
+      dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
+        std::vector<double> work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n))));
+        std::vector<double> block_J(static_cast<std::size_t>(n * n));
+        for (std::int64_t q = 0; q < cell.chains_per_row(); ++q) {
+          const bool square = DenseMath::kSquareGates;
+          DenseMath::step(static_cast<int>(n), params.data() + q * DenseMath::params_size(static_cast<int>(n)),
+                          wx.data() + (square ? 0 : q * n), square ? n * n : D, h.data() + q * n,
+                          h_new.data() + q * n, block_J.data(), work.data());
+          for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t k = 0; k < n; ++k)
+              J[static_cast<std::size_t>((q * n + i) * D + q * n + k)] = block_J[static_cast<std::size_t>(i * n + k)];
+        }
+      });
+      for (std::int64_t i = 0; i < D * D; ++i) {
+        const double expected = oracle.jacobian[static_cast<std::size_t>(i)];
+        EXPECT_LE(std::abs(J[static_cast<std::size_t>(i)] - expected), tol.atol + tol.rtol * std::abs(expected))
+            << "t=" << t << " J[" << i / D << "][" << i % D << "]";
+      }
+      for (std::int64_t i = 0; i < D; ++i) {
+        const double expected = oracle.h_new[static_cast<std::size_t>(i)];
+        EXPECT_LE(std::abs(h_new[static_cast<std::size_t>(i)] - expected), tol.atol + tol.rtol * std::abs(expected));
+      }
+    }
+  }
+}
+
+TEST(DenseCells, PackedEqualsPerSequence) {
+  QuietWarnings quiet;
+  for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 31},
+                            DenseCase{.cell = "gru", .d_h = 12, .n_heads = 3, .seed = 32}}) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const std::vector<std::int64_t> cu = {0, 7, 8, 30, 55};
+    const std::int64_t total = cu.back(), segments = static_cast<std::int64_t>(cu.size()) - 1;
+    const Tensor x = c.make_input(1, total);
+    const Tensor h0 = c.make_h0(segments);
+    Tensor cu_t(DType::i64, {static_cast<std::int64_t>(cu.size())});
+    for (std::size_t i = 0; i < cu.size(); ++i) cu_t.store({static_cast<std::int64_t>(i)}, static_cast<double>(cu[i]));
+    const Tensor packed = newton_apply(cell, x, {}, {.h0 = h0.view(), .cu_seqlens = cu_t.view()});
+    const Tolerance tau = tolerance_for({.dtype = c.dtype, .cell = c.cell});
+    for (std::int64_t s = 0; s < segments; ++s) {
+      const Tensor xs = Tensor::copy_of(x.view().slice(1, cu[s], cu[s + 1]));
+      const Tensor h0s = Tensor::copy_of(h0.view().slice(0, s, s + 1));
+      const Tensor alone = newton_apply(cell, xs, {}, {.h0 = h0s.view()});
+      const Tensor packed_s = Tensor::copy_of(packed.view().slice(1, cu[s], cu[s + 1]));
+      const ComparisonResult cmp = compare(packed_s.view(), alone.view(), tau);
+      EXPECT_EQ(cmp.mismatches, 0) << "segment " << s << ": " << cmp.describe();
+    }
+  }
+}
+
+TEST(DenseCells, ConstructionRulesAndWarnings) {
+  {
+    WarningCapture capture;
+    (void)Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 48}, DType::f32, 1);
+    EXPECT_TRUE(capture.contains("hopfield_wide"));
+  }
+  {
+    WarningCapture capture;
+    (void)Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 32}, DType::f32, 1);
+    EXPECT_FALSE(capture.contains("hopfield_wide"));
+  }
+  {
+    WarningCapture capture;
+    (void)Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1);
+    EXPECT_TRUE(capture.contains("gru_head_block_diagonal"));
+  }
+  QuietWarnings quiet;
+  EXPECT_THROW((void)Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 10, .n_heads = 3},
+                                      DType::f32, 1),
+               ContractViolation);
+  EXPECT_THROW((void)Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 8}, DType::f32, 1),
+               ContractViolation);
+  EXPECT_THROW((void)Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1),
+               ContractViolation);
+  EXPECT_THROW((void)Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 8, .beta = 0.0}, DType::f32, 1),
+               ContractViolation);
+  EXPECT_THROW((void)Cell::initialise({.cell = "gru", .mix = "dense", .d_in = 3, .d_h = 8}, DType::f32, 1),
+               ContractViolation);
+  // The head matrices: (n_heads, d_head, d_head), orthogonal with gain 0.25 per head.
+  const Cell head = Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f64, 7);
+  const Tensor& a = head.parameter("A_r");
+  ASSERT_EQ(a.shape(), (Shape{2, 4, 4}));
+  for (std::int64_t hd = 0; hd < 2; ++hd)
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 4; ++j) {
+        double dot = 0.0;
+        for (std::int64_t k = 0; k < 4; ++k) dot += a.load({hd, k, i}) * a.load({hd, k, j});
+        EXPECT_NEAR(dot, i == j ? 0.0625 : 0.0, tolerance_for({.dtype = DType::f64}).atol);
+      }
+  // The case file round-trip keeps mix, n_heads and beta under the Python names.
+  const Case problem = head.make_case(Tensor(DType::f64, {1, 2, 3}));
+  EXPECT_EQ(problem.metadata.at("mix"), "head");
+  EXPECT_EQ(problem.metadata.at("n_heads"), "2");
+  EXPECT_EQ(problem.metadata.at("max_recurrent_norm"), "0.5");  // CellOptions' default, explicit
+  const Cell back = Cell::from_case(problem);
+  EXPECT_EQ(back.kind(), CellKind::gru_head);
+  EXPECT_EQ(back.n_heads(), 2);
+  const Cell hop = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 4, .beta = 0.75}, DType::f32, 1);
+  const Cell hop_back = Cell::from_case(hop.make_case(Tensor(DType::f32, {1, 2, 3})));
+  EXPECT_EQ(hop_back.kind(), CellKind::hopfield);
+  EXPECT_EQ(hop_back.d_h(), 4);
+  EXPECT_EQ(hop_back.beta(), 0.75);
+  EXPECT_EQ(hop_back.parameter("W_x.weight").shape(), (Shape{32, 3}));
+}
+
+TEST(DenseCells, KTableAndRefusals) {
+  QuietWarnings quiet;
+  const CellSpec& hop = cell_spec("hopfield");
+  EXPECT_EQ(resolve_newton_iters({}, hop, DType::f32, 63).k, 2);
+  EXPECT_EQ(resolve_newton_iters({}, hop, DType::f32, 64).k, 3);
+  EXPECT_EQ(resolve_newton_iters({}, hop, DType::f64, 1).k, 4);
+  const Cell cell = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 4}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 5, 3});
+  EXPECT_THROW((void)newton_forward(cell, x), UnsupportedPath);
+  EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
+  EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
+}
+
+}  // namespace
+}  // namespace pararnn
