@@ -29,6 +29,35 @@ static_assert(std::numeric_limits<Bin50>::digits > std::numeric_limits<Float128>
 
 namespace {
 
+// Calls every lazily filled std::numeric_limits member of one cpp_bin_float number type.
+template <class Number>
+void fill_limits() {
+  using Limits = std::numeric_limits<Number>;
+  static_cast<void>(Limits::epsilon());
+  static_cast<void>(Limits::round_error());
+  static_cast<void>((Limits::min)());
+  static_cast<void>((Limits::max)());
+  static_cast<void>(Limits::infinity());
+  static_cast<void>(Limits::quiet_NaN());
+}
+
+}  // namespace
+
+void initialize_multiprecision_statics() {
+  // A function-local static: filled exactly once, and every later call (from any thread) waits
+  // for that fill to finish. Both expression-template options: Bin50 is et_off, while the
+  // backend's eval_log / eval_exp read the limits of number<cpp_bin_float<50>, et_on>.
+  static const bool filled = [] {
+    fill_limits<Bin50>();
+    fill_limits<boost::multiprecision::number<boost::multiprecision::cpp_bin_float<50>,
+                                              boost::multiprecision::et_on>>();
+    return true;
+  }();
+  static_cast<void>(filled);
+}
+
+namespace {
+
 // Uniform in [0, n) from the 64-bit engine, by rejection (the same draws on every platform,
 // unlike std::uniform_int_distribution).
 std::uint64_t draw_below(std::mt19937_64& rng, std::uint64_t n) {

@@ -546,9 +546,22 @@ const Real* ChainRunner<Real>::state() const {
   return impl_->s.data();
 }
 
+// Boost.Multiprecision (1.74) fills several std::numeric_limits of cpp_bin_float lazily and
+// without synchronisation: `static pair<bool, number> value; if (!value.first) { value.first =
+// true; value.second = 1; value.second = ldexp(value.second, 1 - digits); }` (epsilon, and
+// likewise round_error, min, max, infinity, quiet_NaN). eval_log and eval_exp read
+// numeric_limits<number<T, et_on>>::epsilon() as their series' stopping tolerance, so when the
+// first cpp_bin_float_50 log ran on the OpenMP threads, a thread could read epsilon while
+// another was filling it (1 or 0 instead of 2^-167): its series stopped after one term and the
+// certifier's softplus (titans, cfc) came out wrong by ~1e-4, now and then. This fills them all
+// once, on the calling thread, before any parallel region (oracle_certify.cpp, where the
+// cpp_bin_float_50 working type lives).
+void initialize_multiprecision_statics();
+
 // Runs `body(i)` for i in [0, n) on the OpenMP threads; the first exception is rethrown here.
 template <class Body>
 void parallel_for(std::int64_t n, Body&& body) {
+  initialize_multiprecision_statics();
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t i = 0; i < n; ++i) {

@@ -230,7 +230,7 @@ class CpuSolver {
       H = initial_guess();
     }
     std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h));
-    run_newton_iterations(*this, cell_, config, k, atol, L_.time, H, F, J, stats,
+    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, J, stats,
                           fmt::format("chain tile(s) of {} channels", kChannelTile));
     return H;
   }

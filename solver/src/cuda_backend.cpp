@@ -10,6 +10,7 @@
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
 // Cells: those with kernels (GRU-diag, LSTM, NLRU); the others raise UnsupportedPath.
 #include "cuda_backend.hpp"
+#include "newton_loop.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -349,6 +350,25 @@ class NewtonLoop {
     }
   }
 
+  // The shared K loop (newton_loop.hpp) drives the device state through this adapter: the
+  // trajectory, residual and Jacobian live on the device, so the loop's vectors are tokens.
+  struct DeviceState {};
+  struct Driver {
+    NewtonLoop& loop;
+    double residual(const DeviceState&, DeviceState&, DeviceState* J) const {
+      return loop.evaluate(J != nullptr, true);
+    }
+    void update(DeviceState&, const DeviceState&, DeviceState&, double omega) const {
+      loop.update(omega);
+    }
+    // Not converged by k_max: the whole problem is re-solved by the sequential kernel (the CPU
+    // backend does this per channel tile); counted in the CPU's tiles of 64 channels.
+    std::int64_t sequential_fallback(DeviceState&, double) const {
+      run_sequential<CellMath, ComputeT>(loop.p_, loop.H_);
+      return loop.p_.batch * ((loop.p_.channels + kFallbackTileChannels - 1) / kFallbackTileChannels);
+    }
+  };
+
   void solve(const CellSpec& spec, DType storage, const NewtonConfig& config, NewtonStats& stats) {
     const KResolution k = resolve_newton_iters(config, spec, storage, p_.time);
     const std::optional<double> atol = resolved_residual_atol(config, storage);
@@ -356,49 +376,10 @@ class NewtonLoop {
     stats.k = k;
     stats.scan_backend = "cuda";
     initial_guess();
-    std::optional<double> final_residual;  // known when the last evaluation saw the final H
-    // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
-    const bool adaptive = k.adaptive && atol.has_value();
-    const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
-    for (std::int64_t it = 0; it < cap; ++it) {
-      const double res = evaluate(true, true);
-      ++stats.iters;
-      stats.residual_history.push_back(res);
-      if (!std::isfinite(res)) {
-        final_residual = res;
-        break;
-      }
-      const bool below = atol && res < *atol;
-      if (below && !adaptive) {  // seed's early stop: no update
-        stats.converged = true;
-        final_residual = res;
-        break;
-      }
-      update(config.omega);
-      ++stats.updates;
-      if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
-        stats.converged = true;      // and this was the one more update
-        break;
-      }
-    }
-    stats.max_residual = final_residual ? *final_residual : evaluate(false, true);
-    if (adaptive && !stats.converged) {
-      // Not converged by k_max (or a non-finite iterate): the sequential answer for the whole
-      // problem instead of a silently wrong one (the CPU backend does this per channel tile).
-      const double before = stats.max_residual;
-      run_sequential<CellMath, ComputeT>(p_, H_);
-      stats.fallback_tiles =
-          p_.batch * ((p_.channels + kFallbackTileChannels - 1) / kFallbackTileChannels);
-      stats.max_residual = evaluate(false, true);
-      emit_warning("newton_residual_high",
-                   fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
-                               "(max|F|={:.3e}); the whole problem ({} chain tile(s) of {} "
-                               "channels) was solved sequentially on the GPU",
-                               *atol, cap, before, stats.fallback_tiles, kFallbackTileChannels),
-                   {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
-                    {"fallback_tiles", stats.fallback_tiles}, {"cell", std::string(spec.name)},
-                    {"T", p_.time}, {"backend", "cuda"}});
-    }
+    DeviceState H, F, J;
+    run_newton_iterations(Driver{*this}, spec.name, config, k, atol, p_.time, H, F, J, stats,
+                          fmt::format("chain tile(s) of {} channels (the whole problem, on the GPU)",
+                                      kFallbackTileChannels));
   }
 
  private:

@@ -166,7 +166,7 @@ class DenseSolver {
     stats.scan_backend = "cpu";
     std::vector<ComputeT> H = initial_guess();
     std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(chains() * jac_elems()));
-    run_newton_iterations(*this, cell_, config, k, atol, L_.time, H, F, J, stats,
+    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, J, stats,
                           fmt::format("chain(s) of {} channels", n_));
     return H;
   }

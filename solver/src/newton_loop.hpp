@@ -73,7 +73,7 @@ std::vector<ComputeT> input_affine(const Cell& cell, const TensorView& x, const 
 // The Newton iterations from the initial guess in H (see the header comment). `unit` names
 // what sequential_fallback counts, for the warning ("chain tile(s) of 64 channels").
 template <class Solver, class Vec>
-void run_newton_iterations(const Solver& solver, const Cell& cell, const NewtonConfig& config,
+void run_newton_iterations(const Solver& solver, std::string_view cell_name, const NewtonConfig& config,
                            const KResolution& k, const std::optional<double>& atol, std::int64_t time,
                            Vec& H, Vec& F, Vec& J, NewtonStats& stats, const std::string& unit) {
   std::optional<double> final_residual;  // known when the last evaluation saw the final H
@@ -115,7 +115,7 @@ void run_newton_iterations(const Solver& solver, const Cell& cell, const NewtonC
                              *atol, cap, before, stats.fallback_tiles, unit),
                  {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
                   {"fallback_tiles", stats.fallback_tiles},
-                  {"cell", std::string(cell.name())}, {"T", time}});
+                  {"cell", std::string(cell_name)}, {"T", time}});
   }
 }
 
