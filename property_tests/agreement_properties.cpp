@@ -39,7 +39,8 @@ RC_GTEST_PROP(Agreement, NewtonAgreesWithOracleWithinTau, ()) {
   RC_CLASSIFY(p.time > 1000, "T > 1000");
   RC_TAG(std::string(dtype_name(p.dtype)));
   const AgreementReport r = verify(p, NewtonConfig{});
-  if (r.verdict != Verdict::agree) RC_FAIL(r.failure_message());
+  if (r.verdict != Verdict::agree)
+    RC_FAIL(r.failure_message() + testing::save_failure_artifacts(p, "agreement", NewtonConfig{}));
   RC_ASSERT(r.backend == std::string(testing::kTestBackendName));
   // Reported, not asserted: a bf16/f16 sequential loop rounds its state every step and can
   // drift past τ on hard weights (docs/numerics-contract.md), while Newton rounds once.
@@ -83,6 +84,29 @@ RC_GTEST_PROP(Agreement, ReportPointsAtAPlantedError, ()) {
   RC_ASSERT(r.mismatches == 1);
 }
 #endif
+
+}  // namespace
+}  // namespace pararnn
+
+namespace pararnn {
+namespace {
+
+TEST(Agreement, FailureArtifactsAreWrittenAndReplayable) {
+  // The evidence a failing property leaves: a case file that reads back to the same problem, and
+  // both trajectories, named in the message with the verify command.
+  const testing::GeneratedProblem p{.cell = "lstm", .dtype = DType::f32, .batch = 2, .time = 9,
+                                    .d_in = 3, .d_h = 4, .with_h0 = true, .seed = 77};
+  const std::string text = testing::save_failure_artifacts(p, "artifact-check", NewtonConfig{});
+  const auto start = text.find("Artifacts: ") + 11;
+  const std::string case_path = text.substr(start, text.find(" (+", start) - start);
+  EXPECT_NE(text.find("pararnn verify " + case_path), std::string::npos) << text;
+  const Case problem = read_case(case_path);
+  EXPECT_EQ(problem.x.to_f64_vector(), p.make_input().to_f64_vector());
+  ASSERT_TRUE(problem.h0.has_value());
+  const std::string stem = case_path.substr(0, case_path.size() - std::string(".safetensors").size());
+  EXPECT_EQ(read_safetensors(stem + ".solver.safetensors").tensors.at("H").shape(), (Shape{2, 9, 2, 4}));
+  EXPECT_EQ(read_safetensors(stem + ".oracle.safetensors").tensors.at("H").dtype(), DType::f64);
+}
 
 }  // namespace
 }  // namespace pararnn

@@ -5,11 +5,15 @@
 
 #include <rapidcheck.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/core/tensor.hpp"
+#include "pararnn/reference/oracle.hpp"
+#include "pararnn/solver/solver.hpp"
 
 namespace pararnn::testing {
 
@@ -57,6 +61,36 @@ struct GeneratedProblem {
 
 inline std::ostream& operator<<(std::ostream& os, const GeneratedProblem& p) {
   return os << p.describe();
+}
+
+// A failing agreement leaves evidence a user can replay: the case file, the solver's trajectory
+// and the oracle's, under $PARARNN_TEST_ARTIFACTS (set by ctest; the system temp folder
+// otherwise). Returns the text to append to the failure: the files and the verify command.
+inline std::string save_failure_artifacts(const GeneratedProblem& p, const std::string& test,
+                                          const NewtonConfig& config) {
+  namespace fs = std::filesystem;
+  try {
+    const char* env = std::getenv("PARARNN_TEST_ARTIFACTS");
+    const fs::path dir = env ? fs::path(env) : fs::temp_directory_path() / "pararnn-test-artifacts";
+    fs::create_directories(dir);
+    const std::string stem = fmt::format("{}-{}-{}-{}", test, p.cell, dtype_name(p.dtype), p.seed);
+    const Cell cell = p.make_cell();
+    Case problem = cell.make_case(p.make_input(), p.make_h0(cell.slots()));
+    const fs::path case_path = dir / (stem + ".safetensors");
+    write_case(case_path, problem);
+    ApplyOptions apply;
+    if (problem.h0) apply.h0 = problem.h0->view();
+    NewtonConfig quiet = config;
+    quiet.residual_fail.reset();  // keep the evidence even when the gate would raise
+    write_safetensors(dir / (stem + ".solver.safetensors"), {{"H", newton_apply(cell, problem.x, quiet, apply)}});
+    write_safetensors(dir / (stem + ".oracle.safetensors"),
+                      {{"H", reference::oracle_sequential(problem, {.certify = false}).H}});
+    return fmt::format("\nArtifacts: {} (+ .solver / .oracle trajectories)\nReplay: pararnn verify {}{}",
+                       case_path.string(), case_path.string(),
+                       config.max_iters ? fmt::format(" --max-iters {}", *config.max_iters) : "");
+  } catch (const std::exception& e) {
+    return std::string("\n(could not write failure artifacts: ") + e.what() + ")";
+  }
 }
 
 // `max_time` bounds T (the generator still shrinks toward T = 1).

@@ -32,7 +32,9 @@ RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
   const double max_finite = p.dtype == DType::f16 ? 65504.0 : std::numeric_limits<double>::max();
   for (const auto& gc : r.gradients)
     if (std::abs(gc.comparison.worst_expected) > max_finite) RC_DISCARD("gradient beyond the dtype's range");
-  if (r.verdict != Verdict::agree) RC_FAIL(p.describe() + "\n" + r.failure_message());
+  if (r.verdict != Verdict::agree)
+    RC_FAIL(p.describe() + "\n" + r.failure_message() +
+            testing::save_failure_artifacts(p, "gradients", NewtonConfig{}) + " --grad");
   RC_ASSERT(r.gradients.size() >= cell.parameters().size() + 1);
 }
 
