@@ -34,11 +34,7 @@ KstarTable measure_kstar(const KstarOptions& options) {
                                           .max_recurrent_norm = options.max_recurrent_norm,
                                           .weight_std = options.weight_std},
                                          options.dtype, seed);
-      std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      Tensor x(options.dtype, {options.batch, time, options.d_in});
-      Tensor flat = x.reshaped({x.numel()});
-      for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+      const Tensor x = generated_case_input(options.dtype, options.batch, time, options.d_in, seed);
       const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false});
       KstarRow row{.time = time, .seed = seed};
       row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;

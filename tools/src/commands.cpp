@@ -104,13 +104,8 @@ int make_case(const MakeCaseArgs& args) {
                                 .weight_std = args.weight_std,
                                 .beta = args.beta},
                                dtype, args.seed);
-  // Inputs from a stream of its own, so the parameters do not depend on the input size.
-  std::mt19937_64 rng(args.seed ^ 0x9e3779b97f4a7c15ULL);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Tensor x(dtype, {args.batch, args.time, args.d_in});
-  for (std::int64_t b = 0; b < args.batch; ++b)
-    for (std::int64_t t = 0; t < args.time; ++t)
-      for (std::int64_t i = 0; i < args.d_in; ++i) x.store({b, t, i}, normal(rng));
+  const Tensor x = generated_case_input(dtype, args.batch, args.time, args.d_in, args.seed);
+  std::mt19937_64 rng(args.seed ^ 0x5bd1e995ULL);  // h0 draws, after the input's stream
   std::optional<Tensor> cu;
   std::int64_t states = args.batch;
   if (!args.cu_seqlens.empty()) {

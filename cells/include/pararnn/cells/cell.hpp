@@ -242,6 +242,19 @@ struct CellOptions {
   std::optional<double> beta;                        // beta (ParaHopfield); default 1/√d_h
 };
 
+// The input of a generated case: x (batch, time, d_in) of N(0, 1) draws from a stream seeded by
+// `seed` but separate from the parameters' stream, so a seed's parameters do not depend on the
+// input size. `pararnn make-case` and `pararnn kstar` both use it.
+inline Tensor generated_case_input(DType dtype, std::int64_t batch, std::int64_t time,
+                                   std::int64_t d_in, std::uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Tensor x(dtype, {batch, time, d_in});
+  Tensor flat = x.reshaped({x.numel()});
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  return x;
+}
+
 class Cell {
  public:
   static Cell initialise(const CellOptions& options, DType dtype, std::uint64_t seed) {
