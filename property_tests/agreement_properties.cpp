@@ -17,7 +17,7 @@ using testing::gen_problem;
 using testing::GeneratedProblem;
 using testing::kTestBackend;
 
-const std::vector<std::string> kCells = {"gru", "lstm", "nlru", "slstm", "cfc", "titans"};
+const std::vector<std::string>& kCells = testing::kPerChannelCellLabels;
 constexpr std::int64_t kCertifyBudget = 20'000;
 
 // `config` on the backend under test.

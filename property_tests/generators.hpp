@@ -19,6 +19,7 @@ namespace pararnn::testing {
 
 struct GeneratedProblem {
   std::string cell;
+  std::string gate_mix = "input";           // ParaCfC's gate_mix (label "cfc:diag_h")
   DType dtype = DType::f32;
   std::int64_t batch = 1, time = 1, d_in = 1, d_h = 1;
   std::optional<double> weight_std;         // nullopt: the library init 1/√d_h
@@ -29,7 +30,7 @@ struct GeneratedProblem {
   Cell make_cell() const {
     return Cell::initialise({.cell = cell, .d_in = d_in, .d_h = d_h,
                              .max_recurrent_norm = clamped ? std::optional<double>(0.5) : std::nullopt,
-                             .weight_std = weight_std},
+                             .weight_std = weight_std, .gate_mix = gate_mix},
                             dtype, seed);
   }
   Tensor make_input() const {
@@ -53,8 +54,8 @@ struct GeneratedProblem {
     return h0;
   }
   std::string describe() const {
-    return fmt::format("cell={} dtype={} B={} T={} d_in={} d_h={} weight_std={} clamped={} h0={} seed={}",
-                       cell, dtype_name(dtype), batch, time, d_in, d_h,
+    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={} weight_std={} clamped={} h0={} seed={}",
+                       cell, gate_mix == "input" ? "" : " gate_mix=" + gate_mix, dtype_name(dtype), batch, time, d_in, d_h,
                        weight_std ? fmt::format("{}", *weight_std) : "init", clamped, with_h0, seed);
   }
 };
@@ -73,7 +74,9 @@ inline std::string save_failure_artifacts(const GeneratedProblem& p, const std::
     const char* env = std::getenv("PARARNN_TEST_ARTIFACTS");
     const fs::path dir = env ? fs::path(env) : fs::temp_directory_path() / "pararnn-test-artifacts";
     fs::create_directories(dir);
-    const std::string stem = fmt::format("{}-{}-{}-{}", test, p.cell, dtype_name(p.dtype), p.seed);
+    const std::string stem = fmt::format("{}-{}{}-{}-{}", test, p.cell,
+                                         p.gate_mix == "input" ? "" : "-" + p.gate_mix,
+                                         dtype_name(p.dtype), p.seed);
     const Cell cell = p.make_cell();
     Case problem = cell.make_case(p.make_input(), p.make_h0(cell.slots()));
     const fs::path case_path = dir / (stem + ".safetensors");
@@ -93,14 +96,29 @@ inline std::string save_failure_artifacts(const GeneratedProblem& p, const std::
   }
 }
 
+// A cell label names a cell, or a cell and its ParaCfC gate_mix ("cfc:diag_h").
+inline CellOptions label_options(const std::string& label) {
+  const auto colon = label.find(':');
+  CellOptions options{.cell = label.substr(0, colon)};
+  if (colon != std::string::npos) options.gate_mix = label.substr(colon + 1);
+  return options;
+}
+
+// Every per-channel cell and variant the properties run over.
+inline const std::vector<std::string> kPerChannelCellLabels = {"gru",        "lstm", "nlru", "slstm",
+                                                               "cfc", "cfc:diag_h", "titans"};
+
 // `max_time` bounds T (the generator still shrinks toward T = 1).
 inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<std::string> cells,
                                              std::vector<DType> dtypes) {
   return rc::gen::apply(
-      [](std::string cell, DType dtype, int batch, int time, int d_in, int d_h, int scale_class,
+      [](std::string label, DType dtype, int batch, int time, int d_in, int d_h, int scale_class,
          bool with_h0, std::uint64_t seed) {
         GeneratedProblem p;
-        p.cell = cell;
+        const CellOptions variant = label_options(label);
+        p.cell = variant.cell;
+        p.gate_mix = variant.gate_mix;
+        const std::string& cell = p.cell;
         p.dtype = dtype;
         p.batch = batch;
         // f64 cases run the oracle in float128 (about 80x slower than double): shorter T.

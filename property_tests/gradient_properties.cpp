@@ -17,7 +17,7 @@ using testing::gen_problem;
 constexpr std::int64_t kCertifyBudget = 20'000;  // a property run makes hundreds of cases
 
 RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
-  const auto p = *gen_problem(400, {"gru", "lstm", "nlru", "slstm", "cfc", "titans"},
+  const auto p = *gen_problem(400, testing::kPerChannelCellLabels,
                               {DType::f64, DType::f32, DType::f16, DType::bf16});
   RC_TAG(std::string(dtype_name(p.dtype)));
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");

@@ -3,9 +3,11 @@
 // false; ∇h0 exists exactly when h0 is given; packed gradients are per segment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "generators.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -28,12 +30,22 @@ double loss(const Tensor& H, const Tensor& g) {
   return sum;
 }
 
-class EveryCell : public ::testing::TestWithParam<std::string> {};
+// Parameter: a cell label of testing::kPerChannelCellLabels.
+class EveryCell : public ::testing::TestWithParam<std::string> {
+ protected:
+  // `options` with the cell (and gate_mix) of the label under test.
+  CellOptions labelled(CellOptions options) const {
+    const CellOptions variant = testing::label_options(GetParam());
+    options.cell = variant.cell;
+    options.gate_mix = variant.gate_mix;
+    return options;
+  }
+};
 
 TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
   // No clamp: the clamp's kink at |a| = cap is not differentiable.
-  Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 3,
-                                .max_recurrent_norm = std::nullopt, .weight_std = 0.6},
+  Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 3,
+                                         .max_recurrent_norm = std::nullopt, .weight_std = 0.6}),
                                DType::f64, 3);
   Tensor x = normal(DType::f64, {2, 6, 2}, 4);
   Tensor h0 = normal(DType::f64, {2, cell.slots(), 3}, 5, 0.5);
@@ -86,7 +98,7 @@ TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
 
 TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
-    const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 3, .d_h = 70}, dtype, 7);
+    const Cell cell = Cell::initialise(labelled({.d_in = 3, .d_h = 70}), dtype, 7);
     const Tensor x = normal(dtype, {2, 300, 3}, 8);
     const Tensor g = normal(dtype, cell.trajectory_shape(2, 300), 9);
     const NewtonForward kept = newton_forward(cell, x, {.recompute = false});
@@ -103,7 +115,7 @@ TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
 }
 
 TEST_P(EveryCell, InitialStateGradientExistsExactlyWhenGiven) {
-  const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 4}, DType::f32, 1);
+  const Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 4}), DType::f32, 1);
   const Tensor x = normal(DType::f32, {1, 7, 2}, 2);
   const Tensor g = normal(DType::f32, cell.trajectory_shape(1, 7), 3);
   EXPECT_FALSE(newton_backward(cell, x, newton_forward(cell, x), g).h0.has_value());
@@ -116,7 +128,7 @@ TEST_P(EveryCell, InitialStateGradientExistsExactlyWhenGiven) {
 
 TEST_P(EveryCell, PackedGradientsArePerSegment) {
   // Two segments packed ≡ each alone: ∇x of the second segment and its ∇h0 row.
-  const Cell cell = Cell::initialise({.cell = GetParam(), .d_in = 2, .d_h = 4}, DType::f64, 1);
+  const Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 4}), DType::f64, 1);
   const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
   const Tensor h0 = normal(DType::f64, {2, cell.slots(), 4}, 4, 0.5);
@@ -137,8 +149,12 @@ TEST_P(EveryCell, PackedGradientsArePerSegment) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru", "slstm", "cfc", "titans"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::kPerChannelCellLabels),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ':', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pararnn

@@ -138,7 +138,7 @@ void production_step(const Cell& cell, const Tensor& x, std::int64_t b, std::int
 }
 
 RC_GTEST_PROP(Jacobian, AnalyticJacobianEqualsOracleAutodiff, ()) {
-  const auto p = *gen_problem(4, testing::backend_cells({"gru", "lstm", "nlru", "slstm", "cfc", "titans"}), {DType::f32, DType::f64});
+  const auto p = *gen_problem(4, testing::backend_cells(testing::kPerChannelCellLabels), {DType::f32, DType::f64});
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   const Case problem = cell.make_case(x);

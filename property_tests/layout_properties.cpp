@@ -16,7 +16,7 @@ namespace {
 using testing::gen_problem;
 using testing::GeneratedProblem;
 
-const std::vector<std::string> kCells = {"gru", "lstm", "nlru", "slstm", "cfc", "titans"};
+const std::vector<std::string>& kCells = testing::kPerChannelCellLabels;
 
 // Segment lengths summing to N: shrinks toward few, short segments; includes length 1.
 rc::Gen<std::vector<std::int64_t>> gen_segments() {
@@ -37,7 +37,7 @@ void expect_within(const Tensor& actual, const Tensor& expected, const Tolerance
 }
 
 RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
-  const std::string cell_name = *rc::gen::elementOf(kCells);
+  const CellOptions variant = testing::label_options(*rc::gen::elementOf(kCells));
   const DType dtype = *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f64});
   const auto lengths = *gen_segments();
   const bool with_h0 = *rc::gen::arbitrary<bool>();
@@ -46,7 +46,7 @@ RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
   RC_CLASSIFY(std::find(lengths.begin(), lengths.end(), 1) != lengths.end(), "has length-1 segment");
   std::int64_t total = 0;
   for (auto n : lengths) total += n;
-  GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 1, .time = total, .d_in = 3,
+  GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 1, .time = total, .d_in = 3,
                      .d_h = 5, .seed = seed};
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
@@ -58,15 +58,15 @@ RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
   const Tensor cu = cu_seqlens_of(lengths, *rc::gen::elementOf(std::vector<DType>{DType::i32, DType::i64}));
   ApplyOptions packed{.cu_seqlens = cu.view()};
   if (h0) packed.h0 = h0->view();
-  const Tensor g = GeneratedProblem{.cell = cell_name, .dtype = dtype, .batch = 1, .time = total,
+  const Tensor g = GeneratedProblem{.cell = variant.cell, .dtype = dtype, .batch = 1, .time = total,
                                     .d_in = cell.slots() * 5, .seed = seed + 1}
                        .make_input()
                        .reshaped(cell.trajectory_shape(1, total));
   const NewtonForward fwd = newton_forward(cell, x, {}, packed);
   const NewtonGradients grads = newton_backward(cell, x, fwd, g, {}, packed);
-  const Tolerance tau = tolerance_for({.dtype = dtype, .cell = cell_name});
+  const Tolerance tau = tolerance_for({.dtype = dtype, .cell = variant.cell});
   const Tolerance grad_tol = tolerance_for(
-      {.dtype = dtype, .metric = gradient_metric(cell), .cell = cell_name});
+      {.dtype = dtype, .metric = gradient_metric(cell), .cell = variant.cell});
   std::int64_t start = 0;
   for (std::int64_t s = 0; s < segments; ++s) {
     const std::int64_t end = start + lengths[static_cast<std::size_t>(s)];
@@ -125,7 +125,10 @@ RC_GTEST_PROP(Packing, MalformedCuSeqlensNameTheirRule, ()) {
 }
 
 RC_GTEST_PROP(Packing, BatchAndInitialStateCountsAreChecked, ()) {
-  const Cell cell = Cell::initialise({.cell = *rc::gen::elementOf(kCells), .d_in = 2, .d_h = 3}, DType::f32, 1);
+  CellOptions options = testing::label_options(*rc::gen::elementOf(kCells));
+  options.d_in = 2;
+  options.d_h = 3;
+  const Cell cell = Cell::initialise(options, DType::f32, 1);
   const Tensor cu = Tensor::from_values(DType::i32, {3}, std::vector<double>{0, 2, 5});
   const std::int64_t batch = *rc::gen::inRange(2, 5);
   const Tensor x_batched(DType::f32, {batch, 5, 2});
@@ -162,7 +165,9 @@ RC_GTEST_PROP(Strides, StridedAndPermutedViewsEqualContiguousCopyBitwise, ()) {
 
 TEST(Windowed, ChunkLenOfTEqualsTheUnchunkedSolveBitwise) {
   for (const auto& name : kCells) {
-    const GeneratedProblem p{.cell = name, .dtype = DType::f32, .batch = 2, .time = 100, .d_in = 3, .d_h = 6, .seed = 3};
+    const CellOptions variant = testing::label_options(name);
+    const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = DType::f32,
+                             .batch = 2, .time = 100, .d_in = 3, .d_h = 6, .seed = 3};
     const Cell cell = p.make_cell();
     const Tensor x = p.make_input();
     EXPECT_EQ(newton_apply(cell, x, {.chunk_len = 100}).to_f64_vector(), newton_apply(cell, x).to_f64_vector());
@@ -186,8 +191,9 @@ TEST(Windowed, SmallWindowsAreJudgedNotAssumed) {
 
 TEST(Windowed, WindowedGradientsMatchTheGlobalSolve) {
   for (const auto& name : kCells) {
-    const GeneratedProblem p{.cell = name, .dtype = DType::f64, .batch = 2, .time = 90, .d_in = 3,
-                             .d_h = 4, .with_h0 = true, .seed = 5};
+    const CellOptions variant = testing::label_options(name);
+    const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = DType::f64,
+                             .batch = 2, .time = 90, .d_in = 3, .d_h = 4, .with_h0 = true, .seed = 5};
     const Cell cell = p.make_cell();
     const Tensor x = p.make_input();
     const auto h0 = p.make_h0(cell.slots());

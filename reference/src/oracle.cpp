@@ -114,9 +114,13 @@ CellSpec cell_spec(const Case& problem) {
   }
   if (cell == "cfc") {
     if (mix && *mix != "diag") refuse_mix("cell cfc is diagonal (mix 'diag' or absent)");
-    if (const auto gate_mix = problem.meta("gate_mix"); gate_mix && *gate_mix != "input") {
-      throw ContractViolation("gate_mix", "the oracle implements cell cfc with gate_mix 'input' only",
-                              *gate_mix);
+    const std::string gate_mix = problem.meta("gate_mix").value_or("input");
+    if (gate_mix == "diag_h") {  // the time-constant gate also reads v ⊙ h
+      return {CellKind::cfc_diag_h, 4, 1, {with_gates(w_x, 2), {"W_b.weight", "W_b.bias", 1}},
+              {{"u"}, {"v"}}, true};
+    }
+    if (gate_mix != "input") {
+      throw ContractViolation("gate_mix", "must be 'input' or 'diag_h' for cell cfc", gate_mix);
     }
     return {CellKind::cfc, 4, 1, {with_gates(w_x, 2), {"W_b.weight", "W_b.bias", 1}}, {{"u"}},
             true};
@@ -128,7 +132,7 @@ CellSpec cell_spec(const Case& problem) {
   throw ContractViolation(
       "cell",
       "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag), "
-      "cfc (gate_mix input), titans, hopfield",
+      "cfc (gate_mix input or diag_h), titans, hopfield",
       cell.empty() ? std::string("<empty>") : cell);
 }
 

@@ -219,6 +219,9 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
       case CellKind::cfc:
         if (directions != 6) break;
         return bptt_chain<Real, 6>(gc, items[at], views[at]);
+      case CellKind::cfc_diag_h:
+        if (directions != 7) break;
+        return bptt_chain<Real, 7>(gc, items[at], views[at]);
       case CellKind::titans:
         if (directions != 8) break;
         return bptt_chain<Real, 8>(gc, items[at], views[at]);

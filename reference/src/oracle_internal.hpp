@@ -20,7 +20,9 @@
 
 namespace pararnn::reference::detail {
 
-enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield };
+enum class CellKind : std::uint8_t {
+  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield
+};
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
 struct RowChain {
@@ -72,7 +74,7 @@ struct PreparedCase {
   std::vector<double> bias;  // (affine_gates*d_h)
   std::vector<AffineParameter> affine_parameters;  // W_x (and cfc's W_b), in row order
   // Clamped recurrent vectors (each d_h), in order: gru a_z, a_r, a_n; lstm a_f, a_z, a_o, c_f,
-  // c_o; nlru u; slstm the rows r_i, r_f, r_z, r_o of R; cfc u; titans u, r.
+  // c_o; nlru u; slstm the rows r_i, r_f, r_z, r_o of R; cfc u (gate_mix diag_h: u, v); titans u, r.
   std::vector<std::vector<double>> recurrent;
   std::vector<RecurrentParameter> recurrent_parameters;  // their state_dict tensors
   // Per recurrent entry, what the gradient of the raw parameter is multiplied by: 1 where

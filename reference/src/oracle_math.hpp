@@ -270,11 +270,16 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.segment(3 * d, d) = o.asDiagonal() * c_new.cwiseQuotient(z);
       return;
     }
-    case CellKind::cfc: {  // a: u; gate inputs (f_pre, c_x, b, Δt)
+    case CellKind::cfc:         // a: u; gate inputs (f_pre, c_x, b, Δt)
+    case CellKind::cfc_diag_h: {  // a: u, v; softplus reads f_pre + v ⊙ h
       const auto h = s.head(d);
       auto& a = w.g0;
       auto& n = w.g1;
-      a = gate(0).unaryExpr(softplus);
+      if (p.kind == CellKind::cfc_diag_h) {
+        a = (gate(0) + diag(1) * h).unaryExpr(softplus);
+      } else {
+        a = gate(0).unaryExpr(softplus);
+      }
       a = (-(gate(3).asDiagonal() * a + gate(2))).unaryExpr(sigmoid);
       n = (gate(1) + diag(0) * h).unaryExpr(tanh_of);
       s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
@@ -584,6 +589,7 @@ inline bool channels_independent(CellKind kind) {
     case CellKind::nlru:
     case CellKind::slstm:
     case CellKind::cfc:
+    case CellKind::cfc_diag_h:
     case CellKind::titans: return true;
     case CellKind::gru_head:
     case CellKind::hopfield: return false;

@@ -560,11 +560,16 @@ TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   Case slstm_eps = make_case({.cell = "slstm"});
   slstm_eps.metadata["eps"] = "tiny";
   EXPECT_THROW((void)oracle_sequential(slstm_eps), ContractViolation);
-  for (const std::string gate_mix : {"diag_h", "dense"}) {
+  for (const std::string gate_mix : {"dense", "diag", ""}) {
     Case cfc = make_case({.cell = "cfc"});
     cfc.metadata["gate_mix"] = gate_mix;
     EXPECT_THROW((void)oracle_sequential(cfc), ContractViolation) << gate_mix;
   }
+  Case cfc_diag_h = make_case({.cell = "cfc"});
+  cfc_diag_h.metadata["gate_mix"] = "diag_h";  // needs the state_dict entry v
+  EXPECT_THROW((void)oracle_sequential(cfc_diag_h), CaseFileError);
+  cfc_diag_h.parameters.emplace("v", cfc_diag_h.parameters.at("u"));
+  EXPECT_NO_THROW((void)oracle_sequential(cfc_diag_h, {.certify = false}));
   Case cfc_input = make_case({.cell = "cfc"});
   cfc_input.metadata["gate_mix"] = "input";
   EXPECT_NO_THROW((void)oracle_sequential(cfc_input, {.certify = false}));

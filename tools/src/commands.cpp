@@ -92,6 +92,8 @@ int make_case(const MakeCaseArgs& args) {
     throw ContractViolation("--dtype", "must be one of f64, f32, f16, bf16", args.dtype);
   if (args.batch < 1) throw ContractViolation("--batch", "must be >= 1", std::to_string(args.batch));
   if (args.time < 1) throw ContractViolation("--time", "must be >= 1", std::to_string(args.time));
+  if (args.eps && args.cell != "slstm")
+    throw ContractViolation("--eps", "is a ParaSLSTM argument (--cell slstm)", fmt::format("{}", *args.eps));
   Cell cell = Cell::initialise({.cell = args.cell,
                                 .mix = args.mix,
                                 .d_in = args.d_in,
@@ -99,9 +101,11 @@ int make_case(const MakeCaseArgs& args) {
                                 .n_heads = args.n_heads,
                                 .max_recurrent_norm =
                                     args.max_recurrent_norm.empty()
-                                        ? cell_spec(args.cell, args.mix, "--cell").default_cap
+                                        ? cell_spec(args.cell, args.mix, "--cell", args.gate_mix).default_cap
                                         : parse_cap(args.max_recurrent_norm),
                                 .weight_std = args.weight_std,
+                                .eps = args.eps.value_or(CellOptions{}.eps),
+                                .gate_mix = args.gate_mix,
                                 .beta = args.beta},
                                dtype, args.seed);
   const Tensor x = generated_case_input(dtype, args.batch, args.time, args.d_in, args.seed);

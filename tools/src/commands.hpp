@@ -23,6 +23,8 @@ struct MakeCaseArgs {
   std::optional<double> weight_std;
   std::string max_recurrent_norm;  // a number, none, or empty: the cell's default (none for head)
   std::optional<double> beta;       // ParaHopfield; default 1/√d_h
+  std::string gate_mix = "input";   // ParaCfC: input | diag_h
+  std::optional<double> eps;        // ParaSLSTM; default 1e-6
   std::optional<double> h0_std;
   std::string cu_seqlens;  // "0,5,12" (packed case; batch must be 1)
   std::string out;

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   make->add_option("--mix", mk.mix, "recurrent mix (diag; gru: head)");
   make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))");
   make->add_option("--n-heads", mk.n_heads, "heads (head mixes)");
+  make->add_option("--gate-mix", mk.gate_mix, "cfc: input | diag_h");
+  make->add_option("--eps", mk.eps, "slstm: h = o c / (n + eps) (default 1e-6)");
   make->add_option("--batch", mk.batch);
   make->add_option("--time", mk.time);
   make->add_option("--d-in", mk.d_in);

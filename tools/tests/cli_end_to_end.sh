@@ -24,6 +24,18 @@ for cell in gru lstm nlru; do
   [ "$(json_get "$work/$cell.json" "['verdict']")" = "Agree" ] || fail "JSON verdict for $cell"
 done
 
+# Constructor flags: CfC's gate_mix 'diag_h' (forward and gradients agree), and refusals naming
+# the flag for a cell that has no such argument or a value outside the rule.
+expect_rc 0 "$pararnn" make-case --cell cfc --gate-mix diag_h --seed 3 --batch 2 --time 64 --d-in 5 \
+  --d-h 8 --out "$work/cfc_diag_h.safetensors"
+expect_rc 0 "$pararnn" verify "$work/cfc_diag_h.safetensors" --grad
+grep -q "verdict: Agree" <<<"$out" || fail "verify did not print Agree for cfc diag_h: $out"
+expect_rc 2 "$pararnn" make-case --cell gru --gate-mix diag_h --out "$work/refused.safetensors"
+grep -q "gate_mix" <<<"$out" || fail "the refusal does not name gate_mix: $out"
+expect_rc 2 "$pararnn" make-case --cell cfc --gate-mix sideways --out "$work/refused.safetensors"
+expect_rc 2 "$pararnn" make-case --cell gru --eps 1e-3 --out "$work/refused.safetensors"
+[ ! -e "$work/refused.safetensors" ] || fail "a refused make-case wrote its output"
+
 expect_rc 0 "$pararnn" make-case --cell lstm --seed 2 --batch 1 --time 16 --d-in 3 --d-h 4 \
   --dtype f64 --out "$work/small.safetensors"
 expect_rc 0 "$pararnn" oracle "$work/small.safetensors" --out "$work/oracle.safetensors"

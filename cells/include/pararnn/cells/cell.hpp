@@ -44,7 +44,7 @@
 
 namespace pararnn {
 
-enum class CellKind { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield };
+enum class CellKind { gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield };
 
 // How the Jacobian of a step is structured, and hence which solver path a cell takes.
 enum class JacobianClass { per_channel, dense };
@@ -99,6 +99,7 @@ struct CellSpec {
   std::vector<std::pair<std::int64_t, std::int64_t>> library_newton_table = {};
   std::optional<double> default_cap = 0.5;      // max_recurrent_norm when a case names none
   std::string_view construction_warning = {};   // emit_warning event at construction
+  std::string_view gate_mix = {};               // ParaCfC's gate_mix of this spec; empty: none
 };
 
 inline const std::vector<CellSpec>& cell_specs() {
@@ -137,7 +138,16 @@ inline const std::vector<CellSpec>& cell_specs() {
        .parameters = {vec("u"), weight(2, true), bias(2),
                       ParameterSpec{"W_b.weight", PS::affine_weight, 1, PI::zeros, true},
                       ParameterSpec{"W_b.bias", PS::affine_bias, 1, PI::constant}},
-       .slot_names = {"h"}, .library_newton_iters = 3, .min_d_in = 2},
+       .slot_names = {"h"}, .library_newton_iters = 3, .min_d_in = 2, .gate_mix = "input"},
+      // gate_mix='diag_h': v (registered after u) feeds ṽ ⊙ h into the time-constant gate.
+      {.kind = CellKind::cfc_diag_h, .name = "cfc", .python_class = "ParaCfC", .slots = 1, .gates = 4,
+       .recurrent = {{"u"}, {"v"}},
+       .affine = {{"W_x.weight", "W_x.bias", 0, 2, true}, {"W_b.weight", "W_b.bias", 3, 1, true}},
+       .dt_gate = 2,
+       .parameters = {vec("u"), vec("v"), weight(2, true), bias(2),
+                      ParameterSpec{"W_b.weight", PS::affine_weight, 1, PI::zeros, true},
+                      ParameterSpec{"W_b.bias", PS::affine_bias, 1, PI::constant}},
+       .slot_names = {"h"}, .library_newton_iters = 3, .min_d_in = 2, .gate_mix = "diag_h"},
       {.kind = CellKind::titans, .name = "titans", .python_class = "ParaTitans", .slots = 1, .gates = 5,
        .recurrent = {{"u"}, {"r"}},
        .affine = {{"W_x.weight", "W_x.bias", 0, 5}},
@@ -179,20 +189,29 @@ inline const CellSpec& cell_spec(std::string_view name, std::string_view argumen
   throw ContractViolation(argument, "must be one of " + known, name);
 }
 
-// The spec of (cell, mix). A cell with a single mix also accepts "diag" (the default when a case
-// names no mix) for it.
+// The spec of (cell, mix, gate_mix). A cell with a single mix also accepts "diag" (the default
+// when a case names no mix) for it; gate_mix selects among ParaCfC's specs and is ignored by
+// cells that have none (Cell refuses a gate_mix other than "input" for them).
 inline const CellSpec& cell_spec(std::string_view name, std::string_view mix,
-                                 std::string_view argument) {
+                                 std::string_view argument, std::string_view gate_mix = "input") {
   const CellSpec& first = cell_spec(name, argument);
-  std::string mixes;
-  int count = 0;
+  bool single_mix = true;
+  std::string mixes, gate_mixes;
   for (const auto& spec : cell_specs())
     if (spec.name == name) {
-      if (spec.mix == mix) return spec;
-      mixes += (mixes.empty() ? "'" : ", '") + std::string(spec.mix) + "'";
-      ++count;
+      single_mix = single_mix && spec.mix == first.mix;
+      if (mixes.find("'" + std::string(spec.mix) + "'") == std::string::npos)
+        mixes += (mixes.empty() ? "'" : ", '") + std::string(spec.mix) + "'";
     }
-  if (count == 1 && mix == "diag") return first;
+  bool mix_found = false;
+  for (const auto& spec : cell_specs()) {
+    if (spec.name != name || !(spec.mix == mix || (single_mix && mix == "diag"))) continue;
+    if (spec.gate_mix.empty() || spec.gate_mix == gate_mix) return spec;
+    mix_found = true;
+    gate_mixes += (gate_mixes.empty() ? "'" : " or '") + std::string(spec.gate_mix) + "'";
+  }
+  if (mix_found)
+    throw ContractViolation("gate_mix", fmt::format("must be {} for {}", gate_mixes, name), gate_mix);
   throw ContractViolation("mix", fmt::format("must be {} for {}", mixes, name), mix);
 }
 
@@ -206,6 +225,7 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::nlru: return f.template operator()<cells::NlruMath>();
     case CellKind::slstm: return f.template operator()<cells::SlstmDiagMath>();
     case CellKind::cfc: return f.template operator()<cells::CfcMath>();
+    case CellKind::cfc_diag_h: return f.template operator()<cells::CfcDiagHMath>();
     case CellKind::titans: return f.template operator()<cells::TitansMath>();
     case CellKind::gru_head:
     case CellKind::hopfield: break;
@@ -258,7 +278,7 @@ inline Tensor generated_case_input(DType dtype, std::int64_t batch, std::int64_t
 class Cell {
  public:
   static Cell initialise(const CellOptions& options, DType dtype, std::uint64_t seed) {
-    const CellSpec& spec = cell_spec(options.cell, options.mix, "cell");
+    const CellSpec& spec = cell_spec(options.cell, options.mix, "cell", options.gate_mix);
     check_options(spec, options);
     Cell cell(spec, options.d_in, options.d_h, dtype, options.max_recurrent_norm, options);
     std::mt19937_64 rng(seed);
@@ -315,8 +335,9 @@ class Cell {
     CellOptions options;
     options.cell = problem.cell;
     options.mix = problem.meta("mix").value_or("diag");
+    options.gate_mix = problem.meta("gate_mix").value_or(options.gate_mix);
     (void)cell_spec(problem.cell, "case metadata 'cell'");
-    const CellSpec& spec = cell_spec(problem.cell, options.mix, "case metadata 'cell'");
+    const CellSpec& spec = cell_spec(problem.cell, options.mix, "case metadata 'cell'", options.gate_mix);
     if (problem.x.dim() != 3)
       throw ContractViolation("x", "must be 3-D (B, T, d_in)", shape_string(problem.x.shape()));
     options.d_in = problem.x.size(2);
@@ -339,7 +360,6 @@ class Cell {
     if (const auto beta = problem.meta("beta"); beta && !beta->empty() && *beta != "none")
       options.beta = problem.meta_double("beta", 0.0);
     options.eps = problem.meta_double("eps", options.eps);
-    options.gate_mix = problem.meta("gate_mix").value_or(options.gate_mix);
     options.time_bias_init = problem.meta_double("time_bias_init", options.time_bias_init);
     if (problem.meta("n_heads")) options.n_heads = problem.meta_int("n_heads", 0);
     check_options(spec, options);
@@ -450,7 +470,7 @@ class Cell {
       m["beta"] = fmt::format("{}", beta());
     }
     if (kind() == CellKind::slstm) m["eps"] = fmt::format("{}", options_.eps);
-    if (kind() == CellKind::cfc) {
+    if (!spec_->gate_mix.empty()) {
       m["gate_mix"] = options_.gate_mix;
       m["time_bias_init"] = fmt::format("{}", options_.time_bias_init);
     }
@@ -568,11 +588,8 @@ class Cell {
       throw ContractViolation("weight_std", "must be >= 0", fmt::format("{}", *options.weight_std));
     if (spec.kind == CellKind::slstm && !(options.eps > 0.0))
       throw ContractViolation("eps", "must be > 0", fmt::format("{}", options.eps));
-    if (spec.kind == CellKind::cfc && options.gate_mix != "input")
-      throw ContractViolation("gate_mix",
-                              options.gate_mix == "diag_h" ? "'diag_h' is not built yet; use 'input'"
-                                                           : "must be 'input' or 'diag_h'",
-                              options.gate_mix);
+    if (spec.gate_mix.empty() && options.gate_mix != "input")
+      throw ContractViolation("gate_mix", "is a ParaCfC argument", options.gate_mix);
   }
 
   const CellSpec* spec_;
