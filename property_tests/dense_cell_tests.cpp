@@ -1,5 +1,5 @@
-// Claims about the dense-Jacobian cells (ParaHopfield; ParaGRU mix='head') on the CPU dense
-// backend: Newton agrees with the independent oracle within τ (f32, f64, bf16; with and
+// Claims about the dense-Jacobian cells (ParaHopfield; ParaGRU and ParaSLSTM mix='head';
+// ParaSLSTM mix='dense') on the CPU dense backend: Newton agrees with the independent oracle within τ (f32, f64, bf16; with and
 // without h0; hard, unclamped head weights too); T = 1 is one step exactly; the analytic dense
 // Jacobian equals the oracle's AD Jacobian; packing equals solving each sequence alone; the
 // construction rules and warnings; the K table; gradients and CUDA refused for now. Every case
@@ -25,7 +25,8 @@ namespace pararnn {
 namespace {
 
 struct DenseCase {
-  std::string cell;  // "hopfield" or "gru" (mix head)
+  std::string cell;  // "hopfield", "gru" (mix head) or "slstm" (mix head, or dense)
+  std::string mix = "head";  // slstm: "head" or "dense"
   DType dtype = DType::f32;
   std::int64_t batch = 2, time = 40, d_in = 5, d_h = 8;
   std::int64_t n_heads = 2;
@@ -36,9 +37,13 @@ struct DenseCase {
   Cell make_cell() const {
     CellOptions o{.cell = cell, .d_in = d_in, .d_h = d_h, .max_recurrent_norm = std::nullopt,
                   .weight_std = weight_std};
-    if (cell == "gru") {
+    if (cell == "gru" || (cell == "slstm" && mix == "head")) {
       o.mix = "head";
       o.n_heads = n_heads;
+    }
+    if (cell == "slstm") {
+      o.mix = mix;
+      if (!weight_std) o.max_recurrent_norm = 0.5;  // the library default; hard cases unclamped
     }
     return Cell::initialise(o, dtype, seed);
   }
@@ -50,17 +55,24 @@ struct DenseCase {
     for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
     return x;
   }
+  std::int64_t slots() const { return cell == "slstm" ? 4 : 1; }
   Tensor make_h0(std::int64_t rows) const {
     std::mt19937_64 rng(seed * 104729 + 3);
     std::normal_distribution<double> normal(0.0, 0.5);
-    Tensor h0(dtype, {rows, d_h});
+    Tensor h0(dtype, slots() == 1 ? Shape{rows, d_h} : Shape{rows, slots(), d_h});
     Tensor flat = h0.reshaped({h0.numel()});
-    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < h0.numel(); ++i) {
+      const double v = normal(rng);
+      const bool normalizer = slots() == 4 && (i / d_h) % 4 == 1;  // sLSTM n0 >= 0
+      flat.store({i}, normalizer ? std::abs(v) : v);
+    }
     return h0;
   }
   std::string describe() const {
+    const bool heads = cell == "gru" || (cell == "slstm" && mix == "head");
     return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={} weight_std={} h0={} seed={}", cell,
-                       cell == "gru" ? fmt::format(" mix=head n_heads={}", n_heads) : "",
+                       heads ? fmt::format(" mix=head n_heads={}", n_heads)
+                             : (cell == "slstm" ? " mix=dense" : ""),
                        dtype_name(dtype), batch, time, d_in, d_h,
                        weight_std ? fmt::format("{}", *weight_std) : "init", with_h0, seed);
   }
@@ -78,6 +90,12 @@ std::vector<DenseCase> agreement_cases() {
       out.push_back({.cell = "gru", .dtype = dtype, .time = t, .d_h = 12, .n_heads = 3, .seed = seed++});
       out.push_back({.cell = "gru", .dtype = dtype, .batch = 1, .time = t, .d_h = 8, .n_heads = 1,
                      .weight_std = 0.7, .seed = seed++});  // hard: unclamped dense head
+      out.push_back({.cell = "slstm", .dtype = dtype, .time = t, .d_h = 8, .n_heads = 2, .with_h0 = true,
+                     .seed = seed++});
+      out.push_back({.cell = "slstm", .dtype = dtype, .batch = 1, .time = t, .d_h = 12, .n_heads = 3,
+                     .weight_std = 0.5, .seed = seed++});  // unclamped iid head matrices
+      out.push_back({.cell = "slstm", .mix = "dense", .dtype = dtype, .time = t, .d_h = 6,
+                     .with_h0 = time == 300, .seed = seed++});
     }
   return out;
 }
@@ -107,7 +125,10 @@ TEST(DenseCells, OneStepIsExactlyTheSequentialStep) {
   for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .with_h0 = true, .seed = 3},
                             DenseCase{.cell = "gru", .dtype = DType::bf16, .d_h = 12, .n_heads = 3,
                                       .with_h0 = true, .seed = 4},
-                            DenseCase{.cell = "gru", .dtype = DType::f64, .d_h = 6, .n_heads = 2, .seed = 5}}) {
+                            DenseCase{.cell = "gru", .dtype = DType::f64, .d_h = 6, .n_heads = 2, .seed = 5},
+                            DenseCase{.cell = "slstm", .dtype = DType::f32, .d_h = 8, .n_heads = 2,
+                                      .with_h0 = true, .seed = 6},
+                            DenseCase{.cell = "slstm", .mix = "dense", .dtype = DType::bf16, .d_h = 4, .seed = 7}}) {
     SCOPED_TRACE(c.describe());
     const Cell cell = c.make_cell();
     const Tensor x = c.make_input(3, 1);
@@ -128,18 +149,23 @@ TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
   for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 21},
                             DenseCase{.cell = "hopfield", .d_h = 5, .seed = 22},
                             DenseCase{.cell = "gru", .d_h = 12, .n_heads = 3, .seed = 23},
-                            DenseCase{.cell = "gru", .d_h = 8, .n_heads = 1, .weight_std = 0.7, .seed = 24}}) {
+                            DenseCase{.cell = "gru", .d_h = 8, .n_heads = 1, .weight_std = 0.7, .seed = 24},
+                            DenseCase{.cell = "slstm", .d_h = 8, .n_heads = 2, .seed = 25},
+                            DenseCase{.cell = "slstm", .d_h = 6, .n_heads = 1, .weight_std = 0.5, .seed = 26},
+                            DenseCase{.cell = "slstm", .mix = "dense", .d_h = 5, .seed = 27}}) {
     SCOPED_TRACE(c.describe());
     const Cell cell = c.make_cell();
     const Tensor x = c.make_input(1, 3);
     const Case problem = cell.make_case(x);
-    const std::int64_t D = cell.d_h(), n = cell.chain_width();
+    const std::int64_t D = cell.slots() * cell.d_h(), n = cell.chain_width();
     const Tolerance tol = tolerance_for({.dtype = c.dtype, .metric = Metric::jacobian, .cell = c.cell});
     std::mt19937_64 rng(c.seed);
     std::normal_distribution<double> normal(0.0, 0.5);
     for (std::int64_t t = 0; t < 3; ++t) {
       std::vector<double> h(static_cast<std::size_t>(D));
       for (double& v : h) v = normal(rng);
+      if (cell.slots() == 4)  // sLSTM's normalizer slot n >= 0
+        for (std::int64_t i = cell.d_h(); i < 2 * cell.d_h(); ++i) h[static_cast<std::size_t>(i)] = std::abs(h[static_cast<std::size_t>(i)]);
       const reference::OracleStep oracle = reference::oracle_step_with_jacobian(problem, 0, t, h);
       // Gate inputs in double from the stored parameters.
       const AffineBlock& block = cell.spec().affine.front();
@@ -156,15 +182,20 @@ TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
       std::vector<double> J(static_cast<std::size_t>(D * D), 0.0), h_new(static_cast<std::size_t>(D));
       dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
         std::vector<double> work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n))));
-        std::vector<double> block_J(static_cast<std::size_t>(n * n));
+        std::vector<double> block_J(static_cast<std::size_t>(n * n)), hp(static_cast<std::size_t>(n)),
+            hn(static_cast<std::size_t>(n));
         for (std::int64_t q = 0; q < cell.chains_per_row(); ++q) {
+          const auto at = [&](std::int64_t i) { return static_cast<std::size_t>(cell.chain_element_offset(q, i)); };
+          for (std::int64_t i = 0; i < n; ++i) hp[static_cast<std::size_t>(i)] = h[at(i)];
           const bool square = DenseMath::kSquareGates;
           DenseMath::step(static_cast<int>(n), params.data() + q * DenseMath::params_size(static_cast<int>(n)),
-                          wx.data() + (square ? 0 : q * n), square ? n * n : D, h.data() + q * n,
-                          h_new.data() + q * n, block_J.data(), work.data());
-          for (std::int64_t i = 0; i < n; ++i)
+                          wx.data() + (square ? 0 : q * cell.chain_slot_width()), square ? n * n : cell.d_h(),
+                          hp.data(), hn.data(), block_J.data(), work.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            h_new[at(i)] = hn[static_cast<std::size_t>(i)];
             for (std::int64_t k = 0; k < n; ++k)
-              J[static_cast<std::size_t>((q * n + i) * D + q * n + k)] = block_J[static_cast<std::size_t>(i * n + k)];
+              J[at(i) * static_cast<std::size_t>(D) + at(k)] = block_J[static_cast<std::size_t>(i * n + k)];
+          }
         }
       });
       for (std::int64_t i = 0; i < D * D; ++i) {
@@ -183,7 +214,9 @@ TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
 TEST(DenseCells, PackedEqualsPerSequence) {
   QuietWarnings quiet;
   for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 31},
-                            DenseCase{.cell = "gru", .d_h = 12, .n_heads = 3, .seed = 32}}) {
+                            DenseCase{.cell = "gru", .d_h = 12, .n_heads = 3, .seed = 32},
+                            DenseCase{.cell = "slstm", .d_h = 8, .n_heads = 2, .seed = 33},
+                            DenseCase{.cell = "slstm", .mix = "dense", .d_h = 4, .seed = 34}}) {
     SCOPED_TRACE(c.describe());
     const Cell cell = c.make_cell();
     const std::vector<std::int64_t> cu = {0, 7, 8, 30, 55};
@@ -221,7 +254,46 @@ TEST(DenseCells, ConstructionRulesAndWarnings) {
     (void)Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1);
     EXPECT_TRUE(capture.contains("gru_head_block_diagonal"));
   }
+  {
+    WarningCapture capture;
+    (void)Cell::initialise({.cell = "slstm", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1);
+    EXPECT_TRUE(capture.contains("slstm_head_dense_r"));
+  }
   QuietWarnings quiet;
+  // sLSTM: dense is a test oracle up to d_h = 8; head needs n_heads dividing d_h.
+  EXPECT_NO_THROW((void)Cell::initialise({.cell = "slstm", .mix = "dense", .d_in = 3, .d_h = 8}, DType::f32, 1));
+  try {
+    (void)Cell::initialise({.cell = "slstm", .mix = "dense", .d_in = 3, .d_h = 9}, DType::f32, 1);
+    ADD_FAILURE() << "sLSTM dense with d_h = 9 was accepted";
+  } catch (const ContractViolation& e) {
+    EXPECT_EQ(e.argument(), std::string("hidden_size"));
+  }
+  try {
+    (void)Cell::initialise({.cell = "slstm", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 3}, DType::f32, 1);
+    ADD_FAILURE() << "sLSTM head with n_heads = 3, d_h = 8 was accepted";
+  } catch (const ContractViolation& e) {
+    EXPECT_EQ(e.argument(), std::string("n_heads"));
+  }
+  EXPECT_THROW((void)Cell::initialise({.cell = "slstm", .mix = "dense", .d_in = 3, .d_h = 4, .n_heads = 2},
+                                      DType::f32, 1),
+               ContractViolation);
+  // sLSTM head/dense case files: R_head (4, H, d_head, d_head) / R_dense.weight (4 d_h, d_h) under
+  // the Python names and state_dict order, and back.
+  const Cell slstm_head = Cell::initialise({.cell = "slstm", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 2);
+  EXPECT_EQ(slstm_head.parameter("R_head").shape(), (Shape{4, 2, 4, 4}));
+  const Cell slstm_head_back = Cell::from_case(slstm_head.make_case(Tensor(DType::f32, {1, 2, 3})));
+  EXPECT_EQ(slstm_head_back.kind(), CellKind::slstm_head);
+  EXPECT_EQ(slstm_head_back.n_heads(), 2);
+  const Cell slstm_dense = Cell::initialise({.cell = "slstm", .mix = "dense", .d_in = 3, .d_h = 4}, DType::f64, 3);
+  const Tensor& r_dense = slstm_dense.parameter("R_dense.weight");
+  ASSERT_EQ(r_dense.shape(), (Shape{16, 4}));
+  for (std::int64_t i = 0; i < 4; ++i)  // orthogonal(gain 0.25) columns of the whole (16, 4) matrix
+    for (std::int64_t j = 0; j < 4; ++j) {
+      double dot = 0.0;
+      for (std::int64_t k = 0; k < 16; ++k) dot += r_dense.load({k, i}) * r_dense.load({k, j});
+      EXPECT_NEAR(dot, i == j ? 0.0625 : 0.0, tolerance_for({.dtype = DType::f64}).atol);
+    }
+  EXPECT_EQ(Cell::from_case(slstm_dense.make_case(Tensor(DType::f64, {1, 2, 3}))).kind(), CellKind::slstm_dense);
   EXPECT_THROW((void)Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 10, .n_heads = 3},
                                       DType::f32, 1),
                ContractViolation);
@@ -258,6 +330,30 @@ TEST(DenseCells, ConstructionRulesAndWarnings) {
   EXPECT_EQ(hop_back.d_h(), 4);
   EXPECT_EQ(hop_back.beta(), 0.75);
   EXPECT_EQ(hop_back.parameter("W_x.weight").shape(), (Shape{32, 3}));
+}
+
+// sLSTM head's initial guess is the zero-hidden pass plus Picard passes: with R = 0 the frozen
+// gates are the true gates, so the guess (K = 0) is the sequential answer; auto P follows T.
+TEST(DenseCells, SlstmHeadGuessIsTheZeroHiddenPassThenPicard) {
+  QuietWarnings quiet;
+  const DenseCase c{.cell = "slstm", .dtype = DType::f64, .time = 100, .d_h = 8, .n_heads = 2,
+                    .with_h0 = true, .seed = 41};
+  Cell cell = c.make_cell();
+  cell.set_parameter("R_head", Tensor(DType::f64, {4, 2, 4, 4}));
+  const Tensor x = c.make_input(c.batch, c.time);
+  const Tensor h0 = c.make_h0(c.batch);
+  const ApplyOptions apply{.h0 = h0.view()};
+  NewtonStats stats;
+  const Tensor guess = newton_apply(cell, x, {.max_iters = 0, .picard_iters = 0}, apply, &stats);
+  EXPECT_EQ(stats.picard_iters, 0);
+  const ComparisonResult cmp = compare(guess.view(), sequential_apply(cell, x, apply).view(),
+                                      tolerance_for({.dtype = DType::f64, .cell = "slstm"}));
+  EXPECT_TRUE(cmp.ok()) << cmp.describe();
+  const Cell hard = c.make_cell();
+  (void)newton_apply(hard, x, {}, apply, &stats);
+  EXPECT_EQ(stats.picard_iters, 3);  // auto P: 64 < T <= 2048
+  (void)newton_apply(hard, Tensor::copy_of(x.view().slice(1, 0, 64)), {}, {.h0 = h0.view()}, &stats);
+  EXPECT_EQ(stats.picard_iters, 1);
 }
 
 TEST(DenseCells, KTableAndRefusals) {

@@ -105,9 +105,13 @@ CellSpec cell_spec(const Case& problem) {
     if (mix && *mix != "diag") refuse_mix("cell nlru is diagonal (mix 'diag' or absent)");
     return {CellKind::nlru, 2, 1, {with_gates(w_x, 2)}, {{"u"}}};
   }
+  if (cell == "slstm" && mix && (*mix == "head" || *mix == "dense")) {
+    if (*mix == "dense") refuse_heads("is only valid with mix 'head' (cell slstm, mix dense)");
+    return {CellKind::slstm_head, 4, 4, {with_gates(w_x, 4)}, {}};
+  }
   if (cell == "slstm") {
     if (mix && *mix != "diag") {
-      refuse_mix("the oracle implements cell slstm with mix 'diag' only");
+      refuse_mix("the oracle implements cell slstm with mix 'diag', 'head' or 'dense'");
     }
     refuse_heads("is only valid with mix 'head' (cell slstm, mix diag)");
     return {CellKind::slstm, 4, 4, {with_gates(w_x, 4)}, {{"R", 4}}};
@@ -131,7 +135,8 @@ CellSpec cell_spec(const Case& problem) {
   }
   throw ContractViolation(
       "cell",
-      "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag), "
+      "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag, "
+      "head or dense), "
       "cfc (gate_mix input or diag_h), titans, hopfield",
       cell.empty() ? std::string("<empty>") : cell);
 }
@@ -341,7 +346,7 @@ PreparedCase prepare_case(const Case& problem) {
   out.affine_gates = gate;
   if (spec.time_channel) out.time_gate = gate;
 
-  if (spec.kind == CellKind::slstm) {
+  if (spec.kind == CellKind::slstm || spec.kind == CellKind::slstm_head) {
     out.eps = problem.meta_double("eps", 1e-6);
     if (!std::isfinite(out.eps)) {
       throw ContractViolation("eps", "must be a finite number", fmt::format("{}", out.eps));
@@ -382,6 +387,42 @@ PreparedCase prepare_case(const Case& problem) {
           double v = a[static_cast<std::size_t>(hd * m * m + i)];
           if (head_cap) v = std::min(std::max(v, -head_cap_s), head_cap_s);
           out.head_matrices.push_back(v);
+        }
+      }
+    }
+  }
+  if (spec.kind == CellKind::slstm_head) {
+    const bool dense = problem.meta("mix").value_or("") == "dense";
+    const std::int64_t heads = dense ? 1 : problem.meta_int("n_heads", 0);
+    if (heads < 1 || out.d_h % heads != 0) {
+      throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide d_h = {}", out.d_h),
+                              std::to_string(heads));
+    }
+    out.n_heads = heads;
+    const std::int64_t m = out.d_h / heads;
+    if (dense) {  // R_dense.weight (4 d_h, d_h) [g·d_h + out][in]: not clamped
+      const std::vector<double> r = lift_vector(
+          checked_parameter(problem, spec, "R_dense.weight", {4 * m, m}, " (Linear(d_h, 4 d_h))")
+              .reshaped({4 * m * m}));
+      for (std::int64_t g = 0; g < 4; ++g) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < m; ++j) {
+            out.head_matrices.push_back(r[static_cast<std::size_t>((g * m + j) * m + i)]);
+          }
+        }
+      }
+    } else {  // R_head (4, H, m, m) [g][head][in][out]: clamped
+      const std::vector<double> r = lift_vector(
+          checked_parameter(problem, spec, "R_head", {4, heads, m, m},
+                            fmt::format(" (n_heads = {}, d_head = {}; [gate, head, in, out])", heads, m))
+              .reshaped({4 * heads * m * m}));
+      for (std::int64_t hd = 0; hd < heads; ++hd) {
+        for (std::int64_t g = 0; g < 4; ++g) {
+          for (std::int64_t i = 0; i < m * m; ++i) {
+            double v = r[static_cast<std::size_t>((g * heads + hd) * m * m + i)];
+            if (cap) v = std::min(std::max(v, -cap_s), cap_s);
+            out.head_matrices.push_back(v);
+          }
         }
       }
     }

@@ -21,7 +21,8 @@
 namespace pararnn::reference::detail {
 
 enum class CellKind : std::uint8_t {
-  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield
+  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield,
+  slstm_head  // ParaSLSTM mix 'head', and mix 'dense' as one head
 };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
@@ -84,6 +85,8 @@ struct PreparedCase {
   double eps = 0.0;        // slstm: h' = o c' / (n' + eps), the metadata "eps" (default 1e-6)
   // gru_head: n_heads and the clamped (clamped only with a cap; the head mix's default is none)
   // A_z, A_r, A_n, [head][A_z, A_r, A_n][in][out]; the recurrent vectors above stay empty.
+  // slstm_head: [head][R_i, R_f, R_z, R_o][in][out], from R_head (clamped) or, for mix 'dense'
+  // (one head), R_dense.weight transposed per gate (not clamped).
   std::int64_t n_heads = 1;
   std::vector<double> head_matrices;
   // hopfield: β (metadata "beta", default 1/√d_h). The affine's 2 d_h² rows are counted as

@@ -171,9 +171,10 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   out.d = channel < 0 ? problem.d_h : 1;
   out.eps = problem.eps;
   out.beta = problem.beta;
-  if (problem.kind == CellKind::gru_head) {
+  if (problem.kind == CellKind::gru_head || problem.kind == CellKind::slstm_head) {
     const Index m = problem.d_h / problem.n_heads;
-    for (std::int64_t k = 0; k < problem.n_heads * 3; ++k) {
+    const auto count = static_cast<std::int64_t>(problem.head_matrices.size()) / (m * m);
+    for (std::int64_t k = 0; k < count; ++k) {
       RowMajorMatrix<Scalar> a(m, m);
       for (Index i = 0; i < m; ++i) {
         for (Index j = 0; j < m; ++j) {
@@ -317,6 +318,40 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
         const Vec<Scalar> ones = Vec<Scalar>::Ones(m);
         s_new.segment(hd * m, m) = (ones - z).asDiagonal() * h + z.asDiagonal() * n;
       }
+      return;
+    }
+    case CellKind::slstm_head: {  // matrices: per head R_i, R_f, R_z, R_o (in, out)
+      const auto heads = static_cast<Index>(p.matrices.size() / 4);
+      const Index m = d / heads;
+      const auto c = s.segment(0, d);
+      const auto n = s.segment(d, d);
+      const auto mm = s.segment(2 * d, d);
+      const auto h = s.segment(3 * d, d);
+      Vec<Scalar>* pre[4] = {&w.g1, &w.g0, &w.g2, &w.g3};  // i, f, z, o
+      for (int g = 0; g < 4; ++g) {
+        *pre[g] = gate(g);
+        for (Index hd = 0; hd < heads; ++hd) {
+          pre[g]->segment(hd * m, m) +=
+              p.matrices[static_cast<std::size_t>(4 * hd + g)].transpose() * h.segment(hd * m, m);
+        }
+      }
+      auto c_new = s_new.segment(0, d);
+      auto n_new = s_new.segment(d, d);
+      auto m_new = s_new.segment(2 * d, d);
+      auto& f = w.g0;  // z_f, then z_f + m, then f
+      auto& i = w.g1;  // z_i, then i
+      auto& z = w.g2;
+      auto& o = w.g3;
+      f += mm;
+      m_new = f.binaryExpr(i, TieMax<Scalar>());
+      f = (f - m_new).unaryExpr(exp_of);
+      i = (i - m_new).unaryExpr(exp_of);
+      z = z.unaryExpr(tanh_of);
+      o = o.unaryExpr(sigmoid);
+      n_new = f.asDiagonal() * n + i;
+      c_new = f.asDiagonal() * c + i.asDiagonal() * z;
+      z = n_new + Scalar(p.eps) * w.ones;  // the denominator n' + eps
+      s_new.segment(3 * d, d) = o.asDiagonal() * c_new.cwiseQuotient(z);
       return;
     }
     case CellKind::hopfield: {  // K, V from the gate inputs; β
@@ -592,7 +627,8 @@ inline bool channels_independent(CellKind kind) {
     case CellKind::cfc_diag_h:
     case CellKind::titans: return true;
     case CellKind::gru_head:
-    case CellKind::hopfield: return false;
+    case CellKind::hopfield:
+    case CellKind::slstm_head: return false;
   }
   return false;
 }

@@ -116,11 +116,7 @@ class CpuSolver {
 
   // sLSTM's guess: a zero-hidden pass (R h dropped; c, n, m run from h0) and then P Picard
   // passes, each a sequential recurrence of (c, n, m) with the hidden input frozen to the
-  // previous pass. Auto P: T <= 64 -> 1, T <= 2048 -> 3, else 5 (CONTRACT §1).
-  std::int64_t picard_passes(const NewtonConfig& config) const {
-    if (config.picard_iters) return *config.picard_iters;
-    return L_.time <= 64 ? 1 : (L_.time <= 2048 ? 3 : 5);
-  }
+  // previous pass (passes: picard_passes of newton_loop.hpp).
 
   std::vector<ComputeT> picard_guess(std::int64_t passes) const {
     const std::int64_t D = L_.d_h;
@@ -224,7 +220,7 @@ class CpuSolver {
     stats.scan_backend = "cpu";
     std::vector<ComputeT> H;
     if (cell_.spec().picard) {
-      stats.picard_iters = picard_passes(config);
+      stats.picard_iters = picard_passes(config, L_.time);
       H = picard_guess(stats.picard_iters);
     } else {
       H = initial_guess();

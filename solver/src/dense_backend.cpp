@@ -1,15 +1,17 @@
-// The CPU backend of dense-Jacobian cells (JacobianClass::dense: ParaHopfield, ParaGRU
-// mix='head'), forward only: App. A initial guess, Newton iterations whose linear step
+// The CPU backend of dense-Jacobian cells (JacobianClass::dense: ParaHopfield, ParaGRU and
+// ParaSLSTM mix='head', ParaSLSTM mix='dense'), forward only: the initial guess (App. A, or
+// sLSTM's zero-hidden pass plus Picard passes), Newton iterations whose linear step
 // δ_t = J_t δ_{t−1} + F_t is a dense scan per chain (chains in parallel), the adaptive/fixed K
 // loop, stats and sequential fallback of newton_loop.hpp, and the same-dtype sequential loop.
 // One template per (dense-chain math, storage dtype); the math lives in cells/.
 //
-// A chain is (batch row, head) for GRU-head (N = d_head) and a batch row for Hopfield
-// (N = d_h); chain q of row b owns channels [q N, (q + 1) N) of the trajectory [b][t][d_h].
-// Internal layout: H and F [b][t][d_h] (the trajectory layout), J [b][q][t][N][N] ([out][in]),
-// W_x x [b][t][gate_width] in the compute type (f32 for f32/f16/bf16, f64 for f64), computed
-// once and reused by every iteration. Segment heads (packing) read h0 (or zeros) and act with
-// J = 0 in the scan.
+// A chain is a batch row (Hopfield, sLSTM dense) or a (batch row, head) (head mixes) with
+// N = Cell::chain_width() state values (all slots of its channels; element i of chain q is
+// entry Cell::chain_element_offset(q, i) of a time step's state row). Internal layout: H and F
+// chain-major [chain][t][N], J [chain][t][N][N] ([out][in]), W_x x [b][t][gate_width] in the
+// compute type (f32 for f32/f16/bf16, f64 for f64), computed once and reused by every
+// iteration; the trajectory [b][t][slot][d_h] is gathered or scattered at the edges. Segment
+// heads (packing) read h0 (or zeros) and act with J = 0 in the scan.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -35,6 +37,8 @@ class DenseSolver {
       : cell_(cell), L_(std::move(layout)), scan_chunk_(scan_chunk) {
     n_ = cell.chain_width();
     per_row_ = cell.chains_per_row();
+    slot_width_ = cell.chain_slot_width();
+    state_row_ = cell.slots() * L_.d_h;
     width_ = gate_width(cell);
     const std::vector<double> p = cell.dense_chain_parameters();
     params_.assign(p.begin(), p.end());
@@ -43,40 +47,51 @@ class DenseSolver {
       const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
       h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
     }
+    offsets_.resize(static_cast<std::size_t>(per_row_ * n_));
+    for (std::int64_t q = 0; q < per_row_; ++q)
+      for (std::int64_t i = 0; i < n_; ++i)
+        offsets_[static_cast<std::size_t>(q * n_ + i)] = cell.chain_element_offset(q, i);
   }
 
   std::int64_t chains() const { return L_.batch * per_row_; }
-  std::int64_t row_elems() const { return L_.time * L_.d_h; }
-  std::int64_t jac_elems() const { return L_.time * n_ * n_; }  // per chain
+  std::int64_t chain_elems() const { return L_.time * n_; }      // H, F per chain
+  std::int64_t jac_elems() const { return L_.time * n_ * n_; }   // J per chain
+  std::int64_t state_elems() const { return chains() * chain_elems(); }
 
-  // Runs `body(b, q)` over every chain in parallel.
+  // Runs `body(chain)` over every chain in parallel; chain = b · per_row + q.
   template <class Body>
   void parallel_chains(Body&& body) const {
     const std::int64_t total = chains();
 #pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t i = 0; i < total; ++i) body(i / per_row_, i % per_row_);
+    for (std::int64_t i = 0; i < total; ++i) body(i);
   }
 
-  // The state (N values) entering step t of chain (b, q): h0 (or zeros) at heads; H[t − 1]
-  // otherwise, or zeros when `H_row` is null (the App. A guess).
-  void prev_state(const ComputeT* H_row, std::int64_t b, std::int64_t q, std::int64_t t,
-                  ComputeT* out) const {
-    const std::int64_t c0 = q * n_;
+  // Entry of the trajectory [b][t][slot][d_h] holding element i of `chain` at time t.
+  std::int64_t trajectory_index(std::int64_t chain, std::int64_t t, std::int64_t i) const {
+    const std::int64_t b = chain / per_row_, q = chain % per_row_;
+    return (b * L_.time + t) * state_row_ + offsets_[static_cast<std::size_t>(q * n_ + i)];
+  }
+
+  // The state (N values) entering step t of `chain`: h0 (or zeros) at heads; H[t − 1]
+  // otherwise, or zeros when `H_chain` is null (the App. A guess).
+  void prev_state(const ComputeT* H_chain, std::int64_t chain, std::int64_t t, ComputeT* out) const {
     if (L_.heads[static_cast<std::size_t>(t)]) {
+      const std::int64_t b = chain / per_row_, q = chain % per_row_;
       const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
       for (std::int64_t i = 0; i < n_; ++i)
-        out[i] = h0_.empty() ? ComputeT(0) : h0_[static_cast<std::size_t>(row * L_.d_h + c0 + i)];
+        out[i] = h0_.empty() ? ComputeT(0)
+                             : h0_[static_cast<std::size_t>(row * state_row_ + offsets_[static_cast<std::size_t>(q * n_ + i)])];
       return;
     }
-    for (std::int64_t i = 0; i < n_; ++i)
-      out[i] = H_row == nullptr ? ComputeT(0) : H_row[(t - 1) * L_.d_h + c0 + i];
+    for (std::int64_t i = 0; i < n_; ++i) out[i] = H_chain == nullptr ? ComputeT(0) : H_chain[(t - 1) * n_ + i];
   }
 
-  void step_at(std::int64_t b, std::int64_t q, std::int64_t t, const ComputeT* h_prev,
-               ComputeT* h_new, ComputeT* jac, ComputeT* work) const {
+  void step_at(std::int64_t chain, std::int64_t t, const ComputeT* h_prev, ComputeT* h_new,
+               ComputeT* jac, ComputeT* work) const {
+    const std::int64_t b = chain / per_row_, q = chain % per_row_;
     const ComputeT* wx_t = wx_.data() + (b * L_.time + t) * width_;
     const bool square = DenseMath::kSquareGates;
-    const ComputeT* gates = square ? wx_t : wx_t + q * n_;
+    const ComputeT* gates = square ? wx_t : wx_t + q * slot_width_;
     const long long stride = square ? n_ * n_ : L_.d_h;
     const ComputeT* params = params_.data() + q * DenseMath::params_size(static_cast<int>(n_));
     DenseMath::step(static_cast<int>(n_), params, gates, stride, h_prev, h_new, jac, work);
@@ -91,16 +106,43 @@ class DenseSolver {
 
   // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads.
   std::vector<ComputeT> initial_guess() const {
-    std::vector<ComputeT> H(static_cast<std::size_t>(L_.batch * row_elems()));
-    parallel_chains([&](std::int64_t b, std::int64_t q) {
+    std::vector<ComputeT> H(static_cast<std::size_t>(state_elems()));
+    parallel_chains([&](std::int64_t chain) {
       Scratch s(n_);
-      ComputeT* H_row = H.data() + b * row_elems();
+      ComputeT* H_chain = H.data() + chain * chain_elems();
       for (std::int64_t t = 0; t < L_.time; ++t) {
-        prev_state(nullptr, b, q, t, s.hp.data());
-        step_at(b, q, t, s.hp.data(), H_row + t * L_.d_h + q * n_, nullptr, s.work.data());
+        prev_state(nullptr, chain, t, s.hp.data());
+        step_at(chain, t, s.hp.data(), H_chain + t * n_, nullptr, s.work.data());
       }
     });
     return H;
+  }
+
+  // sLSTM's guess (as the per-channel backend's): a zero-hidden pass (R h dropped: the hidden
+  // slot entering each step is 0; c, n, m run from h0) and then `passes` Picard passes, each a
+  // sequential recurrence of (c, n, m) with the hidden slot frozen to the previous pass.
+  std::vector<ComputeT> picard_guess(std::int64_t passes) const {
+    const std::int64_t hidden = (cell_.slots() - 1) * slot_width_;  // first hidden element
+    std::vector<ComputeT> current(static_cast<std::size_t>(state_elems())), previous;
+    for (std::int64_t pass = 0; pass <= passes; ++pass) {
+      const bool zero_hidden = pass == 0;
+      parallel_chains([&](std::int64_t chain) {
+        Scratch s(n_);
+        ComputeT* H_chain = current.data() + chain * chain_elems();
+        const ComputeT* prev_chain = zero_hidden ? nullptr : previous.data() + chain * chain_elems();
+        for (std::int64_t t = 0; t < L_.time; ++t) {
+          const bool head = L_.heads[static_cast<std::size_t>(t)];
+          prev_state(head ? nullptr : H_chain, chain, t, s.hp.data());
+          for (std::int64_t i = hidden; i < n_; ++i)
+            s.hp[static_cast<std::size_t>(i)] = zero_hidden ? ComputeT(0)
+                                                : head      ? s.hp[static_cast<std::size_t>(i)]
+                                                            : prev_chain[(t - 1) * n_ + i];
+          step_at(chain, t, s.hp.data(), H_chain + t * n_, nullptr, s.work.data());
+        }
+      });
+      previous = current;
+    }
+    return current;
   }
 
   // F = f(prepend(H)) − H and (optionally) J; returns max|F| (NaN if any is NaN); remembers
@@ -108,24 +150,23 @@ class DenseSolver {
   double residual(const std::vector<ComputeT>& H, std::vector<ComputeT>& F,
                   std::vector<ComputeT>* J) const {
     chain_residual_.assign(static_cast<std::size_t>(chains()), 0.0);
-    parallel_chains([&](std::int64_t b, std::int64_t q) {
+    parallel_chains([&](std::int64_t chain) {
       Scratch s(n_);
-      const ComputeT* H_row = H.data() + b * row_elems();
-      ComputeT* F_row = F.data() + b * row_elems();
-      ComputeT* J_chain = J ? J->data() + (b * per_row_ + q) * jac_elems() : nullptr;
+      const ComputeT* H_chain = H.data() + chain * chain_elems();
+      ComputeT* F_chain = F.data() + chain * chain_elems();
+      ComputeT* J_chain = J ? J->data() + chain * jac_elems() : nullptr;
       double local = 0.0;
       for (std::int64_t t = 0; t < L_.time; ++t) {
-        prev_state(H_row, b, q, t, s.hp.data());
-        step_at(b, q, t, s.hp.data(), s.hn.data(), J_chain ? J_chain + t * n_ * n_ : nullptr,
+        prev_state(H_chain, chain, t, s.hp.data());
+        step_at(chain, t, s.hp.data(), s.hn.data(), J_chain ? J_chain + t * n_ * n_ : nullptr,
                 s.work.data());
         for (std::int64_t i = 0; i < n_; ++i) {
-          const std::int64_t at = t * L_.d_h + q * n_ + i;
-          const ComputeT f = s.hn[static_cast<std::size_t>(i)] - H_row[at];
-          F_row[at] = f;
+          const ComputeT f = s.hn[static_cast<std::size_t>(i)] - H_chain[t * n_ + i];
+          F_chain[t * n_ + i] = f;
           local = nan_max(local, std::abs(static_cast<double>(f)));
         }
       }
-      chain_residual_[static_cast<std::size_t>(b * per_row_ + q)] = local;
+      chain_residual_[static_cast<std::size_t>(chain)] = local;
     });
     double result = 0.0;
     for (double v : chain_residual_) result = nan_max(result, v);
@@ -136,25 +177,26 @@ class DenseSolver {
   void update(std::vector<ComputeT>& H, const std::vector<ComputeT>& J, std::vector<ComputeT>& F,
               double omega) const {
     const ComputeT w = static_cast<ComputeT>(omega);
-    parallel_chains([&](std::int64_t b, std::int64_t q) {
-      ComputeT* F_chain = F.data() + b * row_elems() + q * n_;
-      scan_dense<ComputeT>(J.data() + (b * per_row_ + q) * jac_elems(), F_chain,
-                           DenseScanShape{.time = L_.time, .n = n_, .chunk_len = scan_chunk_,
-                                          .r_stride = L_.d_h},
+    parallel_chains([&](std::int64_t chain) {
+      ComputeT* F_chain = F.data() + chain * chain_elems();
+      scan_dense<ComputeT>(J.data() + chain * jac_elems(), F_chain,
+                           DenseScanShape{.time = L_.time, .n = n_, .chunk_len = scan_chunk_, .r_stride = n_},
                            L_.heads);
-      ComputeT* H_chain = H.data() + b * row_elems() + q * n_;
-      for (std::int64_t t = 0; t < L_.time; ++t)
-        for (std::int64_t i = 0; i < n_; ++i) {
-          const std::int64_t at = t * L_.d_h + i;
-          H_chain[at] = omega == 1.0 ? H_chain[at] + F_chain[at] : H_chain[at] + w * F_chain[at];
-        }
+      ComputeT* H_chain = H.data() + chain * chain_elems();
+      for (std::int64_t k = 0; k < chain_elems(); ++k)
+        H_chain[k] = omega == 1.0 ? H_chain[k] + F_chain[k] : H_chain[k] + w * F_chain[k];
     });
   }
 
   Tensor to_storage(const std::vector<ComputeT>& H) const {
     Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
     StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
+    parallel_chains([&](std::int64_t chain) {
+      const ComputeT* H_chain = H.data() + chain * chain_elems();
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (std::int64_t i = 0; i < n_; ++i)
+          dst[trajectory_index(chain, t, i)] = static_cast<StorageT>(H_chain[t * n_ + i]);
+    });
     return out;
   }
 
@@ -164,35 +206,42 @@ class DenseSolver {
     stats = NewtonStats{};
     stats.k = k;
     stats.scan_backend = "cpu";
-    std::vector<ComputeT> H = initial_guess();
+    std::vector<ComputeT> H;
+    if (cell_.spec().picard) {
+      stats.picard_iters = picard_passes(config, L_.time);
+      H = picard_guess(stats.picard_iters);
+    } else {
+      H = initial_guess();
+    }
     std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(chains() * jac_elems()));
     run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, J, stats,
-                          fmt::format("chain(s) of {} channels", n_));
+                          fmt::format("chain(s) of {} values", n_));
     return H;
   }
 
-  // The sequential recurrence of one chain, the state rounded to StoreT after every step.
-  template <class StoreT>
-  void sequential_chain(std::int64_t b, std::int64_t q, StoreT* row) const {
+  // The sequential recurrence of one chain; the state is rounded to StoreT after every step and
+  // element i at time t goes to out[index(t, i)].
+  template <class StoreT, class Index>
+  void sequential_chain(std::int64_t chain, StoreT* out, Index&& index) const {
     Scratch s(n_);
     for (std::int64_t t = 0; t < L_.time; ++t) {
-      if (L_.heads[static_cast<std::size_t>(t)]) {
-        prev_state(nullptr, b, q, t, s.hp.data());
-      } else {
-        for (std::int64_t i = 0; i < n_; ++i)
-          s.hp[static_cast<std::size_t>(i)] = static_cast<ComputeT>(row[(t - 1) * L_.d_h + q * n_ + i]);
+      if (L_.heads[static_cast<std::size_t>(t)]) prev_state(nullptr, chain, t, s.hp.data());
+      step_at(chain, t, s.hp.data(), s.hn.data(), nullptr, s.work.data());
+      for (std::int64_t i = 0; i < n_; ++i) {
+        const StoreT rounded = static_cast<StoreT>(s.hn[static_cast<std::size_t>(i)]);
+        out[index(t, i)] = rounded;
+        s.hp[static_cast<std::size_t>(i)] = static_cast<ComputeT>(rounded);
       }
-      step_at(b, q, t, s.hp.data(), s.hn.data(), nullptr, s.work.data());
-      for (std::int64_t i = 0; i < n_; ++i)
-        row[t * L_.d_h + q * n_ + i] = static_cast<StoreT>(s.hn[static_cast<std::size_t>(i)]);
     }
   }
 
   Tensor sequential() const {
     Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
     StorageT* dst = out.data_as<StorageT>();
-    parallel_chains([&](std::int64_t b, std::int64_t q) {
-      sequential_chain<StorageT>(b, q, dst + b * row_elems());
+    parallel_chains([&](std::int64_t chain) {
+      sequential_chain<StorageT>(chain, dst, [&](std::int64_t t, std::int64_t i) {
+        return trajectory_index(chain, t, i);
+      });
     });
     return out;
   }
@@ -206,16 +255,22 @@ class DenseSolver {
     const auto count = static_cast<std::int64_t>(todo.size());
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t i = todo[static_cast<std::size_t>(k)];
-      sequential_chain<ComputeT>(i / per_row_, i % per_row_, H.data() + (i / per_row_) * row_elems());
+      const std::int64_t chain = todo[static_cast<std::size_t>(k)];
+      sequential_chain<ComputeT>(chain, H.data() + chain * chain_elems(),
+                                 [&](std::int64_t t, std::int64_t i) { return t * n_ + i; });
     }
     return count;
   }
 
   double residual_of(const TensorView& H_view) const {
     const Tensor Hc = Tensor::converted(H_view, kComputeDType);
-    std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
-    std::vector<ComputeT> F(H.size());
+    const ComputeT* src = Hc.data_as<ComputeT>();
+    std::vector<ComputeT> H(static_cast<std::size_t>(state_elems())), F(H.size());
+    parallel_chains([&](std::int64_t chain) {
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        for (std::int64_t i = 0; i < n_; ++i)
+          H[static_cast<std::size_t>(chain * chain_elems() + t * n_ + i)] = src[trajectory_index(chain, t, i)];
+    });
     return residual(H, F, nullptr);
   }
 
@@ -223,10 +278,11 @@ class DenseSolver {
   const Cell& cell_;
   Layout L_;
   std::int64_t scan_chunk_ = 0;
-  std::int64_t n_ = 0, per_row_ = 1, width_ = 0;
-  std::vector<ComputeT> params_;  // [chain within a row][params_size(N)]
-  std::vector<ComputeT> wx_;      // [b][t][width_]
-  std::vector<ComputeT> h0_;      // [row][d_h]
+  std::int64_t n_ = 0, per_row_ = 1, slot_width_ = 0, state_row_ = 0, width_ = 0;
+  std::vector<ComputeT> params_;         // [chain within a row][params_size(N)]
+  std::vector<ComputeT> wx_;             // [b][t][width_]
+  std::vector<ComputeT> h0_;             // [row][slot][d_h]
+  std::vector<std::int64_t> offsets_;    // [q][i]: chain_element_offset(q, i)
   mutable std::vector<double> chain_residual_;  // max|F| per chain, last evaluation
 };
 

@@ -33,6 +33,13 @@ inline double nan_max(double a, double b) {
   return std::max(a, b);
 }
 
+// sLSTM's Picard passes after its zero-hidden guess: config.picard_iters, or auto P by T
+// (T <= 64 -> 1, T <= 2048 -> 3, else 5; CONTRACT §1).
+inline std::int64_t picard_passes(const NewtonConfig& config, std::int64_t time) {
+  if (config.picard_iters) return *config.picard_iters;
+  return time <= 64 ? 1 : (time <= 2048 ? 3 : 5);
+}
+
 // Width of one step's gate inputs: Σ over the cell's affine blocks (gates·d_h, or gates·d_h² for
 // square blocks), plus derived gates (CfC's Δt) of d_h each, i.e. spec.gates blocks.
 inline std::int64_t gate_width(const Cell& cell) {

@@ -36,6 +36,7 @@
 #include "pararnn/cells/lstm.hpp"
 #include "pararnn/cells/nlru.hpp"
 #include "pararnn/cells/slstm_diag.hpp"
+#include "pararnn/cells/slstm_head.hpp"
 #include "pararnn/cells/titans.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
@@ -44,7 +45,9 @@
 
 namespace pararnn {
 
-enum class CellKind { gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield };
+enum class CellKind {
+  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield, slstm_head, slstm_dense
+};
 
 // How the Jacobian of a step is structured, and hence which solver path a cell takes.
 enum class JacobianClass { per_channel, dense };
@@ -65,8 +68,9 @@ struct AffineBlock {
 };
 
 enum class ParameterInit { xavier_vec, kaiming, zeros, constant, orthogonal };
-// head_matrices: (n_heads, d_head, d_head), (in, out) per head.
-enum class ParameterShape { vector, rows, affine_weight, affine_bias, head_matrices };
+// head_matrices: (n_heads, d_head, d_head), or (rows, n_heads, d_head, d_head) when rows > 1,
+// (in, out) per head; stacked_square: (rows·d_h, d_h), a Linear(d_h, rows·d_h) weight.
+enum class ParameterShape { vector, rows, affine_weight, affine_bias, head_matrices, stacked_square };
 
 // One state_dict entry, in the Python library's registration order.
 struct ParameterSpec {
@@ -99,6 +103,8 @@ struct CellSpec {
   std::vector<std::pair<std::int64_t, std::int64_t>> library_newton_table = {};
   std::optional<double> default_cap = 0.5;      // max_recurrent_norm when a case names none
   std::string_view construction_warning = {};   // emit_warning event at construction
+  std::string_view construction_message = {};   // ... and its text
+  std::int64_t max_d_h = 0;                     // > 0: the largest hidden_size allowed
   std::string_view gate_mix = {};               // ParaCfC's gate_mix of this spec; empty: none
 };
 
@@ -160,7 +166,25 @@ inline const std::vector<CellSpec>& cell_specs() {
                       ParameterSpec{"A_n", PS::head_matrices, 1, PI::orthogonal}, weight(3), bias(3)},
        .slot_names = {"h"}, .library_newton_iters = 3, .mix = "head",
        .jacobian = JacobianClass::dense, .default_cap = std::nullopt,
-       .construction_warning = "gru_head_block_diagonal"},
+       .construction_warning = "gru_head_block_diagonal",
+       .construction_message = "mix='head' is block-diagonal ParaGRU (Dreamer-style): the recurrence "
+                               "mixes channels within each head only"},
+      // ParaSLSTM mix='head': R_head [gate, head, in, out], clamped; the guess is sLSTM's.
+      {.kind = CellKind::slstm_head, .name = "slstm", .python_class = "ParaSLSTM", .slots = 4, .gates = 4,
+       .affine = {{"W_x.weight", "W_x.bias", 0, 4}},
+       .parameters = {ParameterSpec{"R_head", PS::head_matrices, 4, PI::orthogonal}, weight(4), bias(4)},
+       .slot_names = {"c", "n", "m", "h"}, .library_newton_iters = 3, .picard = true, .mix = "head",
+       .jacobian = JacobianClass::dense,
+       .construction_warning = "slstm_head_dense_r",
+       .construction_message = "mix='head' is Beck-style dense R inside each head: the Jacobian is a "
+                               "dense (4 d_head)² block per head, solved by a dense scan"},
+      // ParaSLSTM mix='dense': R_dense = Linear(d_h, 4 d_h, bias=False), not clamped; a test
+      // oracle for small d_h.
+      {.kind = CellKind::slstm_dense, .name = "slstm", .python_class = "ParaSLSTM", .slots = 4, .gates = 4,
+       .affine = {{"W_x.weight", "W_x.bias", 0, 4}},
+       .parameters = {weight(4), bias(4), ParameterSpec{"R_dense.weight", PS::stacked_square, 4, PI::orthogonal}},
+       .slot_names = {"c", "n", "m", "h"}, .library_newton_iters = 3, .picard = true, .mix = "dense",
+       .jacobian = JacobianClass::dense, .max_d_h = 8},
       {.kind = CellKind::hopfield, .name = "hopfield", .python_class = "ParaHopfield", .slots = 1,
        .gates = 2, .affine = {{"W_x.weight", "W_x.bias", 0, 2, false, true}},
        .parameters = {ParameterSpec{"W_x.weight", PS::affine_weight, 2, PI::kaiming, false, true},
@@ -228,7 +252,9 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::cfc_diag_h: return f.template operator()<cells::CfcDiagHMath>();
     case CellKind::titans: return f.template operator()<cells::TitansMath>();
     case CellKind::gru_head:
-    case CellKind::hopfield: break;
+    case CellKind::hopfield:
+    case CellKind::slstm_head:
+    case CellKind::slstm_dense: break;
   }
   throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a dense Jacobian: it has no per-channel math",
                                     cell_spec(kind).name, cell_spec(kind).mix));
@@ -241,6 +267,8 @@ decltype(auto) dispatch_dense_cell(CellKind kind, F&& f) {
   switch (kind) {
     case CellKind::gru_head: return f.template operator()<cells::GruHeadMath>();
     case CellKind::hopfield: return f.template operator()<cells::HopfieldMath>();
+    case CellKind::slstm_head:
+    case CellKind::slstm_dense: return f.template operator()<cells::SlstmHeadMath>();
     default: break;
   }
   throw UnsupportedPath(fmt::format("cell '{}' has a per-channel Jacobian: it has no dense-chain math",
@@ -302,19 +330,23 @@ class Cell {
         case ParameterInit::constant:  // CfC's W_b.bias = time_bias_init
           for (std::int64_t i = 0; i < n; ++i) flat.store({i}, options.time_bias_init);
           break;
-        case ParameterInit::orthogonal: {  // per head: orthogonal(gain 0.25), or N(0, weight_std²)
-          const std::int64_t m = t.size(1);
+        case ParameterInit::orthogonal: {
+          // Per (in, out) slice of a head-matrix tensor, or the whole (rows·d_h, d_h) matrix:
+          // orthogonal(gain 0.25), or N(0, weight_std²).
+          const std::int64_t cols = t.size(t.dim() - 1);
+          const std::int64_t rows = p.shape == ParameterShape::stacked_square ? t.size(0) : cols;
           std::normal_distribution<double> normal(0.0, 1.0);
-          for (std::int64_t head = 0; head < t.size(0); ++head) {
-            std::vector<double> q(static_cast<std::size_t>(m * m));
+          for (std::int64_t slice = 0; slice < n / (rows * cols); ++slice) {
+            std::vector<double> q(static_cast<std::size_t>(rows * cols));
             for (double& v : q) v = normal(rng);
             if (options.weight_std) {
               for (double& v : q) v *= *options.weight_std;
             } else {
-              orthonormalise_columns(q, m);
+              orthonormalise_columns(q, rows, cols);
               for (double& v : q) v *= 0.25;
             }
-            for (std::int64_t i = 0; i < m * m; ++i) flat.store({head * m * m + i}, q[static_cast<std::size_t>(i)]);
+            for (std::int64_t i = 0; i < rows * cols; ++i)
+              flat.store({slice * rows * cols + i}, q[static_cast<std::size_t>(i)]);
           }
           break;
         }
@@ -427,31 +459,51 @@ class Cell {
     return out;
   }
 
-  // Dense-Jacobian cells: the state of one chain is N = chain_width() consecutive channels of a
-  // batch row (chain q of row b: channels [q N, (q + 1) N)), chains_per_row() chains per row.
+  // Dense-Jacobian cells: one chain is a batch row (Hopfield, sLSTM dense) or a (batch row,
+  // head) (head mixes), chains_per_row() chains per row. Its state is N = chain_width() values:
+  // w = d_h / chains_per_row() channels of each slot, slot-major; element i of chain q is entry
+  // chain_element_offset(q, i) of a time step's state row [slot][d_h].
   std::int64_t n_heads() const { return options_.n_heads.value_or(1); }
-  std::int64_t chains_per_row() const { return kind() == CellKind::gru_head ? n_heads() : 1; }
-  std::int64_t chain_width() const { return d_h_ / chains_per_row(); }
+  std::int64_t chains_per_row() const { return spec_->mix == "head" ? n_heads() : 1; }
+  std::int64_t chain_slot_width() const { return d_h_ / chains_per_row(); }
+  std::int64_t chain_width() const { return slots() * chain_slot_width(); }
+  std::int64_t chain_element_offset(std::int64_t q, std::int64_t i) const {
+    const std::int64_t w = chain_slot_width();
+    return (i / w) * d_h_ + q * w + i % w;
+  }
   double beta() const { return options_.beta.value_or(1.0 / std::sqrt(static_cast<double>(d_h_))); }
 
   // The per-chain parameters every backend feeds a dense-chain math struct, as doubles,
   // [chain within a row][DenseMath::params_size(N)]: GRU-head A_z, A_r, A_n of the head (clamped
-  // to [−cap, cap] when a cap is set), Hopfield {β}.
+  // to [−cap, cap] when a cap is set); sLSTM head R_i, R_f, R_z, R_o of the head (in, out),
+  // clamped, then eps; sLSTM dense the same from R_dense.weight ([g·d_h + out][in], not clamped);
+  // Hopfield {β}.
   std::vector<double> dense_chain_parameters() const {
-    std::vector<double> out;
     if (kind() == CellKind::hopfield) return {beta()};
-    if (kind() != CellKind::gru_head) return out;
-    const std::int64_t n = chain_width();
-    for (std::int64_t head = 0; head < n_heads(); ++head)
-      for (const char* name : {"A_z", "A_r", "A_n"}) {
-        const Tensor& a = parameter(name);
-        for (std::int64_t i = 0; i < n; ++i)
-          for (std::int64_t j = 0; j < n; ++j) {
-            double v = a.load({head, i, j});
-            if (cap_) v = std::clamp(v, -*cap_, *cap_);
-            out.push_back(v);
-          }
+    std::vector<double> out;
+    const std::int64_t w = chain_slot_width();
+    const auto clamped = [&](double v) { return cap_ ? std::clamp(v, -*cap_, *cap_) : v; };
+    for (std::int64_t head = 0; head < chains_per_row(); ++head) {
+      if (kind() == CellKind::gru_head) {
+        for (const char* name : {"A_z", "A_r", "A_n"}) {
+          const Tensor& a = parameter(name);
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j) out.push_back(clamped(a.load({head, i, j})));
+        }
+      } else if (kind() == CellKind::slstm_head) {
+        const Tensor& r = parameter("R_head");
+        for (std::int64_t g = 0; g < 4; ++g)
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j) out.push_back(clamped(r.load({g, head, i, j})));
+        out.push_back(options_.eps);
+      } else if (kind() == CellKind::slstm_dense) {
+        const Tensor& r = parameter("R_dense.weight");
+        for (std::int64_t g = 0; g < 4; ++g)
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j) out.push_back(r.load({g * d_h_ + j, i}));
+        out.push_back(options_.eps);
       }
+    }
     return out;
   }
 
@@ -464,12 +516,12 @@ class Cell {
         {"input_size", std::to_string(d_in_)},
         {"hidden_size", std::to_string(d_h_)},
         {"python_class", std::string(spec_->python_class)}};
-    if (kind() == CellKind::gru_head) m["n_heads"] = std::to_string(n_heads());
+    if (spec_->mix == "head") m["n_heads"] = std::to_string(n_heads());
     if (kind() == CellKind::hopfield) {
       m.erase("max_recurrent_norm");  // ParaHopfield has no recurrent parameter and no cap
       m["beta"] = fmt::format("{}", beta());
     }
-    if (kind() == CellKind::slstm) m["eps"] = fmt::format("{}", options_.eps);
+    if (spec_->name == "slstm") m["eps"] = fmt::format("{}", options_.eps);
     if (!spec_->gate_mix.empty()) {
       m["gate_mix"] = options_.gate_mix;
       m["time_bias_init"] = fmt::format("{}", options_.time_bias_init);
@@ -514,9 +566,7 @@ class Cell {
     if (cap && !(*cap >= 0.0))
       throw ContractViolation("max_recurrent_norm", "must be >= 0 or none", fmt::format("{}", *cap));
     if (!spec.construction_warning.empty())
-      emit_warning(std::string(spec.construction_warning),
-                   "mix='head' is block-diagonal ParaGRU (Dreamer-style): the recurrence mixes "
-                   "channels within each head only",
+      emit_warning(std::string(spec.construction_warning), std::string(spec.construction_message),
                    {{"cell", std::string(spec.name)}, {"mix", std::string(spec.mix)},
                     {"n_heads", options_.n_heads.value_or(1)}, {"d_h", d_h}});
     if (spec.kind == CellKind::hopfield && d_h > 32)
@@ -526,23 +576,24 @@ class Cell {
                    {{"cell", std::string(spec.name)}, {"d_h", d_h}});
   }
 
-  // Gram-Schmidt (twice) on the columns of the m x m row-major Gaussian matrix q: the Q of
-  // q = Q R with a positive diagonal of R, as torch.nn.init.orthogonal_ returns.
-  static void orthonormalise_columns(std::vector<double>& q, std::int64_t m) {
+  // Gram-Schmidt (twice) on the columns of the rows x cols (rows >= cols) row-major Gaussian
+  // matrix q: the Q of q = Q R with a positive diagonal of R, as torch.nn.init.orthogonal_
+  // returns.
+  static void orthonormalise_columns(std::vector<double>& q, std::int64_t rows, std::int64_t cols) {
     const auto at = [&](std::int64_t i, std::int64_t j) -> double& {
-      return q[static_cast<std::size_t>(i * m + j)];
+      return q[static_cast<std::size_t>(i * cols + j)];
     };
-    for (std::int64_t j = 0; j < m; ++j) {
+    for (std::int64_t j = 0; j < cols; ++j) {
       for (int pass = 0; pass < 2; ++pass)
         for (std::int64_t k = 0; k < j; ++k) {
           double dot = 0.0;
-          for (std::int64_t i = 0; i < m; ++i) dot += at(i, k) * at(i, j);
-          for (std::int64_t i = 0; i < m; ++i) at(i, j) -= dot * at(i, k);
+          for (std::int64_t i = 0; i < rows; ++i) dot += at(i, k) * at(i, j);
+          for (std::int64_t i = 0; i < rows; ++i) at(i, j) -= dot * at(i, k);
         }
       double norm = 0.0;
-      for (std::int64_t i = 0; i < m; ++i) norm += at(i, j) * at(i, j);
+      for (std::int64_t i = 0; i < rows; ++i) norm += at(i, j) * at(i, j);
       norm = std::sqrt(norm);
-      for (std::int64_t i = 0; i < m; ++i) at(i, j) = norm > 0.0 ? at(i, j) / norm : (i == j ? 1.0 : 0.0);
+      for (std::int64_t i = 0; i < rows; ++i) at(i, j) = norm > 0.0 ? at(i, j) / norm : (i == j ? 1.0 : 0.0);
     }
   }
 
@@ -556,8 +607,10 @@ class Cell {
       case ParameterShape::affine_bias: return {p.rows * block};
       case ParameterShape::head_matrices: {
         const std::int64_t heads = options_.n_heads.value_or(1);
+        if (p.rows > 1) return {p.rows, heads, d_h_ / heads, d_h_ / heads};
         return {heads, d_h_ / heads, d_h_ / heads};
       }
+      case ParameterShape::stacked_square: return {p.rows * d_h_, d_h_};
     }
     return {};
   }
@@ -586,7 +639,13 @@ class Cell {
       throw ContractViolation("beta", "must be finite and > 0", fmt::format("{}", *options.beta));
     if (options.weight_std && !(*options.weight_std >= 0.0))
       throw ContractViolation("weight_std", "must be >= 0", fmt::format("{}", *options.weight_std));
-    if (spec.kind == CellKind::slstm && !(options.eps > 0.0))
+    if (spec.max_d_h > 0 && options.d_h > spec.max_d_h)
+      throw ContractViolation("hidden_size",
+                              fmt::format("must be <= {} for {} mix='{}' (a small test oracle; use "
+                                          "mix='diag' or 'head')",
+                                          spec.max_d_h, spec.python_class, spec.mix),
+                              std::to_string(options.d_h));
+    if (spec.name == "slstm" && !(options.eps > 0.0))
       throw ContractViolation("eps", "must be > 0", fmt::format("{}", options.eps));
     if (spec.gate_mix.empty() && options.gate_mix != "input")
       throw ContractViolation("gate_mix", "is a ParaCfC argument", options.gate_mix);
