@@ -9,6 +9,7 @@
 // the storage dtype once at the end); the same-dtype sequential loop rounds its state to the
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
 // Cells: those with kernels (GRU-diag, LSTM, NLRU); the others raise UnsupportedPath.
+// CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the caller's stream.
 #include "cuda_backend.hpp"
 #include "newton_loop.hpp"
 
@@ -28,7 +29,9 @@
 #include <vector>
 
 #include "pararnn/core/logging.hpp"
+#include "pararnn/solver/decode.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
 #include "pararnn/kernels/strided_copy.hpp"
@@ -453,18 +456,24 @@ NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batc
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
                   const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
                   void* wx) {
+  input_affine_on(kStream, cublas_handle(), storage, rows, d_in, width, bias_row, x, blocks, wx);
+}
+
+void input_affine_on(cudaStream_t stream, cublasHandle_t handle, DType storage, std::int64_t rows,
+                     std::int64_t d_in, std::int64_t width, const void* bias_row, const void* x,
+                     std::span<const DeviceAffine> blocks, void* wx) {
   if (rows == 0 || width == 0) return;
   const DType compute = compute_dtype(storage);
   const std::size_t element = dtype_size(compute);
   const std::size_t row_bytes = static_cast<std::size_t>(width) * element;
   // The bias row in every row (copies doubling the filled rows), then W x accumulated onto it.
   auto* out = static_cast<unsigned char*>(wx);
-  PARARNN_CUDA_CHECK(cudaMemcpyAsync(out, bias_row, row_bytes, cudaMemcpyDeviceToDevice, kStream));
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(out, bias_row, row_bytes, cudaMemcpyDeviceToDevice, stream));
   for (std::int64_t filled = 1; filled < rows; filled *= 2) {
     const std::int64_t n = std::min(filled, rows - filled);
     PARARNN_CUDA_CHECK(cudaMemcpyAsync(out + static_cast<std::size_t>(filled) * row_bytes, out,
                                        static_cast<std::size_t>(n) * row_bytes,
-                                       cudaMemcpyDeviceToDevice, kStream));
+                                       cudaMemcpyDeviceToDevice, stream));
   }
   cudaDataType_t input_type = CUDA_R_32F, output_type = CUDA_R_32F;
   cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
@@ -485,7 +494,7 @@ void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int6
   }
   // Column-major view of block k: wx[:, cols] (outputs × rows, ld width) += Wᵀ-stored weight
   // (inputs × outputs, ld inputs) transposed, times x[:, :inputs] (inputs × rows, ld d_in).
-  cublasHandle_t handle = cublas_handle();
+  PARARNN_CUBLAS_CHECK(cublasSetStream(handle, stream));
   for (const DeviceAffine& block : blocks) {
     if (block.outputs == 0 || block.inputs == 0) continue;
     PARARNN_CUBLAS_CHECK(cublasGemmEx_64(
@@ -570,3 +579,134 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
 }
 
 }  // namespace pararnn::detail
+
+namespace pararnn {
+
+// Everything one decoder needs on its device, allocated at construction.
+struct CudaDecoder::Impl {
+  Cell cell;
+  std::int64_t batch = 0;
+  int device = 0;
+  std::int64_t width = 0;  // gate inputs per row, G·d_h
+  detail::cuda::DeviceBuffer values, bias, wx, cublas_workspace;
+  std::vector<detail::cuda::DeviceBuffer> weights;
+  std::vector<detail::cuda::DeviceAffine> blocks;
+  cublasHandle_t handle = nullptr;
+
+  Impl(const Cell& c, std::int64_t b, int d) : cell(c), batch(b), device(d) {}
+  ~Impl() {
+    if (handle != nullptr) (void)cublasDestroy(handle);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+};
+
+namespace {
+
+// cuBLAS's workspace for the decoder's GEMM, owned by the decoder so that a captured graph
+// allocates nothing (cuBLAS recommends a user workspace under stream capture).
+constexpr std::size_t kDecodeCublasWorkspace = std::size_t{4} << 20;
+
+template <class F>
+decltype(auto) dispatch_device_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f64: return f.template operator()<double>();
+    case DType::f32: return f.template operator()<float>();
+    case DType::f16: return f.template operator()<__half>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16>();
+    default: break;
+  }
+  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
+}
+
+}  // namespace
+
+CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
+  using namespace detail::cuda;
+  require_device("CudaDecoder");
+  if (cell.spec().jacobian != JacobianClass::per_channel)
+    throw UnsupportedPath(fmt::format("CudaDecoder: cell '{}' (mix '{}') has a dense Jacobian; its "
+                                      "decode runs on the CPU (decode_step with host tensors)",
+                                      cell.name(), cell.spec().mix));
+  if (batch < 0) throw ContractViolation("batch", "must be >= 0", std::to_string(batch));
+  int count = 0;
+  PARARNN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw ContractViolation("device", fmt::format("must name one of the {} CUDA devices", count),
+                            std::to_string(device));
+  DeviceGuard guard(device);
+  auto impl = std::make_unique<Impl>(cell, batch, device);
+  const DType compute = compute_dtype(cell.dtype());
+  const std::int64_t D = cell.d_h();
+  impl->width = cell.spec().gates * D;
+  const std::vector<double> values = cell.channel_values();
+  const Tensor values_compute =
+      Tensor::from_values(compute, {static_cast<std::int64_t>(values.size()) / D, D}, values);
+  impl->values = upload_new(values_compute.data(), values_compute.nbytes(), "recurrent values");
+  std::vector<double> bias_row(static_cast<std::size_t>(impl->width), 0.0);
+  for (const AffineBlock& block : cell.spec().affine) {
+    const Tensor& weight = cell.parameter(std::string(block.weight));
+    impl->weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
+    impl->blocks.push_back({.weight = impl->weights.back().get(), .first_column = block.first_gate * D,
+                            .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
+    const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
+    std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
+  }
+  const Tensor bias = Tensor::from_values(compute, {impl->width}, bias_row);
+  impl->bias = upload_new(bias.data(), bias.nbytes(), "the input biases");
+  impl->wx = DeviceBuffer(checked_bytes(std::max<std::int64_t>(batch, 1) * impl->width, dtype_size(compute), "W_x x"),
+                          "W_x x");
+  impl->cublas_workspace = DeviceBuffer(kDecodeCublasWorkspace, "the decoder's cuBLAS workspace");
+  PARARNN_CUBLAS_CHECK(cublasCreate(&impl->handle));
+  PARARNN_CUBLAS_CHECK(cublasSetWorkspace(impl->handle, impl->cublas_workspace.get(), kDecodeCublasWorkspace));
+  detail::cuda::synchronize();
+  impl_ = std::move(impl);
+}
+
+CudaDecoder::~CudaDecoder() = default;
+CudaDecoder::CudaDecoder(CudaDecoder&&) noexcept = default;
+CudaDecoder& CudaDecoder::operator=(CudaDecoder&&) noexcept = default;
+
+const Cell& CudaDecoder::cell() const { return impl_->cell; }
+std::int64_t CudaDecoder::batch() const { return impl_->batch; }
+
+void CudaDecoder::step(const TensorView& state, const TensorView& x, const TensorView& out,
+                       void* stream) const {
+  using namespace detail::cuda;
+  const Impl& d = *impl_;
+  const std::int64_t batch = check_decode_arguments(d.cell, state, x, out);
+  if (batch != d.batch)
+    throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", d.batch),
+                            std::to_string(batch));
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state},
+                                   {"x", &x}, {"out", &out}}) {
+    if (view->device() != Device::cuda || view->device_id() != d.device)
+      throw ContractViolation(name, fmt::format("must be on CUDA device {} (the decoder's)", d.device),
+                              view->device() == Device::cpu ? "cpu" : fmt::format("cuda:{}", view->device_id()));
+    if (!view->is_contiguous())
+      throw ContractViolation(name, "must be contiguous for CudaDecoder::step", shape_string(view->shape()));
+  }
+  if (batch == 0) return;
+  DeviceGuard guard(d.device);
+  const auto s = static_cast<cudaStream_t>(stream);
+  input_affine_on(s, d.handle, d.cell.dtype(), batch, d.cell.d_in(), d.width, d.bias.get(), x.data(),
+                  d.blocks, d.wx.get());
+  dispatch_cell(d.cell.kind(), [&]<class CellMath>() {
+    dispatch_device_storage(d.cell.dtype(), [&]<class StorageT>() {
+      using ComputeT = kernels::ComputeOf<StorageT>;
+      const kernels::DecodeArgs<StorageT> args{
+          .wx = d.wx.as<ComputeT>(), .values = d.values.as<ComputeT>(),
+          .state = static_cast<const StorageT*>(state.data()), .x = static_cast<const StorageT*>(x.data()),
+          .out = static_cast<StorageT*>(out.data()), .batch = batch, .channels = d.cell.d_h(),
+          .d_in = d.cell.d_in(), .dt_gate = d.cell.spec().dt_gate, .dt_floor = cells::kCfcDtFloor};
+      PARARNN_CUDA_CHECK((kernels::launch_decode_step<CellMath, StorageT>(args, s)));
+    });
+  });
+}
+
+void CudaDecoder::synchronize() const {
+  detail::cuda::DeviceGuard guard(impl_->device);
+  PARARNN_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace pararnn

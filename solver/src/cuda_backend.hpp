@@ -17,6 +17,7 @@
 //   cuda::newton_solve(cell_spec(CellKind::gru), DType::f32, p, {.max_iters = 3}, d_H, ws, stats);
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -83,6 +84,11 @@ struct DeviceAffine {
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
                   const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
                   void* wx);
+
+// The same on `stream` with `handle` (which is left bound to `stream`).
+void input_affine_on(cudaStream_t stream, cublasHandle_t handle, DType storage, std::int64_t rows,
+                     std::int64_t d_in, std::int64_t width, const void* bias_row, const void* x,
+                     std::span<const DeviceAffine> blocks, void* wx);
 
 // The Newton solve; `H` (device, compute type, [b][t][s][c]) receives H*.
 void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,

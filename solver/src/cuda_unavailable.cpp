@@ -18,3 +18,27 @@ Tensor cuda_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&
 }
 
 }  // namespace pararnn::detail
+
+// CudaDecoder in a build without CUDA: construction says why; the other members are unreachable.
+#include "pararnn/solver/decode.hpp"
+
+namespace pararnn {
+
+struct CudaDecoder::Impl {};
+
+CudaDecoder::CudaDecoder(const Cell&, std::int64_t, int) {
+  throw UnsupportedPath("CudaDecoder: the CUDA backend is not in this build");
+}
+CudaDecoder::~CudaDecoder() = default;
+CudaDecoder::CudaDecoder(CudaDecoder&&) noexcept = default;
+CudaDecoder& CudaDecoder::operator=(CudaDecoder&&) noexcept = default;
+void CudaDecoder::step(const TensorView&, const TensorView&, const TensorView&, void*) const {
+  throw UnsupportedPath("CudaDecoder: the CUDA backend is not in this build");
+}
+void CudaDecoder::synchronize() const {}
+std::int64_t CudaDecoder::batch() const { return 0; }
+const Cell& CudaDecoder::cell() const {
+  throw UnsupportedPath("CudaDecoder: the CUDA backend is not in this build");
+}
+
+}  // namespace pararnn

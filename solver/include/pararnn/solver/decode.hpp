@@ -1,0 +1,63 @@
+// Decode (inference, T = 1): one step of the recurrence for a batch of carries,
+// out[b] = f(state[b], x[b]) — exactly the step `sequential_apply` takes at a sequence start
+// whose h0 is state[b] (spec §6). Carries: (B, d_h) for one-slot cells, (B, slots, d_h)
+// otherwise (LSTM [c, h], sLSTM [c, n, m, h]); x: (B, d_in) or (B, 1, d_in); the storage dtype
+// of the cell throughout, arithmetic in f32 (f64 for f64), the App. C.1 clamp applied.
+//
+// Guarantees: every argument is checked before any work (ContractViolation naming it, the rule
+// and the value); `out` has state's shape, dtype and device, is contiguous and may be `state`
+// itself (in place). Host tensors run on the CPU for every cell; device tensors run on the GPU
+// for the per-channel cells (the dense-Jacobian cells are refused there with UnsupportedPath).
+// `CudaDecoder` is the CUDA-graph-safe form: everything it needs (weights, the clamped
+// recurrent values, the W_x x buffer, its own cuBLAS handle and workspace) is allocated once at
+// construction, and `step` only queues a bias copy, one GEMM and one kernel on the caller's
+// stream — no allocation, no synchronisation — so it can be captured and replayed. Example:
+//   CudaDecoder decoder(cell, /*batch=*/8);
+//   decoder.step(state_view, x_view, state_view, stream);   // device views, in place
+//   Tensor next = decode_step(cell, host_state, host_x);     // host tensors
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "pararnn/cells/cell.hpp"
+#include "pararnn/core/tensor.hpp"
+
+namespace pararnn {
+
+// Writes one step into `out` (host or device views; see above).
+void decode_step(const Cell& cell, const TensorView& state, const TensorView& x, const TensorView& out);
+
+// Host tensors: returns the next carry (contiguous, state's shape and dtype).
+[[nodiscard]] Tensor decode_step(const Cell& cell, const TensorView& state, const TensorView& x);
+
+class CudaDecoder {
+ public:
+  // Uploads the cell for `batch` carries on CUDA device `device`. Throws UnsupportedPath without
+  // a usable GPU or for a cell without CUDA decode (the dense-Jacobian cells).
+  CudaDecoder(const Cell& cell, std::int64_t batch, int device = 0);
+  ~CudaDecoder();
+  CudaDecoder(CudaDecoder&&) noexcept;
+  CudaDecoder& operator=(CudaDecoder&&) noexcept;
+
+  // One step on `stream` (a cudaStream_t; null: the legacy default stream). state, x and out are
+  // contiguous device views on the decoder's device, shapes as above for its batch.
+  void step(const TensorView& state, const TensorView& x, const TensorView& out,
+            void* stream = nullptr) const;
+  // Waits for the decoder's device.
+  void synchronize() const;
+
+  const Cell& cell() const;
+  std::int64_t batch() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks decode_step's arguments for `cell` (shapes, dtypes, devices, contiguity of out);
+// throws ContractViolation naming the argument. Returns the batch size.
+std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
+                                    const TensorView& out);
+
+}  // namespace pararnn

@@ -1,0 +1,83 @@
+// decode_step and its argument checks (decode.hpp). On the host a decode step is the
+// same-dtype sequential loop over T = 1 with h0 = state, so it is the sequential step by
+// construction for every cell; device views go through a CudaDecoder.
+#include "pararnn/solver/decode.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "pararnn/core/errors.hpp"
+#include "pararnn/solver/solver.hpp"
+
+namespace pararnn {
+namespace {
+
+std::string device_name(const TensorView& v) {
+  return v.device() == Device::cpu ? "cpu" : fmt::format("cuda:{}", v.device_id());
+}
+
+// x as a (B, 1, d_in) view (x is (B, d_in) or (B, 1, d_in)).
+TensorView with_one_step(const TensorView& x) {
+  if (x.dim() == 3) return x;
+  return TensorView(x.data(), x.dtype(), {x.size(0), 1, x.size(1)},
+                    {x.strides()[0], x.strides()[0], x.strides()[1]}, x.device(), x.device_id());
+}
+
+}  // namespace
+
+std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
+                                    const TensorView& out) {
+  const std::int64_t S = cell.slots(), D = cell.d_h();
+  const bool state_ok = state.dim() == 3 ? state.size(1) == S && state.size(2) == D
+                                         : state.dim() == 2 && S == 1 && state.size(1) == D;
+  if (!state_ok)
+    throw ContractViolation("state", S == 1 ? fmt::format("must be (B, {0}) or (B, 1, {0})", D)
+                                            : fmt::format("must be (B, {}, {})", S, D),
+                            shape_string(state.shape()));
+  const std::int64_t B = state.size(0);
+  const bool x_ok = (x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(0) == B &&
+                    x.size(x.dim() - 1) == cell.d_in();
+  if (!x_ok)
+    throw ContractViolation("x", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, d_in)", B, cell.d_in()),
+                            shape_string(x.shape()));
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state},
+                                   {"x", &x}, {"out", &out}})
+    if (view->dtype() != cell.dtype())
+      throw ContractViolation(name, fmt::format("must have the cell's dtype {}", dtype_name(cell.dtype())),
+                              dtype_name(view->dtype()));
+  if (out.shape() != state.shape())
+    throw ContractViolation("out", "must have state's shape " + shape_string(state.shape()),
+                            shape_string(out.shape()));
+  if (!out.is_contiguous())
+    throw ContractViolation("out", "must be contiguous", shape_string(out.shape()));
+  if (x.device() != state.device() || x.device_id() != state.device_id())
+    throw ContractViolation("x", "must be on state's device " + device_name(state), device_name(x));
+  if (out.device() != state.device() || out.device_id() != state.device_id())
+    throw ContractViolation("out", "must be on state's device " + device_name(state), device_name(out));
+  return B;
+}
+
+void decode_step(const Cell& cell, const TensorView& state, const TensorView& x, const TensorView& out) {
+  const std::int64_t batch = check_decode_arguments(cell, state, x, out);
+  if (state.device() == Device::cuda) {
+    const CudaDecoder decoder(cell, batch, state.device_id());
+    decoder.step(state, x, out);
+    decoder.synchronize();
+    return;
+  }
+  if (batch == 0) return;
+  const Tensor next = sequential_apply(cell, with_one_step(x), ScanBackend::cpu, {.h0 = state});
+  std::memcpy(out.data(), next.data(), next.nbytes());  // (B, 1, [S,] d_h): out's elements in order
+}
+
+Tensor decode_step(const Cell& cell, const TensorView& state, const TensorView& x) {
+  if (state.device() != Device::cpu)
+    throw ContractViolation("state", "must be a host tensor for the returning form; pass `out` for "
+                                     "device tensors", device_name(state));
+  Tensor out(cell.dtype(), state.shape());
+  decode_step(cell, state, x, out.view());
+  return out;
+}
+
+}  // namespace pararnn
