@@ -9,7 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "pararnn/cells/cell.hpp"
 #include "pararnn/solver/newton_config.hpp"
+
+#if PARARNN_TEST_ON_CUDA
+#include "pararnn/kernels/newton_cells.hpp"
+#endif
 
 #ifndef PARARNN_TEST_BACKEND
 #define PARARNN_TEST_BACKEND cpu
@@ -29,13 +34,22 @@ inline const ScanBackend kTestBackend = parse_scan_backend(kTestBackendName);
 // the CUDA backend keeps f16/bf16 trajectories in f32, as the CPU backend does).
 inline const std::vector<DType> kNewtonDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
 
-// The cells of `wanted` that the backend under test runs: all on the host; on cuda those with
-// kernels (GRU-diag, LSTM, NLRU), the others being refused there with UnsupportedPath.
+// The cells (labels "name" or "cfc:diag_h") of `wanted` that the backend under test runs: all
+// on the host; on cuda those with Newton kernels (kernels::kHasNewtonKernels), the others being
+// refused there with UnsupportedPath.
 inline std::vector<std::string> backend_cells(const std::vector<std::string>& wanted) {
   if (!PARARNN_TEST_ON_CUDA) return wanted;
   std::vector<std::string> out;
-  for (const std::string& cell : wanted)
-    if (cell == "gru" || cell == "lstm" || cell == "nlru") out.push_back(cell);
+#if PARARNN_TEST_ON_CUDA
+  for (const std::string& label : wanted) {
+    const auto colon = label.find(':');
+    const std::string gate_mix = colon == std::string::npos ? "input" : label.substr(colon + 1);
+    const CellSpec& spec = cell_spec(label.substr(0, colon), "diag", "cell", gate_mix);
+    if (spec.jacobian != JacobianClass::per_channel) continue;
+    if (dispatch_cell(spec.kind, []<class CellMath>() { return kernels::kHasNewtonKernels<CellMath>; }))
+      out.push_back(label);
+  }
+#endif
   return out;
 }
 

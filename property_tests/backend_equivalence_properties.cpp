@@ -24,7 +24,8 @@ namespace {
 using testing::gen_problem;
 using testing::GeneratedProblem;
 
-const std::vector<std::string> kCells = {"gru", "lstm", "nlru"};
+// Every cell label with CUDA Newton kernels.
+const std::vector<std::string> kCells = testing::backend_cells(testing::kPerChannelCellLabels);
 
 Tolerance cuda_tau(DType dtype, const std::string& cell) {
   return tolerance_for({.dtype = dtype, .metric = Metric::trajectory, .cell = cell, .backend = "cuda"});
@@ -119,11 +120,12 @@ TEST(CudaBackend, PackedSequencesEqualEachSequenceSolvedAlone) {
   for (const std::string cell_name : kCells)
     for (DType dtype : {DType::f32, DType::f64}) {
       SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
-      const GeneratedProblem packed{.cell = cell_name, .dtype = dtype, .batch = 1, .time = total,
-                                    .d_in = 4, .d_h = 12, .seed = 21};
+      const CellOptions variant = testing::label_options(cell_name);
+      const GeneratedProblem packed{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype,
+                                    .batch = 1, .time = total, .d_in = 4, .d_h = 12, .seed = 21};
       const Cell cell = packed.make_cell();
       const Tensor x = packed.make_input();
-      const GeneratedProblem states{.cell = cell_name, .dtype = dtype,
+      const GeneratedProblem states{.cell = variant.cell, .dtype = dtype,
                                     .batch = static_cast<std::int64_t>(lengths.size()),
                                     .d_h = 12, .with_h0 = true, .seed = 22};
       const Tensor h0 = *states.make_h0(cell.slots());
@@ -136,7 +138,7 @@ TEST(CudaBackend, PackedSequencesEqualEachSequenceSolvedAlone) {
         const TensorView h0_s = h0.view().slice(0, static_cast<std::int64_t>(s),
                                                 static_cast<std::int64_t>(s) + 1);
         const Tensor alone = newton_apply(cell, x_s, on(ScanBackend::cuda), {.h0 = h0_s});
-        const ComparisonResult c = compare(H.view().slice(1, start, stop), alone, cuda_tau(dtype, cell_name));
+        const ComparisonResult c = compare(H.view().slice(1, start, stop), alone, cuda_tau(dtype, variant.cell));
         EXPECT_TRUE(c.ok()) << "segment " << s << "\n" << c.describe();
         start = stop;
       }
@@ -173,20 +175,21 @@ TEST(CudaBackend, SequentialLoopEqualsTheCpuLoopWithinTau) {
   for (const std::string cell_name : kCells)
     for (DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
-      const GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 2, .time = 1500,
-                               .d_in = 3, .d_h = 40, .with_h0 = true, .seed = 31};
+      const CellOptions variant = testing::label_options(cell_name);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                               .time = 1500, .d_in = 3, .d_h = 40, .with_h0 = true, .seed = 31};
       const Cell cell = p.make_cell();
       const Tensor x = p.make_input();
       const Tensor h0 = *p.make_h0(cell.slots());
       const Tensor gpu = sequential_apply(cell, x, ScanBackend::cuda, {.h0 = h0.view()});
       const Tensor cpu = sequential_apply(cell, x, ScanBackend::cpu, {.h0 = h0.view()});
-      const ComparisonResult c = compare(gpu, cpu, cuda_tau(dtype, cell_name));
+      const ComparisonResult c = compare(gpu, cpu, cuda_tau(dtype, variant.cell));
       EXPECT_TRUE(c.ok()) << c.describe();
     }
 }
 
 TEST(CudaBackend, CellsWithoutKernelsAreRefusedByName) {
-  const Cell cell = Cell::initialise({.cell = "titans", .d_in = 2, .d_h = 4}, DType::f32, 41);
+  const Cell cell = Cell::initialise({.cell = "slstm", .d_in = 2, .d_h = 4}, DType::f32, 41);
   const Tensor x(DType::f32, {1, 8, 2});
   for (int entry = 0; entry < 2; ++entry) {
     try {
@@ -196,7 +199,7 @@ TEST(CudaBackend, CellsWithoutKernelsAreRefusedByName) {
         (void)sequential_apply(cell, x, ScanBackend::cuda);
       FAIL() << "expected UnsupportedPath";
     } catch (const UnsupportedPath& e) {
-      EXPECT_NE(std::string(e.what()).find("titans"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("slstm"), std::string::npos) << e.what();
     }
   }
 }

@@ -24,11 +24,9 @@ namespace {
 using testing::gen_problem;
 
 #if PARARNN_TEST_ON_CUDA
-// The cells the kernels are instantiated for (kernels/cell_residual.hpp).
+// The cells the kernels are instantiated for.
 template <class CellMath>
-constexpr bool kHasKernels = std::is_same_v<CellMath, cells::GruDiagMath> ||
-                             std::is_same_v<CellMath, cells::LstmMath> ||
-                             std::is_same_v<CellMath, cells::NlruMath>;
+constexpr bool kHasKernels = kernels::kHasNewtonKernels<CellMath>;
 
 // One step of every channel on the device: F and J of the one-step trajectory H = 0 whose
 // initial state is h_prev, so F = f(h_prev, x) exactly. Arrays are [k][c], [g][c], [s][c].

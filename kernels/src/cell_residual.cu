@@ -6,9 +6,7 @@
 #include <cstdint>
 
 #include "device_util.cuh"
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
-#include "pararnn/cells/nlru.hpp"
+#include "pararnn/kernels/newton_cells.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
 
 namespace pararnn::kernels {
@@ -152,6 +150,12 @@ PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, float)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, double)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, float)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::TitansMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::TitansMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, double)
 #undef PARARNN_INSTANTIATE_CELL_RESIDUAL
 
 }  // namespace pararnn::kernels

@@ -5,9 +5,7 @@
 
 #include <cstdint>
 
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
-#include "pararnn/cells/nlru.hpp"
+#include "pararnn/kernels/newton_cells.hpp"
 #include "pararnn/kernels/sequential.hpp"
 
 namespace pararnn::kernels {
@@ -122,6 +120,15 @@ PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, __half)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::LstmMath, __nv_bfloat16)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, __half)
 PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, __nv_bfloat16)
+#define PARARNN_INSTANTIATE_SEQUENTIAL_ALL(CELL)   \
+  PARARNN_INSTANTIATE_SEQUENTIAL(CELL, float)     \
+  PARARNN_INSTANTIATE_SEQUENTIAL(CELL, double)    \
+  PARARNN_INSTANTIATE_SEQUENTIAL(CELL, __half)    \
+  PARARNN_INSTANTIATE_SEQUENTIAL(CELL, __nv_bfloat16)
+PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::TitansMath)
+PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::CfcMath)
+PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::CfcDiagHMath)
+#undef PARARNN_INSTANTIATE_SEQUENTIAL_ALL
 #undef PARARNN_INSTANTIATE_SEQUENTIAL
 
 }  // namespace pararnn::kernels

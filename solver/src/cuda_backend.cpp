@@ -8,7 +8,8 @@
 // trajectory lives in f32 on the device, as the CPU backend keeps it in f32, and is rounded to
 // the storage dtype once at the end); the same-dtype sequential loop rounds its state to the
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
-// Cells: those with kernels (GRU-diag, LSTM, NLRU); the others raise UnsupportedPath.
+// Cells: those with Newton kernels (kernels/newton_cells.hpp: GRU-diag, LSTM, NLRU, Titans, CfC
+// 'input' and 'diag_h', whose Δt gate is filled on the device); the others raise UnsupportedPath.
 // CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the caller's stream.
 #include "cuda_backend.hpp"
 #include "newton_loop.hpp"
@@ -32,6 +33,8 @@
 #include "pararnn/solver/decode.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
 #include "pararnn/kernels/decode.hpp"
+#include "pararnn/kernels/newton_cells.hpp"
+#include "pararnn/kernels/time_gate.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
 #include "pararnn/kernels/strided_copy.hpp"
@@ -40,18 +43,19 @@ namespace pararnn::detail {
 namespace cuda {
 namespace {
 
-// The cells with CUDA kernels (kernels/src instantiates GRU-diag, LSTM, NLRU); the others are
-// refused with UnsupportedPath until their kernels exist.
+// The cells with CUDA Newton kernels (kernels::kHasNewtonKernels); the others are refused with
+// UnsupportedPath until their kernels exist.
 template <class F>
 decltype(auto) dispatch_cuda_cell(CellKind kind, F&& f) {
-  switch (kind) {
-    case CellKind::gru: return f.template operator()<cells::GruDiagMath>();
-    case CellKind::lstm: return f.template operator()<cells::LstmMath>();
-    case CellKind::nlru: return f.template operator()<cells::NlruMath>();
-    default: break;
-  }
-  throw UnsupportedPath(fmt::format("scan_backend=cuda: no CUDA kernels for cell '{}' yet; use cpu",
-                                    cell_spec(kind).name));
+  return dispatch_cell(kind, [&]<class CellMath>() -> decltype(auto) {
+    if constexpr (kernels::kHasNewtonKernels<CellMath>) {
+      return f.template operator()<CellMath>();
+    } else {
+      throw UnsupportedPath(fmt::format("scan_backend=cuda: no CUDA Newton kernels for cell '{}' yet; "
+                                        "use cpu", cell_spec(kind).name));
+      return f.template operator()<cells::GruDiagMath>();  // unreachable; fixes the return type
+    }
+  });
 }
 
 // All work of this backend runs on the legacy default stream (see cuda_backend.hpp).
@@ -179,6 +183,19 @@ int solve_device(const TensorView& x, const ApplyOptions& options) {
   return current;
 }
 
+// Calls f.template operator()<StorageT>() with the device storage type of `dtype`.
+template <class F>
+decltype(auto) dispatch_device_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f64: return f.template operator()<double>();
+    case DType::f32: return f.template operator()<float>();
+    case DType::f16: return f.template operator()<__half>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16>();
+    default: break;
+  }
+  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
+}
+
 // The inputs of one solve on the device, in the compute type.
 class DeviceInputs {
  public:
@@ -215,9 +232,6 @@ class DeviceInputs {
       x_device = x_buffer.get();
     }
     // The input affines: every block's bias in one row, then each block's GEMM onto its gates.
-    if (spec.dt_gate >= 0)
-      throw UnsupportedPath(fmt::format("scan_backend=cuda: the Δt gate of cell '{}' has no CUDA "
-                                        "kernel yet; use cpu", spec.name));
     std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
     std::vector<DeviceBuffer> weights;
     std::vector<DeviceAffine> blocks;
@@ -233,6 +247,7 @@ class DeviceInputs {
     const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "the input biases");
     wx_ = DeviceBuffer(checked_bytes(rows * width, dtype_size(compute_), "W_x x"), "W_x x");
     input_affine(cell.dtype(), rows, L.d_in, width, bias_device.get(), x_device, blocks, wx_.get());
+    if (spec.dt_gate >= 0) fill_time_gate(cell, x_device, rows, L.d_in);
     problem_.wx = wx_.get();
 
     if (options.h0) {
@@ -253,6 +268,19 @@ class DeviceInputs {
 
   const DeviceProblem& problem() const { return problem_; }
   DType compute() const { return compute_; }
+
+ private:
+  // CfC's Δt gate block of wx: max(x[..., −1], floor) broadcast over the channels.
+  void fill_time_gate(const Cell& cell, const void* x, std::int64_t rows, std::int64_t d_in) {
+    dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
+      using ComputeT = kernels::ComputeOf<StorageT>;
+      const kernels::TimeGateArgs<StorageT> args{
+          .x = static_cast<const StorageT*>(x), .wx = wx_.as<ComputeT>(), .rows = rows, .d_in = d_in,
+          .channels = cell.d_h(), .gates = cell.spec().gates, .dt_gate = cell.spec().dt_gate,
+          .floor = cells::kCfcDtFloor};
+      PARARNN_CUDA_CHECK(kernels::launch_time_gate(args, kStream));
+    });
+  }
 
  private:
   DType compute_;
@@ -606,18 +634,6 @@ namespace {
 // cuBLAS's workspace for the decoder's GEMM, owned by the decoder so that a captured graph
 // allocates nothing (cuBLAS recommends a user workspace under stream capture).
 constexpr std::size_t kDecodeCublasWorkspace = std::size_t{4} << 20;
-
-template <class F>
-decltype(auto) dispatch_device_storage(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f64: return f.template operator()<double>();
-    case DType::f32: return f.template operator()<float>();
-    case DType::f16: return f.template operator()<__half>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    default: break;
-  }
-  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
-}
 
 }  // namespace
 

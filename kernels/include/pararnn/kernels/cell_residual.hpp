@@ -48,7 +48,7 @@ struct CellResidualArgs {
 template <class StorageT>
 std::size_t cell_residual_workspace_bytes();
 
-// Instantiated for cells::GruDiagMath, cells::LstmMath, cells::NlruMath × {float, double}.
+// Instantiated for the cell maths of kHasNewtonKernels (newton_cells.hpp) × {float, double}.
 // A zero-sized problem writes max|F| = 0 when the scalar is given.
 template <class CellMath, class StorageT>
 cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& args, void* workspace,

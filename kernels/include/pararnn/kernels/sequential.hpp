@@ -42,7 +42,7 @@ struct SequentialArgs {
   std::int64_t channels = 0;
 };
 
-// Instantiated for cells::GruDiagMath, cells::LstmMath, cells::NlruMath × {float, double,
+// Instantiated for the cell maths of kHasNewtonKernels (newton_cells.hpp) × {float, double,
 // __half, __nv_bfloat16} (half storage: f32 arithmetic, the state rounded to nearest even in the
 // storage type after every step, as the host loop storing into Eigen::half / bfloat16 does).
 template <class CellMath, class StorageT>
