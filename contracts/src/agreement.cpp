@@ -231,7 +231,13 @@ nlohmann::ordered_json AgreementReport::to_json() const {
   j["verdict"] = verdict_name(verdict);
   if (!inconclusive_reason.empty()) j["inconclusive_reason"] = inconclusive_reason;
   nlohmann::ordered_json worst;
-  if (worst_index.size() >= 3) {
+  if (worst_index.size() == 5) {  // a matrix state (B, T, n_heads, d, d): RWKV-7
+    worst["b"] = worst_index[0];
+    worst["t"] = worst_index[1];
+    worst["head"] = worst_index[2];
+    worst["row"] = worst_index[3];
+    worst["column"] = worst_index[4];
+  } else if (worst_index.size() >= 3) {
     worst["b"] = worst_index[0];
     worst["t"] = worst_index[1];
     worst["slot"] = worst_index.size() == 4 ? worst_index[2] : 0;
@@ -295,7 +301,10 @@ std::string AgreementReport::failure_message() const {
 
 std::string AgreementReport::summary() const {
   std::string worst = "-";
-  if (worst_index.size() >= 3)
+  if (worst_index.size() == 5)
+    worst = fmt::format("b={} t={} head={} row={} column={}", worst_index[0], worst_index[1],
+                        worst_index[2], worst_index[3], worst_index[4]);
+  else if (worst_index.size() >= 3)
     worst = fmt::format("b={} t={} slot={} channel={}", worst_index[0], worst_index[1],
                         worst_index.size() == 4 ? worst_index[2] : 0, worst_index.back());
   return fmt::format(

@@ -89,6 +89,12 @@ CellSpec cell_spec(const Case& problem) {
     refuse_heads("is not an argument of cell hopfield");
     return {CellKind::hopfield, 2, 1, {with_gates(w_x, 2)}, {}};
   }
+  if (cell == "rwkv7") {
+    if (mix && *mix != "rwkv7" && *mix != "diag") {
+      refuse_mix("cell rwkv7 has the rwkv7 mix only ('rwkv7' or absent)");
+    }
+    return {CellKind::rwkv7, 6, 1, {with_gates(w_x, 6)}, {}};
+  }
   if (cell == "gru") {
     if (mix && *mix != "diag") {
       refuse_mix("the oracle implements cell gru with mix 'diag' or 'head' only");
@@ -137,7 +143,7 @@ CellSpec cell_spec(const Case& problem) {
       "cell",
       "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag, "
       "head or dense), "
-      "cfc (gate_mix input or diag_h), titans, hopfield",
+      "cfc (gate_mix input or diag_h), titans, hopfield, rwkv7",
       cell.empty() ? std::string("<empty>") : cell);
 }
 
@@ -427,6 +433,15 @@ PreparedCase prepare_case(const Case& problem) {
       }
     }
   }
+  if (spec.kind == CellKind::rwkv7) {  // (H, d, d) state as d slots of d_h = H·d values
+    const std::int64_t heads = problem.meta_int("n_heads", 1);
+    if (heads < 1 || out.d_h % heads != 0) {
+      throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide d_h = {} (cell rwkv7)", out.d_h),
+                              std::to_string(heads));
+    }
+    out.n_heads = heads;
+    out.slots = static_cast<int>(out.d_h / heads);
+  }
   if (spec.kind == CellKind::hopfield) {
     out.beta = problem.meta_double("beta", 1.0 / std::sqrt(static_cast<double>(out.d_h)));
     if (!(out.beta > 0.0 && std::isfinite(out.beta))) {
@@ -455,6 +470,10 @@ PreparedCase prepare_case(const Case& problem) {
   }
 
   std::int64_t h0_rows = out.batch;
+  if (problem.cu_seqlens && spec.kind == CellKind::rwkv7) {
+    throw ContractViolation("cu_seqlens", "is not supported by cell rwkv7 (ParaRWKV7 refuses packed input)",
+                            shape_string(problem.cu_seqlens->shape()));
+  }
   if (problem.cu_seqlens) {
     const std::vector<std::int64_t> cu = checked_cu_seqlens(*problem.cu_seqlens, out.batch, out.time);
     h0_rows = static_cast<std::int64_t>(cu.size()) - 1;
@@ -467,7 +486,17 @@ PreparedCase prepare_case(const Case& problem) {
       out.chains.push_back(RowChain{b, 0, out.time, problem.h0 ? b : -1, -1});
     }
   }
-  if (problem.h0) {
+  if (problem.h0 && spec.kind == CellKind::rwkv7) {
+    const std::int64_t d = out.d_h / out.n_heads;
+    const Shape expected{h0_rows, out.n_heads, d, d};
+    if (problem.h0->shape() != expected) {
+      throw ContractViolation("h0", fmt::format("must have shape {} (B, n_heads, d, d) for cell rwkv7",
+                                                shape_string(expected)),
+                              shape_string(problem.h0->shape()));
+    }
+    out.h0 = checked_h0(problem.h0->reshaped({h0_rows, out.slots, out.d_h}), out.dtype, h0_rows,
+                        out.slots, out.d_h, problem.cu_seqlens.has_value());
+  } else if (problem.h0) {
     out.h0 = checked_h0(*problem.h0, out.dtype, h0_rows, out.slots, out.d_h,
                         problem.cu_seqlens.has_value());
   }
@@ -507,9 +536,7 @@ OracleResult oracle_sequential(const Case& problem, const OracleOptions& options
   }
   const detail::PreparedCase prepared = detail::prepare_case(problem);
   OracleResult result;
-  result.H = prepared.slots == 1
-                 ? Tensor(DType::f64, {prepared.batch, prepared.time, prepared.d_h})
-                 : Tensor(DType::f64, {prepared.batch, prepared.time, prepared.slots, prepared.d_h});
+  result.H = Tensor(DType::f64, prepared.trajectory_shape());
   double* H = result.H.data_as<double>();
   dispatch_float_dtype(prepared.dtype, [&]<class StorageT>() {
     using Primary = detail::PrimaryOf<StorageT>;

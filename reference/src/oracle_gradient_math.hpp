@@ -227,7 +227,8 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
         return bptt_chain<Real, 8>(gc, items[at], views[at]);
       case CellKind::gru_head:
       case CellKind::hopfield:
-      case CellKind::slstm_head: break;  // dense: refused before (channels_independent)
+      case CellKind::slstm_head:
+      case CellKind::rwkv7: break;  // dense: refused before (channels_independent)
     }
     throw std::logic_error("oracle_gradients: unexpected number of AD directions for the cell");
   });

@@ -331,7 +331,7 @@ OracleGradients oracle_gradients(const Case& problem, const OracleOptions& optio
   if (!detail::channels_independent(prepared.kind)) {
     throw ContractViolation("cell",
                             "oracle_gradients does not yet implement cells whose Jacobian is dense "
-                            "(gru mix 'head', hopfield); the forward oracle does",
+                            "(gru mix 'head', hopfield, rwkv7); the forward oracle does",
                             problem.cell);
   }
   const detail::GradientCase gc{prepared, detail::checked_cotangent(problem, prepared)};

@@ -22,7 +22,8 @@ namespace pararnn::reference::detail {
 
 enum class CellKind : std::uint8_t {
   gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield,
-  slstm_head  // ParaSLSTM mix 'head', and mix 'dense' as one head
+  slstm_head,  // ParaSLSTM mix 'head', and mix 'dense' as one head
+  rwkv7
 };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
@@ -93,6 +94,10 @@ struct PreparedCase {
   // affine_gates = 2 d_h blocks of d_h rows: K = rows [0, d_h²), V = rows [d_h², 2 d_h²),
   // each row-major (K[i][j] = wx[i d_h + j]).
   double beta = 0.0;
+  // rwkv7: d_h = n_heads·d (the affine's 6 d_h rows are the gate blocks w, a, κ, v, k, r, each
+  // head-major), and the (n_heads, d, d) matrix state of a row is held as slots = d blocks of
+  // d_h values, flat in the trajectory's (head, i, j) order: every unroll, copy and comparison
+  // treats a row's state as one flat vector, and only the step reads its structure.
   int time_gate = -1;      // cfc: the gate block holding Δt; -1 for the other cells
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
@@ -116,6 +121,12 @@ struct PreparedCase {
 
   std::int64_t state_size() const { return slots * d_h; }
   std::int64_t affine_rows() const { return affine_gates * d_h; }
+  // The oracle's trajectory shape: (B, T, d_h), (B, T, slots, d_h), or rwkv7's (B, T, H, d, d).
+  Shape trajectory_shape() const {
+    if (kind == CellKind::rwkv7) return {batch, time, n_heads, d_h / n_heads, d_h / n_heads};
+    if (slots == 1) return {batch, time, d_h};
+    return {batch, time, slots, d_h};
+  }
   // Offset of H[b, t, slot, channel] in the oracle's f64 trajectory.
   std::int64_t h_offset(std::int64_t b, std::int64_t t, std::int64_t slot,
                         std::int64_t channel) const {

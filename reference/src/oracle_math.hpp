@@ -35,7 +35,11 @@
 //   Hopfield (§1.8), K and V the (d_h, d_h) row-major halves of the affine's output:
 //     a = exp(β K h) / Σ exp(β K h),  h' = V a
 //   (no shift by the largest logit: this is the definition, and the working types have range).
-//   These two mix channels: their chains are whole batch rows, never single channels.
+//   RWKV-7 (§1.10), per head with the (d, d) state S (rows: value index, columns: key index)
+//   and the head's slices of the gate blocks (w_raw, a_raw, κ_raw, v, k, r):
+//     w = σ(w_raw),  a = σ(a_raw),  κ̂ = κ_raw / max(‖κ_raw‖₂, 1e-6)
+//     G = diag(w) − κ̂ (a ⊙ κ̂)ᵀ,  U = v kᵀ,  S' = S G + U      (r is the readout's, unused)
+//   These three mix channels: their chains are whole batch rows, never single channels.
 // σ(v) = 1 / (1 + exp(-v)); softplus is PyTorch's (beta 1, threshold 20): v for v > 20, else
 // log1p(exp(v)); exp, tanh and log1p are the scalar type's own (found by ADL). For the
 // AutoDiffScalar, softplus is a primitive whose derivative is σ(v) (1 above the threshold), as
@@ -153,10 +157,11 @@ struct RecurrentDiagonals {
   double eps = 0.0;  // slstm
   std::vector<RowMajorMatrix<Scalar>> matrices;  // gru_head: [head·3 + gate], (in, out)
   double beta = 0.0;                             // hopfield
+  Index heads = 1;                               // rwkv7
 
   template <class Other>
   RecurrentDiagonals<Other> cast() const {
-    RecurrentDiagonals<Other> out{kind, d, {}, eps, {}, beta};
+    RecurrentDiagonals<Other> out{kind, d, {}, eps, {}, beta, heads};
     for (const auto& v : a) out.a.push_back(v.template cast<Other>());
     for (const auto& m : matrices) out.matrices.push_back(m.template cast<Other>());
     return out;
@@ -171,6 +176,7 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   out.d = channel < 0 ? problem.d_h : 1;
   out.eps = problem.eps;
   out.beta = problem.beta;
+  out.heads = problem.n_heads;
   if (problem.kind == CellKind::gru_head || problem.kind == CellKind::slstm_head) {
     const Index m = problem.d_h / problem.n_heads;
     const auto count = static_cast<std::int64_t>(problem.head_matrices.size()) / (m * m);
@@ -365,6 +371,26 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       const Vec<Scalar> e = (Scalar(p.beta) * (K * s.head(d))).unaryExpr(exp_of);
       const Scalar total = e.sum();
       s_new.head(d) = V * (e / total);
+      return;
+    }
+    case CellKind::rwkv7: {  // gate blocks (w, a, κ, v, k, r) of d = H·m; state (H, m, m)
+      using std::sqrt;
+      const Index m = d / p.heads;
+      const Scalar eps(1e-6);
+      for (Index hd = 0; hd < p.heads; ++hd) {
+        const auto head_gate = [&](int g) { return wx.derived().segment(g * d + hd * m, m); };
+        const Vec<Scalar> w = head_gate(0).unaryExpr(sigmoid);
+        const Vec<Scalar> a = head_gate(1).unaryExpr(sigmoid);
+        const Vec<Scalar> kappa_raw = head_gate(2);
+        const Scalar norm = sqrt(kappa_raw.squaredNorm());
+        const Vec<Scalar> kappa = kappa_raw / (norm < eps ? eps : norm);
+        const RowMajorMatrix<Scalar> G =
+            RowMajorMatrix<Scalar>(w.asDiagonal()) - kappa * a.cwiseProduct(kappa).transpose();
+        const RowMajorMatrix<Scalar> U = head_gate(3) * head_gate(4).transpose();
+        const Eigen::Map<const RowMajorMatrix<Scalar>> S(s.data() + hd * m * m, m, m);
+        Eigen::Map<RowMajorMatrix<Scalar>> S_new(s_new.data() + hd * m * m, m, m);
+        S_new = S * G + U;
+      }
       return;
     }
   }
@@ -628,7 +654,8 @@ inline bool channels_independent(CellKind kind) {
     case CellKind::titans: return true;
     case CellKind::gru_head:
     case CellKind::hopfield:
-    case CellKind::slstm_head: return false;
+    case CellKind::slstm_head:
+    case CellKind::rwkv7: return false;
   }
   return false;
 }

@@ -39,6 +39,24 @@ Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
 Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
 
 bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::dense; }
+bool is_linear_gu(const Cell& cell) { return cell.spec().jacobian == JacobianClass::linear_gu; }
+
+// ParaRWKV7 (spec §1.10): no packing, no windows, host only; its (G, U) scan is exact.
+void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& options,
+                     const NewtonConfig* config, const char* who) {
+  if (!is_linear_gu(cell)) return;
+  if (backend == Resolved::cuda)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has no CUDA kernels yet; use scan_backend=cpu "
+                                      "(or eager) with host tensors", who, cell.name()));
+  if (options.cu_seqlens)
+    throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
+                                                      cell.spec().python_class, cell.name()),
+                            shape_string(options.cu_seqlens->shape()));
+  if (config && config->chunk_len)
+    throw ContractViolation("chunk_len", fmt::format("is not supported by {} (its (G, U) scan is exact: "
+                                                     "there is no Newton to window)", cell.spec().python_class),
+                            std::to_string(*config->chunk_len));
+}
 
 // Dense-Jacobian cells run on the CPU dense backend only (forward).
 void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
@@ -49,8 +67,8 @@ void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
 }
 
 void refuse_dense_gradients(const Cell& cell, const char* who) {
-  if (is_dense(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian cells are not built yet "
+  if (is_dense(cell) || is_linear_gu(cell))
+    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian and linear (G, U) cells are not built yet "
                                       "(cell '{}', mix '{}')",
                                       who, cell.name(), cell.spec().mix));
 }
@@ -170,7 +188,13 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   check_dense_backend(cell, backend, "newton_apply");
+  check_linear_gu(cell, backend, options, &config, "newton_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
+  if (is_linear_gu(cell)) {  // no Newton: the exact scan, or the step loop for eager
+    NewtonStats local;
+    return detail::rwkv7_apply(cell, x, options, std::move(layout),
+                               config.scan_backend != ScanBackend::eager, stats ? *stats : local);
+  }
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed Newton: serial over windows, each a full solve from the previous last state.
     const NewtonConfig w = window_config(config, cell, layout.time);
@@ -211,7 +235,9 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
   const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
   check_dense_backend(cell, backend, "sequential_apply");
+  check_linear_gu(cell, backend, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
+  if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
   return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
@@ -221,7 +247,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
                         const ApplyOptions& options) {
   const Resolved resolved = resolve_backend(backend, x);
   check_dense_backend(cell, resolved, "sequential_apply");
+  check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
+  if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
   return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
@@ -266,6 +294,7 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
   const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+  if (is_linear_gu(cell)) return detail::rwkv7_max_residual(cell, x, H, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_max_residual(cell, x, H, options, std::move(layout));
   return detail::cpu_max_residual(cell, x, H, options, std::move(layout));
 }

@@ -45,6 +45,16 @@ Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const Apply
 double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
 
+// CPU backend of ParaRWKV7, the linear (G, U) cell (rwkv7_backend.cpp; forward only, no
+// Newton): `use_scan` = the exact (G, U) scan, else the sequential step loop; stats: iters 0,
+// max_residual 0, scan_backend "rwkv7_scan" / "rwkv7_sequential", K 0.
+Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
+                   bool use_scan, NewtonStats& stats);
+Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                              Layout layout);
+double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                          const ApplyOptions& options, Layout layout);
+
 // CUDA backend (cuda_backend.cpp; without CUDA in the build, `cuda_backend_available` is false
 // with the reason and the others throw UnsupportedPath).
 bool cuda_backend_available(std::string* why_not = nullptr);

@@ -58,14 +58,19 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
   }
   if (options.h0) {
     const TensorView& h0 = *options.h0;
-    const Shape full = {states, cell.slots(), cell.d_h()};
+    Shape full = {states, cell.slots(), cell.d_h()};
     const Shape flat = {states, cell.d_h()};
-    const bool ok = h0.shape() == full || (cell.slots() == 1 && h0.shape() == flat);
+    if (cell.kind() == CellKind::rwkv7) {  // a matrix state: (B, n_heads, d, d) only
+      full = {states};
+      for (std::int64_t extent : cell.state_shape()) full.push_back(extent);
+    }
+    const bool flat_allowed = cell.slots() == 1 && cell.kind() != CellKind::rwkv7;
+    const bool ok = h0.shape() == full || (flat_allowed && h0.shape() == flat);
     if (!ok)
       throw ContractViolation(
           "h0",
           fmt::format("must have shape {}{} ({} {})", shape_string(full),
-                      cell.slots() == 1 ? " or " + shape_string(flat) : "", states,
+                      flat_allowed ? " or " + shape_string(flat) : "", states,
                       layout.packed ? "segments" : "batch rows"),
           shape_string(h0.shape()));
     if (h0.dtype() != cell.dtype())

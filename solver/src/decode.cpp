@@ -28,12 +28,14 @@ TensorView with_one_step(const TensorView& x) {
 
 std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
                                     const TensorView& out) {
-  const std::int64_t S = cell.slots(), D = cell.d_h();
-  const bool state_ok = state.dim() == 3 ? state.size(1) == S && state.size(2) == D
-                                         : state.dim() == 2 && S == 1 && state.size(1) == D;
-  if (!state_ok)
-    throw ContractViolation("state", S == 1 ? fmt::format("must be (B, {0}) or (B, 1, {0})", D)
-                                            : fmt::format("must be (B, {}, {})", S, D),
+  // (B, *state_shape), or (B, 1, d_h) for one-slot cells.
+  const Shape carry = cell.state_shape();
+  Shape wanted = {state.dim() > 0 ? state.size(0) : 0};
+  wanted.insert(wanted.end(), carry.begin(), carry.end());
+  const bool one_slot_3d = cell.slots() == 1 && carry.size() == 1 && state.dim() == 3 &&
+                           state.size(1) == 1 && state.size(2) == cell.d_h();
+  if (state.dim() == 0 || (state.shape() != wanted && !one_slot_3d))
+    throw ContractViolation("state", "must be (B, " + shape_string(carry).substr(1),
                             shape_string(state.shape()));
   const std::int64_t B = state.size(0);
   const bool x_ok = (x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(0) == B &&

@@ -73,6 +73,8 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
 
 KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,
                                  std::int64_t time) {
+  if (cell.jacobian == JacobianClass::linear_gu)  // RWKV-7: exact scan, no Newton (spec §1.10)
+    return {0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
   if (config.max_iters) return {*config.max_iters, false, "max_iters"};
   if (!config.newton_iters_by_t.empty()) {
     // Left-step: the value at the largest key <= T; below every key, the smallest key's value.

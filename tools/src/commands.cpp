@@ -125,7 +125,8 @@ int make_case(const MakeCaseArgs& args) {
   }
   std::optional<Tensor> h0;
   if (args.h0_std) {
-    Shape shape = cell.slots() == 1 ? Shape{states, args.d_h} : Shape{states, cell.slots(), args.d_h};
+    Shape shape = {states};  // (S, d_h), (S, slots, d_h) or rwkv7's (S, n_heads, d, d)
+    for (std::int64_t extent : cell.state_shape()) shape.push_back(extent);
     Tensor h(dtype, shape);
     std::normal_distribution<double> h_normal(0.0, *args.h0_std);
     const std::int64_t n = h.numel();

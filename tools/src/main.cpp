@@ -17,10 +17,10 @@ int main(int argc, char** argv) {
 
   MakeCaseArgs mk;
   auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
-  make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield");
+  make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield | rwkv7");
   make->add_option("--mix", mk.mix, "recurrent mix (diag; gru: head)");
   make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))");
-  make->add_option("--n-heads", mk.n_heads, "heads (head mixes)");
+  make->add_option("--n-heads", mk.n_heads, "heads (head mixes; rwkv7, default 1; must divide --d-h)");
   make->add_option("--gate-mix", mk.gate_mix, "cfc: input | diag_h");
   make->add_option("--eps", mk.eps, "slstm: h = o c / (n + eps) (default 1e-6)");
   make->add_option("--batch", mk.batch);

@@ -3,6 +3,7 @@
 #   make-case -> verify prints Agree, exits 0 and writes its JSON, for every cell;
 #   oracle -> one element moved far outside τ -> compare exits 1 (Disagree) and its JSON names
 #   the planted index; solve's own trajectory passes compare;
+#   RWKV-7 verifies in f32 and bf16 and refuses gradients and a bad n_heads;
 #   a truncated case file and an unknown backend are refused with exit 2 naming the problem.
 set -u
 pararnn=$1
@@ -76,6 +77,20 @@ for path in sys.argv[1:]:
     want = {"H", "grad.x", "grad.W_x.weight", "grad.W_x.bias", "grad.a_f", "grad.c_o"}
     assert want <= names, (path, sorted(names))
 PY
+
+# RWKV-7 (a matrix state, no Newton): make-case -> verify Agree in f32 and bf16; the report
+# names (head, row, column); gradients and n_heads not dividing d_h are refused (exit 2).
+for dtype in f32 bf16; do
+  expect_rc 0 "$pararnn" make-case --cell rwkv7 --n-heads 2 --seed 3 --batch 2 --time 300 --d-in 5 \
+    --d-h 8 --dtype $dtype --h0-std 0.5 --out "$work/rwkv7_$dtype.safetensors"
+  expect_rc 0 "$pararnn" verify "$work/rwkv7_$dtype.safetensors" --json "$work/rwkv7_$dtype.json"
+  grep -q "backend rwkv7_scan" <<<"$out" || fail "rwkv7 $dtype did not run the (G, U) scan: $out"
+  [ "$(json_get "$work/rwkv7_$dtype.json" "['shape']")" = "[2, 300, 2, 4, 4]" ] || fail "rwkv7 shape"
+  json_get "$work/rwkv7_$dtype.json" "['worst_index']['head']" > /dev/null || fail "rwkv7 worst head"
+done
+expect_rc 2 "$pararnn" verify "$work/rwkv7_f32.safetensors" --grad
+expect_rc 2 "$pararnn" make-case --cell rwkv7 --n-heads 3 --d-h 8 --d-in 4 --out "$work/bad.safetensors"
+grep -q "n_heads" <<<"$out" || fail "the rwkv7 refusal does not name n_heads: $out"
 
 printf '\x10\x00\x00' > "$work/truncated.safetensors"
 expect_rc 2 "$pararnn" verify "$work/truncated.safetensors"

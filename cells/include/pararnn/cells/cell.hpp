@@ -5,7 +5,8 @@
 // A spec's `jacobian` says which solver path it takes: per_channel cells go through
 // `dispatch_cell` (S x S blocks per channel), dense cells through `dispatch_dense_cell` (one
 // dense N x N block per chain: ParaHopfield, a batch row, N = d_h; ParaGRU mix='head', a
-// (batch row, head), N = d_head).
+// (batch row, head), N = d_head). ParaRWKV7 (JacobianClass::linear_gu) is linear: no Newton, an
+// exact scan of its (G, U) elements (rwkv7.hpp); its state is a (n_heads, d, d) matrix per row.
 //
 // Guarantees: `Cell::from_case` accepts exactly the parameter names and shapes of pararnn-torch
 // (W_x.weight (G·d_h, d_in), W_x.bias (G·d_h,), recurrent vectors (d_h,)) in the case's dtype and
@@ -35,6 +36,7 @@
 #include "pararnn/cells/hopfield.hpp"
 #include "pararnn/cells/lstm.hpp"
 #include "pararnn/cells/nlru.hpp"
+#include "pararnn/cells/rwkv7.hpp"
 #include "pararnn/cells/slstm_diag.hpp"
 #include "pararnn/cells/slstm_head.hpp"
 #include "pararnn/cells/titans.hpp"
@@ -46,11 +48,12 @@
 namespace pararnn {
 
 enum class CellKind {
-  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield, slstm_head, slstm_dense
+  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield, slstm_head, slstm_dense, rwkv7
 };
 
 // How the Jacobian of a step is structured, and hence which solver path a cell takes.
-enum class JacobianClass { per_channel, dense };
+// linear_gu: the step is linear in the state, S′ = S G + U (ParaRWKV7): an exact scan, K = 0.
+enum class JacobianClass { per_channel, dense, linear_gu };
 
 // A per-channel recurrent value: a (d_h,) vector, or one row of a (rows, d_h) tensor.
 struct RecurrentEntry {
@@ -192,6 +195,11 @@ inline const std::vector<CellSpec>& cell_specs() {
        .slot_names = {"h"}, .library_newton_iters = 2, .mix = "dense",
        .jacobian = JacobianClass::dense, .library_newton_table = {{1, 2}, {64, 3}},
        .default_cap = std::nullopt},
+      {.kind = CellKind::rwkv7, .name = "rwkv7", .python_class = "ParaRWKV7", .slots = 1,
+       .gates = cells::Rwkv7Math::kGates, .affine = {{"W_x.weight", "W_x.bias", 0, cells::Rwkv7Math::kGates}},
+       .parameters = {weight(cells::Rwkv7Math::kGates), bias(cells::Rwkv7Math::kGates)},
+       .slot_names = {"S"}, .library_newton_iters = 0, .mix = "rwkv7",
+       .jacobian = JacobianClass::linear_gu, .default_cap = std::nullopt},
   };
   return specs;
 }
@@ -254,7 +262,8 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::gru_head:
     case CellKind::hopfield:
     case CellKind::slstm_head:
-    case CellKind::slstm_dense: break;
+    case CellKind::slstm_dense:
+    case CellKind::rwkv7: break;
   }
   throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a dense Jacobian: it has no per-channel math",
                                     cell_spec(kind).name, cell_spec(kind).mix));
@@ -281,7 +290,7 @@ struct CellOptions {
   std::string mix = "diag";                          // mix
   std::int64_t d_in = 0;                             // input_size
   std::int64_t d_h = 0;                              // hidden_size
-  std::optional<std::int64_t> n_heads;               // n_heads (head mixes)
+  std::optional<std::int64_t> n_heads;               // n_heads (head mixes; rwkv7, default 1)
   std::optional<double> max_recurrent_norm = 0.5;    // nullopt = "none" (no clamp)
   std::optional<double> weight_std;                  // recurrent std; default 1/√(numel)
   double eps = 1e-6;                                 // eps (ParaSLSTM)
@@ -472,6 +481,15 @@ class Cell {
     return (i / w) * d_h_ + q * w + i % w;
   }
   double beta() const { return options_.beta.value_or(1.0 / std::sqrt(static_cast<double>(d_h_))); }
+  // ParaRWKV7: the width d of a head's (d, d) state (d_h = n_heads · d).
+  std::int64_t head_dim() const { return d_h_ / n_heads(); }
+
+  // The state of one batch row: (d_h), (slots, d_h), or ParaRWKV7's (n_heads, d, d).
+  Shape state_shape() const {
+    if (kind() == CellKind::rwkv7) return {n_heads(), head_dim(), head_dim()};
+    if (slots() == 1) return {d_h_};
+    return {slots(), d_h_};
+  }
 
   // The per-chain parameters every backend feeds a dense-chain math struct, as doubles,
   // [chain within a row][DenseMath::params_size(N)]: GRU-head A_z, A_r, A_n of the head (clamped
@@ -521,6 +539,10 @@ class Cell {
       m.erase("max_recurrent_norm");  // ParaHopfield has no recurrent parameter and no cap
       m["beta"] = fmt::format("{}", beta());
     }
+    if (kind() == CellKind::rwkv7) {
+      m.erase("max_recurrent_norm");  // ParaRWKV7 has no recurrent parameter and no cap
+      m["n_heads"] = std::to_string(n_heads());
+    }
     if (spec_->name == "slstm") m["eps"] = fmt::format("{}", options_.eps);
     if (!spec_->gate_mix.empty()) {
       m["gate_mix"] = options_.gate_mix;
@@ -540,10 +562,11 @@ class Cell {
     return problem;
   }
 
-  // Trajectory shape for (B, T): (B, T, d_h) or (B, T, slots, d_h).
+  // Trajectory shape for (B, T): (B, T, d_h), (B, T, slots, d_h), or (B, T, n_heads, d, d).
   Shape trajectory_shape(std::int64_t batch, std::int64_t time) const {
-    if (slots() == 1) return {batch, time, d_h_};
-    return {batch, time, slots(), d_h_};
+    Shape shape = {batch, time};
+    for (std::int64_t extent : state_shape()) shape.push_back(extent);
+    return shape;
   }
 
   // Columns of x an affine block reads (features only: all but the last, Δt).
@@ -559,7 +582,8 @@ class Cell {
   Cell(const CellSpec& spec, std::int64_t d_in, std::int64_t d_h, DType dtype,
        std::optional<double> cap, CellOptions options)
       : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype),
-        cap_(spec.kind == CellKind::hopfield ? std::nullopt : cap),  // no recurrent parameter
+        cap_(spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7
+                 ? std::nullopt : cap),  // no recurrent parameter
         options_(std::move(options)) {
     if (!is_floating(dtype))
       throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
@@ -621,18 +645,18 @@ class Cell {
                               std::to_string(options.d_in));
     if (options.d_h < 1)
       throw ContractViolation("hidden_size", "must be >= 1", std::to_string(options.d_h));
-    if (options.mix != spec.mix && !(options.mix == "diag" && spec.kind == CellKind::hopfield))
+    const bool single_mix = spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7;
+    if (options.mix != spec.mix && !(options.mix == "diag" && single_mix))
       throw ContractViolation("mix", fmt::format("must be '{}' for {}", spec.mix, spec.name), options.mix);
-    if (options.n_heads && spec.mix != "head")
-      throw ContractViolation("n_heads", "is allowed only with mix='head'",
+    const bool takes_heads = spec.mix == "head" || spec.kind == CellKind::rwkv7;
+    if (options.n_heads && !takes_heads)
+      throw ContractViolation("n_heads", "is allowed only with mix='head' or cell rwkv7",
                               std::to_string(*options.n_heads));
-    if (spec.mix == "head") {
-      if (!options.n_heads)
-        throw ContractViolation("n_heads", "is required with mix='head'", "none");
-      if (*options.n_heads < 1 || options.d_h % *options.n_heads != 0)
-        throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide hidden_size={}", options.d_h),
-                                std::to_string(*options.n_heads));
-    }
+    if (spec.mix == "head" && !options.n_heads)
+      throw ContractViolation("n_heads", "is required with mix='head'", "none");
+    if (options.n_heads && (*options.n_heads < 1 || options.d_h % *options.n_heads != 0))
+      throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide hidden_size={}", options.d_h),
+                              std::to_string(*options.n_heads));
     if (options.beta && spec.kind != CellKind::hopfield)
       throw ContractViolation("beta", "is a ParaHopfield argument", fmt::format("{}", *options.beta));
     if (options.beta && !(*options.beta > 0.0 && std::isfinite(*options.beta)))

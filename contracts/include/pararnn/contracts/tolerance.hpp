@@ -22,6 +22,7 @@ enum class Metric {
   decode,             // decode_step vs one sequential step
   oracle_self_check,  // the oracle at two precisions ("far below τ")
   gradcheck,          // adjoint vs central finite differences (f64, eps 1e-6)
+  linear_scan,        // an exact scan (no Newton: RWKV-7's (G, U)) vs its sequential unroll
 };
 std::string_view metric_name(Metric metric);
 

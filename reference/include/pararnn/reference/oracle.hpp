@@ -10,7 +10,7 @@
 // on every chain of small cases and on a seeded sample of chains of large ones; the largest
 // difference is `self_check_delta`. Example:
 //   OracleResult r = oracle_sequential(read_case("case.safetensors"));
-//   // r.H: f64 (B, T, d_h) or (B, T, slots, d_h)
+//   // r.H: f64 (B, T, d_h), (B, T, slots, d_h), or (B, T, n_heads, d, d) for rwkv7
 #pragma once
 
 #include <cstdint>

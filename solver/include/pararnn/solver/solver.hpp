@@ -3,7 +3,8 @@
 //
 // Guarantees (docs/numerics-contract.md): inputs are storage-dtype tensors (f64, f32, f16,
 // bf16) with any strides; arithmetic is f64 for f64 and f32 otherwise; outputs are contiguous
-// trajectories in the storage dtype, (B, T, d_h) or (B, T, slots, d_h). Newton starts from the
+// trajectories in the storage dtype, (B, T, d_h) or (B, T, slots, d_h) (RWKV-7: (B, T, n_heads, d, d),
+// an exact (G, U) scan without Newton). Newton starts from the
 // App. A guess, solves δ_t = J_t δ_{t−1} + F_t by a scan, and runs the residual gate after every
 // solve (NewtonDivergenceError above residual_fail, warning `newton_residual_high` above 1e-3).
 // Packed input (cu_seqlens) restarts the state at every segment start. Example:
