@@ -223,7 +223,8 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
         if (directions != 8) break;
         return bptt_chain<Real, 8>(gc, items[at], views[at]);
       case CellKind::gru_head:
-      case CellKind::hopfield: break;  // dense: refused before (channels_independent)
+      case CellKind::hopfield:
+      case CellKind::m2rnn: break;  // not diagonal: refused before (channels_independent)
     }
     throw std::logic_error("oracle_gradients: unexpected number of AD directions for the cell");
   });

@@ -20,7 +20,7 @@
 
 namespace pararnn::reference::detail {
 
-enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield };
+enum class CellKind : std::uint8_t { gru, lstm, nlru, slstm, cfc, titans, gru_head, hopfield, m2rnn };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
 struct RowChain {
@@ -88,6 +88,11 @@ struct PreparedCase {
   // affine_gates = 2 d_h blocks of d_h rows: K = rows [0, d_h²), V = rows [d_h², 2 d_h²),
   // each row-major (K[i][j] = wx[i d_h + j]).
   double beta = 0.0;
+  // m2rnn: the state H (k_dim, v_dim) flattened row-major (d_h = k_dim·v_dim, one slot), W
+  // (v_dim, v_dim) row-major, never clamped; the affine is one block of k_dim + v_dim + 1 rows
+  // (k, v, f_logit), affine_gates = gates = 1.
+  std::int64_t k_dim = 0, v_dim = 0;
+  std::vector<double> value_matrix;
   int time_gate = -1;      // cfc: the gate block holding Δt; -1 for the other cells
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
@@ -110,7 +115,13 @@ struct PreparedCase {
   static double time_step_slope(double raw) { return raw >= kTimeFloor ? 1.0 : 0.0; }
 
   std::int64_t state_size() const { return slots * d_h; }
-  std::int64_t affine_rows() const { return affine_gates * d_h; }
+  std::int64_t affine_rows() const {
+    return kind == CellKind::m2rnn ? k_dim + v_dim + 1 : affine_gates * d_h;
+  }
+  // Gate inputs of one step for a runner carrying `width` channels.
+  std::int64_t gate_inputs(std::int64_t width) const {
+    return kind == CellKind::m2rnn ? affine_rows() : gates * width;
+  }
   // Offset of H[b, t, slot, channel] in the oracle's f64 trajectory.
   std::int64_t h_offset(std::int64_t b, std::int64_t t, std::int64_t slot,
                         std::int64_t channel) const {

@@ -60,12 +60,16 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
     const TensorView& h0 = *options.h0;
     const Shape full = {states, cell.slots(), cell.d_h()};
     const Shape flat = {states, cell.d_h()};
-    const bool ok = h0.shape() == full || (cell.slots() == 1 && h0.shape() == flat);
+    const Shape matrix = {states, cell.k_dim(), cell.v_dim()};  // ParaM2RNN's (B, K, V)
+    const bool is_matrix = cell.kind() == CellKind::m2rnn;
+    const bool ok = h0.shape() == full || (cell.slots() == 1 && h0.shape() == flat) ||
+                    (is_matrix && h0.shape() == matrix);
     if (!ok)
       throw ContractViolation(
           "h0",
-          fmt::format("must have shape {}{} ({} {})", shape_string(full),
-                      cell.slots() == 1 ? " or " + shape_string(flat) : "", states,
+          fmt::format("must have shape {}{}{} ({} {})", shape_string(full),
+                      cell.slots() == 1 ? " or " + shape_string(flat) : "",
+                      is_matrix ? " or " + shape_string(matrix) : "", states,
                       layout.packed ? "segments" : "batch rows"),
           shape_string(h0.shape()));
     if (h0.dtype() != cell.dtype())

@@ -92,17 +92,21 @@ int make_case(const MakeCaseArgs& args) {
     throw ContractViolation("--dtype", "must be one of f64, f32, f16, bf16", args.dtype);
   if (args.batch < 1) throw ContractViolation("--batch", "must be >= 1", std::to_string(args.batch));
   if (args.time < 1) throw ContractViolation("--time", "must be >= 1", std::to_string(args.time));
+  const bool matrix_state = cell_spec(args.cell, args.mix, "--cell").kind == CellKind::m2rnn;
+  const std::int64_t d_h = args.d_h.value_or(matrix_state ? 0 : 16);  // m2rnn: k_dim·v_dim
   Cell cell = Cell::initialise({.cell = args.cell,
                                 .mix = args.mix,
                                 .d_in = args.d_in,
-                                .d_h = args.d_h,
+                                .d_h = d_h,
                                 .n_heads = args.n_heads,
                                 .max_recurrent_norm =
                                     args.max_recurrent_norm.empty()
                                         ? cell_spec(args.cell, args.mix, "--cell").default_cap
                                         : parse_cap(args.max_recurrent_norm),
                                 .weight_std = args.weight_std,
-                                .beta = args.beta},
+                                .beta = args.beta,
+                                .k_dim = args.k_dim,
+                                .v_dim = args.v_dim},
                                dtype, args.seed);
   const Tensor x = generated_case_input(dtype, args.batch, args.time, args.d_in, args.seed);
   std::mt19937_64 rng(args.seed ^ 0x5bd1e995ULL);  // h0 draws, after the input's stream
@@ -121,7 +125,8 @@ int make_case(const MakeCaseArgs& args) {
   }
   std::optional<Tensor> h0;
   if (args.h0_std) {
-    Shape shape = cell.slots() == 1 ? Shape{states, args.d_h} : Shape{states, cell.slots(), args.d_h};
+    Shape shape = cell.slots() == 1 ? Shape{states, cell.d_h()} : Shape{states, cell.slots(), cell.d_h()};
+    if (matrix_state) shape = {states, cell.k_dim(), cell.v_dim()};
     Tensor h(dtype, shape);
     std::normal_distribution<double> h_normal(0.0, *args.h0_std);
     const std::int64_t n = h.numel();
@@ -129,7 +134,7 @@ int make_case(const MakeCaseArgs& args) {
     for (std::int64_t i = 0; i < n; ++i) flat.store({i}, h_normal(rng));
     if (cell.kind() == CellKind::slstm)  // the normalizer n0 (slot 1) of an sLSTM state is >= 0
       for (std::int64_t b = 0; b < states; ++b)
-        for (std::int64_t c = 0; c < args.d_h; ++c) h.store({b, 1, c}, std::abs(h.load({b, 1, c})));
+        for (std::int64_t c = 0; c < cell.d_h(); ++c) h.store({b, 1, c}, std::abs(h.load({b, 1, c})));
     h0 = h;
   }
   Case problem = cell.make_case(x, h0);
@@ -151,13 +156,17 @@ int kstar(const KstarArgs& args) {
   options.batch = args.batch;
   options.d_in = args.d_in;
   options.d_h = args.d_h;
+  options.k_dim = args.k_dim;
+  options.v_dim = args.v_dim;
   options.k_limit = args.k_limit;
   options.weight_std = args.weight_std;
   options.max_recurrent_norm = parse_cap(args.max_recurrent_norm);
   if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   const KstarTable table = measure_kstar(options);
-  std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} d_h={}):\n", args.cell,
-                           args.dtype, table.tau, args.seeds, args.batch, args.d_in, args.d_h);
+  std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} {}):\n", args.cell,
+                           args.dtype, table.tau, args.seeds, args.batch, args.d_in,
+                           args.k_dim ? fmt::format("k_dim={} v_dim={}", *args.k_dim, args.v_dim.value_or(0))
+                                      : fmt::format("d_h={}", args.d_h));
   std::cout << "T\tmax K*\tshipped K\n";
   for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i)
     std::cout << fmt::format("{}\t{}\t{}\n", table.max_kstar_by_t[i].first, table.max_kstar_by_t[i].second,
