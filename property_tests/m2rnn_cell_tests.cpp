@@ -87,8 +87,8 @@ RC_GTEST_PROP(M2rnn, NewtonAgreesWithOracleWithinTau, ()) {
 
 // The fixed K of the ramp (no early stop, no fallback) at the library's W = I: the schedule
 // itself, not the adaptive loop behind it, reaches τ. (Off the identity it need not: with
-// W = I + N(0, 0.1²) a fixed K = 8 misses τ at T = 168, and docs/kstar.md measures K* above
-// the ramp for σ = 0.3; the default adaptive path covers those.)
+// W = I + N(0, 0.1²) a fixed K = 8 leaves an error above τ at T = 168, and docs/kstar.md
+// measures K* above the ramp for σ = 0.3; the default adaptive path covers those.)
 RC_GTEST_PROP(M2rnn, FixedScheduledKAgreesAtLibraryInit, ()) {
   GeneratedProblem p = *gen_m2rnn(3000);
   p.weight_std.reset();

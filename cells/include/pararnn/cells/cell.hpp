@@ -231,8 +231,9 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::hopfield:
     case CellKind::m2rnn: break;
   }
-  throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a matrix Jacobian: it has no per-channel math",
-                                    cell_spec(kind).name, cell_spec(kind).mix));
+  throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a {} Jacobian: it has no per-channel math",
+                                    cell_spec(kind).name, cell_spec(kind).mix,
+                                    cell_spec(kind).jacobian == JacobianClass::dense ? "dense" : "matrix-map"));
 }
 
 // Calls `f.template operator()<DenseMath>()` with the dense-chain math struct of `kind`
@@ -323,10 +324,11 @@ class Cell {
           break;
         }
         case ParameterInit::identity: {  // M2RNN's W; + N(0, weight_std²) noise for hard cases
-          std::normal_distribution<double> normal(0.0, options.weight_std.value_or(0.0));
+          const bool noisy = options.weight_std && *options.weight_std > 0.0;
+          std::normal_distribution<double> normal(0.0, noisy ? *options.weight_std : 1.0);
           for (std::int64_t i = 0; i < t.size(0); ++i)
             for (std::int64_t j = 0; j < t.size(1); ++j)
-              t.store({i, j}, (i == j ? 1.0 : 0.0) + (options.weight_std ? normal(rng) : 0.0));
+              t.store({i, j}, (i == j ? 1.0 : 0.0) + (noisy ? normal(rng) : 0.0));
           break;
         }
         case ParameterInit::xavier_uniform: {  // torch.nn.init.xavier_uniform_ (gain 1)
