@@ -26,11 +26,12 @@ struct GeneratedProblem {
   bool clamped = true;                      // App. C.1 clamp at 0.5, or none
   bool with_h0 = false;
   std::uint64_t seed = 0;
+  std::optional<std::int64_t> k_dim, v_dim;  // ParaM2RNN (then d_h = k_dim·v_dim)
 
   Cell make_cell() const {
     return Cell::initialise({.cell = cell, .d_in = d_in, .d_h = d_h,
                              .max_recurrent_norm = clamped ? std::optional<double>(0.5) : std::nullopt,
-                             .weight_std = weight_std, .gate_mix = gate_mix},
+                             .weight_std = weight_std, .gate_mix = gate_mix, .k_dim = k_dim, .v_dim = v_dim},
                             dtype, seed);
   }
   Tensor make_input() const {
@@ -54,8 +55,9 @@ struct GeneratedProblem {
     return h0;
   }
   std::string describe() const {
-    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={} weight_std={} clamped={} h0={} seed={}",
+    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={}{} weight_std={} clamped={} h0={} seed={}",
                        cell, gate_mix == "input" ? "" : " gate_mix=" + gate_mix, dtype_name(dtype), batch, time, d_in, d_h,
+                       k_dim ? fmt::format(" k_dim={} v_dim={}", *k_dim, v_dim.value_or(0)) : "",
                        weight_std ? fmt::format("{}", *weight_std) : "init", clamped, with_h0, seed);
   }
 };

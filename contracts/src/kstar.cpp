@@ -30,9 +30,11 @@ KstarTable measure_kstar(const KstarOptions& options) {
     std::int64_t worst = 0;
     for (std::int64_t s = 0; s < options.seeds; ++s) {
       const auto seed = static_cast<std::uint64_t>(1000 * time + s + 1);
-      const Cell cell = Cell::initialise({.cell = options.cell, .d_in = options.d_in, .d_h = options.d_h,
+      const Cell cell = Cell::initialise({.cell = options.cell, .d_in = options.d_in,
+                                          .d_h = spec.kind == CellKind::m2rnn ? 0 : options.d_h,
                                           .max_recurrent_norm = options.max_recurrent_norm,
-                                          .weight_std = options.weight_std},
+                                          .weight_std = options.weight_std,
+                                          .k_dim = options.k_dim, .v_dim = options.v_dim},
                                          options.dtype, seed);
       const Tensor x = generated_case_input(options.dtype, options.batch, time, options.d_in, seed);
       const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false});
@@ -66,6 +68,9 @@ nlohmann::ordered_json KstarTable::to_json() const {
   j["dtype"] = dtype_name(options.dtype);
   j["tau"] = tau;
   j["shape"] = {{"batch", options.batch}, {"d_in", options.d_in}, {"d_h", options.d_h}};
+  if (options.k_dim || options.v_dim)
+    j["shape"] = {{"batch", options.batch}, {"d_in", options.d_in},
+                  {"k_dim", options.k_dim.value_or(0)}, {"v_dim", options.v_dim.value_or(0)}};
   j["weight_std"] = options.weight_std ? nlohmann::ordered_json(*options.weight_std) : nlohmann::ordered_json("init");
   j["max_recurrent_norm"] = options.max_recurrent_norm ? nlohmann::ordered_json(*options.max_recurrent_norm)
                                                        : nlohmann::ordered_json("none");

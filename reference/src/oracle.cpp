@@ -95,6 +95,13 @@ CellSpec cell_spec(const Case& problem) {
     }
     return {CellKind::rwkv7, 6, 1, {with_gates(w_x, 6)}, {}};
   }
+  if (cell == "m2rnn") {
+    if (mix && *mix != "matrix" && *mix != "diag") {
+      refuse_mix("cell m2rnn has no mix argument (absent, or 'matrix')");
+    }
+    refuse_heads("is not an argument of cell m2rnn");
+    return {CellKind::m2rnn, 1, 1, {with_gates(w_x, 1)}, {}};
+  }
   if (cell == "gru") {
     if (mix && *mix != "diag") {
       refuse_mix("the oracle implements cell gru with mix 'diag' or 'head' only");
@@ -143,12 +150,12 @@ CellSpec cell_spec(const Case& problem) {
       "cell",
       "must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, slstm (mix diag, "
       "head or dense), "
-      "cfc (gate_mix input or diag_h), titans, hopfield, rwkv7",
+      "cfc (gate_mix input or diag_h), titans, hopfield, rwkv7, m2rnn",
       cell.empty() ? std::string("<empty>") : cell);
 }
 
 std::string parameter_list(const CellSpec& spec) {
-  std::string names;
+  std::string names = spec.kind == CellKind::m2rnn ? "W, " : "";
   for (const auto& r : spec.recurrent) names += r.name + ", ";
   for (std::size_t i = 0; i < spec.affine.size(); ++i) {
     names += (i ? ", " : "") + spec.affine[i].weight + ", " + spec.affine[i].bias;
@@ -311,6 +318,23 @@ PreparedCase prepare_case(const Case& problem) {
         spec.time_channel ? "F" : "d_in"));
   }
   out.d_h = weight.size(0) / first.gates;
+  if (spec.kind == CellKind::m2rnn) {  // d_h = K·V from the constructor arguments k_dim, v_dim
+    for (const char* key : {"k_dim", "v_dim"}) {
+      if (!problem.meta(key)) {
+        throw ContractViolation(key, "is required in the metadata of a cell m2rnn case", "<absent>");
+      }
+      if (problem.meta_int(key, 0) < 1) {
+        throw ContractViolation(key, "must be >= 1", std::to_string(problem.meta_int(key, 0)));
+      }
+    }
+    out.k_dim = problem.meta_int("k_dim", 0);
+    out.v_dim = problem.meta_int("v_dim", 0);
+    out.d_h = out.k_dim * out.v_dim;
+    out.value_matrix = lift_vector(
+        checked_parameter(problem, spec, "W", {out.v_dim, out.v_dim},
+                          fmt::format(" (v_dim = {}; W multiplies the state on the right)", out.v_dim))
+            .reshaped({out.v_dim * out.v_dim}));
+  }
   if (spec.kind == CellKind::hopfield) {  // 2 d_h² rows: K and V, each (d_h, d_h)
     std::int64_t d = 1;
     while ((d + 1) * (d + 1) <= out.d_h) ++d;
@@ -330,15 +354,19 @@ PreparedCase prepare_case(const Case& problem) {
                           weight.size(1), first.weight);
     throw ContractViolation("x", rule, shape_string(x.shape()));
   }
-  const std::string why = fmt::format(" (d_h = {} from {} rows {} / {} gates)", out.d_h,
-                                      first.weight, weight.size(0), first.gates);
+  const std::string why =
+      spec.kind == CellKind::m2rnn
+          ? fmt::format(" (k_dim + v_dim + 1 = {} rows: k, v, f_logit)", out.k_dim + out.v_dim + 1)
+          : fmt::format(" (d_h = {} from {} rows {} / {} gates)", out.d_h, first.weight,
+                        weight.size(0), first.gates);
   // Hopfield's affine is 2 d_h blocks of d_h rows (K's rows, then V's).
   const int block_scale = spec.kind == CellKind::hopfield ? static_cast<int>(out.d_h) : 1;
   out.gates = spec.gates * block_scale;
   int gate = 0;
   for (AffineSpec affine : spec.affine) {
     affine.gates *= block_scale;
-    const std::int64_t rows = affine.gates * out.d_h;
+    const std::int64_t rows =
+        spec.kind == CellKind::m2rnn ? out.k_dim + out.v_dim + 1 : affine.gates * out.d_h;
     const std::vector<double> w = lift_vector(
         checked_parameter(problem, spec, affine.weight, {rows, out.features}, why)
             .reshaped({rows * out.features}));
@@ -497,7 +525,10 @@ PreparedCase prepare_case(const Case& problem) {
     out.h0 = checked_h0(problem.h0->reshaped({h0_rows, out.slots, out.d_h}), out.dtype, h0_rows,
                         out.slots, out.d_h, problem.cu_seqlens.has_value());
   } else if (problem.h0) {
-    out.h0 = checked_h0(*problem.h0, out.dtype, h0_rows, out.slots, out.d_h,
+    // ParaM2RNN's h0 is (B, K, V); the same values as (B, K·V) row-major.
+    const bool matrix_h0 =
+        spec.kind == CellKind::m2rnn && problem.h0->shape() == Shape{h0_rows, out.k_dim, out.v_dim};
+    out.h0 = checked_h0(matrix_h0 ? problem.h0->reshaped({h0_rows, out.d_h}) : *problem.h0, out.dtype, h0_rows, out.slots, out.d_h,
                         problem.cu_seqlens.has_value());
   }
   return out;

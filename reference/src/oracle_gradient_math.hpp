@@ -228,7 +228,8 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
       case CellKind::gru_head:
       case CellKind::hopfield:
       case CellKind::slstm_head:
-      case CellKind::rwkv7: break;  // dense: refused before (channels_independent)
+      case CellKind::rwkv7:
+      case CellKind::m2rnn: break;  // not diagonal: refused before (channels_independent)
     }
     throw std::logic_error("oracle_gradients: unexpected number of AD directions for the cell");
   });

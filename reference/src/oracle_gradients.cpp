@@ -330,8 +330,9 @@ OracleGradients oracle_gradients(const Case& problem, const OracleOptions& optio
   const detail::PreparedCase prepared = detail::prepare_case(problem);
   if (!detail::channels_independent(prepared.kind)) {
     throw ContractViolation("cell",
-                            "oracle_gradients does not yet implement cells whose Jacobian is dense "
-                            "(gru mix 'head', hopfield, rwkv7); the forward oracle does",
+                            "oracle_gradients does not yet implement cells whose Jacobian is not "
+                            "diagonal (gru and slstm mix 'head', slstm mix 'dense', hopfield, rwkv7, "
+                            "m2rnn); the forward oracle does",
                             problem.cell);
   }
   const detail::GradientCase gc{prepared, detail::checked_cotangent(problem, prepared)};

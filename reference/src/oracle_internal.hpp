@@ -23,7 +23,8 @@ namespace pararnn::reference::detail {
 enum class CellKind : std::uint8_t {
   gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield,
   slstm_head,  // ParaSLSTM mix 'head', and mix 'dense' as one head
-  rwkv7
+  rwkv7,
+  m2rnn
 };
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
@@ -98,6 +99,11 @@ struct PreparedCase {
   // head-major), and the (n_heads, d, d) matrix state of a row is held as slots = d blocks of
   // d_h values, flat in the trajectory's (head, i, j) order: every unroll, copy and comparison
   // treats a row's state as one flat vector, and only the step reads its structure.
+  // m2rnn: the state H (k_dim, v_dim) flattened row-major (d_h = k_dim·v_dim, one slot), W
+  // (v_dim, v_dim) row-major, never clamped; the affine is one block of k_dim + v_dim + 1 rows
+  // (k, v, f_logit), affine_gates = gates = 1.
+  std::int64_t k_dim = 0, v_dim = 0;
+  std::vector<double> value_matrix;
   int time_gate = -1;      // cfc: the gate block holding Δt; -1 for the other cells
   Tensor x;                 // (batch, time, d_in), contiguous, storage dtype
   std::vector<double> h0;   // (h0 rows, slots*d_h) slot-major; empty: zeros
@@ -120,10 +126,18 @@ struct PreparedCase {
   static double time_step_slope(double raw) { return raw >= kTimeFloor ? 1.0 : 0.0; }
 
   std::int64_t state_size() const { return slots * d_h; }
-  std::int64_t affine_rows() const { return affine_gates * d_h; }
-  // The oracle's trajectory shape: (B, T, d_h), (B, T, slots, d_h), or rwkv7's (B, T, H, d, d).
+  std::int64_t affine_rows() const {
+    return kind == CellKind::m2rnn ? k_dim + v_dim + 1 : affine_gates * d_h;
+  }
+  // Gate inputs of one step for a runner carrying `width` channels.
+  std::int64_t gate_inputs(std::int64_t width) const {
+    return kind == CellKind::m2rnn ? affine_rows() : gates * width;
+  }
+  // The oracle's trajectory shape: (B, T, d_h), (B, T, slots, d_h), rwkv7's (B, T, H, d, d) or
+  // m2rnn's (B, T, K, V).
   Shape trajectory_shape() const {
     if (kind == CellKind::rwkv7) return {batch, time, n_heads, d_h / n_heads, d_h / n_heads};
+    if (kind == CellKind::m2rnn) return {batch, time, k_dim, v_dim};
     if (slots == 1) return {batch, time, d_h};
     return {batch, time, slots, d_h};
   }

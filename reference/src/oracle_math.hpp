@@ -39,6 +39,9 @@
 //   and the head's slices of the gate blocks (w_raw, a_raw, κ_raw, v, k, r):
 //     w = σ(w_raw),  a = σ(a_raw),  κ̂ = κ_raw / max(‖κ_raw‖₂, 1e-6)
 //     G = diag(w) − κ̂ (a ⊙ κ̂)ᵀ,  U = v kᵀ,  S' = S G + U      (r is the readout's, unused)
+//   M2RNN (§1.9), state H (K, V) (the state vector read row-major), W (V, V), gate inputs
+//   (k (K), v (V), f_logit):
+//     f = σ(f_logit),  H' = f H + (1 - f) tanh(H W + k vᵀ)
 //   These three mix channels: their chains are whole batch rows, never single channels.
 // σ(v) = 1 / (1 + exp(-v)); softplus is PyTorch's (beta 1, threshold 20): v for v > 20, else
 // log1p(exp(v)); exp, tanh and log1p are the scalar type's own (found by ADL). For the
@@ -158,12 +161,15 @@ struct RecurrentDiagonals {
   std::vector<RowMajorMatrix<Scalar>> matrices;  // gru_head: [head·3 + gate], (in, out)
   double beta = 0.0;                             // hopfield
   Index heads = 1;                               // rwkv7
+  Index k_dim = 0, v_dim = 0;                    // m2rnn: the state is (k_dim, v_dim)
+  RowMajorMatrix<Scalar> value_matrix;           // m2rnn: W (v_dim, v_dim)
 
   template <class Other>
   RecurrentDiagonals<Other> cast() const {
-    RecurrentDiagonals<Other> out{kind, d, {}, eps, {}, beta, heads};
+    RecurrentDiagonals<Other> out{kind, d, {}, eps, {}, beta, heads, k_dim, v_dim, {}};
     for (const auto& v : a) out.a.push_back(v.template cast<Other>());
     for (const auto& m : matrices) out.matrices.push_back(m.template cast<Other>());
+    out.value_matrix = value_matrix.template cast<Other>();
     return out;
   }
 };
@@ -176,6 +182,16 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   out.d = channel < 0 ? problem.d_h : 1;
   out.eps = problem.eps;
   out.beta = problem.beta;
+  out.k_dim = problem.k_dim;
+  out.v_dim = problem.v_dim;
+  if (problem.kind == CellKind::m2rnn) {
+    out.value_matrix.resize(problem.v_dim, problem.v_dim);
+    for (Index i = 0; i < problem.v_dim; ++i) {
+      for (Index j = 0; j < problem.v_dim; ++j) {
+        out.value_matrix(i, j) = Scalar(problem.value_matrix[static_cast<std::size_t>(i * problem.v_dim + j)]);
+      }
+    }
+  }
   out.heads = problem.n_heads;
   if (problem.kind == CellKind::gru_head || problem.kind == CellKind::slstm_head) {
     const Index m = problem.d_h / problem.n_heads;
@@ -393,6 +409,23 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       }
       return;
     }
+    case CellKind::m2rnn: {  // value_matrix W; gate inputs (k, v, f_logit)
+      const Index rows = p.k_dim, cols = p.v_dim;
+      RowMajorMatrix<Scalar> H(rows, cols);
+      for (Index i = 0; i < rows; ++i) {
+        for (Index e = 0; e < cols; ++e) H(i, e) = s(i * cols + e);
+      }
+      const Vec<Scalar> k = wx.derived().segment(0, rows);
+      const Vec<Scalar> v = wx.derived().segment(rows, cols);
+      const Scalar f = sigmoid(Scalar(wx.derived()(rows + cols)));
+      const RowMajorMatrix<Scalar> Z =
+          (H * p.value_matrix + k * v.transpose()).unaryExpr(tanh_of);
+      const RowMajorMatrix<Scalar> H_new = f * H + (Scalar(1) - f) * Z;
+      for (Index i = 0; i < rows; ++i) {
+        for (Index e = 0; e < cols; ++e) s_new(i * cols + e) = H_new(i, e);
+      }
+      return;
+    }
   }
 }
 
@@ -443,19 +476,25 @@ struct InputAffine {
 
   InputAffine(const PreparedCase& problem, std::int64_t channel) {
     const Index width = channel < 0 ? problem.d_h : 1;
-    rows = problem.affine_gates * width;
+    rows = problem.kind == CellKind::m2rnn ? problem.affine_rows() : problem.affine_gates * width;
     features = problem.features;
     if (!problem.products_exact_in_double) {
       mode = std::is_same_v<Real, Float128> ? Mode::split_products : Mode::in_real;
     }
     w.resize(rows, features);
     bias_double.resize(rows);
-    for (int g = 0; g < problem.affine_gates; ++g) {
+    for (int g = 0; g < problem.affine_gates && problem.kind != CellKind::m2rnn; ++g) {
       for (Index j = 0; j < width; ++j) {
         const Index src = g * problem.d_h + (channel < 0 ? j : channel);
         const Index dst = g * width + j;
         for (Index k = 0; k < features; ++k) w(dst, k) = problem.w[src * features + k];
         bias_double(dst) = problem.bias[src];
+      }
+    }
+    if (problem.kind == CellKind::m2rnn) {  // one block, every row (the chain is a whole row)
+      for (Index r = 0; r < rows; ++r) {
+        for (Index k = 0; k < features; ++k) w(r, k) = problem.w[r * features + k];
+        bias_double(r) = problem.bias[r];
       }
     }
     bias = bias_double.template cast<Real>();
@@ -548,10 +587,10 @@ struct ChainRunner<Real>::Impl {
         work(width),
         s(initial_state<Real>(p, chain, spec.channel)),
         s_next(s.size()),
-        wx(p.gates * width),
+        wx(p.gate_inputs(width)),
         x_block(static_cast<std::size_t>(kBlock * p.d_in)),
         t_next(chain.t_begin) {
-    if constexpr (std::is_same_v<Real, double>) wx_block.resize(p.gates * width, kBlock);
+    if constexpr (std::is_same_v<Real, double>) wx_block.resize(p.gate_inputs(width), kBlock);
   }
 
   void load_block(std::int64_t t0) {
@@ -655,7 +694,8 @@ inline bool channels_independent(CellKind kind) {
     case CellKind::gru_head:
     case CellKind::hopfield:
     case CellKind::slstm_head:
-    case CellKind::rwkv7: return false;
+    case CellKind::rwkv7:
+    case CellKind::m2rnn: return false;
   }
   return false;
 }
@@ -708,7 +748,7 @@ Vec<Real> input_affine_at(const PreparedCase& problem, std::int64_t b, std::int6
   const InputAffine<Real> affine(problem, -1);
   std::vector<double> x(static_cast<std::size_t>(problem.d_in));
   lift_x(problem, b, t, 1, x.data());
-  Vec<Real> wx(problem.gates * problem.d_h);
+  Vec<Real> wx(problem.gate_inputs(problem.d_h));
   affine.apply(x.data(), wx);
   fill_derived_gates<Real>(problem, problem.d_h, x.data(), wx);
   return wx;

@@ -1,6 +1,8 @@
 // The solver's public entry points: validate the configuration, resolve the backend (auto:
 // cuda for device tensors, cpu for host tensors; eager = cpu; an explicit backend that cannot
-// run raises UnsupportedPath), call it, and run the residual gate.
+// run raises UnsupportedPath), call it, and run the residual gate. Routing by Jacobian class:
+// per_channel -> cpu_backend.cpp (or CUDA), dense -> dense_backend.cpp, matrix_map (M2RNN) ->
+// m2rnn_backend.cpp; the last two are CPU-only and forward-only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -58,12 +60,18 @@ void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& opt
                             std::to_string(*config->chunk_len));
 }
 
-// Dense-Jacobian cells run on the CPU dense backend only (forward).
+bool is_matrix_map(const Cell& cell) { return cell.spec().jacobian == JacobianClass::matrix_map; }
+
+// Dense-Jacobian cells and M2RNN run on their CPU backends only (forward).
 void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
   if (is_dense(cell) && backend == Resolved::cuda)
     throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has a dense Jacobian; the CUDA backend "
                                       "has no dense scan yet; use scan_backend=cpu with host tensors",
                                       who, cell.name(), cell.spec().mix));
+  if (is_matrix_map(cell) && backend == Resolved::cuda)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' ({}) has a matrix-state Jacobian map; the CUDA "
+                                      "backend has no M2RNN walk yet; use scan_backend=cpu with host "
+                                      "tensors", who, cell.name(), cell.spec().python_class));
 }
 
 void refuse_dense_gradients(const Cell& cell, const char* who) {
@@ -71,6 +79,30 @@ void refuse_dense_gradients(const Cell& cell, const char* who) {
     throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian and linear (G, U) cells are not built yet "
                                       "(cell '{}', mix '{}')",
                                       who, cell.name(), cell.spec().mix));
+  if (is_matrix_map(cell))
+    throw UnsupportedPath(fmt::format("{}: gradients for {} (the reverse Jᵀ walk) are not built yet",
+                                      who, cell.spec().python_class));
+}
+
+// ParaM2RNN takes rectangular batches only (pararnn-torch raises ValueError for cu_seqlens and
+// chunk_len), and its frozen-W Picard warm start (picard_iters >= 1) is not built.
+void check_matrix_map_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                             const char* who) {
+  if (!is_matrix_map(cell)) return;
+  const std::string_view python = cell.spec().python_class;
+  if (options.cu_seqlens)
+    throw ContractViolation("cu_seqlens",
+                            fmt::format("is not accepted by {} ({}): rectangular batches only", python, who),
+                            shape_string(options.cu_seqlens->shape()));
+  if (config == nullptr) return;
+  if (config->chunk_len)
+    throw ContractViolation("chunk_len",
+                            fmt::format("is not accepted by {} ({}): no windowed Newton", python, who),
+                            std::to_string(*config->chunk_len));
+  if (config->picard_iters && *config->picard_iters > 0)
+    throw UnsupportedPath(fmt::format("{}: picard_iters={} (the frozen-W warm start of {}) is not built "
+                                      "yet; leave it unset or 0 (App. A initial guess)",
+                                      who, *config->picard_iters, python));
 }
 
 // One window's configuration: no chunking, and the K of the full length (a fixed K stays;
@@ -185,6 +217,7 @@ NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const N
 Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                     const ApplyOptions& options, NewtonStats* stats) {
   validate(config, cell.spec());
+  check_matrix_map_inputs(cell, &config, options, "newton_apply");
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   check_dense_backend(cell, backend, "newton_apply");
@@ -227,6 +260,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   NewtonStats& s = stats ? *stats : local;
   Tensor H = backend == Resolved::cuda ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
              : is_dense(cell)         ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
+             : is_matrix_map(cell)    ? detail::m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
                                       : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
   detail::residual_gate(cell, config, s, time, batch);
   return H;
@@ -234,11 +268,13 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
   const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
+  check_matrix_map_inputs(cell, nullptr, options, "sequential_apply");
   check_dense_backend(cell, backend, "sequential_apply");
   check_linear_gu(cell, backend, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
   if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
+  if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }
@@ -246,11 +282,13 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                         const ApplyOptions& options) {
   const Resolved resolved = resolve_backend(backend, x);
+  check_matrix_map_inputs(cell, nullptr, options, "sequential_apply");
   check_dense_backend(cell, resolved, "sequential_apply");
   check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
   if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
+  if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }
@@ -290,12 +328,14 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
 
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                     const ApplyOptions& options) {
+  check_matrix_map_inputs(cell, nullptr, options, "max_residual");
   detail::Layout layout = detail::check_inputs(cell, x, options, "max_residual");
   const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
   if (is_linear_gu(cell)) return detail::rwkv7_max_residual(cell, x, H, options, std::move(layout));
   if (is_dense(cell)) return detail::dense_max_residual(cell, x, H, options, std::move(layout));
+  if (is_matrix_map(cell)) return detail::m2rnn_max_residual(cell, x, H, options, std::move(layout));
   return detail::cpu_max_residual(cell, x, H, options, std::move(layout));
 }
 

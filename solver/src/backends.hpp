@@ -54,6 +54,13 @@ Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const Apply
                               Layout layout);
 double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
+// CPU backend of ParaM2RNN (m2rnn_backend.cpp; forward only, rectangular batches).
+Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                          const ApplyOptions& options, Layout layout, NewtonStats& stats);
+Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                              Layout layout);
+double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                          const ApplyOptions& options, Layout layout);
 
 // CUDA backend (cuda_backend.cpp; without CUDA in the build, `cuda_backend_available` is false
 // with the reason and the others throw UnsupportedPath).

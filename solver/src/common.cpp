@@ -58,20 +58,22 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
   }
   if (options.h0) {
     const TensorView& h0 = *options.h0;
-    Shape full = {states, cell.slots(), cell.d_h()};
+    // The carry shape (B, *state_shape): (B, d_h), (B, slots, d_h), RWKV-7's (B, n_heads, d, d),
+    // M2RNN's (B, K, V); every cell but RWKV-7 also takes (B, slots, d_h) and one-slot cells (B, d_h).
+    Shape carry = {states};
+    for (std::int64_t extent : cell.state_shape()) carry.push_back(extent);
+    const Shape slotted = {states, cell.slots(), cell.d_h()};
     const Shape flat = {states, cell.d_h()};
-    if (cell.kind() == CellKind::rwkv7) {  // a matrix state: (B, n_heads, d, d) only
-      full = {states};
-      for (std::int64_t extent : cell.state_shape()) full.push_back(extent);
-    }
-    const bool flat_allowed = cell.slots() == 1 && cell.kind() != CellKind::rwkv7;
-    const bool ok = h0.shape() == full || (flat_allowed && h0.shape() == flat);
+    const bool flat_forms = cell.kind() != CellKind::rwkv7;
+    const bool ok = h0.shape() == carry ||
+                    (flat_forms && (h0.shape() == slotted || (cell.slots() == 1 && h0.shape() == flat)));
+    std::string forms = shape_string(carry);
+    if (flat_forms && slotted != carry) forms += " or " + shape_string(slotted);
+    if (flat_forms && cell.slots() == 1 && flat != carry) forms += " or " + shape_string(flat);
     if (!ok)
       throw ContractViolation(
           "h0",
-          fmt::format("must have shape {}{} ({} {})", shape_string(full),
-                      flat_allowed ? " or " + shape_string(flat) : "", states,
-                      layout.packed ? "segments" : "batch rows"),
+          fmt::format("must have shape {} ({} {})", forms, states, layout.packed ? "segments" : "batch rows"),
           shape_string(h0.shape()));
     if (h0.dtype() != cell.dtype())
       throw ContractViolation("h0", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),

@@ -51,7 +51,7 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
   if (config.picard_iters) {
     if (*config.picard_iters < 0)
       throw ContractViolation("picard_iters", "must be >= 0", std::to_string(*config.picard_iters));
-    if (!cell.picard)
+    if (!cell.picard && cell.kind != CellKind::m2rnn)  // M2RNN: api.cpp refuses P >= 1
       throw ContractViolation("picard_iters", "is ParaSLSTM / ParaM2RNN only",
                               fmt::format("{} on {}", *config.picard_iters, cell.python_class));
   }

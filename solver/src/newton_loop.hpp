@@ -1,9 +1,9 @@
 // Internal to the solver: what the CPU backends (cpu_backend.cpp, per-channel cells;
-// dense_backend.cpp, dense-Jacobian cells) share: the input affine W_x x in the compute type,
-// and the Newton iteration loop with its K semantics (fixed K; adaptive: the table K is a
-// minimum, iterate while max|F| >= residual_atol up to k_max, then one more update; not
-// converged: the sequential fallback of the chains still above residual_atol and a
-// newton_residual_high warning), filling NewtonStats.
+// dense_backend.cpp, dense-Jacobian cells; m2rnn_backend.cpp, M2RNN) share: the input affine
+// W_x x in the compute type, and the Newton iteration loop with its K semantics (fixed K;
+// adaptive: the table K is a minimum, iterate while max|F| >= residual_atol up to k_max, then
+// one more update; not converged: the sequential fallback of the chains still above
+// residual_atol and a newton_residual_high warning), filling NewtonStats.
 //
 // A backend supplies a Solver with
 //   double residual(const Vec& H, Vec& F, Vec* J) const;   // max|F| (NaN wins), remembers per-unit maxima
@@ -40,11 +40,12 @@ inline std::int64_t picard_passes(const NewtonConfig& config, std::int64_t time)
   return time <= 64 ? 1 : (time <= 2048 ? 3 : 5);
 }
 
-// Width of one step's gate inputs: Σ over the cell's affine blocks (gates·d_h, or gates·d_h² for
-// square blocks), plus derived gates (CfC's Δt) of d_h each, i.e. spec.gates blocks.
+// Width of one step's gate inputs: Σ over the cell's affine blocks (gates·d_h, gates·d_h² for
+// square blocks, K + V + 1 for M2RNN's key-value block), plus derived gates (CfC's Δt) of d_h
+// each, i.e. spec.gates blocks of the first affine's block width.
 inline std::int64_t gate_width(const Cell& cell) {
-  const bool square = cell.spec().affine.front().square;
-  return cell.spec().gates * cell.d_h() * (square ? cell.d_h() : 1);
+  const AffineBlock& first = cell.spec().affine.front();
+  return cell.spec().gates * (cell.affine_rows(first) / first.gates);
 }
 
 // W_x x + b of every affine block, [b][t][gate_width(cell)] in the compute type: one GEMM per

@@ -94,10 +94,12 @@ int make_case(const MakeCaseArgs& args) {
   if (args.time < 1) throw ContractViolation("--time", "must be >= 1", std::to_string(args.time));
   if (args.eps && args.cell != "slstm")
     throw ContractViolation("--eps", "is a ParaSLSTM argument (--cell slstm)", fmt::format("{}", *args.eps));
+  const bool matrix_state = cell_spec(args.cell, args.mix, "--cell").kind == CellKind::m2rnn;
+  const std::int64_t d_h = args.d_h.value_or(matrix_state ? 0 : 16);  // m2rnn: k_dim·v_dim
   Cell cell = Cell::initialise({.cell = args.cell,
                                 .mix = args.mix,
                                 .d_in = args.d_in,
-                                .d_h = args.d_h,
+                                .d_h = d_h,
                                 .n_heads = args.n_heads,
                                 .max_recurrent_norm =
                                     args.max_recurrent_norm.empty()
@@ -106,7 +108,9 @@ int make_case(const MakeCaseArgs& args) {
                                 .weight_std = args.weight_std,
                                 .eps = args.eps.value_or(CellOptions{}.eps),
                                 .gate_mix = args.gate_mix,
-                                .beta = args.beta},
+                                .beta = args.beta,
+                                .k_dim = args.k_dim,
+                                .v_dim = args.v_dim},
                                dtype, args.seed);
   const Tensor x = generated_case_input(dtype, args.batch, args.time, args.d_in, args.seed);
   std::mt19937_64 rng(args.seed ^ 0x5bd1e995ULL);  // h0 draws, after the input's stream
@@ -134,7 +138,7 @@ int make_case(const MakeCaseArgs& args) {
     for (std::int64_t i = 0; i < n; ++i) flat.store({i}, h_normal(rng));
     if (cell.name() == "slstm")  // the normalizer n0 (slot 1) of an sLSTM state is >= 0
       for (std::int64_t b = 0; b < states; ++b)
-        for (std::int64_t c = 0; c < args.d_h; ++c) h.store({b, 1, c}, std::abs(h.load({b, 1, c})));
+        for (std::int64_t c = 0; c < cell.d_h(); ++c) h.store({b, 1, c}, std::abs(h.load({b, 1, c})));
     h0 = h;
   }
   Case problem = cell.make_case(x, h0);
@@ -156,13 +160,17 @@ int kstar(const KstarArgs& args) {
   options.batch = args.batch;
   options.d_in = args.d_in;
   options.d_h = args.d_h;
+  options.k_dim = args.k_dim;
+  options.v_dim = args.v_dim;
   options.k_limit = args.k_limit;
   options.weight_std = args.weight_std;
   options.max_recurrent_norm = parse_cap(args.max_recurrent_norm);
   if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   const KstarTable table = measure_kstar(options);
-  std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} d_h={}):\n", args.cell,
-                           args.dtype, table.tau, args.seeds, args.batch, args.d_in, args.d_h);
+  std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} {}):\n", args.cell,
+                           args.dtype, table.tau, args.seeds, args.batch, args.d_in,
+                           args.k_dim ? fmt::format("k_dim={} v_dim={}", *args.k_dim, args.v_dim.value_or(0))
+                                      : fmt::format("d_h={}", args.d_h));
   std::cout << "T\tmax K*\tshipped K\n";
   for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i)
     std::cout << fmt::format("{}\t{}\t{}\n", table.max_kstar_by_t[i].first, table.max_kstar_by_t[i].second,

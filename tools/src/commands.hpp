@@ -17,7 +17,9 @@ inline constexpr int kExitInconclusiveOrRefused = 2;
 struct MakeCaseArgs {
   std::string cell = "gru", mix = "diag";
   std::optional<std::int64_t> n_heads;
-  std::int64_t batch = 2, time = 64, d_in = 8, d_h = 16;
+  std::optional<std::int64_t> k_dim, v_dim;  // ParaM2RNN (d_h = k_dim·v_dim)
+  std::int64_t batch = 2, time = 64, d_in = 8;
+  std::optional<std::int64_t> d_h;  // default 16; unset for m2rnn
   std::string dtype = "f32";
   std::uint64_t seed = 1;
   std::optional<double> weight_std;
@@ -42,6 +44,7 @@ struct SolveArgs {
 struct KstarArgs {
   std::string cell = "gru", dtype = "f32", times = "32,64,128,256,512,1024", json;
   std::int64_t seeds = 3, batch = 1, d_in = 16, d_h = 64, k_limit = 16;
+  std::optional<std::int64_t> k_dim, v_dim;  // ParaM2RNN
   std::optional<double> weight_std;
   std::string max_recurrent_norm = "0.5";
 };

@@ -17,16 +17,18 @@ int main(int argc, char** argv) {
 
   MakeCaseArgs mk;
   auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
-  make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield | rwkv7");
+  make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield | rwkv7 | m2rnn");
   make->add_option("--mix", mk.mix, "recurrent mix (diag; gru: head)");
   make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))");
   make->add_option("--n-heads", mk.n_heads, "heads (head mixes; rwkv7, default 1; must divide --d-h)");
   make->add_option("--gate-mix", mk.gate_mix, "cfc: input | diag_h");
   make->add_option("--eps", mk.eps, "slstm: h = o c / (n + eps) (default 1e-6)");
+  make->add_option("--k-dim", mk.k_dim, "rows K of the matrix state (m2rnn; required there)");
+  make->add_option("--v-dim", mk.v_dim, "columns V of the matrix state (m2rnn; required there)");
   make->add_option("--batch", mk.batch);
   make->add_option("--time", mk.time);
   make->add_option("--d-in", mk.d_in);
-  make->add_option("--d-h", mk.d_h);
+  make->add_option("--d-h", mk.d_h, "hidden size (default 16; m2rnn: k_dim·v_dim, leave unset)");
   make->add_option("--dtype", mk.dtype, "f64 | f32 | f16 | bf16");
   make->add_option("--seed", mk.seed);
   make->add_option("--weight-std", mk.weight_std, "std of the recurrent parameters");
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--batch", ka.batch);
   kstar_cmd->add_option("--d-in", ka.d_in);
   kstar_cmd->add_option("--d-h", ka.d_h);
+  kstar_cmd->add_option("--k-dim", ka.k_dim, "m2rnn: rows K of the state");
+  kstar_cmd->add_option("--v-dim", ka.v_dim, "m2rnn: columns V of the state");
   kstar_cmd->add_option("--k-limit", ka.k_limit);
   kstar_cmd->add_option("--weight-std", ka.weight_std);
   kstar_cmd->add_option("--max-recurrent-norm", ka.max_recurrent_norm);

@@ -4,6 +4,7 @@
 #   oracle -> one element moved far outside τ -> compare exits 1 (Disagree) and its JSON names
 #   the planted index; solve's own trajectory passes compare;
 #   RWKV-7 verifies in f32 and bf16 and refuses gradients and a bad n_heads;
+#   M2RNN: make-case --k-dim/--v-dim -> verify Agree (f32, bf16), kstar, its refusals exit 2;
 #   a truncated case file and an unknown backend are refused with exit 2 naming the problem.
 set -u
 pararnn=$1
@@ -91,6 +92,22 @@ done
 expect_rc 2 "$pararnn" verify "$work/rwkv7_f32.safetensors" --grad
 expect_rc 2 "$pararnn" make-case --cell rwkv7 --n-heads 3 --d-h 8 --d-in 4 --out "$work/bad.safetensors"
 grep -q "n_heads" <<<"$out" || fail "the rwkv7 refusal does not name n_heads: $out"
+# M2RNN: flags named after the Python arguments; Agree in f32 and bf16; kstar runs; the matrix
+# state's refusals (no k_dim, packing, gradients) exit 2 naming the argument.
+for dtype in f32 bf16; do
+  expect_rc 0 "$pararnn" make-case --cell m2rnn --k-dim 3 --v-dim 4 --seed 4 --batch 2 --time 300 \
+    --d-in 5 --dtype $dtype --h0-std 0.5 --out "$work/m2rnn_$dtype.safetensors"
+  expect_rc 0 "$pararnn" verify "$work/m2rnn_$dtype.safetensors" --json "$work/m2rnn_$dtype.json"
+  [ "$(json_get "$work/m2rnn_$dtype.json" "['shape']")" = "[2, 300, 3, 4]" ] || fail "m2rnn shape"
+done
+expect_rc 0 "$pararnn" kstar --cell m2rnn --k-dim 2 --v-dim 3 --T 16,64 --seeds 1
+expect_rc 2 "$pararnn" make-case --cell m2rnn --v-dim 4 --out "$work/bad.safetensors"
+grep -q "k_dim" <<<"$out" || fail "the refusal does not name k_dim: $out"
+expect_rc 2 "$pararnn" verify "$work/m2rnn_f32.safetensors" --grad
+expect_rc 0 "$pararnn" make-case --cell m2rnn --k-dim 2 --v-dim 2 --batch 1 --time 10 \
+  --cu-seqlens 0,4,10 --out "$work/m2rnn_packed.safetensors"
+expect_rc 2 "$pararnn" verify "$work/m2rnn_packed.safetensors"
+grep -q "cu_seqlens" <<<"$out" || fail "the packing refusal does not name cu_seqlens: $out"
 
 printf '\x10\x00\x00' > "$work/truncated.safetensors"
 expect_rc 2 "$pararnn" verify "$work/truncated.safetensors"

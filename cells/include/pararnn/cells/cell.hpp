@@ -1,12 +1,15 @@
 // Host-side description of a production cell: which cell, its sizes, its parameters under the
 // Python library's state_dict names, its constructor arguments, initialisation and case-file
-// metadata. Host only (the per-channel math in gru_diag.hpp, lstm.hpp, nlru.hpp and the
-// dense-chain math in hopfield.hpp, gru_head.hpp is what runs on both sides).
+// metadata. Host only (the per-channel math in gru_diag.hpp, lstm.hpp, nlru.hpp, the
+// dense-chain math in hopfield.hpp, gru_head.hpp and the matrix-state math in m2rnn.hpp is what
+// runs on both sides).
 // A spec's `jacobian` says which solver path it takes: per_channel cells go through
 // `dispatch_cell` (S x S blocks per channel), dense cells through `dispatch_dense_cell` (one
 // dense N x N block per chain: ParaHopfield, a batch row, N = d_h; ParaGRU mix='head', a
 // (batch row, head), N = d_head). ParaRWKV7 (JacobianClass::linear_gu) is linear: no Newton, an
 // exact scan of its (G, U) elements (rwkv7.hpp); its state is a (n_heads, d, d) matrix per row.
+// matrix_map cells (ParaM2RNN) keep a K x V state whose Jacobian
+// is a map, solved by a sequential walk per batch row (m2rnn.hpp).
 //
 // Guarantees: `Cell::from_case` accepts exactly the parameter names and shapes of pararnn-torch
 // (W_x.weight (G·d_h, d_in), W_x.bias (G·d_h,), recurrent vectors (d_h,)) in the case's dtype and
@@ -35,6 +38,7 @@
 #include "pararnn/cells/gru_head.hpp"
 #include "pararnn/cells/hopfield.hpp"
 #include "pararnn/cells/lstm.hpp"
+#include "pararnn/cells/m2rnn.hpp"
 #include "pararnn/cells/nlru.hpp"
 #include "pararnn/cells/rwkv7.hpp"
 #include "pararnn/cells/slstm_diag.hpp"
@@ -48,12 +52,14 @@
 namespace pararnn {
 
 enum class CellKind {
-  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield, slstm_head, slstm_dense, rwkv7
+  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield, slstm_head, slstm_dense, rwkv7,
+  m2rnn
 };
 
 // How the Jacobian of a step is structured, and hence which solver path a cell takes.
 // linear_gu: the step is linear in the state, S′ = S G + U (ParaRWKV7): an exact scan, K = 0.
-enum class JacobianClass { per_channel, dense, linear_gu };
+// matrix_map: a K x V matrix state whose Jacobian is a map J[Δ], never materialised (M2RNN).
+enum class JacobianClass { per_channel, dense, linear_gu, matrix_map };
 
 // A per-channel recurrent value: a (d_h,) vector, or one row of a (rows, d_h) tensor.
 struct RecurrentEntry {
@@ -68,12 +74,16 @@ struct AffineBlock {
   int first_gate = 0, gates = 0;
   bool features_only = false;
   bool square = false;  // the blocks are d_h x d_h (Hopfield's K, V): gates·d_h² outputs
+  bool key_value = false;  // M2RNN: one block of K + V + 1 outputs (k, v, f_logit)
 };
 
-enum class ParameterInit { xavier_vec, kaiming, zeros, constant, orthogonal };
+// identity: a square matrix's identity (M2RNN's W); xavier_uniform: U(±√(6/(fan_in + fan_out))).
+enum class ParameterInit { xavier_vec, kaiming, zeros, constant, orthogonal, identity, xavier_uniform };
 // head_matrices: (n_heads, d_head, d_head), or (rows, n_heads, d_head, d_head) when rows > 1,
-// (in, out) per head; stacked_square: (rows·d_h, d_h), a Linear(d_h, rows·d_h) weight.
-enum class ParameterShape { vector, rows, affine_weight, affine_bias, head_matrices, stacked_square };
+// (in, out) per head; stacked_square: (rows·d_h, d_h), a Linear(d_h, rows·d_h) weight. M2RNN:
+// value_matrix (V, V), key_value_weight (K + V + 1, d_in), key_value_bias (K + V + 1).
+enum class ParameterShape { vector, rows, affine_weight, affine_bias, head_matrices, stacked_square,
+                            value_matrix, key_value_weight, key_value_bias };
 
 // One state_dict entry, in the Python library's registration order.
 struct ParameterSpec {
@@ -200,6 +210,18 @@ inline const std::vector<CellSpec>& cell_specs() {
        .parameters = {weight(cells::Rwkv7Math::kGates), bias(cells::Rwkv7Math::kGates)},
        .slot_names = {"S"}, .library_newton_iters = 0, .mix = "rwkv7",
        .jacobian = JacobianClass::linear_gu, .default_cap = std::nullopt},
+      // K(T) = min(2 + ⌈0.75·log2 T⌉, 12) (CONTRACT §4) as a left-step table: K reaches k at the
+      // first integer T > 2^((k − 3)/0.75) (m2rnn_tests checks it against the formula).
+      {.kind = CellKind::m2rnn, .name = "m2rnn", .python_class = "ParaM2RNN", .slots = 1, .gates = 1,
+       .affine = {{"W_x.weight", "W_x.bias", 0, 1, false, false, true}},
+       .parameters = {ParameterSpec{"W", PS::value_matrix, 1, PI::identity},
+                      ParameterSpec{"W_x.weight", PS::key_value_weight, 1, PI::xavier_uniform},
+                      ParameterSpec{"W_x.bias", PS::key_value_bias, 1, PI::zeros}},
+       .slot_names = {"h"}, .library_newton_iters = 2, .mix = "matrix",
+       .jacobian = JacobianClass::matrix_map,
+       .library_newton_table = {{1, 2}, {2, 3}, {3, 4}, {7, 5}, {17, 6}, {41, 7}, {102, 8},
+                                {257, 9}, {646, 10}, {1626, 11}, {4097, 12}},
+       .default_cap = std::nullopt},
   };
   return specs;
 }
@@ -263,10 +285,12 @@ decltype(auto) dispatch_cell(CellKind kind, F&& f) {
     case CellKind::hopfield:
     case CellKind::slstm_head:
     case CellKind::slstm_dense:
-    case CellKind::rwkv7: break;
+    case CellKind::rwkv7:
+    case CellKind::m2rnn: break;
   }
-  throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a dense Jacobian: it has no per-channel math",
-                                    cell_spec(kind).name, cell_spec(kind).mix));
+  throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a {} Jacobian: it has no per-channel math",
+                                    cell_spec(kind).name, cell_spec(kind).mix,
+                                    cell_spec(kind).jacobian == JacobianClass::dense ? "dense" : "matrix-map"));
 }
 
 // Calls `f.template operator()<DenseMath>()` with the dense-chain math struct of `kind`
@@ -297,6 +321,8 @@ struct CellOptions {
   std::string gate_mix = "input";                    // gate_mix (ParaCfC)
   double time_bias_init = -3.0;                      // time_bias_init (ParaCfC)
   std::optional<double> beta;                        // beta (ParaHopfield); default 1/√d_h
+  std::optional<std::int64_t> k_dim;                 // k_dim (ParaM2RNN, required; rows of H)
+  std::optional<std::int64_t> v_dim;                 // v_dim (ParaM2RNN, required; columns of H)
 };
 
 // The input of a generated case: x (batch, time, d_in) of N(0, 1) draws from a stream seeded by
@@ -316,8 +342,9 @@ class Cell {
  public:
   static Cell initialise(const CellOptions& options, DType dtype, std::uint64_t seed) {
     const CellSpec& spec = cell_spec(options.cell, options.mix, "cell", options.gate_mix);
-    check_options(spec, options);
-    Cell cell(spec, options.d_in, options.d_h, dtype, options.max_recurrent_norm, options);
+    const CellOptions resolved = with_derived_d_h(spec, options);
+    check_options(spec, resolved);
+    Cell cell(spec, resolved.d_in, resolved.d_h, dtype, resolved.max_recurrent_norm, resolved);
     std::mt19937_64 rng(seed);
     for (const ParameterSpec& p : spec.parameters) {
       Tensor t(dtype, cell.parameter_shape(p));
@@ -359,6 +386,20 @@ class Cell {
           }
           break;
         }
+        case ParameterInit::identity: {  // M2RNN's W; + N(0, weight_std²) noise for hard cases
+          const bool noisy = options.weight_std && *options.weight_std > 0.0;
+          std::normal_distribution<double> normal(0.0, noisy ? *options.weight_std : 1.0);
+          for (std::int64_t i = 0; i < t.size(0); ++i)
+            for (std::int64_t j = 0; j < t.size(1); ++j)
+              t.store({i, j}, (i == j ? 1.0 : 0.0) + (noisy ? normal(rng) : 0.0));
+          break;
+        }
+        case ParameterInit::xavier_uniform: {  // torch.nn.init.xavier_uniform_ (gain 1)
+          const double bound = std::sqrt(6.0 / static_cast<double>(t.size(0) + t.size(1)));
+          std::uniform_real_distribution<double> uniform(-bound, bound);
+          for (std::int64_t i = 0; i < n; ++i) flat.store({i}, uniform(rng));
+          break;
+        }
         case ParameterInit::zeros:
           break;
       }
@@ -384,11 +425,18 @@ class Cell {
     options.d_in = problem.x.size(2);
     const AffineBlock& first = spec.affine.front();
     const Tensor& w = problem.parameter(std::string(first.weight));
-    if (w.dim() != 2 || w.size(0) % first.gates != 0 || w.size(0) == 0)
+    if (first.key_value) {  // ParaM2RNN: d_h = K·V from the constructor arguments
+      for (const char* key : {"k_dim", "v_dim"})
+        if (!problem.meta(key))
+          throw ContractViolation(fmt::format("case metadata '{}'", key),
+                                  fmt::format("is required for {}", spec.python_class), "<absent>");
+      options.k_dim = problem.meta_int("k_dim", 0);
+      options.v_dim = problem.meta_int("v_dim", 0);
+    } else if (w.dim() != 2 || w.size(0) % first.gates != 0 || w.size(0) == 0)
       throw ContractViolation(first.weight,
                               fmt::format("must be ({}·d_h, d_in) for {}", first.gates, spec.name),
                               shape_string(w.shape()));
-    options.d_h = w.size(0) / first.gates;
+    options.d_h = first.key_value ? 0 : w.size(0) / first.gates;
     if (first.square) {  // gates·d_h² rows
       const auto d = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(options.d_h))));
       if (d * d != options.d_h)
@@ -403,6 +451,7 @@ class Cell {
     options.eps = problem.meta_double("eps", options.eps);
     options.time_bias_init = problem.meta_double("time_bias_init", options.time_bias_init);
     if (problem.meta("n_heads")) options.n_heads = problem.meta_int("n_heads", 0);
+    options = with_derived_d_h(spec, options);
     check_options(spec, options);
     Cell cell(spec, options.d_in, options.d_h, problem.dtype(), options.max_recurrent_norm, options);
     for (const ParameterSpec& p : spec.parameters) {
@@ -484,9 +533,11 @@ class Cell {
   // ParaRWKV7: the width d of a head's (d, d) state (d_h = n_heads · d).
   std::int64_t head_dim() const { return d_h_ / n_heads(); }
 
-  // The state of one batch row: (d_h), (slots, d_h), or ParaRWKV7's (n_heads, d, d).
+  // The state of one batch row: (d_h), (slots, d_h), ParaRWKV7's (n_heads, d, d) or ParaM2RNN's
+  // (K, V).
   Shape state_shape() const {
     if (kind() == CellKind::rwkv7) return {n_heads(), head_dim(), head_dim()};
+    if (kind() == CellKind::m2rnn) return {k_dim(), v_dim()};
     if (slots() == 1) return {d_h_};
     return {slots(), d_h_};
   }
@@ -544,6 +595,11 @@ class Cell {
       m["n_heads"] = std::to_string(n_heads());
     }
     if (spec_->name == "slstm") m["eps"] = fmt::format("{}", options_.eps);
+    if (kind() == CellKind::m2rnn) {  // ParaM2RNN(input_size, *, k_dim, v_dim): no mix, no cap
+      for (const char* key : {"mix", "max_recurrent_norm", "hidden_size"}) m.erase(key);
+      m["k_dim"] = std::to_string(k_dim());
+      m["v_dim"] = std::to_string(v_dim());
+    }
     if (!spec_->gate_mix.empty()) {
       m["gate_mix"] = options_.gate_mix;
       m["time_bias_init"] = fmt::format("{}", options_.time_bias_init);
@@ -562,7 +618,12 @@ class Cell {
     return problem;
   }
 
-  // Trajectory shape for (B, T): (B, T, d_h), (B, T, slots, d_h), or (B, T, n_heads, d, d).
+  // ParaM2RNN's state H (K, V): rows K, columns V, d_h = K·V (row-major).
+  std::int64_t k_dim() const { return options_.k_dim.value_or(0); }
+  std::int64_t v_dim() const { return options_.v_dim.value_or(0); }
+
+  // Trajectory shape for (B, T): (B, T, d_h), (B, T, slots, d_h), (B, T, n_heads, d, d) for
+  // RWKV-7 or (B, T, K, V) for M2RNN.
   Shape trajectory_shape(std::int64_t batch, std::int64_t time) const {
     Shape shape = {batch, time};
     for (std::int64_t extent : state_shape()) shape.push_back(extent);
@@ -575,6 +636,7 @@ class Cell {
   }
   // Outputs of an affine block: gates·d_h, or gates·d_h² for square blocks.
   std::int64_t affine_rows(const AffineBlock& block) const {
+    if (block.key_value) return k_dim() + v_dim() + 1;
     return block.gates * d_h_ * (block.square ? d_h_ : 1);
   }
 
@@ -582,8 +644,8 @@ class Cell {
   Cell(const CellSpec& spec, std::int64_t d_in, std::int64_t d_h, DType dtype,
        std::optional<double> cap, CellOptions options)
       : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype),
-        cap_(spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7
-                 ? std::nullopt : cap),  // no recurrent parameter
+        cap_(spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7 || spec.kind == CellKind::m2rnn
+                 ? std::nullopt : cap),  // no clamped recurrent parameter
         options_(std::move(options)) {
     if (!is_floating(dtype))
       throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
@@ -635,17 +697,43 @@ class Cell {
         return {heads, d_h_ / heads, d_h_ / heads};
       }
       case ParameterShape::stacked_square: return {p.rows * d_h_, d_h_};
+      case ParameterShape::value_matrix: return {v_dim(), v_dim()};
+      case ParameterShape::key_value_weight: return {k_dim() + v_dim() + 1, inputs};
+      case ParameterShape::key_value_bias: return {k_dim() + v_dim() + 1};
     }
     return {};
   }
 
+  // ParaM2RNN has no hidden_size: d_h = k_dim·v_dim (an alias), filled in when left at 0.
+  static CellOptions with_derived_d_h(const CellSpec& spec, CellOptions options) {
+    if (spec.kind == CellKind::m2rnn && options.d_h == 0 && options.k_dim && options.v_dim &&
+        *options.k_dim >= 1 && *options.v_dim >= 1)
+      options.d_h = *options.k_dim * *options.v_dim;
+    return options;
+  }
+
   static void check_options(const CellSpec& spec, const CellOptions& options) {
+    if (spec.kind == CellKind::m2rnn) {
+      for (const auto& [name, value] : {std::pair{"k_dim", options.k_dim}, std::pair{"v_dim", options.v_dim}}) {
+        if (!value) throw ContractViolation(name, "is required for ParaM2RNN (keyword-only)", "none");
+        if (*value < 1) throw ContractViolation(name, "must be >= 1", std::to_string(*value));
+      }
+      if (options.d_h != *options.k_dim * *options.v_dim)
+        throw ContractViolation("hidden_size",
+                                fmt::format("is k_dim·v_dim = {} for ParaM2RNN (an alias; leave it unset)",
+                                            *options.k_dim * *options.v_dim),
+                                std::to_string(options.d_h));
+    } else {
+      if (options.k_dim) throw ContractViolation("k_dim", "is a ParaM2RNN argument", std::to_string(*options.k_dim));
+      if (options.v_dim) throw ContractViolation("v_dim", "is a ParaM2RNN argument", std::to_string(*options.v_dim));
+    }
     if (options.d_in < spec.min_d_in)
       throw ContractViolation("input_size", fmt::format("must be >= {} for {}", spec.min_d_in, spec.python_class),
                               std::to_string(options.d_in));
     if (options.d_h < 1)
       throw ContractViolation("hidden_size", "must be >= 1", std::to_string(options.d_h));
-    const bool single_mix = spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7;
+    const bool single_mix = spec.kind == CellKind::hopfield || spec.kind == CellKind::rwkv7 ||
+                            spec.kind == CellKind::m2rnn;
     if (options.mix != spec.mix && !(options.mix == "diag" && single_mix))
       throw ContractViolation("mix", fmt::format("must be '{}' for {}", spec.mix, spec.name), options.mix);
     const bool takes_heads = spec.mix == "head" || spec.kind == CellKind::rwkv7;

@@ -23,6 +23,7 @@ struct KstarOptions {
   std::vector<std::int64_t> times = {32, 64, 128, 256, 512, 1024};
   std::int64_t seeds = 3;
   std::int64_t batch = 1, d_in = 16, d_h = 64;
+  std::optional<std::int64_t> k_dim, v_dim;         // ParaM2RNN (then d_h = k_dim·v_dim)
   std::optional<double> weight_std;                 // recurrent std (hard cases); default init
   std::optional<double> max_recurrent_norm = 0.5;
   std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)

@@ -1,0 +1,86 @@
+// ParaM2RNN (matrix-state M²RNN core): the step of one chain (one batch row, state H ∈ R^{K×V},
+// rows K, columns V, flattened row-major), and its Jacobian as a map J[Δ] with its adjoint
+// Jᵀ[μ], never materialised (K·V x K·V would be O(K²V²) per step; the map costs O(K·V²)).
+//
+// Equations (pararnn-torch ParaM2RNN, spec §1.9, cells §9): raw = W_x x + b of width K + V + 1,
+// k = raw[0:K], v = raw[K:K+V], f = σ(raw[K+V]) (one scalar per step);
+//   S = H W + k vᵀ,  Z = tanh(S),  H′ = f H + (1 − f) Z,
+//   J[Δ] = f Δ + G ⊙ (Δ W),   Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ,   G = (1 − f)(1 − Z²),
+// with W (V, V) right-multiplied and never clamped. `step` returns G (the "gain", K·V values)
+// when asked, so a Newton iteration stores G and f per step, not a Jacobian.
+//
+// Guarantees: host and device (PARARNN_HD), scalar-generic; `apply_jacobian` and
+// `apply_jacobian_transpose` are exact adjoints of each other for the same (W, f, G) (the same
+// sums, transposed). Example:
+//   float h_new[K * V], gain[K * V];
+//   M2rnnMath::step(K, V, W, raw_t, h_prev, h_new, gain);
+//   M2rnnMath::apply_jacobian(K, V, W, M2rnnMath::forget(K, V, raw_t), gain, delta, out);
+#pragma once
+
+#include "pararnn/cells/cell_math.hpp"
+
+namespace pararnn::cells {
+
+struct M2rnnMath {
+  // Width of the gate inputs raw = W_x x + b: k, v, f_logit.
+  PARARNN_HD static int gate_width(int K, int V) { return K + V + 1; }
+
+  // f = σ(f_logit), the step's forget gate.
+  template <class ComputeT>
+  PARARNN_HD static ComputeT forget(int K, int V, const ComputeT* raw) {
+    return sigmoid(raw[K + V]);
+  }
+
+  // H′ = f H + (1 − f) tanh(H W + k vᵀ); `gain` (nullable) receives G = (1 − f)(1 − Z²).
+  // h_prev and h_new must not overlap.
+  template <class ComputeT>
+  PARARNN_HD static void step(int K, int V, const ComputeT* W, const ComputeT* raw,
+                              const ComputeT* h_prev, ComputeT* h_new, ComputeT* gain) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT f = forget(K, V, raw);
+    const ComputeT* k = raw;
+    const ComputeT* v = raw + K;
+    for (int i = 0; i < K; ++i) {
+      const ComputeT* h_row = h_prev + i * V;
+      for (int e = 0; e < V; ++e) {
+        ComputeT s = k[i] * v[e];
+        for (int j = 0; j < V; ++j) s += h_row[j] * W[j * V + e];
+        const ComputeT z = tanh_of(s);
+        h_new[i * V + e] = f * h_row[e] + (one - f) * z;
+        if (gain != nullptr) gain[i * V + e] = (one - f) * (one - z * z);
+      }
+    }
+  }
+
+  // out = J[Δ] = f Δ + G ⊙ (Δ W). delta and out must not overlap.
+  template <class ComputeT>
+  PARARNN_HD static void apply_jacobian(int K, int V, const ComputeT* W, ComputeT f,
+                                        const ComputeT* gain, const ComputeT* delta, ComputeT* out) {
+    for (int i = 0; i < K; ++i) {
+      const ComputeT* d_row = delta + i * V;
+      for (int e = 0; e < V; ++e) {
+        ComputeT dw = ComputeT(0);
+        for (int j = 0; j < V; ++j) dw += d_row[j] * W[j * V + e];
+        out[i * V + e] = f * d_row[e] + gain[i * V + e] * dw;
+      }
+    }
+  }
+
+  // out = Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ. mu and out must not overlap.
+  template <class ComputeT>
+  PARARNN_HD static void apply_jacobian_transpose(int K, int V, const ComputeT* W, ComputeT f,
+                                                  const ComputeT* gain, const ComputeT* mu,
+                                                  ComputeT* out) {
+    for (int i = 0; i < K; ++i) {
+      const ComputeT* m_row = mu + i * V;
+      const ComputeT* g_row = gain + i * V;
+      for (int j = 0; j < V; ++j) {
+        ComputeT acc = ComputeT(0);
+        for (int e = 0; e < V; ++e) acc += (g_row[e] * m_row[e]) * W[j * V + e];
+        out[i * V + j] = f * m_row[j] + acc;
+      }
+    }
+  }
+};
+
+}  // namespace pararnn::cells

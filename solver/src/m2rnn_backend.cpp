@@ -1,0 +1,243 @@
+// The CPU backend of ParaM2RNN (JacobianClass::matrix_map), forward only: App. A initial guess,
+// Newton iterations whose linear step δ_t = J_t[δ_{t−1}] + F_t is the sequential factorized walk
+// of the seed library (not an associative scan: composing the maps would materialise K·V x K·V
+// matrices), one walk per batch row with the rows in parallel, driven by the shared K loop of
+// newton_loop.hpp (fixed K; adaptive K with the residual_atol early stop, one more update and
+// the sequential fallback of unconverged rows; stats), and the same-dtype sequential loop.
+// The math (step, J[Δ]) is cells/m2rnn.hpp.
+//
+// Layout: H and F [b][t][K·V] (the trajectory (B, T, K, V), row-major); the "Jacobian" a Newton
+// iteration keeps is the gain G_t = (1 − f_t)(1 − Z_t²) [b][t][K·V] (J_t[Δ] = f_t Δ + G_t ⊙ (Δ W);
+// f_t is read from the gate inputs); W_x x [b][t][K + V + 1] in the compute type (f32 for
+// f32/f16/bf16, f64 for f64), computed once. Rectangular batches only (api.cpp refuses packing
+// and windows), so the only head is t = 0, which reads h0 (or zeros).
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends.hpp"
+#include "newton_loop.hpp"
+
+namespace pararnn::detail {
+namespace {
+
+using cells::M2rnnMath;
+
+template <class StorageT>
+class M2rnnSolver {
+ public:
+  using ComputeT = ComputeOf<StorageT>;
+  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+
+  M2rnnSolver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout)
+      : cell_(cell), L_(std::move(layout)), K_(static_cast<int>(cell.k_dim())),
+        V_(static_cast<int>(cell.v_dim())), width_(gate_width(cell)) {
+    const Tensor W = Tensor::converted(cell.parameter("W"), kComputeDType);
+    W_.assign(W.data_as<ComputeT>(), W.data_as<ComputeT>() + W.numel());
+    wx_ = input_affine<ComputeT>(cell, x, L_);
+    if (options.h0) {
+      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
+      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
+    }
+  }
+
+  std::int64_t row_elems() const { return L_.time * L_.d_h; }
+
+  template <class Body>
+  void parallel_rows(Body&& body) const {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t b = 0; b < L_.batch; ++b) body(b);
+  }
+
+  const ComputeT* raw_at(std::int64_t b, std::int64_t t) const {
+    return wx_.data() + (b * L_.time + t) * width_;
+  }
+
+  // The state entering step t of row b: h0 (or zeros) at t = 0; H[t − 1] otherwise, or zeros
+  // when `H_row` is null (the App. A guess).
+  const ComputeT* prev_state(const ComputeT* H_row, std::int64_t b, std::int64_t t,
+                             const std::vector<ComputeT>& zeros) const {
+    if (t == 0) return h0_.empty() ? zeros.data() : h0_.data() + b * L_.d_h;
+    return H_row == nullptr ? zeros.data() : H_row + (t - 1) * L_.d_h;
+  }
+
+  std::vector<ComputeT> zeros() const { return std::vector<ComputeT>(static_cast<std::size_t>(L_.d_h)); }
+
+  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except h0 at t = 0.
+  std::vector<ComputeT> initial_guess() const {
+    std::vector<ComputeT> H(static_cast<std::size_t>(L_.batch * row_elems()));
+    parallel_rows([&](std::int64_t b) {
+      const std::vector<ComputeT> zero = zeros();
+      ComputeT* H_row = H.data() + b * row_elems();
+      for (std::int64_t t = 0; t < L_.time; ++t)
+        M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), prev_state(nullptr, b, t, zero),
+                        H_row + t * L_.d_h, static_cast<ComputeT*>(nullptr));
+    });
+    return H;
+  }
+
+  // F = f(prepend(H)) − H and (optionally) the gains G; returns max|F| (NaN if any is NaN);
+  // remembers max|F| per row for the sequential fallback.
+  double residual(const std::vector<ComputeT>& H, std::vector<ComputeT>& F,
+                  std::vector<ComputeT>* G) const {
+    row_residual_.assign(static_cast<std::size_t>(L_.batch), 0.0);
+    parallel_rows([&](std::int64_t b) {
+      const std::vector<ComputeT> zero = zeros();
+      std::vector<ComputeT> h_new(static_cast<std::size_t>(L_.d_h));
+      const ComputeT* H_row = H.data() + b * row_elems();
+      ComputeT* F_row = F.data() + b * row_elems();
+      ComputeT* G_row = G ? G->data() + b * row_elems() : nullptr;
+      double local = 0.0;
+      for (std::int64_t t = 0; t < L_.time; ++t) {
+        M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), prev_state(H_row, b, t, zero), h_new.data(),
+                        G_row ? G_row + t * L_.d_h : nullptr);
+        for (std::int64_t i = 0; i < L_.d_h; ++i) {
+          const std::int64_t at = t * L_.d_h + i;
+          const ComputeT f = h_new[static_cast<std::size_t>(i)] - H_row[at];
+          F_row[at] = f;
+          local = nan_max(local, std::abs(static_cast<double>(f)));
+        }
+      }
+      row_residual_[static_cast<std::size_t>(b)] = local;
+    });
+    double result = 0.0;
+    for (double v : row_residual_) result = nan_max(result, v);
+    return result;
+  }
+
+  // δ in place on F by the sequential factorized walk δ_t = J_t[δ_{t−1}] + F_t (δ_{−1} = 0, so
+  // δ_0 = F_0 and h0 stays fixed), then H += ω δ.
+  void update(std::vector<ComputeT>& H, const std::vector<ComputeT>& G, std::vector<ComputeT>& F,
+              double omega) const {
+    const ComputeT w = static_cast<ComputeT>(omega);
+    parallel_rows([&](std::int64_t b) {
+      std::vector<ComputeT> carried(static_cast<std::size_t>(L_.d_h));
+      ComputeT* F_row = F.data() + b * row_elems();
+      const ComputeT* G_row = G.data() + b * row_elems();
+      for (std::int64_t t = 1; t < L_.time; ++t) {
+        const ComputeT f = M2rnnMath::forget(K_, V_, raw_at(b, t));
+        M2rnnMath::apply_jacobian(K_, V_, W_.data(), f, G_row + t * L_.d_h, F_row + (t - 1) * L_.d_h,
+                                  carried.data());
+        ComputeT* delta_t = F_row + t * L_.d_h;
+        for (std::int64_t i = 0; i < L_.d_h; ++i) delta_t[i] += carried[static_cast<std::size_t>(i)];
+      }
+      ComputeT* H_row = H.data() + b * row_elems();
+      for (std::int64_t i = 0; i < row_elems(); ++i)
+        H_row[i] = omega == 1.0 ? H_row[i] + F_row[i] : H_row[i] + w * F_row[i];
+    });
+  }
+
+  Tensor to_storage(const std::vector<ComputeT>& H) const {
+    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
+    StorageT* dst = out.data_as<StorageT>();
+    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
+    return out;
+  }
+
+  std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
+    const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(), L_.time);
+    const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
+    stats = NewtonStats{};
+    stats.k = k;
+    stats.scan_backend = "cpu";
+    std::vector<ComputeT> H = initial_guess();
+    std::vector<ComputeT> F(H.size()), G(H.size());
+    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, G, stats,
+                          fmt::format("batch row(s) of {}x{} states", K_, V_));
+    return H;
+  }
+
+  // The sequential recurrence of row b, the state rounded to StoreT after every step.
+  template <class StoreT>
+  void sequential_row(std::int64_t b, StoreT* row) const {
+    const std::vector<ComputeT> zero = zeros();
+    std::vector<ComputeT> h_prev(static_cast<std::size_t>(L_.d_h)), h_new(h_prev.size());
+    for (std::int64_t t = 0; t < L_.time; ++t) {
+      if (t == 0) {
+        const ComputeT* start = prev_state(nullptr, b, 0, zero);
+        h_prev.assign(start, start + L_.d_h);
+      } else {
+        for (std::int64_t i = 0; i < L_.d_h; ++i)
+          h_prev[static_cast<std::size_t>(i)] = static_cast<ComputeT>(row[(t - 1) * L_.d_h + i]);
+      }
+      M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), h_prev.data(), h_new.data(),
+                      static_cast<ComputeT*>(nullptr));
+      for (std::int64_t i = 0; i < L_.d_h; ++i)
+        row[t * L_.d_h + i] = static_cast<StoreT>(h_new[static_cast<std::size_t>(i)]);
+    }
+  }
+
+  Tensor sequential() const {
+    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
+    StorageT* dst = out.data_as<StorageT>();
+    parallel_rows([&](std::int64_t b) { sequential_row<StorageT>(b, dst + b * row_elems()); });
+    return out;
+  }
+
+  // Replaces every row whose residual is not below `atol` by its sequential solution in the
+  // compute type; returns the number of rows replaced.
+  std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
+    std::vector<std::int64_t> todo;
+    for (std::int64_t b = 0; b < L_.batch; ++b)
+      if (!(row_residual_[static_cast<std::size_t>(b)] < atol)) todo.push_back(b);
+    const auto count = static_cast<std::int64_t>(todo.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t b = todo[static_cast<std::size_t>(k)];
+      sequential_row<ComputeT>(b, H.data() + b * row_elems());
+    }
+    return count;
+  }
+
+  double residual_of(const TensorView& H_view) const {
+    const Tensor Hc = Tensor::converted(H_view, kComputeDType);
+    std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
+    std::vector<ComputeT> F(H.size());
+    return residual(H, F, nullptr);
+  }
+
+ private:
+  const Cell& cell_;
+  Layout L_;
+  int K_ = 0, V_ = 0;
+  std::int64_t width_ = 0;
+  std::vector<ComputeT> W_;   // (V, V) row-major
+  std::vector<ComputeT> wx_;  // [b][t][K + V + 1]
+  std::vector<ComputeT> h0_;  // [b][K·V]
+  mutable std::vector<double> row_residual_;  // max|F| per row, last evaluation
+};
+
+template <class F>
+decltype(auto) dispatch_m2rnn_solver(const Cell& cell, F&& f) {
+  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() -> decltype(auto) {
+    return f.template operator()<StorageT>();
+  });
+}
+
+}  // namespace
+
+Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
+    return solver.to_storage(solver.newton_trajectory(config, stats));
+  });
+}
+
+Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                              Layout layout) {
+  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).sequential();
+  });
+}
+
+double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                          const ApplyOptions& options, Layout layout) {
+  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).residual_of(H);
+  });
+}
+
+}  // namespace pararnn::detail
