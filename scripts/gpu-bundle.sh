@@ -5,13 +5,17 @@
 # build-gpu/lib, found through the binaries' RPATH, and nothing else (objects and archives are
 # deleted, so the next run of this script rebuilds).
 # On the GPU machine: PARARNN_REQUIRE_CUDA=1 ctest --test-dir build-gpu -L cuda --no-tests=error
+# `--no-bench` leaves the benchmark binaries out (a tests-only bundle, well under the limit).
 set -euo pipefail
+with_bench=1
+[ "${1:-}" = "--no-bench" ] && with_bench=0
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-gpu"
 cuda_lib_dirs="/usr/local/cuda/lib64;/usr/local/cuda-13.0/targets/x86_64-linux/lib"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARARNN_CUDA=ON \
   -DCMAKE_EXE_LINKER_FLAGS=-s -DCMAKE_BUILD_RPATH="$build/lib;$cuda_lib_dirs" >/dev/null
-targets=(kernels_cuda_tests property_tests_cuda pararnn_bench_scan pararnn_bench_newton pararnn)
+targets=(kernels_cuda_tests property_tests_cuda pararnn)
+[ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 mkdir -p "$build/lib"
 for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" "$build/tools/pararnn"; do
@@ -19,4 +23,13 @@ for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_t
     | xargs -r -I{} cp -Lu {} "$build/lib/" || true
 done
 find "$build" \( -name '*.o' -o -name '*.a' \) -delete
+[ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton"
+rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # configure scratch
 du -sh "$build"
+size_mib=$(du -sm "$build" | cut -f1)
+if [ "$size_mib" -gt 64 ]; then
+  echo "build-gpu is ${size_mib} MiB, over the 64 MiB a device run carries; largest files:" >&2
+  find "$build" -type f -size +1M -printf '%s %p\n' | sort -rn | head -5 >&2
+  echo "(run with --no-bench for a tests-only bundle)" >&2
+  exit 1
+fi

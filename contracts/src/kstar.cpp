@@ -25,13 +25,14 @@ KstarTable measure_kstar(const KstarOptions& options) {
   table.options = options;
   const Tolerance tau = tolerance_for({.dtype = options.dtype, .cell = options.cell});
   table.tau = tau.atol;
-  const CellSpec& spec = cell_spec(options.cell);
+  const CellSpec& spec = cell_spec(options.cell, options.mix, "cell");
   for (std::int64_t time : options.times) {
     std::int64_t worst = 0;
     for (std::int64_t s = 0; s < options.seeds; ++s) {
       const auto seed = static_cast<std::uint64_t>(1000 * time + s + 1);
-      const Cell cell = Cell::initialise({.cell = options.cell, .d_in = options.d_in,
+      const Cell cell = Cell::initialise({.cell = options.cell, .mix = options.mix, .d_in = options.d_in,
                                           .d_h = spec.kind == CellKind::m2rnn ? 0 : options.d_h,
+                                          .n_heads = options.n_heads,
                                           .max_recurrent_norm = options.max_recurrent_norm,
                                           .weight_std = options.weight_std,
                                           .k_dim = options.k_dim, .v_dim = options.v_dim},
@@ -65,6 +66,8 @@ KstarTable measure_kstar(const KstarOptions& options) {
 nlohmann::ordered_json KstarTable::to_json() const {
   nlohmann::ordered_json j;
   j["cell"] = options.cell;
+  if (options.mix != "diag") j["mix"] = options.mix;
+  if (options.n_heads) j["n_heads"] = *options.n_heads;
   j["dtype"] = dtype_name(options.dtype);
   j["tau"] = tau;
   j["shape"] = {{"batch", options.batch}, {"d_in", options.d_in}, {"d_h", options.d_h}};

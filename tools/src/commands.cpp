@@ -154,6 +154,8 @@ int make_case(const MakeCaseArgs& args) {
 int kstar(const KstarArgs& args) {
   KstarOptions options;
   options.cell = args.cell;
+  options.mix = args.mix;
+  options.n_heads = args.n_heads;
   options.dtype = parse_dtype(args.dtype, "--dtype");
   options.times = parse_int_list(args.times, "--T");
   options.seeds = args.seeds;

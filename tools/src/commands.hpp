@@ -42,9 +42,10 @@ struct SolveArgs {
 };
 
 struct KstarArgs {
-  std::string cell = "gru", dtype = "f32", times = "32,64,128,256,512,1024", json;
+  std::string cell = "gru", mix = "diag", dtype = "f32", times = "32,64,128,256,512,1024", json;
   std::int64_t seeds = 3, batch = 1, d_in = 16, d_h = 64, k_limit = 16;
   std::optional<std::int64_t> k_dim, v_dim;  // ParaM2RNN
+  std::optional<std::int64_t> n_heads;
   std::optional<double> weight_std;
   std::string max_recurrent_norm = "0.5";
 };

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   KstarArgs ka;
   auto* kstar_cmd = app.add_subcommand("kstar", "measure K*(T), the smallest K that agrees with the oracle");
   kstar_cmd->add_option("--cell", ka.cell);
+  kstar_cmd->add_option("--mix", ka.mix, "recurrent mix (gru: head; slstm: head, dense)");
+  kstar_cmd->add_option("--n-heads", ka.n_heads, "heads (head mixes)");
   kstar_cmd->add_option("--dtype", ka.dtype);
   kstar_cmd->add_option("--T", ka.times, "comma-separated lengths, e.g. 32,64,...,131072");
   kstar_cmd->add_option("--seeds", ka.seeds);

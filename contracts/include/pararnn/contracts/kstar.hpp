@@ -19,6 +19,8 @@ namespace pararnn {
 
 struct KstarOptions {
   std::string cell = "gru";
+  std::string mix = "diag";                         // head / dense mixes (GRU, sLSTM)
+  std::optional<std::int64_t> n_heads;              // head mixes
   DType dtype = DType::f32;
   std::vector<std::int64_t> times = {32, 64, 128, 256, 512, 1024};
   std::int64_t seeds = 3;
