@@ -79,10 +79,19 @@ RC_GTEST_PROP(M2rnn, NewtonAgreesWithOracleWithinTau, ()) {
   RC_CLASSIFY(p.weight_std.has_value() && *p.weight_std > 0.2, "hard W");
   RC_CLASSIFY(p.time > 1000, "T > 1000");
   const AgreementReport r = verify(p, NewtonConfig{});
-  if (r.verdict != Verdict::agree)
-    RC_FAIL(r.failure_message() + testing::save_failure_artifacts(p, "m2rnn-agreement", NewtonConfig{}));
   RC_ASSERT(r.backend == std::string("cpu"));
-  RC_CLASSIFY(r.sequential_max_abs > r.atol, "same-dtype sequential outside tau");
+  // Hard W (σ 0.5) can make the recurrence chaotic: then the f32 sequential loop itself lies
+  // outside τ of the oracle (1.05e-4 at T = 485 on one found case) and no f32 solver in
+  // that dtype can be held to τ; there the claim is agreement with the oracle or, failing that,
+  // Newton reaching the sequential answer within τ. (A bf16 sequential loop outside τ because it
+  // rounds every step is no excuse: Newton, rounded once, still has to agree.)
+  const bool floor_outside_tau = r.sequential_max_abs > r.atol;
+  RC_CLASSIFY(floor_outside_tau, "same-dtype sequential outside tau");
+  const bool agrees = r.verdict == Verdict::agree;
+  const bool at_the_floor = floor_outside_tau && p.dtype == DType::f32 && r.vs_sequential_max_abs <= r.atol;
+  RC_CLASSIFY(!agrees && at_the_floor, "judged against the sequential floor");
+  if (!agrees && !at_the_floor)
+    RC_FAIL(r.failure_message() + testing::save_failure_artifacts(p, "m2rnn-agreement", NewtonConfig{}));
 }
 
 // The fixed K of the ramp (no early stop, no fallback) at the library's W = I: the schedule
