@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kResidualThreads)
   using ComputeT = ComputeOf<StorageT>;
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
-  constexpr int R = CellMath::kRecurrent;
+  constexpr int R = CellMath::kRecurrent + CellMath::kConstants;  // clamped entries, then constants
   const int64_t D = a.channels;
   const int64_t n = a.batch * a.time * D;
   ComputeT local = ComputeT(0);
@@ -156,6 +156,8 @@ PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, float)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, double)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, float)
 PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, double)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::SlstmDiagMath, float)
+PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::SlstmDiagMath, double)
 #undef PARARNN_INSTANTIATE_CELL_RESIDUAL
 
 }  // namespace pararnn::kernels

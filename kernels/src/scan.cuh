@@ -641,6 +641,12 @@ template <class T>
 constexpr int vector_width() {
   return static_cast<int>(16 / sizeof(T));
 }
+// Channels per thread: 16-byte vectors for S <= 2; one for larger blocks, whose elements
+// (S² + S values each, kSteps of them) already fill the registers and the shared memory.
+template <int S, class T>
+constexpr int channel_vector_width() {
+  return S <= 2 ? vector_width<T>() : 1;
+}
 
 inline bool aligned_to(const void* p, std::size_t a) {
   return reinterpret_cast<std::uintptr_t>(p) % a == 0;
@@ -719,7 +725,7 @@ std::size_t workspace_bytes_impl(int64_t batch, int64_t time, int64_t channels,
     return three_phase_layout(S, sizeof(T), batch, time, channels, chunk).total;
   const std::size_t narrow = single_pass_layout(S, sizeof(T), 1, batch, time, channels, chunk).total;
   const std::size_t wide =
-      single_pass_layout(S, sizeof(T), vector_width<T>(), batch, time, channels, chunk).total;
+      single_pass_layout(S, sizeof(T), channel_vector_width<S, T>(), batch, time, channels, chunk).total;
   return narrow > wide ? narrow : wide;
 }
 
@@ -734,8 +740,9 @@ cudaError_t launch_impl(const ScanArgs<T>& a, void* workspace, std::size_t works
   if (workspace == nullptr || !aligned_to(workspace, 16)) return cudaErrorInvalidValue;
   const int64_t chunk = a.tiling.chunk_length > 0 ? a.tiling.chunk_length
                                                   : scan_default_chunk(S, a.tiling.algorithm);
-  constexpr int kWide = vector_width<T>();
-  const bool wide = a.channels % kWide == 0 && aligned_to(a.jac, 16) && aligned_to(a.delta, 16);
+  constexpr int kWide = channel_vector_width<S, T>();
+  const bool wide =
+      kWide > 1 && a.channels % kWide == 0 && aligned_to(a.jac, 16) && aligned_to(a.delta, 16);
   if (wide) {
     return a.reverse ? run_scan<S, T, kWide, true>(a, chunk, workspace, workspace_bytes, stream)
                      : run_scan<S, T, kWide, false>(a, chunk, workspace, workspace_bytes, stream);

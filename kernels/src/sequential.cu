@@ -1,6 +1,8 @@
 // launch_sequential_apply (kernels/sequential.hpp): one thread per chain, gate pre-activations of
 // the next kPrefetch steps loaded while the current ones are computed, so the loop waits on the
-// cell's arithmetic rather than on memory.
+// cell's arithmetic rather than on memory. The Picard passes of sLSTM's initial guess are the
+// same loop with the hidden slot entering each non-head step replaced (zero_hidden,
+// frozen_hidden).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -24,7 +26,7 @@ __global__ void __launch_bounds__(kSequentialThreads)
   using ComputeT = ComputeOf<StorageT>;
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
-  constexpr int R = CellMath::kRecurrent;
+  constexpr int R = CellMath::kRecurrent + CellMath::kConstants;  // clamped entries, then constants
   const int64_t D = a.channels;
   const int64_t chain = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (chain >= a.batch * D) return;
@@ -70,7 +72,11 @@ __global__ void __launch_bounds__(kSequentialThreads)
         } else {
 #pragma unroll
           for (int s = 0; s < S; ++s) h_prev[s] = h[s];
+          // A Picard pass: the hidden slot (the last) entering the step is the previous pass's.
+          if (a.frozen_hidden != nullptr)
+            h_prev[S - 1] = a.frozen_hidden[((b * a.time + t - 1) * S + S - 1) * D + c];
         }
+        if (a.zero_hidden) h_prev[S - 1] = ComputeT(0);  // the zero-hidden pass, heads included
         ComputeT h_new[S];
         CellMath::step(rec, cur[u], h_prev, h_new, static_cast<ComputeT*>(nullptr));
         StorageT* out = a.H + (b * a.time + t) * S * D + c;
@@ -128,6 +134,7 @@ PARARNN_INSTANTIATE_SEQUENTIAL(cells::NlruMath, __nv_bfloat16)
 PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::TitansMath)
 PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::CfcMath)
 PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::CfcDiagHMath)
+PARARNN_INSTANTIATE_SEQUENTIAL_ALL(cells::SlstmDiagMath)
 #undef PARARNN_INSTANTIATE_SEQUENTIAL_ALL
 #undef PARARNN_INSTANTIATE_SEQUENTIAL
 

@@ -15,6 +15,7 @@
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/cells/lstm.hpp"
 #include "pararnn/cells/nlru.hpp"
+#include "pararnn/cells/slstm_diag.hpp"
 #include "pararnn/kernels/launch.hpp"
 #include "test_support.hpp"
 
@@ -38,9 +39,11 @@ struct CellCase {
 struct CellCaseName {
   template <class Case>
   static std::string GetName(int) {
-    std::string cell = std::is_same_v<typename Case::CellMath, cells::GruDiagMath> ? "GruDiag"
-                       : std::is_same_v<typename Case::CellMath, cells::LstmMath>  ? "Lstm"
-                                                                                   : "Nlru";
+    using M = typename Case::CellMath;
+    std::string cell = std::is_same_v<M, cells::GruDiagMath> ? "GruDiag"
+                       : std::is_same_v<M, cells::LstmMath>  ? "Lstm"
+                       : std::is_same_v<M, cells::NlruMath>  ? "Nlru"
+                                                             : "SlstmDiag";
     return cell + (std::is_same_v<typename Case::StorageT, float> ? "_f32" : "_f64");
   }
 };
@@ -48,7 +51,8 @@ struct CellCaseName {
 using CellCases = ::testing::Types<
     CellCase<cells::GruDiagMath, float>, CellCase<cells::GruDiagMath, double>,
     CellCase<cells::LstmMath, float>, CellCase<cells::LstmMath, double>,
-    CellCase<cells::NlruMath, float>, CellCase<cells::NlruMath, double>>;
+    CellCase<cells::NlruMath, float>, CellCase<cells::NlruMath, double>,
+    CellCase<cells::SlstmDiagMath, float>, CellCase<cells::SlstmDiagMath, double>>;
 
 template <class CellMath, class StorageT>
 struct CellProblem {
@@ -56,9 +60,10 @@ struct CellProblem {
   static constexpr int S = CellMath::kSlots;
   static constexpr int G = CellMath::kGates;
   static constexpr int R = CellMath::kRecurrent;
+  static constexpr int C = CellMath::kConstants;
   std::int64_t batch = 0, time = 0, channels = 0;
   std::vector<ComputeT> wx;           // [b][t][g·D + c]
-  std::vector<ComputeT> recurrent;    // [k][c]
+  std::vector<ComputeT> recurrent;    // [k][c], R clamped rows then C constant rows
   std::vector<ComputeT> h0;           // empty or [row][s][c]
   std::vector<std::int64_t> h0_row;   // empty or [t]
   std::vector<std::uint8_t> head;     // empty or [t]
@@ -74,8 +79,8 @@ struct CellProblem {
 
   void step(std::int64_t b, std::int64_t t, std::int64_t c, const ComputeT* h_prev,
             ComputeT* h_new, ComputeT* jac) const {
-    ComputeT rec[R], w[G];
-    for (int k = 0; k < R; ++k) rec[k] = recurrent[static_cast<std::size_t>(k * channels + c)];
+    ComputeT rec[R + C], w[G];
+    for (int k = 0; k < R + C; ++k) rec[k] = recurrent[static_cast<std::size_t>(k * channels + c)];
     for (int g = 0; g < G; ++g)
       w[g] = wx[static_cast<std::size_t>((b * time + t) * G * channels + g * channels + c)];
     CellMath::step(rec, w, h_prev, h_new, jac);
@@ -96,8 +101,11 @@ CellProblem<CellMath, StorageT> make_cell_problem(std::int64_t batch, std::int64
   SplitMix64 rng(seed);
   p.wx.resize(static_cast<std::size_t>(batch * time * P::G * channels));
   for (auto& v : p.wx) v = static_cast<ComputeT>(rng.uniform(-2.0, 2.0));
-  p.recurrent.resize(static_cast<std::size_t>(P::R * channels));
-  for (auto& v : p.recurrent) v = static_cast<ComputeT>(rng.uniform(-0.5, 0.5));
+  p.recurrent.resize(static_cast<std::size_t>((P::R + P::C) * channels));
+  // Recurrent rows in [−0.5, 0.5]; constants (sLSTM's eps) positive, as a cell's are.
+  for (std::size_t i = 0; i < p.recurrent.size(); ++i)
+    p.recurrent[i] = static_cast<ComputeT>(static_cast<std::int64_t>(i) < P::R * channels
+                                               ? rng.uniform(-0.5, 0.5) : rng.uniform(0.5, 1.0));
   std::int64_t rows = batch;
   if (packed) {
     p.head.assign(static_cast<std::size_t>(time), 0);
@@ -121,9 +129,12 @@ CellProblem<CellMath, StorageT> make_cell_problem(std::int64_t batch, std::int64
   return p;
 }
 
-// The host sequential loop, rounding the state to StorageT every step.
+// The host sequential loop, rounding the state to StorageT every step. With `zero_hidden` or
+// `frozen_hidden` ([b][t][s][c]) it is a pass of sLSTM's Picard guess (kernels/sequential.hpp):
+// the hidden slot entering a step is 0 everywhere, or frozen_hidden's at t − 1 off heads.
 template <class CellMath, class StorageT>
-std::vector<StorageT> host_sequential(const CellProblem<CellMath, StorageT>& p) {
+std::vector<StorageT> host_sequential(const CellProblem<CellMath, StorageT>& p, bool zero_hidden = false,
+                                      const std::vector<ComputeOf<StorageT>>* frozen_hidden = nullptr) {
   using P = CellProblem<CellMath, StorageT>;
   using ComputeT = typename P::ComputeT;
   constexpr int S = P::S;
@@ -134,6 +145,9 @@ std::vector<StorageT> host_sequential(const CellProblem<CellMath, StorageT>& p) 
       for (std::int64_t t = 0; t < p.time; ++t) {
         ComputeT h_prev[S], h_new[S];
         for (int s = 0; s < S; ++s) h_prev[s] = p.is_head(t) ? p.head_state(b, t, s, c) : h[s];
+        if (frozen_hidden != nullptr && !p.is_head(t))
+          h_prev[S - 1] = (*frozen_hidden)[static_cast<std::size_t>(((b * p.time + t - 1) * S + S - 1) * p.channels + c)];
+        if (zero_hidden) h_prev[S - 1] = ComputeT(0);
         p.step(b, t, c, h_prev, h_new, nullptr);
         for (int s = 0; s < S; ++s) {
           const StorageT stored = static_cast<StorageT>(h_new[s]);

@@ -3,7 +3,7 @@
 //
 // The inputs are built so that every value any association of the scan can form is exact in
 // float: J_t = 2^(ℓ_t − ℓ_{t−1}) · P_t with a level walk ℓ ∈ {0..3} and P_t a partial signed
-// permutation (S = 1: ±1), so the product of any run of J is ±2^k (|k| ≤ 3) times a partial signed
+// permutation (S = 1: ±1; S = 4: a permutation with some entries dropped), so the product of any run of J is ±2^k (|k| ≤ 3) times a partial signed
 // permutation, or 0; a full zero J at least every 65536 steps; r ∈ {−4..4}. Every partial sum is
 // then a multiple of 2^(ℓ−3) below 2^21 in magnitude, so no rounding ever happens and the result
 // cannot depend on the chunking, the algorithm or the vector width. J at restarts (t = 0, heads)
@@ -88,6 +88,13 @@ ExactProblem<S, T> make_exact_problem(std::int64_t batch, std::int64_t time,
         auto sign = [&] { return rng.below(2) == 0 ? T(-1) : T(1); };
         if constexpr (S == 1) {
           p.jac[p.j_index(b, t, 0, 0, c)] = sign() * scale;
+        } else if constexpr (S > 2) {
+          // A random permutation, each of its entries kept (as ±1) with probability 3/4.
+          int column[S];
+          for (int o = 0; o < S; ++o) column[o] = o;
+          for (int o = S - 1; o > 0; --o) std::swap(column[o], column[rng.below(o + 1)]);
+          for (int o = 0; o < S; ++o)
+            if (rng.below(4) != 0) p.jac[p.j_index(b, t, o, column[o], c)] = sign() * scale;
         } else {
           // Partial signed permutations: each row and column holds at most one ±1.
           static constexpr int kPatterns[6][4] = {{1, 0, 0, 1}, {0, 1, 1, 0}, {1, 0, 0, 0},
@@ -151,7 +158,7 @@ std::string algorithm_name(ScanAlgorithm a) {
 template <int S>
 std::vector<ScanTiling> tilings_under_test(bool include_tiny_chunks) {
   std::vector<ScanTiling> out;
-  for (std::int64_t chunk : {0, 1, 3, 5, 8, 24, 32, 64})
+  for (std::int64_t chunk : {0, 1, 3, 5, 8, 16, 24, 32, 64})
     if (scan_chunk_supported(S, ScanAlgorithm::single_pass, chunk) &&
         (include_tiny_chunks || chunk == 0 || chunk >= 8))
       out.push_back({ScanAlgorithm::single_pass, chunk});
@@ -234,7 +241,7 @@ void expect_all_tilings_exact(const ExactProblem<S, T>& p, bool include_tiny_chu
 template <class Case>
 class DyadicScan : public ::testing::Test {};
 using ScanCases = ::testing::Types<ScanCase<1, float>, ScanCase<1, double>, ScanCase<2, float>,
-                                   ScanCase<2, double>>;
+                                   ScanCase<2, double>, ScanCase<4, float>, ScanCase<4, double>>;
 TYPED_TEST_SUITE(DyadicScan, ScanCases, ScanCaseName);
 
 TYPED_TEST(DyadicScan, EqualsSequentialSubstitutionBitwiseForEveryChunking) {

@@ -8,8 +8,9 @@
 // trajectory lives in f32 on the device, as the CPU backend keeps it in f32, and is rounded to
 // the storage dtype once at the end); the same-dtype sequential loop rounds its state to the
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
-// Cells: those with Newton kernels (kernels/newton_cells.hpp: GRU-diag, LSTM, NLRU, Titans, CfC
-// 'input' and 'diag_h', whose Δt gate is filled on the device); the others raise UnsupportedPath.
+// Cells: those with Newton kernels (kernels/newton_cells.hpp: every per-channel cell; CfC's Δt
+// gate is filled on the device, sLSTM's Picard guess runs the sequential kernel with the hidden
+// slot frozen); the others raise UnsupportedPath.
 // CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the caller's stream.
 #include "cuda_backend.hpp"
 #include "newton_loop.hpp"
@@ -302,10 +303,18 @@ decltype(auto) dispatch_compute(DType compute, F&& f) {
   return f.template operator()<float>();
 }
 
+// How the hidden slot enters the steps of a sequential pass: carried (the recurrence), or, for
+// sLSTM's Picard guess, zero or frozen to a previous pass (kernels/sequential.hpp).
+template <class ComputeT>
+struct HiddenInput {
+  bool zero = false;
+  const ComputeT* frozen = nullptr;
+};
+
 // The sequential kernel over the whole problem, the state stored in T (the storage or the
 // compute type).
 template <class CellMath, class T>
-void run_sequential(const DeviceProblem& p, T* H) {
+void run_sequential(const DeviceProblem& p, T* H, HiddenInput<kernels::ComputeOf<T>> hidden = {}) {
   using ComputeT = kernels::ComputeOf<T>;
   kernels::SequentialArgs<T> a{.wx = static_cast<const ComputeT*>(p.wx),
                                .recurrent = static_cast<const ComputeT*>(p.recurrent),
@@ -315,7 +324,9 @@ void run_sequential(const DeviceProblem& p, T* H) {
                                .H = H,
                                .batch = p.batch,
                                .time = p.time,
-                               .channels = p.channels};
+                               .channels = p.channels,
+                               .frozen_hidden = hidden.frozen,
+                               .zero_hidden = hidden.zero};
   PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, kStream)));
 }
 
@@ -362,6 +373,20 @@ class NewtonLoop {
     PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, ws_.residual.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
   }
 
+  // sLSTM's guess (the CPU backend's picard_guess): a zero-hidden pass, then `passes` Picard
+  // passes, each the sequential kernel with the hidden slot frozen to the previous pass. The
+  // passes alternate between H and the residual buffer (free until the first evaluation) so that
+  // the last one lands in H.
+  void picard_guess(std::int64_t passes) {
+    ComputeT* buffers[2] = {H_, ws_.residual.as<ComputeT>()};
+    const ComputeT* previous = nullptr;
+    for (std::int64_t pass = 0; pass <= passes; ++pass) {
+      ComputeT* target = buffers[(passes - pass) % 2];
+      run_sequential<CellMath, ComputeT>(p_, target, {.zero = pass == 0, .frozen = previous});
+      previous = target;
+    }
+  }
+
   // δ from (J, F) in place on F, then H += ω δ.
   void update(double omega) {
     kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
@@ -406,7 +431,12 @@ class NewtonLoop {
     stats = NewtonStats{};
     stats.k = k;
     stats.scan_backend = "cuda";
-    initial_guess();
+    if (spec.picard) {
+      stats.picard_iters = picard_passes(config, p_.time);
+      picard_guess(stats.picard_iters);
+    } else {
+      initial_guess();
+    }
     DeviceState H, F, J;
     run_newton_iterations(Driver{*this}, spec.name, config, k, atol, p_.time, H, F, J, stats,
                           fmt::format("chain tile(s) of {} channels (the whole problem, on the GPU)",

@@ -1,5 +1,5 @@
 // The affine scan of the Newton linear step on the GPU: S x S blocks per channel (S = 1 for
-// diagonal Jacobians, S = 2 for the LSTM), every chain (b, c) independent, in place, arithmetic
+// diagonal Jacobians, S = 2 for the LSTM, S = 4 for sLSTM-diag), every chain (b, c) independent, in place, arithmetic
 // in T (float for float, double for double) through cells/affine_monoid.hpp's `compose` and
 // `apply`, the monoid the CPU scans use too.
 //
@@ -22,13 +22,15 @@
 //
 // Algorithms (ScanTiling::algorithm).
 //   single_pass (default): decoupled look-back. Each block owns a tile of 32·V channels (V = 16
-//     bytes / sizeof(T) when D and both pointers allow 16-byte vectors, else 1) × one time chunk,
+//     bytes / sizeof(T) when S <= 2 and D and both pointers allow 16-byte vectors, else 1: a
+//     4x4 element already fills the registers a vector would need) × one time chunk,
 //     holds its elements in registers, publishes the chunk's aggregate, looks back over the
 //     predecessors' aggregates / inclusive values for its carry, and writes δ: J and r are read
 //     once and δ written once (12 bytes per token-channel for f32 diag). Chunk length
 //     L = steps_per_thread × time_groups with steps_per_thread <= scan_max_steps_per_thread(S)
-//     (8 for S = 1, 4 for S = 2) and time_groups <= scan_max_time_groups(S) (8): any L <= 8,
-//     and larger L with such a split (at most 64 for S = 1, 32 for S = 2; default 64 / 32);
+//     (8 for S = 1, 4 for S = 2, 2 for S = 4) and time_groups <= scan_max_time_groups(S) (8):
+//     any L <= 8, and larger L with such a split (at most 64 for S = 1, 32 for S = 2, 16 for
+//     S = 4; default 64 / 32 / 16);
 //     scan_chunk_supported says which.
 //   three_phase: the simple twin. (1) each chunk's aggregate, (2) a sequential scan of the
 //     aggregates per chain giving each chunk's carry, (3) each chunk re-run from its carry.
@@ -75,11 +77,11 @@ struct ScanArgs {
 };
 
 // Single-pass limits (registers and shared memory per block).
-constexpr int scan_max_steps_per_thread(int S) { return S == 1 ? 8 : 4; }
+constexpr int scan_max_steps_per_thread(int S) { return S == 1 ? 8 : (S == 2 ? 4 : 2); }
 constexpr int scan_max_time_groups(int) { return 8; }
 
 constexpr std::int64_t scan_default_chunk(int S, ScanAlgorithm algorithm) {
-  return algorithm == ScanAlgorithm::three_phase ? 256 : (S == 1 ? 64 : 32);
+  return algorithm == ScanAlgorithm::three_phase ? 256 : 8 * scan_max_steps_per_thread(S);
 }
 
 // Whether `chunk_length` (0 = default) is accepted for S and the algorithm.

@@ -13,7 +13,8 @@
 //   H[b][t][s][c]          StorageT output
 // At t = 0 and at every head the previous state is h0[h0_row ? h0_row[t] : b] (zeros without
 // h0). The state is rounded to StorageT after every step and carried in that rounded value, so
-// the result is what a host loop storing into StorageT computes.
+// the result is what a host loop storing into StorageT computes. `recurrent` holds kRecurrent
+// clamped rows and then kConstants constant rows (sLSTM's eps).
 //
 // Guarantees: never allocates, needs no workspace; returns cudaErrorInvalidValue for null
 // required arrays or negative sizes, else the launch's error. Example:
@@ -40,6 +41,13 @@ struct SequentialArgs {
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
+  // sLSTM's Picard guess (CONTRACT §1): the hidden slot (the last, S − 1) entering a step is 0
+  // at every step, heads included (zero_hidden: the zero-hidden pass), or, at non-head steps,
+  // the previous pass's value frozen_hidden[b][t − 1][S − 1][c] (a Picard pass; [b][t][s][c],
+  // ComputeT, must not alias H); the other slots run from h0 at heads and from this pass's own
+  // previous step elsewhere. Neither: the plain recurrence.
+  const ComputeT* frozen_hidden = nullptr;
+  bool zero_hidden = false;
 };
 
 // Instantiated for the cell maths of kHasNewtonKernels (newton_cells.hpp) × {float, double,
