@@ -1,11 +1,13 @@
 // The training claim: the production adjoint agrees with the oracle's BPTT (automatic
 // differentiation through the high-precision sequential unroll) within the contract's gradient
-// tolerances, for every cell and dtype, over shapes, seeds, weight scales and initial states.
+// tolerances, for every cell and dtype, over shapes, seeds, weight scales and initial states, on
+// the backend under test (backend.hpp).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <limits>
 
+#include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
 
@@ -17,7 +19,7 @@ using testing::gen_problem;
 constexpr std::int64_t kCertifyBudget = 20'000;  // a property run makes hundreds of cases
 
 RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
-  const auto p = *gen_problem(400, testing::kPerChannelCellLabels,
+  const auto p = *gen_problem(400, testing::backend_cells(testing::kPerChannelCellLabels),
                               {DType::f64, DType::f32, DType::f16, DType::bf16});
   RC_TAG(std::string(dtype_name(p.dtype)));
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
@@ -25,6 +27,7 @@ RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
   const Tensor x = p.make_input();
   const auto h0 = p.make_h0(cell.slots());
   VerifyOptions options{.seed = p.seed, .certify_budget = kCertifyBudget, .gradients = true};
+  options.config.scan_backend = testing::kTestBackend;
   if (h0) options.h0 = h0->view();
   const AgreementReport r = verify_agreement(cell, x, options);
   // A true gradient beyond the storage dtype's range (f16 max 65504; Σ over T of an sLSTM's
@@ -45,7 +48,9 @@ TEST(Gradients, CustomCotangentIsHonoured) {
   const Tensor x = p.make_input();
   Tensor g(DType::f32, cell.trajectory_shape(2, 30));
   g.store({1, 17, 1, 2}, 1.0);
-  const AgreementReport r = verify_agreement(cell, x, {.gradients = true, .grad_H = g.view()});
+  VerifyOptions options{.gradients = true, .grad_H = g.view()};
+  options.config.scan_backend = testing::kTestBackend;
+  const AgreementReport r = verify_agreement(cell, x, options);
   EXPECT_EQ(r.verdict, Verdict::agree) << r.failure_message();
 }
 

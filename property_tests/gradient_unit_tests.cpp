@@ -1,12 +1,14 @@
 // Claims about the implicit adjoint that need no oracle: it equals central finite differences
 // of the true (sequential, f64) loss on tiny cases; recompute = true is bitwise recompute =
-// false; ∇h0 exists exactly when h0 is given; packed gradients are per segment.
+// false; ∇h0 exists exactly when h0 is given; packed gradients are per segment. Built per
+// backend (backend.hpp): gradient_tests_host and, with CUDA, gradient_tests_cuda.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/training.hpp"
@@ -21,6 +23,12 @@ Tensor normal(DType dtype, Shape shape, std::uint64_t seed, double scale = 1.0) 
   Tensor flat = t.reshaped({t.numel()});
   for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, dist(rng));
   return t;
+}
+
+// The training configuration on the backend under test.
+NewtonConfig on_backend(NewtonConfig config = {}) {
+  config.scan_backend = testing::kTestBackend;
+  return config;
 }
 
 double loss(const Tensor& H, const Tensor& g) {
@@ -50,7 +58,7 @@ TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
   Tensor x = normal(DType::f64, {2, 6, 2}, 4);
   Tensor h0 = normal(DType::f64, {2, cell.slots(), 3}, 5, 0.5);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
-  const NewtonConfig config{};
+  const NewtonConfig config = on_backend();
   const ApplyOptions options{.h0 = h0.view()};
   const NewtonForward forward = newton_forward(cell, x, config, options);
   const NewtonGradients grads = newton_backward(cell, x, forward, g, config, options);
@@ -101,13 +109,13 @@ TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
     const Cell cell = Cell::initialise(labelled({.d_in = 3, .d_h = 70}), dtype, 7);
     const Tensor x = normal(dtype, {2, 300, 3}, 8);
     const Tensor g = normal(dtype, cell.trajectory_shape(2, 300), 9);
-    const NewtonForward kept = newton_forward(cell, x, {.recompute = false});
-    const NewtonForward dropped = newton_forward(cell, x, {.recompute = true});
+    const NewtonForward kept = newton_forward(cell, x, on_backend({.recompute = false}));
+    const NewtonForward dropped = newton_forward(cell, x, on_backend({.recompute = true}));
     EXPECT_GT(kept.saved_bytes(), 0u);
     EXPECT_EQ(dropped.saved_bytes(), 0u);
     ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
-    const NewtonGradients a = newton_backward(cell, x, kept, g, {.recompute = false});
-    const NewtonGradients b = newton_backward(cell, x, dropped, g, {.recompute = true});
+    const NewtonGradients a = newton_backward(cell, x, kept, g, on_backend({.recompute = false}));
+    const NewtonGradients b = newton_backward(cell, x, dropped, g, on_backend({.recompute = true}));
     EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector()) << dtype_name(dtype);
     for (const auto& [name, grad] : a.parameters)
       EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
@@ -118,10 +126,10 @@ TEST_P(EveryCell, InitialStateGradientExistsExactlyWhenGiven) {
   const Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 4}), DType::f32, 1);
   const Tensor x = normal(DType::f32, {1, 7, 2}, 2);
   const Tensor g = normal(DType::f32, cell.trajectory_shape(1, 7), 3);
-  EXPECT_FALSE(newton_backward(cell, x, newton_forward(cell, x), g).h0.has_value());
+  EXPECT_FALSE(newton_backward(cell, x, newton_forward(cell, x, on_backend()), g, on_backend()).h0.has_value());
   const Tensor h0 = normal(DType::f32, {1, cell.slots(), 4}, 4);
   const ApplyOptions with_h0{.h0 = h0.view()};
-  const auto grads = newton_backward(cell, x, newton_forward(cell, x, {}, with_h0), g, {}, with_h0);
+  const auto grads = newton_backward(cell, x, newton_forward(cell, x, on_backend(), with_h0), g, on_backend(), with_h0);
   ASSERT_TRUE(grads.h0.has_value());
   EXPECT_EQ(grads.h0->shape(), h0.shape());
 }
@@ -134,12 +142,12 @@ TEST_P(EveryCell, PackedGradientsArePerSegment) {
   const Tensor h0 = normal(DType::f64, {2, cell.slots(), 4}, 4, 0.5);
   const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
   const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
-  const auto all = newton_backward(cell, x, newton_forward(cell, x, {}, packed), g, {}, packed);
+  const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
   const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
   const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
   const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
   const ApplyOptions alone{.h0 = h02.view()};
-  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, {}, alone), g2, {}, alone);
+  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
   const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
   const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
   const auto b = second.x.to_f64_vector();
@@ -149,7 +157,7 @@ TEST_P(EveryCell, PackedGradientsArePerSegment) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::kPerChannelCellLabels),
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_cells(testing::kPerChannelCellLabels)),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), ':', '_');

@@ -298,10 +298,8 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
   validate(config, cell.spec());
   check_windowed(config, options);
   refuse_dense_gradients(cell, "newton_forward");
-  if (resolve_backend(config.scan_backend, x) == Resolved::cuda)
-    throw UnsupportedPath("newton_forward: training on the CUDA backend is not available yet; "
-                          "use scan_backend=cpu");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward");
+  const Resolved backend = resolve_backend(config.scan_backend, x);
+  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward", device_of(backend));
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
     NewtonForward forward;
@@ -309,7 +307,9 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
     return forward;
   }
   const std::int64_t time = layout.time, batch = layout.batch;
-  NewtonForward forward = detail::cpu_newton_forward(cell, x, config, options, std::move(layout));
+  NewtonForward forward = backend == Resolved::cuda
+                              ? detail::cuda_newton_forward(cell, x, config, options, std::move(layout))
+                              : detail::cpu_newton_forward(cell, x, config, options, std::move(layout));
   detail::residual_gate(cell, config, forward.stats, time, batch);
   return forward;
 }
@@ -320,10 +320,19 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   validate(config, cell.spec());
   check_windowed(config, options);
   refuse_dense_gradients(cell, "newton_backward");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward");
+  const Resolved backend = resolve_backend(config.scan_backend, x);
+  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));
+  const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
+  if (grad_H.shape() != trajectory)
+    throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
+                            shape_string(grad_H.shape()));
+  if (!is_floating(grad_H.dtype()))
+    throw ContractViolation("grad_H", "must be floating", dtype_name(grad_H.dtype()));
   if (config.chunk_len && *config.chunk_len < layout.time)
     return windowed_backward(cell, x, forward, grad_H, config, options, layout);
-  return detail::cpu_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout));
+  return backend == Resolved::cuda
+             ? detail::cuda_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout))
+             : detail::cpu_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout));
 }
 
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,

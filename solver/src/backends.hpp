@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "pararnn/solver/solver.hpp"
@@ -37,6 +40,13 @@ NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
 double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                         const ApplyOptions& options, Layout layout);
 
+// The training outputs every per-channel backend writes the same way (common.cpp): a gradient
+// tensor from double sums, rounded once to the cell's compute dtype and then to its storage
+// dtype; the recurrent tensors' gradients from per-(entry, channel) sums [R][d_h] (Σ over batch
+// rows already taken), zero where |raw| > max_recurrent_norm (the clamp mask).
+Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values);
+std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums);
+
 // CPU backend of dense-Jacobian cells (dense_backend.cpp; forward only).
 Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats);
@@ -69,5 +79,11 @@ Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConf
                          const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                              Layout layout);
+NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                  const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
+                                     const NewtonForward& forward, const TensorView& grad_H,
+                                     const NewtonConfig& config, const ApplyOptions& options,
+                                     Layout layout);
 
 }  // namespace pararnn::detail

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "backends.hpp"
 #include "pararnn/core/logging.hpp"
@@ -112,6 +113,35 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
                  fmt::format("max|F(H)|={:.3e} above {:.0e} after {} iterations", res,
                              kResidualWarn, stats.iters),
                  fields);
+}
+
+Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values) {
+  const DType compute = cell.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor rounded = Tensor::from_values(compute, shape, values);
+  return compute == cell.dtype() ? rounded : Tensor::converted(rounded, cell.dtype());
+}
+
+std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums) {
+  const std::int64_t D = cell.d_h();
+  const auto cap = cell.max_recurrent_norm();
+  std::map<std::string, std::vector<double>> values;
+  const auto& entries = cell.spec().recurrent;
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const RecurrentEntry& e = entries[k];
+    const std::string name(e.tensor);
+    const Tensor& raw = cell.parameter(name);
+    std::vector<double>& v = values[name];
+    v.resize(static_cast<std::size_t>(raw.numel()), 0.0);
+    for (std::int64_t c = 0; c < D; ++c) {
+      const double raw_value = e.row < 0 ? raw.load({c}) : raw.load({e.row, c});
+      const bool clipped = cap && std::abs(raw_value) > *cap;
+      const std::int64_t flat = e.row < 0 ? c : e.row * D + c;
+      v[static_cast<std::size_t>(flat)] = clipped ? 0.0 : sums[k * static_cast<std::size_t>(D) + static_cast<std::size_t>(c)];
+    }
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, v] : values) out.emplace(name, gradient_tensor(cell, cell.parameter(name).shape(), v));
+  return out;
 }
 
 }  // namespace detail

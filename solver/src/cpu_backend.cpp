@@ -235,13 +235,7 @@ class CpuSolver {
   // VJP: μ_t = g_t + (J_{t+1}ᵀ μ_{t+1}), where J_{t+1}ᵀ μ_{t+1} is the VJP's d h_prev at t+1.
   NewtonGradients backward(const std::vector<ComputeT>& H, const TensorView& grad_H,
                            const TensorView& x, const ApplyOptions& options) const {
-    const std::int64_t D = L_.d_h, T = L_.time, B = L_.batch;
-    const Shape trajectory = cell_.trajectory_shape(B, T);
-    if (grad_H.shape() != trajectory)
-      throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
-                              shape_string(grad_H.shape()));
-    if (!is_floating(grad_H.dtype()))
-      throw ContractViolation("grad_H", "must be floating", dtype_name(grad_H.dtype()));
+    const std::int64_t D = L_.d_h, T = L_.time, B = L_.batch;  // grad_H checked by api.cpp
     const Tensor g = Tensor::converted(grad_H, kComputeDType);
     const ComputeT* g_all = g.data_as<ComputeT>();
     std::vector<ComputeT> d_wx(static_cast<std::size_t>(B * T * G * D));
@@ -287,27 +281,13 @@ class CpuSolver {
     });
 
     NewtonGradients out;
-    // Recurrent entries: Σ over batch rows in a fixed order, times the clamp mask, written to
-    // their tensor (a vector, or a row of R).
-    const auto cap = cell_.max_recurrent_norm();
-    std::map<std::string, Tensor> recurrent_grads;
-    const auto& entries = cell_.spec().recurrent;
-    for (int k = 0; k < R; ++k) {
-      const RecurrentEntry& e = entries[static_cast<std::size_t>(k)];
-      const std::string name(e.tensor);
-      const Tensor& raw = cell_.parameter(name);
-      auto it = recurrent_grads.find(name);
-      if (it == recurrent_grads.end()) it = recurrent_grads.emplace(name, Tensor(cell_.dtype(), raw.shape())).first;
-      for (std::int64_t c = 0; c < D; ++c) {
-        double sum = 0.0;
-        for (std::int64_t b = 0; b < B; ++b) sum += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
-        const double raw_value = e.row < 0 ? raw.load({c}) : raw.load({e.row, c});
-        const bool clipped = cap && std::abs(raw_value) > *cap;
-        const std::int64_t flat = e.row < 0 ? c : e.row * D + c;
-        it->second.data_as<StorageT>()[flat] = static_cast<StorageT>(static_cast<ComputeT>(clipped ? 0.0 : sum));
-      }
-    }
-    for (auto& [name, grad] : recurrent_grads) out.parameters.emplace(name, grad);
+    // Recurrent entries: Σ over batch rows in a fixed order, then the clamp mask.
+    std::vector<double> d_rec(static_cast<std::size_t>(R * D), 0.0);
+    for (int k = 0; k < R; ++k)
+      for (std::int64_t c = 0; c < D; ++c)
+        for (std::int64_t b = 0; b < B; ++b)
+          d_rec[static_cast<std::size_t>(k * D + c)] += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
+    out.parameters = recurrent_gradients(cell_, d_rec);
     // Input affines: ∇W = Σ_b d_wxᵀ in, ∇b = Σ d_wx, ∇in = d_wx W (one GEMM each per batch row);
     // Δt (CfC): Σ over channels of its gate's cotangent, zero where the floor clamped it.
     using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -331,14 +311,10 @@ class CpuSolver {
         db += dWX.template cast<double>().colwise().sum();
         dx_all.block(b * T, 0, T, inputs).noalias() += dWX * W;
       }
-      Tensor dW_t(cell_.dtype(), {rows, inputs});
-      for (std::int64_t i = 0; i < rows * inputs; ++i)
-        dW_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(dW.data()[i]));
-      Tensor db_t(cell_.dtype(), {rows});
-      for (std::int64_t i = 0; i < rows; ++i)
-        db_t.data_as<StorageT>()[i] = static_cast<StorageT>(static_cast<ComputeT>(db[i]));
-      out.parameters.emplace(std::string(block.weight), dW_t);
-      out.parameters.emplace(std::string(block.bias), db_t);
+      out.parameters.emplace(std::string(block.weight),
+                             gradient_tensor(cell_, {rows, inputs}, std::span<const double>(dW.data(), dW.size())));
+      out.parameters.emplace(std::string(block.bias),
+                             gradient_tensor(cell_, {rows}, std::span<const double>(db.data(), db.size())));
     }
     if (cell_.spec().dt_gate >= 0) {
       const std::int64_t g = cell_.spec().dt_gate;

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -33,6 +34,7 @@
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/decode.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/newton_cells.hpp"
 #include "pararnn/kernels/time_gate.hpp"
@@ -289,12 +291,14 @@ class DeviceInputs {
   DeviceProblem problem_;
 };
 
-// A device trajectory in `dtype` as a host tensor of the storage dtype.
-Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape) {
+// A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
+// with keep_compute).
+Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
+                           bool keep_compute = false) {
   Tensor out(dtype, shape);
   if (out.nbytes() > 0)
     PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), H.get(), out.nbytes(), cudaMemcpyDeviceToHost));
-  return dtype == cell.dtype() ? out : Tensor::converted(out, cell.dtype());
+  return dtype == cell.dtype() || keep_compute ? out : Tensor::converted(out, cell.dtype());
 }
 
 template <class F>
@@ -394,7 +398,8 @@ class NewtonLoop {
                                   .head = p_.head,
                                   .batch = p_.batch,
                                   .time = p_.time,
-                                  .channels = p_.channels};
+                                  .channels = p_.channels,
+                                  .tiling = ws_.tiling};
     PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, ComputeT>(
         s, ws_.scan_workspace.get(), ws_.scan_workspace.bytes(), kStream)));
     const ComputeT w = static_cast<ComputeT>(omega);
@@ -452,6 +457,156 @@ class NewtonLoop {
   std::int64_t n_;
 };
 
+// A compute-type device array as doubles: itself for f64, else a widened copy in `storage`.
+template <class ComputeT>
+const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage, const char* what) {
+  if constexpr (std::is_same_v<ComputeT, double>) {
+    return static_cast<const double*>(src);
+  } else {
+    if (src == nullptr) return nullptr;
+    storage = DeviceBuffer(checked_bytes(count, sizeof(double), what), what);
+    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(src), storage.as<double>(), count, kStream));
+    return storage.as<double>();
+  }
+}
+
+// One strided-batched GEMM in the compute type (column-major, cuBLAS's convention):
+// C_i = α op(A_i) B_i-op + β C_i for i < batch.
+template <class ComputeT>
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n,
+                  std::int64_t k, const ComputeT* A, std::int64_t lda, std::int64_t stride_a,
+                  const ComputeT* B, std::int64_t ldb, std::int64_t stride_b, ComputeT beta, ComputeT* C,
+                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  constexpr bool kF64 = std::is_same_v<ComputeT, double>;
+  const cudaDataType_t type = kF64 ? CUDA_R_64F : CUDA_R_32F;
+  const ComputeT one = 1;
+  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda, stride_a, B, type, ldb, stride_b, &beta, C,
+      type, ldc, stride_c, batch, kF64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+template <class T>
+std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
+  std::vector<T> out(static_cast<std::size_t>(count));
+  if (count > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), buffer.get(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
+// its reverse walk replaced by a parallel reverse scan): J at H* by the residual kernel and
+// μ = reverse scan of grad_H, both in double; the per-element VJP (d_wx, ∇h0 at heads, recurrent
+// partial sums); then Σ over batch rows in double, and the input affines' gradients by cuBLAS in
+// the compute type, one GEMM per batch row as the CPU does.
+template <class CellMath, class ComputeT>
+NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const DeviceProblem& p,
+                                 const ComputeT* H, const TensorView& x, const TensorView& grad_H,
+                                 const ApplyOptions& options) {
+  constexpr int S = CellMath::kSlots, G = CellMath::kGates, R = CellMath::kRecurrent;
+  constexpr int RC = R + CellMath::kConstants;
+  const DType compute = compute_dtype(cell.dtype());
+  const std::int64_t B = L.batch, T = L.time, D = L.d_h, n = B * T * S * D;
+  const std::int64_t width = G * D, rows_bt = B * T;
+
+  // Everything the adjoint reads, in double.
+  DeviceBuffer wx64, rec64, h064, H64;
+  const std::int64_t h0_rows = options.h0 ? options.h0->size(0) : 0;
+  DeviceProblem p64 = p;
+  p64.wx = as_f64<ComputeT>(p.wx, rows_bt * width, wx64, "W_x x (f64)");
+  p64.recurrent = as_f64<ComputeT>(p.recurrent, RC * D, rec64, "the recurrent values (f64)");
+  p64.h0 = as_f64<ComputeT>(p.h0, h0_rows * S * D, h064, "h0 (f64)");
+  const double* H_f64 = as_f64<ComputeT>(H, n, H64, "H* (f64)");
+
+  // J at H*, then μ by the reverse scan.
+  DeviceBuffer F(checked_bytes(n, sizeof(double), "F (f64)"), "F (f64)");
+  DeviceBuffer J(checked_bytes(n * S, sizeof(double), "J (f64)"), "J (f64)");
+  kernels::CellResidualArgs<double> r{.wx = static_cast<const double*>(p64.wx),
+                                      .recurrent = static_cast<const double*>(p64.recurrent),
+                                      .h0 = static_cast<const double*>(p64.h0), .h0_row = p.h0_row,
+                                      .head = p.head, .H = H_f64, .residual = F.as<double>(),
+                                      .jac = J.as<double>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, double>(r, nullptr, 0, kStream)));
+  const Tensor g = Tensor::converted(Tensor::converted(host_copy(grad_H, "grad_H"), compute), DType::f64);
+  DeviceBuffer mu = upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
+                                       .batch = B, .time = T, .channels = D, .reverse = true};
+  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D), "the adjoint scan's workspace");
+  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), kStream)));
+
+  // The per-element VJP.
+  const std::int64_t chunks = kernels::vjp_partial_chunks(T);
+  DeviceBuffer d_wx(checked_bytes(rows_bt * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  DeviceBuffer partials(checked_bytes(B * chunks * R * D, sizeof(double), "recurrent partials"),
+                        "recurrent partials");
+  DeviceBuffer d_h0;
+  if (options.h0) {
+    d_h0 = DeviceBuffer(checked_bytes(h0_rows * S * D, sizeof(double), "∇h0"), "∇h0");
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
+  }
+  const kernels::CellVjpArgs<ComputeT> v{
+      .wx = static_cast<const double*>(p64.wx), .recurrent = static_cast<const double*>(p64.recurrent),
+      .h0 = static_cast<const double*>(p64.h0), .h0_row = p.h0_row, .head = p.head, .H = H_f64,
+      .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
+      .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, kStream)));
+
+  NewtonGradients out;
+  // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
+  const std::vector<double> part = download_vector<double>(partials, B * chunks * R * D);
+  std::vector<double> d_rec(static_cast<std::size_t>(R * D), 0.0);
+  for (std::int64_t bk = 0; bk < B * chunks; ++bk)
+    for (std::int64_t i = 0; i < R * D; ++i)
+      d_rec[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(bk * R * D + i)];
+  out.parameters = recurrent_gradients(cell, d_rec);
+
+  // Input affines: per batch row ∇W_b = d_wx_bᵀ in_b and ∇b_b = d_wx_bᵀ 1 (summed over rows in
+  // double here), ∇in += d_wx W, all in the compute type.
+  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
+  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
+  DeviceBuffer dx(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(dx.get(), 0, dx.bytes(), kStream));
+  const Tensor ones_host = Tensor::from_values(compute, {T}, std::vector<double>(static_cast<std::size_t>(T), 1.0));
+  const DeviceBuffer ones = upload_new(ones_host.data(), ones_host.nbytes(), "a ones vector");
+  for (const AffineBlock& block : cell.spec().affine) {
+    const std::int64_t inputs = cell.affine_inputs(block), rows = block.gates * D;
+    const ComputeT* dwx_block = d_wx.as<ComputeT>() + block.first_gate * D;
+    const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), compute);
+    const DeviceBuffer W = upload_new(w.data(), w.nbytes(), "an input weight (compute type)");
+    DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
+    DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc.as<ComputeT>(), L.d_in, T * L.d_in,
+                           dwx_block, width, T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
+                           T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
+                           dwx_block, width, 0, ComputeT(1), dx.as<ComputeT>(), L.d_in, 0, 1);
+    const std::vector<ComputeT> dW_rows = download_vector<ComputeT>(dW, B * rows * inputs);
+    const std::vector<ComputeT> db_rows = download_vector<ComputeT>(db, B * rows);
+    std::vector<double> dW_sum(static_cast<std::size_t>(rows * inputs), 0.0), db_sum(static_cast<std::size_t>(rows), 0.0);
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t i = 0; i < rows * inputs; ++i)
+        dW_sum[static_cast<std::size_t>(i)] += static_cast<double>(dW_rows[static_cast<std::size_t>(b * rows * inputs + i)]);
+      for (std::int64_t i = 0; i < rows; ++i)
+        db_sum[static_cast<std::size_t>(i)] += static_cast<double>(db_rows[static_cast<std::size_t>(b * rows + i)]);
+    }
+    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
+    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
+  }
+  if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
+    const kernels::TimeGateBackwardArgs<ComputeT> a{
+        .x = xc.as<ComputeT>(), .d_wx = d_wx.as<ComputeT>(), .dx = dx.as<ComputeT>(), .rows = rows_bt,
+        .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
+    PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
+  }
+  Tensor dx_host(compute, {B, T, L.d_in});
+  if (dx_host.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, h0_rows * S * D));
+  return out;
+}
+
 // Refuses a cell without CUDA kernels before any device work.
 void require_cuda_cell(CellKind kind) {
   dispatch_cuda_cell(kind, []<class CellMath>() {});
@@ -494,7 +649,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
-                                 std::int64_t time, std::int64_t channels) {
+                                 std::int64_t time, std::int64_t channels, bool deterministic)
+    : tiling{.algorithm = deterministic ? kernels::ScanAlgorithm::three_phase
+                                        : kernels::ScanAlgorithm::single_pass} {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
@@ -502,7 +659,7 @@ NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batc
       residual = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "F"), "the residual F");
       jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
       scan_workspace = DeviceBuffer(
-          kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels),
+          kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels, tiling),
           "the scan workspace");
       residual_workspace =
           DeviceBuffer(kernels::cell_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
@@ -634,6 +791,59 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
   cuda::sequential_solve(cell.kind(), cell.dtype(), inputs.problem(), H.get());
   return cuda::download_trajectory(H, cell.dtype(), cell,
                                    cell.trajectory_shape(layout.batch, layout.time));
+}
+
+// Training on the device: the forward solves with the deterministic (three-phase) scan, so that
+// recompute's re-solve in the backward is bit for bit the forward's H*.
+NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                  const ApplyOptions& options, Layout layout) {
+  cuda::require_device("newton_forward on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h,
+                                  /*deterministic=*/true);
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  NewtonForward forward;
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, forward.stats);
+  const Tensor saved = cuda::download_trajectory(H, inputs.compute(), cell,
+                                                 cell.trajectory_shape(layout.batch, layout.time),
+                                                 /*keep_compute=*/true);
+  forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
+  if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+  return forward;
+}
+
+NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
+                                     const NewtonForward& forward, const TensorView& grad_H,
+                                     const NewtonConfig& config, const ApplyOptions& options,
+                                     Layout layout) {
+  cuda::require_device("newton_backward on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  const DType compute = inputs.compute();
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(compute), "H*"), "H*");
+  if (forward.saved_trajectory) {
+    const Tensor& saved = *forward.saved_trajectory;
+    if (saved.dtype() != compute || saved.numel() != n)
+      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                              fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
+    cuda::upload(H, saved.data(), saved.nbytes());
+  } else {  // recompute: the forward's solve again (deterministic scan: the same bits)
+    cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h,
+                                    /*deterministic=*/true);
+    NewtonStats stats;
+    cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
+  }
+  return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
+    return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+      return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(), H.as<ComputeT>(), x,
+                                                        grad_H, options);
+    });
+  });
 }
 
 }  // namespace pararnn::detail

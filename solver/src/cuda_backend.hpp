@@ -25,6 +25,7 @@
 #include <span>
 
 #include "backends.hpp"
+#include "pararnn/kernels/scan.hpp"
 
 namespace pararnn::detail::cuda {
 
@@ -63,11 +64,16 @@ struct DeviceProblem {
 };
 
 // Scratch of the Newton loop for one shape: F, J, the scan's and the reduction's workspaces.
+// `deterministic`: the scan runs the three-phase algorithm, whose association is fixed, so a
+// solve repeats bit for bit (training: recompute re-solves the forward's H*); otherwise the
+// single-pass scan, whose look-back may combine a chunk's predecessors differently from run to
+// run (the same sum, re-associated).
 class NewtonWorkspace {
  public:
   NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
-                  std::int64_t channels);
+                  std::int64_t channels, bool deterministic = false);
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
+  kernels::ScanTiling tiling;
 };
 
 // One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to

@@ -17,6 +17,17 @@ Tensor cuda_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+NewtonForward cuda_newton_forward(const Cell&, const TensorView&, const NewtonConfig&,
+                                  const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_newton_backward(const Cell&, const TensorView&, const NewtonForward&,
+                                     const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                                     Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 }  // namespace pararnn::detail
 
 // CudaDecoder in a build without CUDA: construction says why; the other members are unreachable.

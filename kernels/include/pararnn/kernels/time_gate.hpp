@@ -30,4 +30,22 @@ struct TimeGateArgs {
 template <class StorageT>
 cudaError_t launch_time_gate(const TimeGateArgs<StorageT>& args, cudaStream_t stream);
 
+// The gate's backward: for every row r whose x[r][d_in − 1] >= floor (the floor's derivative is
+// 0), dx[r][d_in − 1] += Σ_c d_wx[r][dt_gate·D + c], the sum taken in double in channel order
+// and rounded once to ComputeT. x and dx are (rows × d_in), d_wx (rows × gates·D), all in the
+// compute type. One thread per row.
+template <class ComputeT>
+struct TimeGateBackwardArgs {
+  const ComputeT* x = nullptr;
+  const ComputeT* d_wx = nullptr;
+  ComputeT* dx = nullptr;
+  std::int64_t rows = 0, d_in = 0, channels = 0;
+  int gates = 0, dt_gate = -1;
+  double floor = 0.0;
+};
+
+// Instantiated for float and double.
+template <class ComputeT>
+cudaError_t launch_time_gate_backward(const TimeGateBackwardArgs<ComputeT>& args, cudaStream_t stream);
+
 }  // namespace pararnn::kernels

@@ -1,0 +1,109 @@
+// launch_cell_vjp and launch_widen (kernels/cell_vjp.hpp): one thread per (b, chunk, c), c
+// fastest so that loads and stores are coalesced along channels; the thread walks its chunk's
+// steps in order, accumulating its recurrent partial sums in registers.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "pararnn/kernels/cell_vjp.hpp"
+#include "pararnn/kernels/newton_cells.hpp"
+
+namespace pararnn::kernels {
+namespace {
+
+using std::int64_t;
+
+constexpr int kVjpThreads = 128;
+
+template <class CellMath, class OutT>
+__global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<OutT> a) {
+  constexpr int S = CellMath::kSlots;
+  constexpr int G = CellMath::kGates;
+  constexpr int R = CellMath::kRecurrent;
+  constexpr int RC = R + CellMath::kConstants;
+  const int64_t D = a.channels;
+  const int64_t chunks = (a.time + kVjpStepsPerPartial - 1) / kVjpStepsPerPartial;  // vjp_partial_chunks
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.batch * chunks * D) return;
+  const int64_t bk = i / D;  // b · chunks + chunk
+  const int64_t c = i - bk * D;
+  const int64_t b = bk / chunks;
+  const int64_t chunk = bk - b * chunks;
+  double rec[RC], acc[R];
+#pragma unroll
+  for (int k = 0; k < RC; ++k) rec[k] = a.recurrent[k * D + c];
+#pragma unroll
+  for (int k = 0; k < R; ++k) acc[k] = 0.0;
+  const int64_t t_end = (chunk + 1) * kVjpStepsPerPartial < a.time ? (chunk + 1) * kVjpStepsPerPartial : a.time;
+  for (int64_t t = chunk * kVjpStepsPerPartial; t < t_end; ++t) {
+    const int64_t bt = b * a.time + t;
+    const bool head = t == 0 || (a.head != nullptr && a.head[t] != 0);
+    const int64_t row = head && a.h0_row != nullptr ? a.h0_row[t] : b;
+    double wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
+#pragma unroll
+    for (int g = 0; g < G; ++g) wx[g] = a.wx[bt * G * D + g * D + c];
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      hp[s] = head ? (a.h0 != nullptr ? a.h0[(row * S + s) * D + c] : 0.0) : a.H[((bt - 1) * S + s) * D + c];
+      cot[s] = a.mu[(bt * S + s) * D + c];
+    }
+#pragma unroll
+    for (int k = 0; k < RC; ++k) d_rec[k] = 0.0;
+    CellMath::vjp(rec, wx, hp, cot, d_rec, d_wx, d_hp);
+#pragma unroll
+    for (int k = 0; k < R; ++k) acc[k] += d_rec[k];
+#pragma unroll
+    for (int g = 0; g < G; ++g) a.d_wx[bt * G * D + g * D + c] = static_cast<OutT>(d_wx[g]);
+    if (head && a.d_h0 != nullptr) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) a.d_h0[(row * S + s) * D + c] = d_hp[s];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) a.d_rec_partials[(bk * R + k) * D + c] = acc[k];
+}
+
+__global__ void widen_kernel(const float* src, double* dst, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<double>(src[i]);
+}
+
+}  // namespace
+
+template <class CellMath, class OutT>
+cudaError_t launch_cell_vjp(const CellVjpArgs<OutT>& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
+  const int64_t threads = a.batch * vjp_partial_chunks(a.time) * a.channels;
+  if (threads == 0) return cudaSuccess;
+  if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.mu == nullptr ||
+      a.d_wx == nullptr || a.d_rec_partials == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  cell_vjp_kernel<CellMath, OutT><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
+  const int64_t wanted = (n + 255) / 256;
+  widen_kernel<<<static_cast<unsigned>(wanted < 4096 ? wanted : 4096), 256, 0, stream>>>(src, dst, n);
+  return cudaGetLastError();
+}
+
+#define PARARNN_INSTANTIATE_CELL_VJP(CELL)                                                     \
+  template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);  \
+  template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);
+PARARNN_INSTANTIATE_CELL_VJP(cells::GruDiagMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::LstmMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::NlruMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::TitansMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::CfcMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::CfcDiagHMath)
+PARARNN_INSTANTIATE_CELL_VJP(cells::SlstmDiagMath)
+#undef PARARNN_INSTANTIATE_CELL_VJP
+
+}  // namespace pararnn::kernels
