@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the folder that travels to the GPU machine (build-gpu, git-ignored, < 64 MiB): Release,
+# Builds the folder that travels to the GPU machine (build-gpu, git-ignored, carried as
+# build-carry/build-gpu.tar.xz, < 64 MiB): Release,
 # sm_90, stripped binaries of the CUDA tests, the benchmarks and the CLI, the non-system shared
 # libraries they need (the GPU machine is Ubuntu 24.04 without Debian's libfmt/spdlog) in
 # build-gpu/lib, found through the binaries' RPATH, and nothing else (objects and archives are
 # deleted, so the next run of this script rebuilds).
-# On the GPU machine: PARARNN_REQUIRE_CUDA=1 ctest --test-dir build-gpu -L cuda --no-tests=error
+# On the GPU machine (carry ["build-carry"]): tar -xJf build-carry/build-gpu.tar.xz &&
+#   PARARNN_REQUIRE_CUDA=1 ctest --test-dir build-gpu -L cuda --no-tests=error
 # `--no-bench` leaves the benchmark binaries out (a tests-only bundle, well under the limit).
 set -euo pipefail
 with_bench=1
@@ -14,21 +16,27 @@ build="$root/build-gpu"
 cuda_lib_dirs="/usr/local/cuda/lib64;/usr/local/cuda-13.0/targets/x86_64-linux/lib"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARARNN_CUDA=ON \
   -DCMAKE_EXE_LINKER_FLAGS=-s -DCMAKE_BUILD_RPATH="$build/lib;$cuda_lib_dirs" >/dev/null
-targets=(kernels_cuda_tests property_tests_cuda pararnn)
+targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda pararnn)
 [ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 mkdir -p "$build/lib"
-for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" "$build/tools/pararnn"; do
+for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" \
+           "$build/property_tests/gradient_tests_cuda" "$build/tools/pararnn"; do
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
     | xargs -r -I{} cp -Lu {} "$build/lib/" || true
 done
 find "$build" \( -name '*.o' -o -name '*.a' \) -delete
 [ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton"
 rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # configure scratch
-du -sh "$build"
-size_mib=$(du -sm "$build" | cut -f1)
+# The carried form: one xz archive (the stripped binaries compress about 4x), extracted on the
+# GPU machine into the same absolute path.
+carry="$root/build-carry"
+mkdir -p "$carry"
+tar -C "$root" -cJf "$carry/build-gpu.tar.xz" build-gpu
+du -sh "$build" "$carry/build-gpu.tar.xz"
+size_mib=$(du -sm "$carry/build-gpu.tar.xz" | cut -f1)
 if [ "$size_mib" -gt 64 ]; then
-  echo "build-gpu is ${size_mib} MiB, over the 64 MiB a device run carries; largest files:" >&2
+  echo "build-carry/build-gpu.tar.xz is ${size_mib} MiB, over the 64 MiB a device run carries; largest files:" >&2
   find "$build" -type f -size +1M -printf '%s %p\n' | sort -rn | head -5 >&2
   echo "(run with --no-bench for a tests-only bundle)" >&2
   exit 1

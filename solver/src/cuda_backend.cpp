@@ -529,9 +529,12 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, double>(r, nullptr, 0, kStream)));
   const Tensor g = Tensor::converted(Tensor::converted(host_copy(grad_H, "grad_H"), compute), DType::f64);
   DeviceBuffer mu = upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  // The three-phase scan: a fixed association, so that the gradients repeat bit for bit.
   const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
-                                       .batch = B, .time = T, .channels = D, .reverse = true};
-  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D), "the adjoint scan's workspace");
+                                       .batch = B, .time = T, .channels = D, .reverse = true,
+                                       .tiling = {.algorithm = kernels::ScanAlgorithm::three_phase}};
+  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D, scan.tiling),
+                       "the adjoint scan's workspace");
   PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), kStream)));
 
   // The per-element VJP.
