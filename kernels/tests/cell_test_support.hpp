@@ -30,6 +30,14 @@ template <class ComputeT>
 inline const double kKernelVsHostTau =
     tolerance_for({.dtype = std::is_same_v<ComputeT, float> ? DType::f32 : DType::f64}).atol;
 
+// The longest T at which two f32 evaluations of the cell's sequential loop (host libm, device
+// libm) are expected to stay within τ: sLSTM's (c, n) grow with T and its long-T f32 loops
+// drift apart (docs/kstar.md: at T = 8192 the f32 sequential floor itself exceeds the band);
+// the other cells contract.
+template <class CellMath>
+inline constexpr std::int64_t kComparableTime =
+    std::is_same_v<CellMath, cells::SlstmDiagMath> ? 2048 : std::int64_t{1} << 40;
+
 template <class CellMath_, class StorageT_>
 struct CellCase {
   using CellMath = CellMath_;

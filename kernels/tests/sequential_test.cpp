@@ -3,6 +3,7 @@
 // the Picard passes of sLSTM's guess.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,8 +48,9 @@ TYPED_TEST(SequentialKernel, MatchesHostLoop) {
   using CellMath = typename TypeParam::CellMath;
   using StorageT = typename TypeParam::StorageT;
   std::uint64_t seed = test_seed(20260201);
-  for (std::int64_t time : {1, 2, 7, 129, 4097})
+  for (std::int64_t longest : {1, 2, 7, 129, 4097})
     for (bool with_h0 : {false, true}) {
+      const std::int64_t time = std::min(longest, kComparableTime<CellMath>);
       const auto p = make_cell_problem<CellMath, StorageT>(2, time, 37, with_h0, false, ++seed);
       expect_matches_host(p, "T=" + std::to_string(time) + (with_h0 ? " h0" : " no h0"));
     }
