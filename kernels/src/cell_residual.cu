@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "device_util.cuh"
+#include "nan_max_reduce.cuh"
 #include "pararnn/kernels/newton_cells.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
 
@@ -16,26 +17,6 @@ using std::int64_t;
 
 constexpr int kResidualThreads = 256;
 constexpr int kResidualMaxBlocks = 1024;  // partials in the workspace
-
-// The block's nan_max of `v`, valid in thread 0.
-template <class T>
-__device__ T block_nan_max(T v) {
-  __shared__ T warp_max[kResidualThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = detail::nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (lane == 0) warp_max[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x) / 32 ? warp_max[lane] : T(0);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-      v = detail::nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
 
 template <class CellMath, class StorageT>
 __global__ void __launch_bounds__(kResidualThreads)
@@ -85,19 +66,9 @@ __global__ void __launch_bounds__(kResidualThreads)
     }
   }
   if (partials != nullptr) {
-    const ComputeT m = block_nan_max(local);
+    const ComputeT m = detail::block_nan_max<kResidualThreads>(local);
     if (threadIdx.x == 0) partials[blockIdx.x] = m;
   }
-}
-
-template <class T>
-__global__ void __launch_bounds__(kResidualThreads)
-    max_partials_kernel(const T* partials, int count, T* out) {
-  T v = T(0);
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += blockDim.x)
-    v = detail::nan_max(v, partials[i]);
-  v = block_nan_max(v);
-  if (threadIdx.x == 0) *out = v;
 }
 
 }  // namespace
@@ -131,8 +102,8 @@ cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& a, void* work
   cell_residual_kernel<CellMath, StorageT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (partials != nullptr) {
-    max_partials_kernel<ComputeT><<<1, kResidualThreads, 0, stream>>>(partials, blocks,
-                                                                     a.max_abs_residual);
+    detail::nan_max_partials_kernel<kResidualThreads, ComputeT>
+        <<<1, kResidualThreads, 0, stream>>>(partials, blocks, a.max_abs_residual);
     return cudaGetLastError();
   }
   return cudaSuccess;

@@ -2,8 +2,7 @@
 // kernel reduces its threads' values with `block_nan_max` and writes one partial; then
 // `nan_max_partials_kernel` (one block) reduces the partials into a device scalar. NaN ranks
 // above every number (detail::nan_max), so one NaN anywhere makes the result NaN; the order is
-// fixed by the shape, so the result is deterministic. (cell_residual.cu keeps its own copy of
-// these two functions for now; it is the same code.)
+// fixed by the shape, so the result is deterministic. Used by every residual kernel.
 #pragma once
 
 #include <cuda_runtime.h>

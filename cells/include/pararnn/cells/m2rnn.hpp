@@ -31,39 +31,48 @@ struct M2rnnMath {
     return sigmoid(raw[K + V]);
   }
 
+  // Entry (i, e) of H′ = f H + (1 − f) tanh(H W + k vᵀ) given f; `gain` (nullable) receives
+  // G(i, e) = (1 − f)(1 − Z²). The one definition `step` and the GPU kernels (one thread per
+  // entry) share.
+  template <class ComputeT>
+  PARARNN_HD static ComputeT step_entry(int K, int V, const ComputeT* W, const ComputeT* raw, ComputeT f,
+                                        const ComputeT* h_prev, int i, int e, ComputeT* gain) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT* h_row = h_prev + i * V;
+    ComputeT s = raw[i] * raw[K + e];  // k_i v_e
+    for (int j = 0; j < V; ++j) s += h_row[j] * W[j * V + e];
+    const ComputeT z = tanh_of(s);
+    if (gain != nullptr) *gain = (one - f) * (one - z * z);
+    return f * h_row[e] + (one - f) * z;
+  }
+
   // H′ = f H + (1 − f) tanh(H W + k vᵀ); `gain` (nullable) receives G = (1 − f)(1 − Z²).
   // h_prev and h_new must not overlap.
   template <class ComputeT>
   PARARNN_HD static void step(int K, int V, const ComputeT* W, const ComputeT* raw,
                               const ComputeT* h_prev, ComputeT* h_new, ComputeT* gain) {
-    const ComputeT one = ComputeT(1);
     const ComputeT f = forget(K, V, raw);
-    const ComputeT* k = raw;
-    const ComputeT* v = raw + K;
-    for (int i = 0; i < K; ++i) {
-      const ComputeT* h_row = h_prev + i * V;
-      for (int e = 0; e < V; ++e) {
-        ComputeT s = k[i] * v[e];
-        for (int j = 0; j < V; ++j) s += h_row[j] * W[j * V + e];
-        const ComputeT z = tanh_of(s);
-        h_new[i * V + e] = f * h_row[e] + (one - f) * z;
-        if (gain != nullptr) gain[i * V + e] = (one - f) * (one - z * z);
-      }
-    }
+    for (int i = 0; i < K; ++i)
+      for (int e = 0; e < V; ++e)
+        h_new[i * V + e] = step_entry(K, V, W, raw, f, h_prev, i, e, gain != nullptr ? gain + i * V + e : nullptr);
+  }
+
+  // Entry (i, e) of J[Δ] = f Δ + G ⊙ (Δ W) (shared by `apply_jacobian` and the GPU walk).
+  template <class ComputeT>
+  PARARNN_HD static ComputeT jacobian_entry(int V, const ComputeT* W, ComputeT f, ComputeT gain,
+                                            const ComputeT* delta, int i, int e) {
+    const ComputeT* d_row = delta + i * V;
+    ComputeT dw = ComputeT(0);
+    for (int j = 0; j < V; ++j) dw += d_row[j] * W[j * V + e];
+    return f * d_row[e] + gain * dw;
   }
 
   // out = J[Δ] = f Δ + G ⊙ (Δ W). delta and out must not overlap.
   template <class ComputeT>
   PARARNN_HD static void apply_jacobian(int K, int V, const ComputeT* W, ComputeT f,
                                         const ComputeT* gain, const ComputeT* delta, ComputeT* out) {
-    for (int i = 0; i < K; ++i) {
-      const ComputeT* d_row = delta + i * V;
-      for (int e = 0; e < V; ++e) {
-        ComputeT dw = ComputeT(0);
-        for (int j = 0; j < V; ++j) dw += d_row[j] * W[j * V + e];
-        out[i * V + e] = f * d_row[e] + gain[i * V + e] * dw;
-      }
-    }
+    for (int i = 0; i < K; ++i)
+      for (int e = 0; e < V; ++e) out[i * V + e] = jacobian_entry(V, W, f, gain[i * V + e], delta, i, e);
   }
 
   // out = Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ. mu and out must not overlap.
