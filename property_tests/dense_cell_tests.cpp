@@ -1,9 +1,12 @@
 // Claims about the dense-Jacobian cells (ParaHopfield; ParaGRU and ParaSLSTM mix='head';
-// ParaSLSTM mix='dense') on the CPU dense backend: Newton agrees with the independent oracle within τ (f32, f64, bf16; with and
-// without h0; hard, unclamped head weights too); T = 1 is one step exactly; the analytic dense
-// Jacobian equals the oracle's AD Jacobian; packing equals solving each sequence alone; the
-// construction rules and warnings; the K table; gradients and CUDA refused for now. Every case
-// names its seed; tolerances come from the contract table.
+// ParaSLSTM mix='dense') on the backend under test (backend.hpp: dense_cell_tests_host on the CPU
+// dense backend, dense_cell_tests_cuda on the GPU): Newton agrees with the independent oracle
+// within τ (f32, f64, bf16; with and without h0; hard, unclamped head weights too); T = 1 is one
+// step exactly; packing equals solving each sequence alone; sLSTM's Picard guess. Host only: the
+// analytic dense Jacobian equals the oracle's AD Jacobian; the construction rules and warnings;
+// the K table; gradients refused. On the GPU only: GPU ≡ CPU within the cuda τ (Newton and the
+// sequential loop), a device x under `auto`, and chains wider than N = 32 refused naming the
+// limit. Every case names its seed; tolerances come from the contract table.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
@@ -21,8 +25,18 @@
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
+#if PARARNN_TEST_ON_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace pararnn {
 namespace {
+
+using testing::kTestBackend;
+
+// Claims that involve no backend run once, in the host executable.
+#define PARARNN_HOST_ONLY_CLAIM() \
+  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
 
 struct DenseCase {
   std::string cell;  // "hopfield", "gru" (mix head) or "slstm" (mix head, or dense)
@@ -107,7 +121,7 @@ TEST(DenseCells, NewtonAgreesWithOracleWithinTau) {
     const Cell cell = c.make_cell();
     const Tensor x = c.make_input(c.batch, c.time);
     VerifyOptions options{.seed = c.seed, .certify_budget = 20'000};
-    options.config.scan_backend = ScanBackend::cpu;
+    options.config.scan_backend = kTestBackend;
     std::optional<Tensor> h0;
     if (c.with_h0) {
       h0 = c.make_h0(c.batch);
@@ -116,7 +130,7 @@ TEST(DenseCells, NewtonAgreesWithOracleWithinTau) {
     options.repro_command = "dense_cell_tests: " + c.describe();
     const AgreementReport r = verify_agreement(cell, x, options);
     EXPECT_EQ(r.verdict, Verdict::agree) << r.failure_message();
-    EXPECT_EQ(r.backend, "cpu");
+    EXPECT_EQ(r.backend, std::string(testing::kTestBackendName));
   }
 }
 
@@ -135,8 +149,8 @@ TEST(DenseCells, OneStepIsExactlyTheSequentialStep) {
     ApplyOptions apply;
     const Tensor h0 = c.make_h0(3);
     if (c.with_h0) apply.h0 = h0.view();
-    const Tensor newton = newton_apply(cell, x, {}, apply);
-    const Tensor sequential = sequential_apply(cell, x, apply);
+    const Tensor newton = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
+    const Tensor sequential = sequential_apply(cell, x, kTestBackend, apply);
     ASSERT_EQ(newton.shape(), sequential.shape());
     EXPECT_EQ(std::memcmp(newton.data(), sequential.data(), newton.nbytes()), 0);
   }
@@ -145,6 +159,7 @@ TEST(DenseCells, OneStepIsExactlyTheSequentialStep) {
 // The production dense-chain math (in f64) at the gate inputs W_x x_t + b against the oracle's
 // Jacobian by automatic differentiation, over the full state (GRU-head: zero off its heads).
 TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
+  PARARNN_HOST_ONLY_CLAIM();
   QuietWarnings quiet;
   for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 21},
                             DenseCase{.cell = "hopfield", .d_h = 5, .seed = 22},
@@ -225,12 +240,13 @@ TEST(DenseCells, PackedEqualsPerSequence) {
     const Tensor h0 = c.make_h0(segments);
     Tensor cu_t(DType::i64, {static_cast<std::int64_t>(cu.size())});
     for (std::size_t i = 0; i < cu.size(); ++i) cu_t.store({static_cast<std::int64_t>(i)}, static_cast<double>(cu[i]));
-    const Tensor packed = newton_apply(cell, x, {}, {.h0 = h0.view(), .cu_seqlens = cu_t.view()});
+    const Tensor packed = newton_apply(cell, x, {.scan_backend = kTestBackend},
+                                       {.h0 = h0.view(), .cu_seqlens = cu_t.view()});
     const Tolerance tau = tolerance_for({.dtype = c.dtype, .cell = c.cell});
     for (std::int64_t s = 0; s < segments; ++s) {
       const Tensor xs = Tensor::copy_of(x.view().slice(1, cu[s], cu[s + 1]));
       const Tensor h0s = Tensor::copy_of(h0.view().slice(0, s, s + 1));
-      const Tensor alone = newton_apply(cell, xs, {}, {.h0 = h0s.view()});
+      const Tensor alone = newton_apply(cell, xs, {.scan_backend = kTestBackend}, {.h0 = h0s.view()});
       const Tensor packed_s = Tensor::copy_of(packed.view().slice(1, cu[s], cu[s + 1]));
       const ComparisonResult cmp = compare(packed_s.view(), alone.view(), tau);
       EXPECT_EQ(cmp.mismatches, 0) << "segment " << s << ": " << cmp.describe();
@@ -239,6 +255,7 @@ TEST(DenseCells, PackedEqualsPerSequence) {
 }
 
 TEST(DenseCells, ConstructionRulesAndWarnings) {
+  PARARNN_HOST_ONLY_CLAIM();
   {
     WarningCapture capture;
     (void)Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 48}, DType::f32, 1);
@@ -344,19 +361,22 @@ TEST(DenseCells, SlstmHeadGuessIsTheZeroHiddenPassThenPicard) {
   const Tensor h0 = c.make_h0(c.batch);
   const ApplyOptions apply{.h0 = h0.view()};
   NewtonStats stats;
-  const Tensor guess = newton_apply(cell, x, {.max_iters = 0, .picard_iters = 0}, apply, &stats);
+  const Tensor guess = newton_apply(cell, x, {.max_iters = 0, .scan_backend = kTestBackend, .picard_iters = 0},
+                                    apply, &stats);
   EXPECT_EQ(stats.picard_iters, 0);
-  const ComparisonResult cmp = compare(guess.view(), sequential_apply(cell, x, apply).view(),
+  const ComparisonResult cmp = compare(guess.view(), sequential_apply(cell, x, kTestBackend, apply).view(),
                                       tolerance_for({.dtype = DType::f64, .cell = "slstm"}));
   EXPECT_TRUE(cmp.ok()) << cmp.describe();
   const Cell hard = c.make_cell();
-  (void)newton_apply(hard, x, {}, apply, &stats);
+  (void)newton_apply(hard, x, {.scan_backend = kTestBackend}, apply, &stats);
   EXPECT_EQ(stats.picard_iters, 3);  // auto P: 64 < T <= 2048
-  (void)newton_apply(hard, Tensor::copy_of(x.view().slice(1, 0, 64)), {}, {.h0 = h0.view()}, &stats);
+  (void)newton_apply(hard, Tensor::copy_of(x.view().slice(1, 0, 64)), {.scan_backend = kTestBackend},
+                     {.h0 = h0.view()}, &stats);
   EXPECT_EQ(stats.picard_iters, 1);
 }
 
 TEST(DenseCells, KTableAndRefusals) {
+  PARARNN_HOST_ONLY_CLAIM();
   QuietWarnings quiet;
   const CellSpec& hop = cell_spec("hopfield");
   EXPECT_EQ(resolve_newton_iters({}, hop, DType::f32, 63).k, 2);
@@ -368,6 +388,83 @@ TEST(DenseCells, KTableAndRefusals) {
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
   EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
 }
+
+#if PARARNN_TEST_ON_CUDA
+// Every dense cell on the GPU against the CPU dense backend, Newton and the sequential loop, within
+// the cuda trajectory τ (the same algorithm; the scan associates differently and the input GEMM
+// is cuBLAS's).
+TEST(DenseCells, GpuEqualsCpuWithinTau) {
+  QuietWarnings quiet;
+  for (const DenseCase& c : agreement_cases()) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(c.batch, c.time);
+    ApplyOptions apply;
+    const Tensor h0 = c.make_h0(c.batch);
+    if (c.with_h0) apply.h0 = h0.view();
+    const Tolerance tau = tolerance_for({.dtype = c.dtype, .metric = Metric::trajectory, .cell = c.cell,
+                                         .backend = "cuda"});
+    NewtonStats cpu_stats, gpu_stats;
+    const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply, &cpu_stats);
+    const Tensor gpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}, apply, &gpu_stats);
+    EXPECT_EQ(gpu_stats.scan_backend, "cuda");
+    EXPECT_EQ(gpu_stats.k.k, cpu_stats.k.k);
+    EXPECT_EQ(gpu_stats.picard_iters, cpu_stats.picard_iters);
+    const ComparisonResult newton = compare(gpu.view(), cpu.view(), tau);
+    EXPECT_TRUE(newton.ok()) << "Newton, GPU vs CPU: " << newton.describe();
+    const Tensor cpu_seq = sequential_apply(cell, x, ScanBackend::cpu, apply);
+    const Tensor gpu_seq = sequential_apply(cell, x, ScanBackend::cuda, apply);
+    const ComparisonResult sequential = compare(gpu_seq.view(), cpu_seq.view(), tau);
+    EXPECT_TRUE(sequential.ok()) << "sequential, GPU vs CPU: " << sequential.describe();
+  }
+}
+
+// `auto` with x on the device runs the GPU solve: the same bits as scan_backend=cuda with host x.
+TEST(DenseCells, DeviceInputUnderAutoIsTheCudaSolve) {
+  QuietWarnings quiet;
+  const DenseCase c{.cell = "gru", .dtype = DType::f32, .time = 70, .d_h = 12, .n_heads = 3, .seed = 51};
+  const Cell cell = c.make_cell();
+  const Tensor x = c.make_input(c.batch, c.time);
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, x.nbytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, x.data(), x.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  const TensorView x_device(device, x.dtype(), x.shape(), {}, Device::cuda, 0);
+  NewtonStats stats;
+  const Tensor from_device = newton_apply(cell, x_device, {}, {}, &stats);
+  const Tensor from_host = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda});
+  const Tensor sequential_device = sequential_apply(cell, x_device);
+  const Tensor sequential_host = sequential_apply(cell, x, ScanBackend::cuda);
+  cudaFree(device);
+  EXPECT_EQ(stats.scan_backend, "cuda");
+  ASSERT_EQ(from_device.nbytes(), from_host.nbytes());
+  EXPECT_EQ(std::memcmp(from_device.data(), from_host.data(), from_host.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(sequential_device.data(), sequential_host.data(), sequential_host.nbytes()), 0);
+}
+
+// Chains wider than the dense kernels' N = 32 are refused on cuda, naming N and the limit; the
+// gradients stay refused there too.
+TEST(DenseCells, CudaRefusesChainsWiderThanTheKernelLimit) {
+  QuietWarnings quiet;
+  const Cell wide = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 33}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 4, 3});
+  for (int entry = 0; entry < 2; ++entry) {
+    try {
+      if (entry == 0)
+        (void)newton_apply(wide, x, {.scan_backend = ScanBackend::cuda});
+      else
+        (void)sequential_apply(wide, x, ScanBackend::cuda);
+      ADD_FAILURE() << "a chain of N = 33 was accepted on cuda";
+    } catch (const UnsupportedPath& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("N = 33"), std::string::npos) << what;
+      EXPECT_NE(what.find("N <= 32"), std::string::npos) << what;
+    }
+  }
+  const Cell edge = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 32}, DType::f32, 1);
+  EXPECT_NO_THROW((void)newton_apply(edge, x, {.scan_backend = ScanBackend::cuda}));
+  EXPECT_THROW((void)newton_forward(edge, x, {.scan_backend = ScanBackend::cuda}), UnsupportedPath);
+}
+#endif
 
 }  // namespace
 }  // namespace pararnn

@@ -1,11 +1,13 @@
-// Claims about ParaRWKV7 (the linear (G, U) cell) on the CPU: its exact scan agrees with the
-// independent oracle within τ for every dtype (a RapidCheck property over B, T up to 3000, heads
-// and head width, with and without h0); the scan equals the factorized step loop within the
-// contract's `linear_scan` band (and its time-parallel, chunked form too); the production G
-// equals the oracle's AD Jacobian; the construction rules, the case-file names, the stats of a
-// solve without Newton, and the refused paths (packing, windows, gradients, cuda). Planted
-// errors (a perturbed trajectory element, a shifted gate bias) are caught, so the checks can
-// fail. Every case names its seed; tolerances come from the contract table.
+// Claims about ParaRWKV7 (the linear (G, U) cell) on the backend under test (backend.hpp:
+// rwkv7_tests_host on the CPU, rwkv7_tests_cuda with the (G, U) scan on the GPU): its exact scan
+// agrees with the independent oracle within τ for every dtype (a RapidCheck property over B, T up
+// to 3000, heads and head width, with and without h0); the scan equals the factorized step loop
+// (on the host) within the contract's `linear_scan` band; the stats of a solve without Newton;
+// the refused paths (packing, windows, gradients; on cuda heads wider than d = 64 and the step
+// loop). Host only: the time-parallel, chunked form; the production G equals the oracle's AD
+// Jacobian; the construction rules and the case-file names. On the GPU: GPU ≡ CPU within τ.
+// Planted errors (a perturbed trajectory element, a shifted gate bias) are caught, so the checks
+// can fail. Every case names its seed; tolerances come from the contract table.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
@@ -31,6 +34,14 @@ namespace pararnn {
 namespace {
 
 using cells::Rwkv7Math;
+using testing::kTestBackend;
+
+// Claims that involve no backend run once, in the host executable.
+#define PARARNN_HOST_ONLY_CLAIM() \
+  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
+
+// The stats' name of the (G, U) scan on the backend under test.
+const std::string kScanBackendName = PARARNN_TEST_ON_CUDA ? "rwkv7_scan_cuda" : "rwkv7_scan";
 
 constexpr std::int64_t kCertifyBudget = 20'000;
 
@@ -77,7 +88,7 @@ rc::Gen<Rwkv7Case> gen_rwkv7_case(std::int64_t max_time) {
       rc::gen::inRange<std::uint64_t>(0, 1u << 30));
 }
 
-AgreementReport verify(const Rwkv7Case& c, NewtonConfig config = {}) {
+AgreementReport verify(const Rwkv7Case& c, NewtonConfig config = {.scan_backend = kTestBackend}) {
   const Cell cell = c.make_cell();
   const Tensor x = c.make_input();
   const auto h0 = c.make_h0();
@@ -95,7 +106,7 @@ RC_GTEST_PROP(Rwkv7, ScanAgreesWithOracleWithinTau, ()) {
   RC_CLASSIFY(c.n_heads > 1, "several heads");
   const AgreementReport r = verify(c);
   if (r.verdict != Verdict::agree) RC_FAIL(r.failure_message());
-  RC_ASSERT(r.backend == std::string("rwkv7_scan"));
+  RC_ASSERT(r.backend == kScanBackendName);
   RC_ASSERT(r.newton_iters == 0);
 }
 
@@ -106,8 +117,9 @@ std::vector<Rwkv7Case> scan_cases(DType dtype) {
           {.dtype = dtype, .batch = 1, .time = 2048, .d_in = 4, .n_heads = 1, .d_head = 16, .seed = 44}};
 }
 
-// newton_apply (the (G, U) scan) against sequential_apply (the factorized step loop); f32 and
-// f64 store the compute type, so both sides round alike and differ by arithmetic order only.
+// newton_apply (the (G, U) scan, on the backend under test) against sequential_apply (the
+// factorized step loop, on the host); f32 and f64 store the compute type, so both sides round
+// alike and differ by arithmetic order only.
 TEST(Rwkv7, ScanEqualsSequentialUnrollWithinTheLinearScanBand) {
   for (DType dtype : {DType::f32, DType::f64}) {
     const Tolerance band = tolerance_for({.dtype = dtype, .metric = Metric::linear_scan, .cell = "rwkv7"});
@@ -119,7 +131,7 @@ TEST(Rwkv7, ScanEqualsSequentialUnrollWithinTheLinearScanBand) {
       const auto h0 = c.make_h0();
       ApplyOptions apply;
       if (h0) apply.h0 = h0->view();
-      Tensor scanned = newton_apply(cell, x, {}, apply);
+      Tensor scanned = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
       const Tensor stepped = sequential_apply(cell, x, apply);
       const ComparisonResult cmp = compare(scanned, stepped, band);
       EXPECT_EQ(cmp.mismatches, 0) << cmp.describe();
@@ -138,6 +150,7 @@ TEST(Rwkv7, ScanEqualsSequentialUnrollWithinTheLinearScanBand) {
 // The time-parallel form S_t = S0·Gpref_t + Upref_t: the same (G, U) elements scanned in chunks
 // (aggregates by compose, carries, re-runs) equal the step loop of the cell within the band.
 TEST(Rwkv7, ChunkedScanOfGUElementsEqualsTheStepLoop) {
+  PARARNN_HOST_ONLY_CLAIM();
   const Rwkv7Case c{.dtype = DType::f32, .batch = 1, .time = 1000, .d_in = 5, .n_heads = 1, .d_head = 5, .seed = 51};
   const Tolerance band = tolerance_for({.dtype = c.dtype, .metric = Metric::linear_scan, .cell = "rwkv7"});
   const Cell cell = c.make_cell();
@@ -181,6 +194,7 @@ TEST(Rwkv7, ChunkedScanOfGUElementsEqualsTheStepLoop) {
 // The production G (Rwkv7Math::transition) against the oracle's Jacobian by automatic
 // differentiation: ∂S′[i, j]/∂S[i′, l] = δ_ii′ G[l, j], per head, zero across heads.
 TEST(Rwkv7, TransitionEqualsOracleAutomaticDifferentiation) {
+  PARARNN_HOST_ONLY_CLAIM();
   const Rwkv7Case c{.dtype = DType::f32, .batch = 1, .time = 3, .d_in = 4, .n_heads = 2, .d_head = 3, .seed = 61};
   const Cell cell = c.make_cell();
   const Tensor x = c.make_input();
@@ -232,12 +246,13 @@ TEST(Rwkv7, OracleCatchesAShiftedGate) {
   const std::int64_t kappa_channel = 2 * c.d_h() + 1;
   bias.store({kappa_channel}, bias.load({kappa_channel}) + 0.05);
   wrong.set_parameter("W_x.bias", bias);
-  const Tensor H = newton_apply(wrong, x);
+  const Tensor H = newton_apply(wrong, x, {.scan_backend = kTestBackend});
   const AgreementReport r = compare_trajectory(cell.make_case(x), H, {.certify_budget = kCertifyBudget});
   EXPECT_EQ(r.verdict, Verdict::disagree) << r.summary();
 }
 
 TEST(Rwkv7, ConstructionRules) {
+  PARARNN_HOST_ONLY_CLAIM();
   const auto refused = [](const CellOptions& options, const std::string& argument) {
     try {
       (void)Cell::initialise(options, DType::f32, 1);
@@ -297,6 +312,7 @@ TEST(Rwkv7, ConstructionRules) {
 }
 
 TEST(Rwkv7, CaseFileRoundTripKeepsThePythonNames) {
+  PARARNN_HOST_ONLY_CLAIM();
   const Rwkv7Case c{.dtype = DType::bf16, .batch = 2, .time = 9, .d_in = 3, .n_heads = 2, .d_head = 3,
                     .with_h0 = true, .seed = 81};
   const Cell cell = c.make_cell();
@@ -332,11 +348,11 @@ TEST(Rwkv7, StatsOfASolveWithoutNewton) {
   const Cell cell = c.make_cell();
   const Tensor x = c.make_input();
   NewtonStats stats;
-  const Tensor scanned = newton_apply(cell, x, {}, {}, &stats);
+  const Tensor scanned = newton_apply(cell, x, {.scan_backend = kTestBackend}, {}, &stats);
   EXPECT_EQ(stats.iters, 0);
   EXPECT_EQ(stats.updates, 0);
   EXPECT_EQ(stats.max_residual, 0.0);
-  EXPECT_EQ(stats.scan_backend, "rwkv7_scan");
+  EXPECT_EQ(stats.scan_backend, kScanBackendName);
   EXPECT_EQ(stats.k.k, 0);
   EXPECT_TRUE(stats.residual_history.empty());
   NewtonStats eager;
@@ -346,7 +362,7 @@ TEST(Rwkv7, StatsOfASolveWithoutNewton) {
   const Tensor loop = sequential_apply(cell, x);
   EXPECT_EQ(std::memcmp(stepped.data(), loop.data(), loop.nbytes()), 0);  // eager = the step loop
   // max_iters and newton_iters_by_t do not apply: K resolves to 0 for every dtype and T.
-  const Tensor fixed = newton_apply(cell, x, {.max_iters = 5});
+  const Tensor fixed = newton_apply(cell, x, {.max_iters = 5, .scan_backend = kTestBackend});
   EXPECT_EQ(std::memcmp(fixed.data(), scanned.data(), scanned.nbytes()), 0);
   const CellSpec& spec = cell_spec("rwkv7");
   EXPECT_EQ(resolve_newton_iters({}, spec, DType::f64, 1 << 17).k, 0);
@@ -359,7 +375,7 @@ TEST(Rwkv7, StatsOfASolveWithoutNewton) {
   EXPECT_GT(max_residual(cell, x, planted), band.atol);
 }
 
-TEST(Rwkv7, RefusesPackingWindowsGradientsAndCuda) {
+TEST(Rwkv7, RefusesPackingWindowsAndGradients) {
   QuietWarnings quiet;
   const Cell cell = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 4, .n_heads = 2}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 6, 3});
@@ -367,12 +383,12 @@ TEST(Rwkv7, RefusesPackingWindowsGradientsAndCuda) {
   cu.store({0}, 0.0);
   cu.store({1}, 2.0);
   cu.store({2}, 6.0);
-  EXPECT_THROW((void)newton_apply(cell, x, {}, {.cu_seqlens = cu.view()}), ContractViolation);
+  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend}, {.cu_seqlens = cu.view()}),
+               ContractViolation);
   EXPECT_THROW((void)sequential_apply(cell, x, {.cu_seqlens = cu.view()}), ContractViolation);
-  EXPECT_THROW((void)newton_apply(cell, x, {.chunk_len = 2}), ContractViolation);
-  EXPECT_THROW((void)newton_apply(cell, x, {.picard_iters = 1}), ContractViolation);
-  EXPECT_THROW((void)newton_forward(cell, x), UnsupportedPath);
-  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}), UnsupportedPath);
+  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .chunk_len = 2}), ContractViolation);
+  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .picard_iters = 1}), ContractViolation);
+  EXPECT_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}), UnsupportedPath);
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
   EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
   Case packed = cell.make_case(x);
@@ -385,6 +401,49 @@ TEST(Rwkv7, RefusesPackingWindowsGradientsAndCuda) {
     EXPECT_NE(std::string(e.what()).find("ParaRWKV7"), std::string::npos) << e.what();
   }
 }
+
+#if PARARNN_TEST_ON_CUDA
+// The (G, U) scan on the GPU against the CPU's, within the cuda trajectory τ (both exact scans;
+// they associate differently), for every dtype and a head as wide as the dense scan takes.
+TEST(Rwkv7, GpuScanEqualsCpuScanWithinTau) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    std::vector<Rwkv7Case> cases = scan_cases(dtype);
+    cases.push_back({.dtype = dtype, .batch = 1, .time = 200, .d_in = 4, .n_heads = 1, .d_head = 64,
+                     .with_h0 = true, .seed = 45});
+    for (const Rwkv7Case& c : cases) {
+      SCOPED_TRACE(c.describe());
+      const Cell cell = c.make_cell();
+      const Tensor x = c.make_input();
+      const auto h0 = c.make_h0();
+      ApplyOptions apply;
+      if (h0) apply.h0 = h0->view();
+      const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply);
+      const Tensor gpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}, apply);
+      const ComparisonResult cmp = compare(gpu, cpu, tolerance_for({.dtype = dtype, .metric = Metric::trajectory,
+                                                                    .cell = "rwkv7", .backend = "cuda"}));
+      EXPECT_TRUE(cmp.ok()) << cmp.describe();
+    }
+  }
+}
+
+// On cuda: heads wider than the dense scan's d = 64 are refused naming d and the limit; the step
+// loop (sequential_apply) has no kernel yet and is refused too.
+TEST(Rwkv7, CudaRefusesWideHeadsAndTheStepLoop) {
+  QuietWarnings quiet;
+  const Cell wide = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 130, .n_heads = 2}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 3, 3});
+  try {
+    (void)newton_apply(wide, x, {.scan_backend = ScanBackend::cuda});
+    ADD_FAILURE() << "a head of d = 65 was accepted on cuda";
+  } catch (const UnsupportedPath& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("d = 65"), std::string::npos) << what;
+    EXPECT_NE(what.find("d <= 64"), std::string::npos) << what;
+  }
+  const Cell cell = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1);
+  EXPECT_THROW((void)sequential_apply(cell, x, ScanBackend::cuda), UnsupportedPath);
+}
+#endif
 
 }  // namespace
 }  // namespace pararnn

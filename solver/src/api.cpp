@@ -1,8 +1,10 @@
 // The solver's public entry points: validate the configuration, resolve the backend (auto:
 // cuda for device tensors, cpu for host tensors; eager = cpu; an explicit backend that cannot
 // run raises UnsupportedPath), call it, and run the residual gate. Routing by Jacobian class:
-// per_channel -> cpu_backend.cpp (or CUDA), dense -> dense_backend.cpp, matrix_map (M2RNN) ->
-// m2rnn_backend.cpp; the last two are CPU-only and forward-only.
+// per_channel -> cpu_backend.cpp (or CUDA), dense -> dense_backend.cpp (or cuda_dense_backend.cpp
+// for chains of N <= 32), linear_gu (RWKV-7) -> rwkv7_backend.cpp (or cuda_dense_backend.cpp for
+// heads of d <= 64), matrix_map (M2RNN) -> m2rnn_backend.cpp (CPU-only); the last three are
+// forward-only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,13 +45,20 @@ Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::
 bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::dense; }
 bool is_linear_gu(const Cell& cell) { return cell.spec().jacobian == JacobianClass::linear_gu; }
 
-// ParaRWKV7 (spec §1.10): no packing, no windows, host only; its (G, U) scan is exact.
+// ParaRWKV7 (spec §1.10): no packing, no windows; its (G, U) scan is exact. On cuda: heads of
+// d <= 64 (the dense scan's limit), and newton_apply only (there is no step-loop kernel yet).
 void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& options,
                      const NewtonConfig* config, const char* who) {
   if (!is_linear_gu(cell)) return;
-  if (backend == Resolved::cuda)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' has no CUDA kernels yet; use scan_backend=cpu "
-                                      "(or eager) with host tensors", who, cell.name()));
+  if (backend == Resolved::cuda && cell.head_dim() > detail::kCudaRwkv7MaxHeadDim)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has heads of d = {} (d_h {} / n_heads {}); the CUDA "
+                                      "dense scan takes d <= {}; use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.head_dim(), cell.d_h(), cell.n_heads(),
+                                      detail::kCudaRwkv7MaxHeadDim));
+  if (backend == Resolved::cuda && config == nullptr)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has no sequential step-loop kernel on the CUDA "
+                                      "backend yet (newton_apply's (G, U) scan runs there); use host "
+                                      "tensors", who, cell.name()));
   if (options.cu_seqlens)
     throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
                                                       cell.spec().python_class, cell.name()),
@@ -62,12 +71,14 @@ void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& opt
 
 bool is_matrix_map(const Cell& cell) { return cell.spec().jacobian == JacobianClass::matrix_map; }
 
-// Dense-Jacobian cells and M2RNN run on their CPU backends only (forward).
+// Dense-Jacobian cells run on cuda for chains of N <= 32 (the dense residual and sequential
+// kernels' limit); M2RNN on its CPU backend only (forward).
 void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
-  if (is_dense(cell) && backend == Resolved::cuda)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has a dense Jacobian; the CUDA backend "
-                                      "has no dense scan yet; use scan_backend=cpu with host tensors",
-                                      who, cell.name(), cell.spec().mix));
+  if (is_dense(cell) && backend == Resolved::cuda && cell.chain_width() > detail::kCudaDenseMaxChainWidth)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has dense chains of N = {} values; the CUDA "
+                                      "dense kernels take N <= {}; use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.spec().mix, cell.chain_width(),
+                                      detail::kCudaDenseMaxChainWidth));
   if (is_matrix_map(cell) && backend == Resolved::cuda)
     throw UnsupportedPath(fmt::format("{}: cell '{}' ({}) has a matrix-state Jacobian map; the CUDA "
                                       "backend has no M2RNN walk yet; use scan_backend=cpu with host "
@@ -225,6 +236,8 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
   if (is_linear_gu(cell)) {  // no Newton: the exact scan, or the step loop for eager
     NewtonStats local;
+    if (backend == Resolved::cuda)
+      return detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), stats ? *stats : local);
     return detail::rwkv7_apply(cell, x, options, std::move(layout),
                                config.scan_backend != ScanBackend::eager, stats ? *stats : local);
   }
@@ -258,8 +271,10 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   const std::int64_t time = layout.time, batch = layout.batch;
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = backend == Resolved::cuda ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
-             : is_dense(cell)         ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
+  const bool cuda = backend == Resolved::cuda;
+  Tensor H = cuda && is_dense(cell) ? detail::cuda_dense_newton_apply(cell, x, config, options, std::move(layout), s)
+             : cuda                 ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
+             : is_dense(cell)       ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
              : is_matrix_map(cell)    ? detail::m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
                                       : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
   detail::residual_gate(cell, config, s, time, batch);
@@ -273,7 +288,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
   check_linear_gu(cell, backend, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
   if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
-  if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
+  if (is_dense(cell))
+    return backend == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
+                                    : detail::dense_sequential_apply(cell, x, options, std::move(layout));
   if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
@@ -287,7 +304,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
   check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
   if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
-  if (is_dense(cell)) return detail::dense_sequential_apply(cell, x, options, std::move(layout));
+  if (is_dense(cell))
+    return resolved == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
+                                     : detail::dense_sequential_apply(cell, x, options, std::move(layout));
   if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::cpu_sequential_apply(cell, x, options, std::move(layout));

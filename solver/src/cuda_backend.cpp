@@ -61,9 +61,6 @@ decltype(auto) dispatch_cuda_cell(CellKind kind, F&& f) {
   });
 }
 
-// All work of this backend runs on the legacy default stream (see cuda_backend.hpp).
-const cudaStream_t kStream = nullptr;
-
 // The CPU backend counts its sequential fallback in tiles of this many channels; the CUDA
 // fallback (the whole problem) is reported in the same unit so that the stats compare.
 constexpr std::int64_t kFallbackTileChannels = 64;
@@ -74,23 +71,20 @@ std::string where(const std::source_location& at) {
   return fmt::format("{}:{} ({})", file, at.line(), at.function_name());
 }
 
-void check_cuda(cudaError_t e, const char* call,
-                std::source_location at = std::source_location::current()) {
+}  // namespace
+
+void check_cuda(cudaError_t e, const char* call, std::source_location at) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();  // clear a non-sticky error so that later calls are not blamed
   throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cudaGetErrorName(e),
                           cudaGetErrorString(e), where(at)));
 }
 
-void check_cublas(cublasStatus_t s, const char* call,
-                  std::source_location at = std::source_location::current()) {
+void check_cublas(cublasStatus_t s, const char* call, std::source_location at) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cublasGetStatusName(s),
                           cublasGetStatusString(s), where(at)));
 }
-
-#define PARARNN_CUDA_CHECK(expr) ::pararnn::detail::cuda::check_cuda((expr), #expr)
-#define PARARNN_CUBLAS_CHECK(expr) ::pararnn::detail::cuda::check_cublas((expr), #expr)
 
 // One cuBLAS handle per (thread, device), created at first use (never during static
 // initialisation) and deliberately never destroyed: cublasDestroy at thread or process exit can
@@ -108,21 +102,6 @@ cublasHandle_t cublas_handle() {
   PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, kStream));
   return it->second;
 }
-
-// Makes `device` current for its lifetime and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    PARARNN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) PARARNN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what) {
   if (count < 0 || static_cast<std::uint64_t>(count) >
@@ -169,6 +148,18 @@ Tensor host_copy(const TensorView& view, const char* what) {
   return out;
 }
 
+const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, const char* what) {
+  if (view.device() == Device::cpu) {
+    const Tensor host = view.is_contiguous() ? Tensor() : Tensor::copy_of(view);
+    const void* src = host.defined() ? host.data() : view.data();
+    holder = upload_new(src, checked_bytes(view.numel(), dtype_size(view.dtype()), what), what);
+    return holder.get();
+  }
+  if (view.is_contiguous()) return view.data();
+  holder = gather_contiguous(view, what);
+  return holder.get();
+}
+
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options) {
   std::optional<int> device;
@@ -186,18 +177,7 @@ int solve_device(const TensorView& x, const ApplyOptions& options) {
   return current;
 }
 
-// Calls f.template operator()<StorageT>() with the device storage type of `dtype`.
-template <class F>
-decltype(auto) dispatch_device_storage(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f64: return f.template operator()<double>();
-    case DType::f32: return f.template operator()<float>();
-    case DType::f16: return f.template operator()<__half>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    default: break;
-  }
-  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
-}
+namespace {
 
 // The inputs of one solve on the device, in the compute type.
 class DeviceInputs {
@@ -219,21 +199,8 @@ class DeviceInputs {
     recurrent_ = upload_new(rec_compute.data(), rec_compute.nbytes(), "recurrent parameters");
     problem_.recurrent = recurrent_.get();
 
-    // x, contiguous on the device in the storage dtype: one transfer (host) or one gather (a
-    // strided device view); a contiguous device x is used in place.
-    const void* x_device = nullptr;
     DeviceBuffer x_buffer;
-    if (x.device() == Device::cpu) {
-      const Tensor x_host = x.is_contiguous() ? Tensor() : Tensor::copy_of(x);
-      const void* src = x_host.defined() ? x_host.data() : x.data();
-      x_buffer = upload_new(src, checked_bytes(x.numel(), dtype_size(x.dtype()), "x"), "x");
-      x_device = x_buffer.get();
-    } else if (x.is_contiguous()) {
-      x_device = x.data();
-    } else {
-      x_buffer = gather_contiguous(x, "x");
-      x_device = x_buffer.get();
-    }
+    const void* x_device = contiguous_on_device(x, x_buffer, "x");
     // The input affines: every block's bias in one row, then each block's GEMM onto its gates.
     std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
     std::vector<DeviceBuffer> weights;
@@ -291,21 +258,17 @@ class DeviceInputs {
   DeviceProblem problem_;
 };
 
-// A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
-// with keep_compute).
+}  // namespace
+
 Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
-                           bool keep_compute = false) {
+                           bool keep_compute) {
   Tensor out(dtype, shape);
   if (out.nbytes() > 0)
     PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), H.get(), out.nbytes(), cudaMemcpyDeviceToHost));
   return dtype == cell.dtype() || keep_compute ? out : Tensor::converted(out, cell.dtype());
 }
 
-template <class F>
-decltype(auto) dispatch_compute(DType compute, F&& f) {
-  if (compute == DType::f64) return f.template operator()<double>();
-  return f.template operator()<float>();
-}
+namespace {
 
 // How the hidden slot enters the steps of a sequential pass: carried (the recurrence), or, for
 // sLSTM's Picard guess, zero or frozen to a previous pass (kernels/sequential.hpp).

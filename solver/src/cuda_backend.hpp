@@ -22,9 +22,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <source_location>
 #include <span>
 
 #include "backends.hpp"
+#include "pararnn/kernels/launch.hpp"
 #include "pararnn/kernels/scan.hpp"
 
 namespace pararnn::detail::cuda {
@@ -52,6 +54,75 @@ class DeviceBuffer {
 
 // The compute dtype of a storage dtype (f64 for f64, f32 otherwise).
 DType compute_dtype(DType storage);
+
+// All work of this backend runs on the legacy default stream (see above).
+const cudaStream_t kStream = nullptr;
+
+// Throw pararnn::Error naming the call, the error and the place unless the call succeeded (a
+// non-sticky CUDA error is cleared first, so that later calls are not blamed).
+void check_cuda(cudaError_t e, const char* call,
+                std::source_location at = std::source_location::current());
+void check_cublas(cublasStatus_t s, const char* call,
+                  std::source_location at = std::source_location::current());
+
+#define PARARNN_CUDA_CHECK(expr) ::pararnn::detail::cuda::check_cuda((expr), #expr)
+#define PARARNN_CUBLAS_CHECK(expr) ::pararnn::detail::cuda::check_cublas((expr), #expr)
+
+// The cuBLAS handle of this (thread, device), bound to kStream.
+cublasHandle_t cublas_handle();
+
+// Makes `device` current for its lifetime and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    PARARNN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) PARARNN_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// count · element_bytes, or Error naming `what` when it overflows (or count < 0).
+std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what);
+void upload(DeviceBuffer& dst, const void* src, std::size_t bytes);
+DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what);
+// A contiguous copy on the device of a device view of any strides (one gather kernel).
+DeviceBuffer gather_contiguous(const TensorView& view, const char* what);
+// A contiguous host copy of a view on either side.
+Tensor host_copy(const TensorView& view, const char* what);
+// `view` contiguous on the device in its dtype: one transfer (host) or one gather (a strided
+// device view) into `holder`; a contiguous device view is used in place.
+const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, const char* what);
+// The device of a solve: x's, or h0's, or the current one for host inputs.
+int solve_device(const TensorView& x, const ApplyOptions& options);
+// A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
+// with keep_compute).
+Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
+                           bool keep_compute = false);
+
+// Calls f.template operator()<StorageT>() with the device storage type of `dtype`.
+template <class F>
+decltype(auto) dispatch_device_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f64: return f.template operator()<double>();
+    case DType::f32: return f.template operator()<float>();
+    case DType::f16: return f.template operator()<__half>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16>();
+    default: break;
+  }
+  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(dtype));
+}
+
+// Calls f.template operator()<ComputeT>() with float or double.
+template <class F>
+decltype(auto) dispatch_compute(DType compute, F&& f) {
+  if (compute == DType::f64) return f.template operator()<double>();
+  return f.template operator()<float>();
+}
 
 // Inputs of one solve on the device, in the compute type; layouts of kernels/sequential.hpp.
 struct DeviceProblem {
