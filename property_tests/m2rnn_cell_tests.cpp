@@ -1,4 +1,5 @@
-// Claims about ParaM2RNN (matrix state H (K, V), Jacobian as a map) on its CPU backend:
+// Claims about ParaM2RNN (matrix state H (K, V), Jacobian as a map) on the backend under test
+// (backend.hpp: m2rnn_tests_host, and m2rnn_tests_cuda where claims that involve no backend skip):
 //  - Newton agrees with the independent oracle within τ for f64, f32, f16 and bf16 (RapidCheck:
 //    random B, T up to 3000, K, V, W = I or W = I + N(0, σ²) up to hard σ, with and without h0),
 //    with the default adaptive K, and at the fixed scheduled K for W near the identity;
@@ -7,7 +8,8 @@
 //  - T = 1 is one step and K = 0 is the App. A guess, bitwise;
 //  - the K ramp is exactly min(2 + ⌈0.75·log2 T⌉, 12) (CONTRACT §4), +2 for f64;
 //  - stats report the true iteration count (not pararnn-torch's `iters = max_iters` quirk);
-//  - construction and case-file errors, refusals, and that the harness catches planted errors.
+//  - construction and case-file errors, refusals, and that the harness catches planted errors;
+//  - on cuda: the GPU solve and sequential loop equal the CPU's within the cuda τ.
 // Tolerances come from the contract table; every random case names its seed.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
@@ -32,7 +35,12 @@ namespace pararnn {
 namespace {
 
 using testing::GeneratedProblem;
+using testing::kTestBackend;
 using cells::M2rnnMath;
+
+// Claims that involve no backend run once, in the host executable.
+#define PARARNN_HOST_ONLY_CLAIM() \
+  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
 
 constexpr std::int64_t kCertifyBudget = 20'000;
 
@@ -62,7 +70,7 @@ rc::Gen<GeneratedProblem> gen_m2rnn(std::int64_t max_time) {
 }
 
 AgreementReport verify(const GeneratedProblem& p, NewtonConfig config) {
-  config.scan_backend = ScanBackend::cpu;
+  config.scan_backend = kTestBackend;
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   const auto h0 = p.make_h0(cell.slots());
@@ -79,7 +87,7 @@ RC_GTEST_PROP(M2rnn, NewtonAgreesWithOracleWithinTau, ()) {
   RC_CLASSIFY(p.weight_std.has_value() && *p.weight_std > 0.2, "hard W");
   RC_CLASSIFY(p.time > 1000, "T > 1000");
   const AgreementReport r = verify(p, NewtonConfig{});
-  RC_ASSERT(r.backend == std::string("cpu"));
+  RC_ASSERT(r.backend == std::string(testing::kTestBackendName));
   // Hard W (σ 0.5) can make the recurrence chaotic: then the f32 sequential loop itself lies
   // outside τ of the oracle (1.05e-4 at T = 485 on one found case) and no f32 solver in
   // that dtype can be held to τ; there the claim is agreement with the oracle or, failing that,
@@ -123,6 +131,7 @@ std::vector<double> gate_inputs(const Cell& cell, const Tensor& x, std::int64_t 
 }
 
 TEST(M2rnn, JacobianMapEqualsOracleAutomaticDifferentiationAndTransposeIsItsAdjoint) {
+  PARARNN_HOST_ONLY_CLAIM();
   for (const GeneratedProblem& p : {m2rnn_problem(DType::f32, 1, 3, 5, 3, 4, 0.5, false, 41),
                                     m2rnn_problem(DType::f32, 1, 3, 2, 1, 5, std::nullopt, false, 42),
                                     m2rnn_problem(DType::f64, 1, 3, 4, 4, 2, 0.3, false, 43),
@@ -179,8 +188,8 @@ TEST(M2rnn, OneStepIsExactlyTheSequentialStep) {
     const auto h0 = p.make_h0(cell.slots());
     ApplyOptions apply;
     if (h0) apply.h0 = h0->view();
-    const Tensor newton = newton_apply(cell, x, {}, apply);
-    const Tensor sequential = sequential_apply(cell, x, apply);
+    const Tensor newton = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
+    const Tensor sequential = sequential_apply(cell, x, kTestBackend, apply);
     ASSERT_EQ(newton.shape(), (Shape{p.batch, 1, *p.k_dim, *p.v_dim}));
     ASSERT_EQ(newton.shape(), sequential.shape());
     EXPECT_EQ(std::memcmp(newton.data(), sequential.data(), newton.nbytes()), 0);
@@ -212,11 +221,12 @@ TEST(M2rnn, ZeroIterationsIsTheInitialGuess) {
     if (h0) apply.h0 = h0->view();
     NewtonStats stats;
     const QuietWarnings quiet;  // the guess's residual is high on purpose
-    const Tensor guess = newton_apply(cell, x, {.max_iters = 0, .residual_fail = std::nullopt}, apply, &stats);
+    const Tensor guess = newton_apply(
+        cell, x, {.max_iters = 0, .scan_backend = kTestBackend, .residual_fail = std::nullopt}, apply, &stats);
     EXPECT_EQ(stats.iters, 0);
     for (std::int64_t t = 0; t < p.time; ++t) {
       const Tensor x_t = Tensor::copy_of(x.view().slice(1, t, t + 1));
-      const Tensor step = newton_apply(cell, x_t, {}, t == 0 ? apply : ApplyOptions{});
+      const Tensor step = newton_apply(cell, x_t, {.scan_backend = kTestBackend}, t == 0 ? apply : ApplyOptions{});
       const Tensor guess_t = Tensor::copy_of(guess.view().slice(1, t, t + 1));
       EXPECT_EQ(std::memcmp(guess_t.data(), step.data(), step.nbytes()), 0) << "t=" << t;
     }
@@ -224,6 +234,7 @@ TEST(M2rnn, ZeroIterationsIsTheInitialGuess) {
 }
 
 TEST(M2rnn, KRampIsTheContractFormula) {
+  PARARNN_HOST_ONLY_CLAIM();
   const CellSpec& spec = cell_spec("m2rnn");
   const auto formula = [](std::int64_t time) {
     const auto ramp = 2 + static_cast<std::int64_t>(std::ceil(0.75 * std::log2(static_cast<long double>(time))));
@@ -258,18 +269,19 @@ TEST(M2rnn, StatsReportTheTrueIterationCount) {
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
   NewtonStats stats;
-  (void)newton_apply(cell, x, {.max_iters = 12}, {}, &stats);  // seed's fixed K with early stop
+  (void)newton_apply(cell, x, {.max_iters = 12, .scan_backend = kTestBackend}, {}, &stats);  // seed's fixed K, early stop
   EXPECT_TRUE(stats.converged);
   EXPECT_LT(stats.iters, 12);
   EXPECT_EQ(stats.updates, stats.iters - 1);
   EXPECT_EQ(static_cast<std::int64_t>(stats.residual_history.size()), stats.iters);
-  (void)newton_apply(cell, x, {}, {}, &stats);  // adaptive: at least the ramp's K
+  (void)newton_apply(cell, x, {.scan_backend = kTestBackend}, {}, &stats);  // adaptive: at least the ramp's K
   EXPECT_GE(stats.iters, resolve_newton_iters({}, cell.spec(), DType::f32, 64).k);
   EXPECT_EQ(stats.fallback_tiles, 0);
-  EXPECT_EQ(stats.scan_backend, "cpu");
+  EXPECT_EQ(stats.scan_backend, std::string(testing::kTestBackendName));
 }
 
 TEST(M2rnn, ConstructionAndCaseFileRules) {
+  PARARNN_HOST_ONLY_CLAIM();
   const auto init = [](CellOptions o) { return Cell::initialise(o, DType::f32, 1); };
   EXPECT_THROW((void)init({.cell = "m2rnn", .d_in = 3, .v_dim = 2}), ContractViolation);               // k_dim missing
   EXPECT_THROW((void)init({.cell = "m2rnn", .d_in = 3, .k_dim = 0, .v_dim = 2}), ContractViolation);   // k_dim < 1
@@ -352,7 +364,16 @@ TEST(M2rnn, RefusedInputsAndPaths) {
   EXPECT_THROW((void)newton_apply(cell, x, {.chunk_len = 4}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.picard_iters = 1}), UnsupportedPath);
   EXPECT_NO_THROW((void)newton_apply(cell, x, {.picard_iters = 0}));
-  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}), UnsupportedPath);
+  // The CUDA walk keeps W and two states in one block's shared memory: a 256 x 256 state does not
+  // fit and is refused naming the sizes (without a GPU the backend itself is refused).
+  const Cell wide = Cell::initialise({.cell = "m2rnn", .d_in = 3, .k_dim = 256, .v_dim = 256}, DType::f32, 82);
+  const Tensor x_wide(DType::f32, {1, 2, 3});
+  try {
+    (void)newton_apply(wide, x_wide, {.scan_backend = ScanBackend::cuda});
+    ADD_FAILURE() << "a 256 x 256 M2RNN state was not refused on cuda";
+  } catch (const UnsupportedPath& e) {
+    if (PARARNN_TEST_ON_CUDA) EXPECT_NE(std::string(e.what()).find("256 x 256"), std::string::npos) << e.what();
+  }
   EXPECT_THROW((void)newton_forward(cell, x), UnsupportedPath);
   EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
@@ -386,6 +407,38 @@ TEST(M2rnn, PlantedErrorsAreCaught) {
   const AgreementReport adaptive = verify(p, NewtonConfig{});
   EXPECT_EQ(adaptive.verdict, Verdict::agree) << adaptive.failure_message();
 }
+
+#if PARARNN_TEST_ON_CUDA
+// The GPU solve and sequential loop against the CPU backend's, within the cuda trajectory τ (the
+// same algorithm; the input GEMM is cuBLAS's and the device libm differs), for states below, at
+// and above one block's 256 threads, with and without h0.
+TEST(M2rnn, GpuEqualsCpuWithinTau) {
+  const QuietWarnings quiet;
+  for (const GeneratedProblem& p : {m2rnn_problem(DType::f32, 3, 700, 4, 3, 4, 0.1, true, 101),
+                                    m2rnn_problem(DType::f64, 2, 300, 3, 4, 2, std::nullopt, false, 102),
+                                    m2rnn_problem(DType::bf16, 2, 500, 5, 16, 16, std::nullopt, true, 103),
+                                    m2rnn_problem(DType::f32, 1, 200, 6, 8, 40, 0.1, false, 104)}) {
+    SCOPED_TRACE(p.describe());
+    const Cell cell = p.make_cell();
+    const Tensor x = p.make_input();
+    const auto h0 = p.make_h0(cell.slots());
+    ApplyOptions apply;
+    if (h0) apply.h0 = h0->view();
+    const Tolerance tau = tolerance_for({.dtype = p.dtype, .metric = Metric::trajectory, .cell = "m2rnn",
+                                         .backend = "cuda"});
+    NewtonStats cpu_stats, gpu_stats;
+    const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply, &cpu_stats);
+    const Tensor gpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}, apply, &gpu_stats);
+    EXPECT_EQ(gpu_stats.scan_backend, "cuda");
+    EXPECT_EQ(gpu_stats.k.k, cpu_stats.k.k);
+    const ComparisonResult newton = compare(gpu.view(), cpu.view(), tau);
+    EXPECT_TRUE(newton.ok()) << "Newton, GPU vs CPU: " << newton.describe();
+    const ComparisonResult sequential = compare(sequential_apply(cell, x, ScanBackend::cuda, apply).view(),
+                                                sequential_apply(cell, x, ScanBackend::cpu, apply).view(), tau);
+    EXPECT_TRUE(sequential.ok()) << "sequential, GPU vs CPU: " << sequential.describe();
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace pararnn

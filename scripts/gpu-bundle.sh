@@ -17,13 +17,14 @@ cuda_lib_dirs="/usr/local/cuda/lib64;/usr/local/cuda-13.0/targets/x86_64-linux/l
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARARNN_CUDA=ON \
   -DCMAKE_EXE_LINKER_FLAGS=-s -DCMAKE_BUILD_RPATH="$build/lib;$cuda_lib_dirs" >/dev/null
 targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda dense_cell_tests_cuda rwkv7_tests_cuda
-         pararnn)
+         m2rnn_tests_cuda pararnn)
 [ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 mkdir -p "$build/lib"
 for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" \
            "$build/property_tests/gradient_tests_cuda" "$build/property_tests/dense_cell_tests_cuda" \
-           "$build/property_tests/rwkv7_tests_cuda" "$build/tools/pararnn"; do
+           "$build/property_tests/rwkv7_tests_cuda" "$build/property_tests/m2rnn_tests_cuda" \
+           "$build/tools/pararnn"; do
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
     | xargs -r -I{} cp -Lu {} "$build/lib/" || true
 done

@@ -19,8 +19,6 @@ using std::int64_t;
 constexpr int kResidualThreads = 256;
 constexpr int kResidualMaxBlocks = 1024;
 constexpr int kRowThreads = 256;
-// Shared memory a row block may use (H200: 227 KB per block with the opt-in).
-constexpr std::size_t kRowSharedLimit = 200 * 1024;
 
 std::size_t row_shared_bytes(int k, int v, std::size_t element) {
   return (2 * static_cast<std::size_t>(k) * v + static_cast<std::size_t>(v) * v) * element;
@@ -131,7 +129,7 @@ __global__ void __launch_bounds__(kRowThreads)
 template <class T, class Kernel>
 cudaError_t row_launch_setup(const M2rnnInputs<T>& in, Kernel kernel, std::size_t& shared, int& threads) {
   shared = row_shared_bytes(in.k, in.v, sizeof(T));
-  if (shared > kRowSharedLimit) return cudaErrorInvalidValue;
+  if (shared > kM2rnnRowSharedLimit) return cudaErrorInvalidValue;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared));
       e != cudaSuccess)
@@ -144,7 +142,7 @@ cudaError_t row_launch_setup(const M2rnnInputs<T>& in, Kernel kernel, std::size_
 }  // namespace
 
 bool m2rnn_fits_on_gpu(int k, int v, std::size_t element_bytes) {
-  return k >= 1 && v >= 1 && row_shared_bytes(k, v, element_bytes) <= kRowSharedLimit;
+  return k >= 1 && v >= 1 && row_shared_bytes(k, v, element_bytes) <= kM2rnnRowSharedLimit;
 }
 
 template <class T>

@@ -3,8 +3,8 @@
 // run raises UnsupportedPath), call it, and run the residual gate. Routing by Jacobian class:
 // per_channel -> cpu_backend.cpp (or CUDA), dense -> dense_backend.cpp (or cuda_dense_backend.cpp
 // for chains of N <= 32), linear_gu (RWKV-7) -> rwkv7_backend.cpp (or cuda_dense_backend.cpp for
-// heads of d <= 64), matrix_map (M2RNN) -> m2rnn_backend.cpp (CPU-only); the last three are
-// forward-only.
+// heads of d <= 64), matrix_map (M2RNN) -> m2rnn_backend.cpp (or cuda_dense_backend.cpp for
+// states whose walk fits a block's shared memory); the last three are forward-only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -72,17 +72,20 @@ void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& opt
 bool is_matrix_map(const Cell& cell) { return cell.spec().jacobian == JacobianClass::matrix_map; }
 
 // Dense-Jacobian cells run on cuda for chains of N <= 32 (the dense residual and sequential
-// kernels' limit); M2RNN on its CPU backend only (forward).
+// kernels' limit); M2RNN for states whose walk fits one block's shared memory.
 void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
   if (is_dense(cell) && backend == Resolved::cuda && cell.chain_width() > detail::kCudaDenseMaxChainWidth)
     throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has dense chains of N = {} values; the CUDA "
                                       "dense kernels take N <= {}; use scan_backend=cpu with host tensors",
                                       who, cell.name(), cell.spec().mix, cell.chain_width(),
                                       detail::kCudaDenseMaxChainWidth));
-  if (is_matrix_map(cell) && backend == Resolved::cuda)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' ({}) has a matrix-state Jacobian map; the CUDA "
-                                      "backend has no M2RNN walk yet; use scan_backend=cpu with host "
-                                      "tensors", who, cell.name(), cell.spec().python_class));
+  if (is_matrix_map(cell) && backend == Resolved::cuda &&
+      detail::cuda_m2rnn_shared_bytes(cell) > detail::kCudaM2rnnSharedBytes)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has a {} x {} state; the CUDA M2RNN walk keeps W and two "
+                                      "states, {} bytes, in one block's shared memory, which takes at most {}; "
+                                      "use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.k_dim(), cell.v_dim(), detail::cuda_m2rnn_shared_bytes(cell),
+                                      detail::kCudaM2rnnSharedBytes));
 }
 
 void refuse_dense_gradients(const Cell& cell, const char* who) {
@@ -272,8 +275,9 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   const bool cuda = backend == Resolved::cuda;
-  Tensor H = cuda && is_dense(cell) ? detail::cuda_dense_newton_apply(cell, x, config, options, std::move(layout), s)
-             : cuda                 ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
+  Tensor H = cuda && is_dense(cell)      ? detail::cuda_dense_newton_apply(cell, x, config, options, std::move(layout), s)
+             : cuda && is_matrix_map(cell) ? detail::cuda_m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
+             : cuda                        ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
              : is_dense(cell)       ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
              : is_matrix_map(cell)    ? detail::m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
                                       : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
@@ -291,7 +295,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
   if (is_dense(cell))
     return backend == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::dense_sequential_apply(cell, x, options, std::move(layout));
-  if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
+  if (is_matrix_map(cell))
+    return backend == Resolved::cuda ? detail::cuda_m2rnn_sequential_apply(cell, x, options, std::move(layout))
+                                     : detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }
@@ -307,7 +313,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
   if (is_dense(cell))
     return resolved == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
                                      : detail::dense_sequential_apply(cell, x, options, std::move(layout));
-  if (is_matrix_map(cell)) return detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
+  if (is_matrix_map(cell))
+    return resolved == Resolved::cuda ? detail::cuda_m2rnn_sequential_apply(cell, x, options, std::move(layout))
+                                      : detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
   return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
 }

@@ -99,5 +99,19 @@ Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const 
 // The exact (G, U) scan on the device; stats as rwkv7_apply's with scan_backend "rwkv7_scan_cuda".
 Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                         NewtonStats& stats);
+// CUDA backend of ParaM2RNN (cuda_dense_backend.cpp), forward only: the CPU M2RNN backend's
+// algorithm with the residual, the factorized walk and the sequential loop on the device, for
+// K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one
+// block's shared memory (kCudaM2rnnSharedBytes, kernels/m2rnn.hpp's limit); api.cpp refuses
+// larger ones.
+inline constexpr std::size_t kCudaM2rnnSharedBytes = 200 * 1024;
+inline std::size_t cuda_m2rnn_shared_bytes(const Cell& cell) {
+  const std::size_t k = static_cast<std::size_t>(cell.k_dim()), v = static_cast<std::size_t>(cell.v_dim());
+  return (2 * k * v + v * v) * (cell.dtype() == DType::f64 ? 8 : 4);
+}
+Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                               const ApplyOptions& options, Layout layout, NewtonStats& stats);
+Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                   Layout layout);
 
 }  // namespace pararnn::detail

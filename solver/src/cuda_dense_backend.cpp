@@ -1,5 +1,5 @@
 // The CUDA backend of dense-Jacobian cells (ParaHopfield, ParaGRU and ParaSLSTM mix='head',
-// ParaSLSTM mix='dense') and of ParaRWKV7, forward only: host orchestration of the kernels of
+// ParaSLSTM mix='dense'), of ParaRWKV7 and of ParaM2RNN (see M2rnnDeviceSolve), forward only: host orchestration of the kernels of
 // kernels/dense_*.hpp, scan_dense.hpp and rwkv7_elements.hpp, step for step the CPU backends
 // dense_backend.cpp and rwkv7_backend.cpp.
 //
@@ -35,6 +35,7 @@
 #include "pararnn/kernels/dense_chain.hpp"
 #include "pararnn/kernels/dense_residual.hpp"
 #include "pararnn/kernels/dense_sequential.hpp"
+#include "pararnn/kernels/m2rnn.hpp"
 #include "pararnn/kernels/rwkv7_elements.hpp"
 #include "pararnn/kernels/scan_dense.hpp"
 
@@ -42,6 +43,7 @@ namespace pararnn::detail {
 
 static_assert(kCudaDenseMaxChainWidth == kernels::kDenseKernelMaxN);
 static_assert(kCudaRwkv7MaxHeadDim == kernels::kDenseScanMaxN);
+static_assert(kCudaM2rnnSharedBytes == kernels::kM2rnnRowSharedLimit);
 
 namespace cuda {
 namespace {
@@ -260,6 +262,100 @@ Tensor chain_major_to_trajectory(const Cell& cell, const Layout& L, const Device
   return trajectory.dtype() == cell.dtype() ? trajectory : Tensor::converted(trajectory, cell.dtype());
 }
 
+// ParaM2RNN on the device: the CPU M2rnnSolver step for step (App. A guess as the residual at
+// H = 0; run_newton_iterations with launch_m2rnn_residual for F, the gains and max|F|;
+// launch_m2rnn_walk for δ; H += ωδ; the sequential kernel for the whole problem when adaptive
+// Newton does not converge). H [b][t][K·V] in the compute type, which is the trajectory layout.
+template <class ComputeT>
+class M2rnnDeviceSolve {
+ public:
+  M2rnnDeviceSolve(const Cell& cell, const TensorView& x, const ApplyOptions& options, const Layout& L)
+      : L_(L) {
+    const DType compute = compute_dtype(cell.dtype());
+    const std::int64_t KV = cell.k_dim() * cell.v_dim();
+    wx_ = device_input_affine(cell, x, L);
+    const Tensor W = Tensor::converted(cell.parameter("W"), compute);
+    W_ = upload_new(W.data(), W.nbytes(), "W");
+    if (options.h0) {
+      h0_ = device_h0(options, compute);
+    } else {  // the kernels read a zero h0
+      h0_ = DeviceBuffer(checked_bytes(L.batch * KV, sizeof(ComputeT), "h0"), "a zero h0");
+      PARARNN_CUDA_CHECK(cudaMemsetAsync(h0_.get(), 0, h0_.bytes(), kStream));
+    }
+    in_ = {.wx = wx_.as<ComputeT>(), .W = W_.as<ComputeT>(), .h0 = h0_.as<ComputeT>(), .batch = L.batch,
+           .time = L.time, .k = static_cast<int>(cell.k_dim()), .v = static_cast<int>(cell.v_dim())};
+    n_ = L.batch * L.time * KV;
+    synchronize();  // the host W is freed at return
+  }
+
+  const kernels::M2rnnInputs<ComputeT>& inputs() const { return in_; }
+  std::int64_t size() const { return n_; }
+
+  // The Newton solve into H (device, compute type).
+  void newton(const Cell& cell, const NewtonConfig& config, ComputeT* H, NewtonStats& stats) {
+    H_ = H;
+    F_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "F"), "the residual F");
+    G_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "G"), "the gains G");
+    ws_ = DeviceBuffer(kernels::m2rnn_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
+    max_abs_ = DeviceBuffer(sizeof(ComputeT), "max|F|");
+    const KResolution k = resolve_newton_iters(config, cell.spec(), cell.dtype(), L_.time);
+    const std::optional<double> atol = resolved_residual_atol(config, cell.dtype());
+    stats = NewtonStats{};
+    stats.k = k;
+    stats.scan_backend = "cuda";
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));  // App. A: the residual at H = 0
+    (void)evaluate(false, false);
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+    DeviceState h, f, j;
+    run_newton_iterations(Driver{*this}, cell.name(), config, k, atol, L_.time, h, f, j, stats,
+                          fmt::format("batch row(s) of {}x{} states (all of them, on the GPU)", in_.k, in_.v));
+  }
+
+ private:
+  double evaluate(bool with_gains, bool reduce) {
+    const kernels::M2rnnResidualArgs<ComputeT> a{.in = in_, .H = H_, .residual = F_.as<ComputeT>(),
+                                                 .gain = with_gains ? G_.as<ComputeT>() : nullptr,
+                                                 .max_abs_residual = reduce ? max_abs_.as<ComputeT>() : nullptr};
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<ComputeT>(a, ws_.get(), ws_.bytes(), kStream));
+    if (!reduce) return 0.0;
+    ComputeT max_abs = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, max_abs_.get(), sizeof(ComputeT), cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return static_cast<double>(max_abs);
+  }
+
+  void update(double omega) {
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_walk<ComputeT>(in_, G_.as<ComputeT>(), F_.as<ComputeT>(), kStream));
+    const ComputeT w = static_cast<ComputeT>(omega);
+    if constexpr (std::is_same_v<ComputeT, double>) {
+      PARARNN_CUBLAS_CHECK(cublasDaxpy_64(cublas_handle(), n_, &w, F_.as<double>(), 1, H_, 1));
+    } else {
+      PARARNN_CUBLAS_CHECK(cublasSaxpy_64(cublas_handle(), n_, &w, F_.as<float>(), 1, H_, 1));
+    }
+  }
+
+  struct DeviceState {};
+  struct Driver {
+    M2rnnDeviceSolve& solve;
+    double residual(const DeviceState&, DeviceState&, DeviceState* G) const { return solve.evaluate(G != nullptr, true); }
+    void update(DeviceState&, const DeviceState&, DeviceState&, double omega) const { solve.update(omega); }
+    // Not converged by k_max: every batch row re-solved sequentially (the CPU re-solves the rows
+    // still above atol), and counted.
+    std::int64_t sequential_fallback(DeviceState&, double) const {
+      PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<ComputeT>(solve.in_, solve.H_, kStream));
+      return solve.L_.batch;
+    }
+  };
+
+  std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
+
+  const Layout& L_;
+  DeviceBuffer wx_, W_, h0_, F_, G_, ws_, max_abs_;
+  kernels::M2rnnInputs<ComputeT> in_{};
+  std::int64_t n_ = 0;
+  ComputeT* H_ = nullptr;
+};
+
 }  // namespace
 }  // namespace cuda
 
@@ -323,6 +419,32 @@ Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOption
     PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(scan, workspace.get(), workspace.bytes(),
                                                             cuda::kStream));
     return cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+  });
+}
+
+Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  cuda::require_available("newton_apply on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
+    cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
+    solve.newton(cell, config, H.as<ComputeT>(), stats);
+    return cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+  });
+}
+
+Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                   Layout layout) {
+  cuda::require_available("sequential_apply on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  return cuda::dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
+    using ComputeT = kernels::ComputeOf<StorageT>;
+    const cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
+    cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(StorageT), "H"), "H");
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<StorageT>(solve.inputs(), H.as<StorageT>(), cuda::kStream));
+    return cuda::download_trajectory(H, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }
 

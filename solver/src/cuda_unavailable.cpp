@@ -41,6 +41,15 @@ Tensor cuda_rwkv7_apply(const Cell&, const TensorView&, const ApplyOptions&, Lay
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+Tensor cuda_m2rnn_newton_apply(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                               Layout, NewtonStats&) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+Tensor cuda_m2rnn_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 }  // namespace pararnn::detail
 
 // CudaDecoder in a build without CUDA: construction says why; the other members are unreachable.

@@ -42,6 +42,10 @@ struct M2rnnInputs {
   int k = 0, v = 0;
 };
 
+// Shared memory a row block (walk, sequential loop) may use: W and two K x V state buffers,
+// (2·K·V + V²) values (H200: 227 KB per block with the opt-in).
+inline constexpr std::size_t kM2rnnRowSharedLimit = 200 * 1024;
+
 // Whether a K x V state (with W and a second state buffer) fits one block's shared memory.
 bool m2rnn_fits_on_gpu(int k, int v, std::size_t element_bytes);
 
