@@ -403,9 +403,10 @@ TEST(Rwkv7, RefusesPackingWindowsAndGradients) {
 }
 
 #if PARARNN_TEST_ON_CUDA
-// The (G, U) scan on the GPU against the CPU's, within the cuda trajectory τ (both exact scans;
-// they associate differently), for every dtype and a head as wide as the dense scan takes.
-TEST(Rwkv7, GpuScanEqualsCpuScanWithinTau) {
+// The (G, U) scan and the step loop on the GPU against the CPU's, within the cuda trajectory τ
+// (exact scans that associate differently; loops with different libm), for every dtype and a
+// head as wide as the dense scan takes.
+TEST(Rwkv7, GpuScanAndStepLoopEqualTheCpusWithinTau) {
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
     std::vector<Rwkv7Case> cases = scan_cases(dtype);
     cases.push_back({.dtype = dtype, .batch = 1, .time = 200, .d_in = 4, .n_heads = 1, .d_head = 64,
@@ -417,18 +418,23 @@ TEST(Rwkv7, GpuScanEqualsCpuScanWithinTau) {
       const auto h0 = c.make_h0();
       ApplyOptions apply;
       if (h0) apply.h0 = h0->view();
+      const Tolerance tau = tolerance_for({.dtype = dtype, .metric = Metric::trajectory, .cell = "rwkv7",
+                                           .backend = "cuda"});
       const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply);
       const Tensor gpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}, apply);
-      const ComparisonResult cmp = compare(gpu, cpu, tolerance_for({.dtype = dtype, .metric = Metric::trajectory,
-                                                                    .cell = "rwkv7", .backend = "cuda"}));
-      EXPECT_TRUE(cmp.ok()) << cmp.describe();
+      const ComparisonResult cmp = compare(gpu, cpu, tau);
+      EXPECT_TRUE(cmp.ok()) << "scan: " << cmp.describe();
+      // The step loop (every row rounded to storage every step) on both backends.
+      const ComparisonResult loop = compare(sequential_apply(cell, x, ScanBackend::cuda, apply),
+                                            sequential_apply(cell, x, ScanBackend::cpu, apply), tau);
+      EXPECT_TRUE(loop.ok()) << "step loop: " << loop.describe();
     }
   }
 }
 
-// On cuda: heads wider than the dense scan's d = 64 are refused naming d and the limit; the step
-// loop (sequential_apply) has no kernel yet and is refused too.
-TEST(Rwkv7, CudaRefusesWideHeadsAndTheStepLoop) {
+// On cuda: heads wider than the dense scan's d = 64 are refused naming d and the limit, by the
+// scan and by the step loop.
+TEST(Rwkv7, CudaRefusesWideHeads) {
   QuietWarnings quiet;
   const Cell wide = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 130, .n_heads = 2}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 3, 3});
@@ -440,8 +446,7 @@ TEST(Rwkv7, CudaRefusesWideHeadsAndTheStepLoop) {
     EXPECT_NE(what.find("d = 65"), std::string::npos) << what;
     EXPECT_NE(what.find("d <= 64"), std::string::npos) << what;
   }
-  const Cell cell = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 8, .n_heads = 2}, DType::f32, 1);
-  EXPECT_THROW((void)sequential_apply(cell, x, ScanBackend::cuda), UnsupportedPath);
+  EXPECT_THROW((void)sequential_apply(wide, x, ScanBackend::cuda), UnsupportedPath);
 }
 #endif
 

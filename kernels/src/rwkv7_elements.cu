@@ -1,5 +1,6 @@
 // launch_rwkv7_elements (kernels/rwkv7_elements.hpp): one thread per (b, head, t), t fastest; the
 // gates in a local array, J_t and the drive rows written straight from cells/rwkv7.hpp's math.
+// launch_rwkv7_sequential: one block per (b, head), a thread per row, the gates in shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -44,7 +45,51 @@ __global__ void __launch_bounds__(kThreads) rwkv7_elements_kernel(Rwkv7ElementAr
   }
 }
 
+template <class StorageT>
+__global__ void __launch_bounds__(kMaxD) rwkv7_sequential_kernel(Rwkv7SequentialArgs<StorageT> a) {
+  using T = ComputeOf<StorageT>;
+  __shared__ T g[5 * kMaxD];
+  const int64_t chain = blockIdx.x;  // b · H + head
+  const int64_t b = chain / a.heads, head = chain - b * a.heads;
+  const int d = static_cast<int>(a.d);
+  const int i = static_cast<int>(threadIdx.x);
+  const int64_t dd = a.d * a.d;
+  T s[kMaxD], s_new[kMaxD];
+  for (int j = 0; j < d; ++j) s[j] = a.h0 != nullptr ? a.h0[chain * dd + i * d + j] : T(0);
+  for (int64_t t = 0; t < a.time; ++t) {
+    if (i == 0)
+      cells::Rwkv7Math::gates(d, a.wx + (b * a.time + t) * 6 * a.heads * a.d + head * a.d,
+                              static_cast<long long>(a.heads * a.d), g);
+    __syncthreads();
+    cells::Rwkv7Math::step_row(d, g, i, s, s_new);
+    StorageT* out = a.S + ((b * a.time + t) * a.heads + head) * dd + i * a.d;
+    for (int j = 0; j < d; ++j) {
+      const StorageT stored = static_cast<StorageT>(s_new[j]);
+      out[j] = stored;
+      s[j] = static_cast<T>(stored);
+    }
+    __syncthreads();  // g is rewritten by the next step
+  }
+}
+
 }  // namespace
+
+template <class StorageT>
+cudaError_t launch_rwkv7_sequential(const Rwkv7SequentialArgs<StorageT>& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.time < 0 || a.heads < 0 || a.d < 0) return cudaErrorInvalidValue;
+  const int64_t chains = a.batch * a.heads;
+  if (chains == 0 || a.time == 0) return cudaSuccess;
+  if (a.d < 1 || a.d > kDenseScanMaxN || chains > 0x7fffffff) return cudaErrorInvalidValue;
+  if (a.wx == nullptr || a.S == nullptr) return cudaErrorInvalidValue;
+  rwkv7_sequential_kernel<StorageT><<<static_cast<unsigned>(chains), static_cast<unsigned>(a.d), 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_rwkv7_sequential<float>(const Rwkv7SequentialArgs<float>&, cudaStream_t);
+template cudaError_t launch_rwkv7_sequential<double>(const Rwkv7SequentialArgs<double>&, cudaStream_t);
+template cudaError_t launch_rwkv7_sequential<__half>(const Rwkv7SequentialArgs<__half>&, cudaStream_t);
+template cudaError_t launch_rwkv7_sequential<__nv_bfloat16>(const Rwkv7SequentialArgs<__nv_bfloat16>&,
+                                                            cudaStream_t);
 
 template <class T>
 cudaError_t launch_rwkv7_elements(const Rwkv7ElementArgs<T>& a, cudaStream_t stream) {

@@ -46,7 +46,7 @@ bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::
 bool is_linear_gu(const Cell& cell) { return cell.spec().jacobian == JacobianClass::linear_gu; }
 
 // ParaRWKV7 (spec §1.10): no packing, no windows; its (G, U) scan is exact. On cuda: heads of
-// d <= 64 (the dense scan's limit), and newton_apply only (there is no step-loop kernel yet).
+// d <= 64 (the dense scan's and the step-loop kernel's limit).
 void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& options,
                      const NewtonConfig* config, const char* who) {
   if (!is_linear_gu(cell)) return;
@@ -55,10 +55,6 @@ void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& opt
                                       "dense scan takes d <= {}; use scan_backend=cpu with host tensors",
                                       who, cell.name(), cell.head_dim(), cell.d_h(), cell.n_heads(),
                                       detail::kCudaRwkv7MaxHeadDim));
-  if (backend == Resolved::cuda && config == nullptr)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' has no sequential step-loop kernel on the CUDA "
-                                      "backend yet (newton_apply's (G, U) scan runs there); use host "
-                                      "tensors", who, cell.name()));
   if (options.cu_seqlens)
     throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
                                                       cell.spec().python_class, cell.name()),
@@ -291,7 +287,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
   check_dense_backend(cell, backend, "sequential_apply");
   check_linear_gu(cell, backend, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
-  if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
+  if (is_linear_gu(cell))
+    return backend == Resolved::cuda ? detail::cuda_rwkv7_sequential_apply(cell, x, options, std::move(layout))
+                                     : detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell))
     return backend == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
                                     : detail::dense_sequential_apply(cell, x, options, std::move(layout));
@@ -309,7 +307,9 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
   check_dense_backend(cell, resolved, "sequential_apply");
   check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
-  if (is_linear_gu(cell)) return detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
+  if (is_linear_gu(cell))
+    return resolved == Resolved::cuda ? detail::cuda_rwkv7_sequential_apply(cell, x, options, std::move(layout))
+                                      : detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
   if (is_dense(cell))
     return resolved == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
                                      : detail::dense_sequential_apply(cell, x, options, std::move(layout));

@@ -99,6 +99,9 @@ Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const 
 // The exact (G, U) scan on the device; stats as rwkv7_apply's with scan_backend "rwkv7_scan_cuda".
 Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                         NewtonStats& stats);
+// The factorized step loop on the device (a block per (b, head), a thread per row of S).
+Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                   Layout layout);
 // CUDA backend of ParaM2RNN (cuda_dense_backend.cpp), forward only: the CPU M2RNN backend's
 // algorithm with the residual, the factorized walk and the sequential loop on the device, for
 // K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one

@@ -18,7 +18,8 @@
 //
 // RWKV-7: launch_rwkv7_elements (J_t = G_tᵀ, the drive rows, S_0 = step(S0)) then
 // launch_scan_dense with rwkv7_scan_args, which leaves S in place in the trajectory layout; one
-// download, rounded to storage once. Stats as the CPU's, scan_backend "rwkv7_scan_cuda".
+// download, rounded to storage once. Stats as the CPU's, scan_backend "rwkv7_scan_cuda". Its
+// sequential_apply is launch_rwkv7_sequential (the step loop, rows rounded every step).
 //
 // Limits: chains of N <= kernels::kDenseKernelMaxN (32) values, RWKV-7 heads of d <=
 // kernels::kDenseScanMaxN (64); api.cpp refuses wider ones before calling here.
@@ -419,6 +420,26 @@ Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOption
     PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(scan, workspace.get(), workspace.bytes(),
                                                             cuda::kStream));
     return cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+  });
+}
+
+Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                   Layout layout) {
+  cuda::require_available("sequential_apply on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
+    using ComputeT = kernels::ComputeOf<StorageT>;
+    const cuda::DeviceBuffer wx = cuda::device_input_affine(cell, x, layout);
+    const cuda::DeviceBuffer h0 = cuda::device_h0(options, compute);
+    const std::int64_t heads = cell.n_heads(), d = cell.head_dim();
+    const std::int64_t count = layout.batch * layout.time * heads * d * d;
+    cuda::DeviceBuffer S(cuda::checked_bytes(count, sizeof(StorageT), "S"), "the state S");
+    const kernels::Rwkv7SequentialArgs<StorageT> a{
+        .wx = wx.as<ComputeT>(), .h0 = options.h0 ? h0.as<ComputeT>() : nullptr, .S = S.as<StorageT>(),
+        .batch = layout.batch, .time = layout.time, .heads = heads, .d = d};
+    PARARNN_CUDA_CHECK(kernels::launch_rwkv7_sequential<StorageT>(a, cuda::kStream));
+    return cuda::download_trajectory(S, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }
 

@@ -50,6 +50,10 @@ Tensor cuda_m2rnn_sequential_apply(const Cell&, const TensorView&, const ApplyOp
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+Tensor cuda_rwkv7_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 }  // namespace pararnn::detail
 
 // CudaDecoder in a build without CUDA: construction says why; the other members are unreachable.

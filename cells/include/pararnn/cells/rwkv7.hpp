@@ -51,20 +51,24 @@ struct Rwkv7Math {
     }
   }
 
-  // S_new = S ⊙ w_col − (S κ̂)(a ⊙ κ̂)ᵀ + v kᵀ. S_new must not alias S.
+  // Row i of the step (the rows of S are independent given the gates):
+  // s_new = s ⊙ w − (s·κ̂)(a ⊙ κ̂) + v_i k. s_new must not alias s.
   template <class ComputeT>
-  PARARNN_HD static void step(int d, const ComputeT* g, const ComputeT* S, ComputeT* S_new) {
+  PARARNN_HD static void step_row(int d, const ComputeT* g, int i, const ComputeT* s, ComputeT* s_new) {
     const ComputeT* w = g;
     const ComputeT* kappa = g + d;
     const ComputeT* a_kappa = g + 2 * d;
     const ComputeT* v = g + 3 * d;
     const ComputeT* k = g + 4 * d;
-    for (int i = 0; i < d; ++i) {
-      const ComputeT* s = S + i * d;
-      ComputeT s_kappa = ComputeT(0);
-      for (int l = 0; l < d; ++l) s_kappa += s[l] * kappa[l];
-      for (int j = 0; j < d; ++j) S_new[i * d + j] = s[j] * w[j] - s_kappa * a_kappa[j] + v[i] * k[j];
-    }
+    ComputeT s_kappa = ComputeT(0);
+    for (int l = 0; l < d; ++l) s_kappa += s[l] * kappa[l];
+    for (int j = 0; j < d; ++j) s_new[j] = s[j] * w[j] - s_kappa * a_kappa[j] + v[i] * k[j];
+  }
+
+  // S_new = S ⊙ w_col − (S κ̂)(a ⊙ κ̂)ᵀ + v kᵀ. S_new must not alias S.
+  template <class ComputeT>
+  PARARNN_HD static void step(int d, const ComputeT* g, const ComputeT* S, ComputeT* S_new) {
+    for (int i = 0; i < d; ++i) step_row(d, g, i, S + i * d, S_new + i * d);
   }
 
   // J = Gᵀ ([out][in], d x d): J[j][l] = G[l][j] = w_j δ_lj − κ̂_l (a⊙κ̂)_j.

@@ -1,4 +1,5 @@
-// The (G, U) elements of ParaRWKV7's linear recurrence on the GPU, written where
+// The (G, U) elements of ParaRWKV7's linear recurrence on the GPU (and, at the end, its step
+// loop), written where
 // launch_scan_dense (kernels/scan_dense.hpp, RWKV-7 addressing) reads them, so that the scan then
 // leaves the matrix-state trajectory S in place: the device twin of solver/src/rwkv7_backend.cpp's
 // scan() before its scan_dense calls. One thread per (b, head, t), cells/rwkv7.hpp's math:
@@ -51,5 +52,25 @@ constexpr DenseScanArgs<T> rwkv7_scan_args(const Rwkv7ElementArgs<T>& a) {
 // Instantiated for float and double.
 template <class T>
 cudaError_t launch_rwkv7_elements(const Rwkv7ElementArgs<T>& args, cudaStream_t stream);
+
+// RWKV-7's factorized step loop (sequential_apply): one block per (b, head), one thread per row
+// i of S (the rows are independent given the step's gates, which one thread computes into
+// shared memory), S_t = step(S_{t−1}) from S0 = h0 (or zeros), every row rounded to StorageT
+// after every step and carried rounded, written to S [b][t][head][d][d] in StorageT. StorageT:
+// float, double, __half, __nv_bfloat16 (f32 arithmetic for the half types). Returns
+// cudaErrorInvalidValue for negative sizes, null wx or S, or d outside 1 .. 64.
+template <class StorageT>
+struct Rwkv7SequentialArgs {
+  const ComputeOf<StorageT>* wx = nullptr;  // [b][t][6·H·d]
+  const ComputeOf<StorageT>* h0 = nullptr;  // optional, [b][head][d][d]
+  StorageT* S = nullptr;                    // [b][t][head][d][d]
+  std::int64_t batch = 0;
+  std::int64_t time = 0;
+  std::int64_t heads = 0;
+  std::int64_t d = 0;
+};
+
+template <class StorageT>
+cudaError_t launch_rwkv7_sequential(const Rwkv7SequentialArgs<StorageT>& args, cudaStream_t stream);
 
 }  // namespace pararnn::kernels
