@@ -8,6 +8,9 @@
 #include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/core/logging.hpp"
+#include "pararnn/solver/solver.hpp"
 #include "pararnn/reference/oracle.hpp"
 
 namespace pararnn {
@@ -33,13 +36,34 @@ AgreementReport verify(const GeneratedProblem& p, NewtonConfig config) {
   return verify_agreement(cell, x, options);
 }
 
+// Newton's trajectory within the band (r.atol, r.rtol) of the same-dtype sequential loop, both on
+// the backend under test.
+bool newton_reaches_the_sequential_answer(const testing::GeneratedProblem& p, const AgreementReport& r) {
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto h0 = p.make_h0(cell.slots());
+  ApplyOptions apply;
+  if (h0) apply.h0 = h0->view();
+  const QuietWarnings quiet;
+  const Tensor newton = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
+  const Tensor sequential = sequential_apply(cell, x, kTestBackend, apply);
+  return compare(newton.view(), sequential.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok();
+}
+
 RC_GTEST_PROP(Agreement, NewtonAgreesWithOracleWithinTau, ()) {
   const auto p = *gen_problem(3000, testing::backend_cells(kCells), testing::kNewtonDtypes);
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
   RC_CLASSIFY(p.time > 1000, "T > 1000");
   RC_TAG(std::string(dtype_name(p.dtype)));
   const AgreementReport r = verify(p, NewtonConfig{});
-  if (r.verdict != Verdict::agree)
+  // An f32 case whose same-dtype sequential loop is itself outside τ of the oracle (hard sLSTM
+  // at long T: found on the GPU at T = 1319, the f32 loop 8.8e-4 from the oracle) is beyond what
+  // any f32 solver can reach; there the claim is Newton within the band of the sequential answer
+  // on the same backend (docs/choices.md, the rule of the M2RNN property). A bf16/f16 loop outside
+  // τ is no excuse: it rounds every step, Newton rounds once.
+  const bool floor_outside_tau = p.dtype == DType::f32 && r.sequential_max_abs > r.atol;
+  RC_CLASSIFY(r.verdict != Verdict::agree && floor_outside_tau, "judged against the sequential floor");
+  if (r.verdict != Verdict::agree && !(floor_outside_tau && newton_reaches_the_sequential_answer(p, r)))
     RC_FAIL(r.failure_message() + testing::save_failure_artifacts(p, "agreement", NewtonConfig{}));
   RC_ASSERT(r.backend == std::string(testing::kTestBackendName));
   // Reported, not asserted: a bf16/f16 sequential loop rounds its state every step and can

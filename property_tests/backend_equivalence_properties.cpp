@@ -188,22 +188,5 @@ TEST(CudaBackend, SequentialLoopEqualsTheCpuLoopWithinTau) {
     }
 }
 
-TEST(CudaBackend, CellsWithoutKernelsAreRefusedByName) {
-  // Every per-channel cell has CUDA kernels; M2RNN's factorized walk does not yet.
-  const Cell cell = Cell::initialise({.cell = "m2rnn", .d_in = 2, .k_dim = 2, .v_dim = 2}, DType::f32, 41);
-  const Tensor x(DType::f32, {1, 8, 2});
-  for (int entry = 0; entry < 2; ++entry) {
-    try {
-      if (entry == 0)
-        (void)newton_apply(cell, x, on(ScanBackend::cuda));
-      else
-        (void)sequential_apply(cell, x, ScanBackend::cuda);
-      FAIL() << "expected UnsupportedPath";
-    } catch (const UnsupportedPath& e) {
-      EXPECT_NE(std::string(e.what()).find("m2rnn"), std::string::npos) << e.what();
-    }
-  }
-}
-
 }  // namespace
 }  // namespace pararnn

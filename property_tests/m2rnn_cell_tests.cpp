@@ -411,13 +411,15 @@ TEST(M2rnn, PlantedErrorsAreCaught) {
 #if PARARNN_TEST_ON_CUDA
 // The GPU solve and sequential loop against the CPU backend's, within the cuda trajectory τ (the
 // same algorithm; the input GEMM is cuBLAS's and the device libm differs), for states below, at
-// and above one block's 256 threads, with and without h0.
+// and above one block's 256 threads, with and without h0. W stays near the identity (library
+// init, or a small σ for a small V): with W = I + N(0, 0.1²) at V = 40 (‖N‖ ≈ 1.3) the f32
+// recurrence is expanding and two f32 loops drift 2e-4 apart by T = 200 (measured on the H200).
 TEST(M2rnn, GpuEqualsCpuWithinTau) {
   const QuietWarnings quiet;
   for (const GeneratedProblem& p : {m2rnn_problem(DType::f32, 3, 700, 4, 3, 4, 0.1, true, 101),
                                     m2rnn_problem(DType::f64, 2, 300, 3, 4, 2, std::nullopt, false, 102),
                                     m2rnn_problem(DType::bf16, 2, 500, 5, 16, 16, std::nullopt, true, 103),
-                                    m2rnn_problem(DType::f32, 1, 200, 6, 8, 40, 0.1, false, 104)}) {
+                                    m2rnn_problem(DType::f32, 1, 200, 6, 8, 40, std::nullopt, false, 104)}) {
     SCOPED_TRACE(p.describe());
     const Cell cell = p.make_cell();
     const Tensor x = p.make_input();

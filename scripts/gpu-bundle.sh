@@ -3,8 +3,8 @@
 # build-carry/build-gpu.tar.xz, < 64 MiB): Release,
 # sm_90, stripped binaries of the CUDA tests, the benchmarks and the CLI, the non-system shared
 # libraries they need (the GPU machine is Ubuntu 24.04 without Debian's libfmt/spdlog) in
-# build-gpu/lib, found through the binaries' RPATH, and nothing else (objects and archives are
-# deleted, so the next run of this script rebuilds).
+# build-gpu/lib, found through the binaries' RPATH; objects and archives stay here (the next run
+# rebuilds incrementally) and are left out of the carried archive.
 # On the GPU machine (carry ["build-carry"]): tar -xJf build-carry/build-gpu.tar.xz &&
 #   PARARNN_REQUIRE_CUDA=1 ctest --test-dir build-gpu -L cuda --no-tests=error
 # `--no-bench` leaves the benchmark binaries out (a tests-only bundle, well under the limit).
@@ -28,14 +28,14 @@ for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_t
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
     | xargs -r -I{} cp -Lu {} "$build/lib/" || true
 done
-find "$build" \( -name '*.o' -o -name '*.a' \) -delete
 [ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton"
 rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # configure scratch
 # The carried form: one xz archive (the stripped binaries compress about 4x), extracted on the
 # GPU machine into the same absolute path.
 carry="$root/build-carry"
 mkdir -p "$carry"
-tar -C "$root" -cJf "$carry/build-gpu.tar.xz" build-gpu
+tar -C "$root" -cJf "$carry/build-gpu.tar.xz" --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' \
+  --exclude='test-artifacts' build-gpu
 du -sh "$build" "$carry/build-gpu.tar.xz"
 size_mib=$(du -sm "$carry/build-gpu.tar.xz" | cut -f1)
 if [ "$size_mib" -gt 64 ]; then
