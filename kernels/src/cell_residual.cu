@@ -16,7 +16,6 @@ namespace {
 using std::int64_t;
 
 constexpr int kResidualThreads = 256;
-constexpr int kResidualMaxBlocks = 1024;  // partials in the workspace
 
 template <class CellMath, class StorageT>
 __global__ void __launch_bounds__(kResidualThreads)
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(kResidualThreads)
 
 template <class StorageT>
 std::size_t cell_residual_workspace_bytes() {
-  return detail::align_up(kResidualMaxBlocks * sizeof(ComputeOf<StorageT>), kWorkspaceAlignment);
+  return detail::max_abs_workspace_bytes<ComputeOf<StorageT>>();
 }
 
 template <class CellMath, class StorageT>
@@ -84,29 +83,12 @@ cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& a, void* work
   using ComputeT = ComputeOf<StorageT>;
   if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
   const int64_t n = a.batch * a.time * a.channels;
-  if (n == 0) {
-    if (a.max_abs_residual == nullptr) return cudaSuccess;
-    return cudaMemsetAsync(a.max_abs_residual, 0, sizeof(ComputeT), stream);
-  }
-  if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.residual == nullptr)
+  if (n != 0 && (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.residual == nullptr))
     return cudaErrorInvalidValue;
-  ComputeT* partials = nullptr;
-  if (a.max_abs_residual != nullptr) {
-    if (workspace == nullptr || workspace_bytes < cell_residual_workspace_bytes<StorageT>() ||
-        reinterpret_cast<std::uintptr_t>(workspace) % alignof(ComputeT) != 0)
-      return cudaErrorInvalidValue;
-    partials = static_cast<ComputeT*>(workspace);
-  }
-  const int64_t wanted = (n + kResidualThreads - 1) / kResidualThreads;
-  const int blocks = static_cast<int>(wanted < kResidualMaxBlocks ? wanted : kResidualMaxBlocks);
-  cell_residual_kernel<CellMath, StorageT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (partials != nullptr) {
-    detail::nan_max_partials_kernel<kResidualThreads, ComputeT>
-        <<<1, kResidualThreads, 0, stream>>>(partials, blocks, a.max_abs_residual);
-    return cudaGetLastError();
-  }
-  return cudaSuccess;
+  return detail::launch_with_max_abs<kResidualThreads>(
+      n, a.max_abs_residual, workspace, workspace_bytes, stream, [&](int blocks, ComputeT* partials) {
+        cell_residual_kernel<CellMath, StorageT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
+      });
 }
 
 template std::size_t cell_residual_workspace_bytes<float>();

@@ -19,7 +19,6 @@ namespace {
 using std::int64_t;
 
 constexpr int kResidualThreads = 128;
-constexpr int kResidualMaxBlocks = 1024;  // partials in the workspace
 
 template <class DenseMath, class T>
 __global__ void __launch_bounds__(kResidualThreads)
@@ -59,7 +58,7 @@ __global__ void __launch_bounds__(kResidualThreads)
 
 template <class ComputeT>
 std::size_t dense_residual_workspace_bytes() {
-  return detail::align_up(kResidualMaxBlocks * sizeof(ComputeT), kWorkspaceAlignment);
+  return detail::max_abs_workspace_bytes<ComputeT>();
 }
 
 template <class DenseMath, class ComputeT>
@@ -67,29 +66,12 @@ cudaError_t launch_dense_residual(const DenseResidualArgs<ComputeT>& a, void* wo
                                   std::size_t workspace_bytes, cudaStream_t stream) {
   if (!detail::dense_sizes_valid(a.in)) return cudaErrorInvalidValue;
   const int64_t total = a.in.batch * a.in.chains_per_row * a.in.time;
-  if (total == 0) {
-    if (a.max_abs_residual == nullptr) return cudaSuccess;
-    return cudaMemsetAsync(a.max_abs_residual, 0, sizeof(ComputeT), stream);
-  }
-  if (!detail::dense_inputs_valid<DenseMath>(a.in) || a.H == nullptr || a.residual == nullptr)
+  if (total != 0 && (!detail::dense_inputs_valid<DenseMath>(a.in) || a.H == nullptr || a.residual == nullptr))
     return cudaErrorInvalidValue;
-  ComputeT* partials = nullptr;
-  if (a.max_abs_residual != nullptr) {
-    if (workspace == nullptr || workspace_bytes < dense_residual_workspace_bytes<ComputeT>() ||
-        reinterpret_cast<std::uintptr_t>(workspace) % alignof(ComputeT) != 0)
-      return cudaErrorInvalidValue;
-    partials = static_cast<ComputeT*>(workspace);
-  }
-  const int64_t wanted = (total + kResidualThreads - 1) / kResidualThreads;
-  const int blocks = static_cast<int>(wanted < kResidualMaxBlocks ? wanted : kResidualMaxBlocks);
-  dense_residual_kernel<DenseMath, ComputeT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (partials != nullptr) {
-    detail::nan_max_partials_kernel<kResidualThreads, ComputeT>
-        <<<1, kResidualThreads, 0, stream>>>(partials, blocks, a.max_abs_residual);
-    return cudaGetLastError();
-  }
-  return cudaSuccess;
+  return detail::launch_with_max_abs<kResidualThreads>(
+      total, a.max_abs_residual, workspace, workspace_bytes, stream, [&](int blocks, ComputeT* partials) {
+        dense_residual_kernel<DenseMath, ComputeT><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
+      });
 }
 
 template std::size_t dense_residual_workspace_bytes<float>();

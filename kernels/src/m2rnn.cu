@@ -17,7 +17,6 @@ using cells::M2rnnMath;
 using std::int64_t;
 
 constexpr int kResidualThreads = 256;
-constexpr int kResidualMaxBlocks = 1024;
 constexpr int kRowThreads = 256;
 
 std::size_t row_shared_bytes(int k, int v, std::size_t element) {
@@ -147,7 +146,7 @@ bool m2rnn_fits_on_gpu(int k, int v, std::size_t element_bytes) {
 
 template <class T>
 std::size_t m2rnn_residual_workspace_bytes() {
-  return detail::align_up(kResidualMaxBlocks * sizeof(T), kWorkspaceAlignment);
+  return detail::max_abs_workspace_bytes<T>();
 }
 
 template <class T>
@@ -155,26 +154,11 @@ cudaError_t launch_m2rnn_residual(const M2rnnResidualArgs<T>& a, void* workspace
                                   std::size_t workspace_bytes, cudaStream_t stream) {
   if (!valid(a.in)) return cudaErrorInvalidValue;
   const int64_t n = a.in.batch * a.in.time * a.in.k * a.in.v;
-  if (n == 0) {
-    if (a.max_abs_residual == nullptr) return cudaSuccess;
-    return cudaMemsetAsync(a.max_abs_residual, 0, sizeof(T), stream);
-  }
-  if (a.H == nullptr || a.residual == nullptr) return cudaErrorInvalidValue;
-  T* partials = nullptr;
-  if (a.max_abs_residual != nullptr) {
-    if (workspace == nullptr || workspace_bytes < m2rnn_residual_workspace_bytes<T>() ||
-        reinterpret_cast<std::uintptr_t>(workspace) % alignof(T) != 0)
-      return cudaErrorInvalidValue;
-    partials = static_cast<T*>(workspace);
-  }
-  const int64_t wanted = (n + kResidualThreads - 1) / kResidualThreads;
-  const int blocks = static_cast<int>(wanted < kResidualMaxBlocks ? wanted : kResidualMaxBlocks);
-  m2rnn_residual_kernel<T><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (partials == nullptr) return cudaSuccess;
-  detail::nan_max_partials_kernel<kResidualThreads, T>
-      <<<1, kResidualThreads, 0, stream>>>(partials, blocks, a.max_abs_residual);
-  return cudaGetLastError();
+  if (n != 0 && (a.H == nullptr || a.residual == nullptr)) return cudaErrorInvalidValue;
+  return detail::launch_with_max_abs<kResidualThreads>(
+      n, a.max_abs_residual, workspace, workspace_bytes, stream, [&](int blocks, T* partials) {
+        m2rnn_residual_kernel<T><<<blocks, kResidualThreads, 0, stream>>>(a, partials);
+      });
 }
 
 template <class T>
