@@ -1,4 +1,5 @@
-// launch_scan_dense (kernels/scan_dense.hpp): the three-phase dense scan.
+// launch_scan_dense (kernels/scan_dense.hpp): the three-phase dense scan, forward or reverse (the
+// sweeps walk the reversed time axis and stage J_{t+1} transposed; the carry phase is the same).
 //
 // Thread geometry of every phase: blockDim = (n, Cy), thread (e, y) owns entry e of one column
 // vector (a column of A, of B, or a row chain's δ); Cy = min(columns, 256 / n) columns per block,
@@ -15,6 +16,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "device_util.cuh"
 #include "pararnn/kernels/scan_dense.hpp"
@@ -49,7 +51,7 @@ __device__ __forceinline__ T* shared_values() {
 // sweeps the chunk's steps. Phase 1 columns: c < n → column c of A (starts at e_c, no drive),
 // c ≥ n → B for row c − n (starts at 0, driven by r); phase 3 columns: row c (starts at the
 // carry, driven by r, δ_t written every step).
-template <class T, bool kApply>
+template <class T, bool kApply, bool kReverse>
 __global__ void __launch_bounds__(kMaxThreads)
     dense_sweep_kernel(DenseScanArgs<T> a, DenseGeometry g, T* aggregates,
                        std::uint8_t* chunk_restart) {
@@ -90,12 +92,22 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t end = begin + g.chunk < a.time ? begin + g.chunk : a.time;
   bool any_restart = false;
   int p = 0;
-  for (int64_t t = begin; t < end; ++t) {
-    const bool restart = restart_at(a.head, t);
+  for (int64_t step = begin; step < end; ++step) {
+    // Forward: step t couples through J_t. Reverse: t = T−1−step couples through J_{t+1}ᵀ,
+    // cut at the last step and before a head.
+    const int64_t t = kReverse ? a.time - 1 - step : step;
+    const bool restart = kReverse ? (t + 1 >= a.time || (a.head != nullptr && a.head[t + 1] != 0))
+                                  : restart_at(a.head, t);
     any_restart = any_restart || restart;
     if (!restart) {
-      const T* J_t = J_chain + t * a.n * a.n;
-      for (int q = tid; q < n * n; q += threads) J_s[(q / n) * (n + 1) + q % n] = J_t[q];
+      const T* J_t = J_chain + (kReverse ? t + 1 : t) * a.n * a.n;
+      for (int q = tid; q < n * n; q += threads) {
+        if (kReverse) {
+          J_s[(q % n) * (n + 1) + q / n] = J_t[q];  // staged transposed
+        } else {
+          J_s[(q / n) * (n + 1) + q % n] = J_t[q];
+        }
+      }
     }
     __syncthreads();
     if (active) {
@@ -238,16 +250,23 @@ cudaError_t launch_scan_dense(const DenseScanArgs<T>& a, void* workspace,
 
   const std::size_t v1_bytes = 2 * static_cast<std::size_t>(g1.cy) * n * sizeof(T);
   const std::size_t v3_bytes = 2 * static_cast<std::size_t>(g3.cy) * n * sizeof(T);
-  dense_sweep_kernel<T, false>
-      <<<static_cast<unsigned>(blocks1), dim3(n, static_cast<unsigned>(g1.cy)),
-         j_bytes + v1_bytes, stream>>>(a, g1, aggregates, chunk_restart);
+  const auto sweep = [&](auto apply, const DenseGeometry& geometry, int64_t blocks, std::size_t v_bytes) {
+    constexpr bool kApply = decltype(apply)::value;
+    const dim3 grid(static_cast<unsigned>(blocks)), block(n, static_cast<unsigned>(geometry.cy));
+    if (a.reverse) {
+      dense_sweep_kernel<T, kApply, true><<<grid, block, j_bytes + v_bytes, stream>>>(a, geometry, aggregates,
+                                                                                    chunk_restart);
+    } else {
+      dense_sweep_kernel<T, kApply, false><<<grid, block, j_bytes + v_bytes, stream>>>(a, geometry, aggregates,
+                                                                                     chunk_restart);
+    }
+  };
+  sweep(std::false_type{}, g1, blocks1, v1_bytes);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   dense_carry_kernel<T><<<static_cast<unsigned>(blocks2), dim3(n, static_cast<unsigned>(g3.cy)),
                           v3_bytes, stream>>>(a, g3, aggregates, chunk_restart);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  dense_sweep_kernel<T, true>
-      <<<static_cast<unsigned>(blocks3), dim3(n, static_cast<unsigned>(g3.cy)),
-         j_bytes + v3_bytes, stream>>>(a, g3, aggregates, chunk_restart);
+  sweep(std::true_type{}, g3, blocks3, v3_bytes);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,5 @@
-// launch_scan_dense against sequential substitution on the host (STYLE rule 5: structure exactly
-// before numerics approximately), in both addressings it serves: the dense backend's chain-major
+// launch_scan_dense (forward and reverse) against sequential substitution on the host (STYLE
+// rule 5: structure exactly before numerics approximately), in both addressings it serves: the dense backend's chain-major
 // H/F (one chain per (b, group)) and RWKV-7's trajectory (the d rows of a head share J).
 //
 // Exact inputs: J_t = 2^(ℓ_t − ℓ_{t−1}) · P_t with a level walk ℓ ∈ {0..3} per (b, group) and P_t
@@ -155,23 +155,26 @@ DenseProblem<T> make_random_problem(DenseAddressing addressing, std::int64_t bat
   return p;
 }
 
-// Sequential substitution, written from the definition in kernels/scan_dense.hpp, in RefT.
+// Sequential substitution, written from the definition in kernels/scan_dense.hpp, in RefT:
+// forward δ_t = J_t δ_{t−1} + r_t, or (reverse) μ_t = g_t + J_{t+1}ᵀ μ_{t+1}.
 template <class RefT, class T>
-std::vector<RefT> sequential_substitution(const DenseProblem<T>& p) {
-  const std::int64_t n = p.n();
+std::vector<RefT> sequential_substitution(const DenseProblem<T>& p, bool reverse = false) {
+  const std::int64_t n = p.n(), T_ = p.shape.time;
   std::vector<RefT> out(p.r.size());
   std::vector<RefT> prev(static_cast<std::size_t>(n)), cur(prev.size());
   for (std::int64_t b = 0; b < p.shape.batch; ++b)
     for (std::int64_t g = 0; g < p.shape.groups; ++g)
       for (std::int64_t i = 0; i < p.shape.rows; ++i)
-        for (std::int64_t t = 0; t < p.shape.time; ++t) {
-          const T* J = p.jac.data() + p.j_index(b, g, t);
+        for (std::int64_t step = 0; step < T_; ++step) {
+          const std::int64_t t = reverse ? T_ - 1 - step : step;
+          const bool cut = reverse ? (t + 1 >= T_ || p.is_head(t + 1)) : p.is_head(t);
+          const T* J = cut ? nullptr : p.jac.data() + p.j_index(b, g, reverse ? t + 1 : t);
           const std::size_t at = p.r_index(b, g, i, t);
           for (std::int64_t o = 0; o < n; ++o) {
             RefT acc = static_cast<RefT>(p.r[at + static_cast<std::size_t>(o)]);
-            if (!p.is_head(t))
+            if (!cut)
               for (std::int64_t k = 0; k < n; ++k)
-                acc += static_cast<RefT>(J[o * n + k]) * prev[static_cast<std::size_t>(k)];
+                acc += static_cast<RefT>(reverse ? J[k * n + o] : J[o * n + k]) * prev[static_cast<std::size_t>(k)];
             cur[static_cast<std::size_t>(o)] = acc;
           }
           for (std::int64_t o = 0; o < n; ++o)
@@ -198,12 +201,13 @@ struct DeviceDenseProblem {
     return cudaSuccess;
   }
 
-  DenseScanArgs<T> args(const DenseProblem<T>& p, std::int64_t chunk) const {
+  DenseScanArgs<T> args(const DenseProblem<T>& p, std::int64_t chunk, bool reverse = false) const {
     DenseScanArgs<T> a = p.shape;
     a.jac = jac.get();
     a.delta = r.get();
     a.head = p.head.empty() ? nullptr : head.get();
     a.chunk_length = chunk;
+    a.reverse = reverse;
     return a;
   }
 };
@@ -231,24 +235,24 @@ std::size_t workspace_for(const DenseProblem<T>& p, const std::vector<std::int64
 // Solves `p` on the device with `chunk` and returns δ.
 template <class T>
 void solve_on_device(const DenseProblem<T>& p, DeviceDenseProblem<T>& d, std::int64_t chunk,
-                     std::vector<T>& actual) {
+                     std::vector<T>& actual, bool reverse = false) {
   PARARNN_CUDA_OK(d.r.upload(p.r));
-  PARARNN_CUDA_OK(launch_scan_dense<T>(d.args(p, chunk), d.workspace.get(), d.workspace.size(),
+  PARARNN_CUDA_OK(launch_scan_dense<T>(d.args(p, chunk, reverse), d.workspace.get(), d.workspace.size(),
                                        cudaStream_t{}));
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
   PARARNN_CUDA_OK(d.r.download(actual));
 }
 
 template <class T>
-void expect_all_chunkings_exact(const DenseProblem<T>& p, bool tiny_chunks) {
-  const std::vector<T> expected = sequential_substitution<T>(p);
+void expect_all_chunkings_exact(const DenseProblem<T>& p, bool tiny_chunks, bool reverse = false) {
+  const std::vector<T> expected = sequential_substitution<T>(p, reverse);
   const std::vector<std::int64_t> chunks = chunks_under_test(p.n(), p.shape.time, tiny_chunks);
   DeviceDenseProblem<T> d(p, workspace_for(p, chunks));
   PARARNN_CUDA_OK(d.upload(p));
   std::vector<T> actual;
   for (std::int64_t chunk : chunks) {
-    SCOPED_TRACE(p.describe() + " chunk=" + std::to_string(chunk));
-    solve_on_device(p, d, chunk, actual);
+    SCOPED_TRACE(p.describe() + " chunk=" + std::to_string(chunk) + (reverse ? " reverse" : " forward"));
+    solve_on_device(p, d, chunk, actual, reverse);
     std::int64_t mismatches = 0, first = -1;
     for (std::size_t i = 0; i < expected.size(); ++i)
       if (!same_bits(expected[i], actual[i])) {
@@ -285,7 +289,7 @@ TYPED_TEST(DyadicDenseScan, EqualsSequentialSubstitutionBitwiseForEveryChunking)
           const std::int64_t batch = addressing == DenseAddressing::rwkv7 && n >= 32 ? 1 : 2;
           const auto p = make_exact_problem<T>(addressing, batch, /*groups=*/3, time, n,
                                                head_rate, 1.0 / 256, ++case_seed);
-          expect_all_chunkings_exact(p, /*tiny_chunks=*/true);
+          for (bool reverse : {false, true}) expect_all_chunkings_exact(p, /*tiny_chunks=*/true, reverse);
           if (::testing::Test::HasFailure()) return;
         }
 }
@@ -299,7 +303,7 @@ TYPED_TEST(DyadicDenseScan, LongSequencesCarryExactlyAcrossEveryChunk) {
       for (double head_rate : {0.0, 1.0 / 4096}) {
         const auto p = make_exact_problem<T>(DenseAddressing::dense_backend, 1, /*groups=*/2,
                                              time, n, head_rate, 0.0, ++case_seed);
-        expect_all_chunkings_exact(p, /*tiny_chunks=*/false);
+        for (bool reverse : {false, true}) expect_all_chunkings_exact(p, /*tiny_chunks=*/false, reverse);
         if (::testing::Test::HasFailure()) return;
       }
 }

@@ -1,6 +1,6 @@
 // The dense affine scan on the GPU: chains of n ≤ 64 values whose Jacobian blocks J_t are full
 // n x n matrices (Hopfield, GRU and sLSTM head mixes, sLSTM dense; RWKV-7's rows with J_t = G_tᵀ),
-// forward only, in place, arithmetic in T (float for float, double for double). The device twin
+// forward or reverse (adjoint), in place, arithmetic in T (float for float, double for double). The device twin
 // of `scan_dense` (solver/scan.hpp): the same element (J, r) acting as δ ↦ J δ + r, the same head
 // rule, the same dot-product order in every matrix-vector step (acc = r_i, then += J_ik δ_k for
 // k = 0 .. n−1, as cells::apply_dense).
@@ -9,6 +9,12 @@
 //   δ_t = J_t δ_{t−1} + r_t   for t = 0 .. T−1,  J_t treated as 0 at t = 0 and wherever
 //   head[t] != 0 (a restart: δ_t = r_t exactly, J_t is not read, so it may hold anything, and
 //   nothing before a restart reaches anything after it, not even a NaN).
+// With `reverse`, the transpose of that operator (the adjoint scan, for backward passes):
+//   μ_t = g_t + J_{t+1}ᵀ μ_{t+1}   for t = T−1 .. 0,
+// the coupling treated as 0 at t = T−1 and wherever head[t+1] != 0 (the last step of a packed
+// segment: the same head array, nothing shifted); J_0 is never read in either direction. The
+// chunks then run over the reversed time axis and J_{t+1} is staged transposed; the dot-product
+// order is acc = g_i, then += J_{t+1}[k][i] μ_{t+1}[k] for k = 0 .. n−1.
 // The `rows` chains of one group (b, g) share their J; this is how RWKV-7 scans the d rows of a
 // head's matrix state with one J_t = G_tᵀ.
 //
@@ -73,6 +79,7 @@ struct DenseScanArgs {
   std::int64_t r_row = 0;
   std::int64_t r_time = 0;
   std::int64_t chunk_length = 0;       // time steps per chunk; 0: dense_scan_default_chunk(n)
+  bool reverse = false;                // the adjoint scan (see above)
 };
 
 constexpr std::int64_t dense_scan_default_chunk(std::int64_t n) { return n > 64 ? n : 64; }
