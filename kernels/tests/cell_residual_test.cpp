@@ -20,17 +20,6 @@ template <class Case>
 class CellResidualKernel : public ::testing::Test {};
 TYPED_TEST_SUITE(CellResidualKernel, CellCases, CellCaseName);
 
-template <class T>
-T host_nan_max_abs(const std::vector<T>& v) {
-  T m = T(0);
-  for (T x : v) {
-    const T a = std::fabs(x);
-    if (std::isnan(a)) return a;
-    if (a > m) m = a;
-  }
-  return m;
-}
-
 // A trajectory to evaluate: uniform in [−1, 1], rounded to storage.
 template <class StorageT>
 std::vector<StorageT> random_trajectory(std::size_t n, std::uint64_t seed) {

@@ -198,17 +198,6 @@ template <class Case>
 class DenseResidualKernel : public ::testing::Test {};
 TYPED_TEST_SUITE(DenseResidualKernel, DenseCases, DenseCaseName);
 
-template <class T>
-T host_nan_max_abs(const std::vector<T>& v) {
-  T m = T(0);
-  for (T x : v) {
-    const T a = std::fabs(x);
-    if (std::isnan(a)) return a;
-    if (a > m) m = a;
-  }
-  return m;
-}
-
 template <class DenseMath, class ComputeT>
 void expect_residual_matches_host(const DenseProblem<DenseMath, ComputeT>& p,
                                   const std::vector<ComputeT>& H) {

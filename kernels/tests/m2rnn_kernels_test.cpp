@@ -115,7 +115,6 @@ TYPED_TEST(M2rnnKernels, ResidualWithGainsAndWalkMatchTheHost) {
     PARARNN_CUDA_OK(d_G.download(G_dev));
     PARARNN_CUDA_OK(d_max.download(max_dev));
     std::vector<T> F(static_cast<std::size_t>(n)), G(F.size()), h_new(static_cast<std::size_t>(KV));
-    T host_max = 0;
     for (std::int64_t b = 0; b < p.batch; ++b)
       for (std::int64_t t = 0; t < p.time; ++t) {
         const T* prev = t == 0 ? p.h0.data() + b * KV : H.data() + (b * p.time + t - 1) * KV;
@@ -125,7 +124,7 @@ TYPED_TEST(M2rnnKernels, ResidualWithGainsAndWalkMatchTheHost) {
       }
     expect_close(F, F_dev, kKernelVsHostTau<T>, "F");
     expect_close(G, G_dev, kKernelVsHostTau<T>, "gain");
-    for (T f : F_dev) host_max = std::max(host_max, static_cast<T>(std::fabs(f)));
+    const T host_max = host_nan_max_abs(F_dev);
     EXPECT_TRUE(same_bits(max_dev[0], host_max)) << hexfloat(max_dev[0]) << " vs " << hexfloat(host_max);
 
     // The walk on the device's own F and G, against the host walk on the same values.

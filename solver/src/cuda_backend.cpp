@@ -10,8 +10,11 @@
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
 // Cells: those with Newton kernels (kernels/newton_cells.hpp: every per-channel cell; CfC's Δt
 // gate is filled on the device, sLSTM's Picard guess runs the sequential kernel with the hidden
-// slot frozen); the others raise UnsupportedPath.
-// CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the caller's stream.
+// slot frozen); the dense, RWKV-7 and M2RNN cells run in cuda_dense_backend.cpp.
+// Training (training.hpp) for the per-channel cells: the forward with the deterministic
+// three-phase scan, the backward as J at H* and a reverse scan in f64 plus a per-element VJP
+// (adjoint_backward). CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the
+// caller's stream.
 #include "cuda_backend.hpp"
 #include "newton_loop.hpp"
 

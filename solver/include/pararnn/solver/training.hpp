@@ -1,5 +1,6 @@
 // Training: the forward that keeps what the backward needs, and the implicit adjoint backward
-// (CONTRACT §1) on the CPU backend.
+// (CONTRACT §1), on the CPU backend and, for the per-channel cells, the CUDA backend
+// (NewtonConfig::scan_backend; docs/cuda.md).
 //
 // Guarantees: `newton_backward` returns the gradients of L = Σ grad_H ⊙ H at the converged
 // trajectory H*: μ_t = g_t + J_{t+1}ᵀ μ_{t+1} (J = 0 across packed segment boundaries), then
