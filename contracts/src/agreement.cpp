@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -37,11 +38,14 @@ Tolerance trajectory_tolerance(DType dtype, const std::string& cell, const std::
   return tau;
 }
 
-// Fills everything that comes from the comparison with the oracle.
+// Fills everything that comes from the comparison with the oracle. τ is the case's (the dtype
+// the solver claims to reproduce), whatever dtype the trajectory is stored in.
 void judge(AgreementReport& r, const TensorView& trajectory, const reference::OracleResult& oracle,
-           const Tolerance& tau, DType case_dtype) {
+           const Tolerance& tau, const Case& problem) {
   r.shape = trajectory.shape();
-  r.dtype = std::string(dtype_name(trajectory.dtype()));
+  r.dtype = std::string(dtype_name(problem.dtype()));
+  r.trajectory_dtype = std::string(dtype_name(trajectory.dtype()));
+  r.cell_version = problem.meta("cell_version").value_or("");
   r.oracle_type = oracle.type;
   r.oracle_digits = oracle.digits;
   r.certifier_type = oracle.certifier_type;
@@ -61,21 +65,36 @@ void judge(AgreementReport& r, const TensorView& trajectory, const reference::Or
   r.count = c.count;
   r.worst_index = c.worst_abs_index;
   r.ok = c.ok();
-  const Tolerance self_check =
-      tolerance_for({.dtype = case_dtype, .metric = Metric::oracle_self_check, .cell = r.cell, .backend = r.backend});
-  if (!oracle.finite) {
+  if (const auto why = certification_failure(oracle.finite, oracle.self_check_delta,
+                                               oracle.certified_chain_steps, problem, "trajectory")) {
     r.verdict = Verdict::inconclusive;
-    r.inconclusive_reason = "the oracle trajectory is not finite (a harness failure)";
-    r.ok = false;
-  } else if (!(oracle.self_check_delta <= self_check.atol)) {
-    r.verdict = Verdict::inconclusive;
-    r.inconclusive_reason = fmt::format(
-        "oracle self-check delta {:.3e} ({} vs {}) is not far below tau (limit {:.1e})",
-        oracle.self_check_delta, oracle.type, oracle.certifier_type, self_check.atol);
+    r.inconclusive_reason = *why;
     r.ok = false;
   } else {
     r.verdict = r.ok ? Verdict::agree : Verdict::disagree;
   }
+}
+
+// CONTRACT §2, ill-conditioned cases: where the same-dtype sequential loop is itself outside τ
+// of the oracle, no implementation in that dtype can meet τ. A solver within the quality bound
+// of that floor is Inconclusive ("ill-conditioned"), never Disagree; beyond the bound it stays
+// Disagree. Runs after judge() and after the floor was measured.
+void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential,
+                                const reference::OracleResult& oracle, const Tolerance& tau) {
+  if (r.verdict != Verdict::disagree) return;
+  if (compare(sequential, oracle.H, tau).ok()) return;  // the floor is inside τ: a real Disagree
+  const double bound = tolerance_for({.dtype = parse_dtype(r.dtype), .metric = Metric::quality_ratio,
+                                      .cell = r.cell, .backend = r.backend}).atol;
+  const double ratio = r.sequential_max_abs > 0.0 ? r.max_abs / r.sequential_max_abs : INFINITY;
+  if (!(ratio <= bound)) return;
+  r.verdict = Verdict::inconclusive;
+  r.ill_conditioned = true;
+  r.inconclusive_reason = fmt::format(
+      "ill-conditioned in {0}: the {0} sequential loop is {1:.3e} from the oracle, tau atol {2:g} rtol {3:g}; "
+      "the {4} is {5:.2f}x that floor (quality bound {6:g}x), so no {0} implementation can be judged "
+      "against tau here",
+      r.dtype, r.sequential_max_abs, tau.atol, tau.rtol, r.path == "external" ? "trajectory" : "solver",
+      ratio, bound);
 }
 
 double max_abs_between(const TensorView& a, const TensorView& b) {
@@ -119,12 +138,11 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   if (grads.h0) check("h0", *grads.h0);
   for (const auto& [name, grad] : grads.parameters) check(name, grad);
   if (r.verdict == Verdict::inconclusive) return;
-  const Tolerance self = tolerance_for({.dtype = cell.dtype(), .metric = Metric::oracle_self_check, .cell = r.cell, .backend = r.backend});
-  if (!oracle.finite || !(oracle.self_check_delta <= self.atol)) {
+  if (const auto why = certification_failure(oracle.finite, oracle.self_check_delta,
+                                               oracle.certified_chain_steps, problem, "gradients")) {
     r.verdict = Verdict::inconclusive;
     r.ok = false;
-    r.inconclusive_reason = fmt::format("oracle gradients not certified (finite={}, self-check delta {:.3e})",
-                                        oracle.finite, oracle.self_check_delta);
+    r.inconclusive_reason = *why;
     return;
   }
   for (const auto& gc : r.gradients)
@@ -181,9 +199,11 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.timings_ms["oracle"] = ms_since(start);
 
   const Tolerance tau = trajectory_tolerance(cell.dtype(), r.cell, r.backend, options);
-  judge(r, H, oracle, tau, cell.dtype());
+  judge(r, H, oracle, tau, problem);
+  r.cell_version = options.cell_version;
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
+  apply_ill_conditioned_rule(r, H_seq, oracle, tau);
   if (options.gradients) judge_gradients(r, cell, x, problem, options);
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
@@ -191,6 +211,7 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
 
 AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
                                    const VerifyOptions& options) {
+  const Cell cell = checked_case(problem);  // the same refusals as verify and solve
   AgreementReport r;
   r.cell = problem.cell;
   r.seed = options.seed;
@@ -198,16 +219,28 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   r.path = "external";
   r.backend = "external";
   r.k_source = "external";
+  if (!is_floating(trajectory.dtype()))
+    throw ContractViolation("trajectory", "H must have a floating dtype (F64, F32, F16, BF16)",
+                            dtype_name(trajectory.dtype()));
   auto start = Clock::now();
   const reference::OracleResult oracle = reference::oracle_sequential(
       problem, {.certify = true, .certify_budget = certify_budget(options, problem.dtype()), .seed = options.seed});
   r.timings_ms["oracle"] = ms_since(start);
-  r.slots = trajectory.dim() == 4 ? trajectory.size(2) : 1;
+  r.slots = cell.slots();
   if (trajectory.shape() != oracle.H.shape())
     throw ContractViolation("trajectory", "must have the oracle's shape " + shape_string(oracle.H.shape()),
                             shape_string(trajectory.shape()));
-  const Tolerance tau = trajectory_tolerance(trajectory.dtype(), r.cell, r.backend, options);
-  judge(r, trajectory, oracle, tau, problem.dtype());
+  ApplyOptions apply;
+  if (problem.h0) apply.h0 = problem.h0->view();
+  if (problem.cu_seqlens) apply.cu_seqlens = problem.cu_seqlens->view();
+  start = Clock::now();
+  const Tensor H_seq = sequential_apply(cell, problem.x, apply);  // the case dtype's floor
+  r.timings_ms["sequential"] = ms_since(start);
+  const Tolerance tau = trajectory_tolerance(problem.dtype(), r.cell, r.backend, options);
+  judge(r, trajectory, oracle, tau, problem);
+  r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
+  r.vs_sequential_max_abs = max_abs_between(trajectory, H_seq);
+  apply_ill_conditioned_rule(r, H_seq, oracle, tau);
   r.newton_iters = 0;
   r.max_residual = NAN;
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
@@ -265,6 +298,9 @@ nlohmann::ordered_json AgreementReport::to_json() const {
   j["cell"] = cell;
   j["quality_ratio"] = sequential_max_abs > 0 ? max_abs / sequential_max_abs : 0.0;
   j["repro"] = repro_command;
+  j["trajectory_dtype"] = trajectory_dtype.empty() ? dtype : trajectory_dtype;
+  j["ill_conditioned"] = ill_conditioned;
+  if (!cell_version.empty()) j["cell_version"] = cell_version;
   if (!gradients.empty()) {
     nlohmann::ordered_json grads;
     for (const auto& gc : gradients) {

@@ -48,6 +48,13 @@ constexpr Entry kDefaults[] = {
     // The seed library's gradcheck band (f64, eps 1e-6): truncation and cancellation of the
     // central difference, not the adjoint, set it.
     {DType::f64, Metric::gradcheck, 1e-5, 1e-4},
+    // CONTRACT §2's quality figure: where the same-dtype sequential loop is itself outside τ
+    // (an ill-conditioned case), a solver whose error is at most this multiple of that floor is
+    // Inconclusive ("ill-conditioned"), never Disagree; beyond it, Disagree. atol is the ratio.
+    {DType::f64, Metric::quality_ratio, 2.0, 0.0},
+    {DType::f32, Metric::quality_ratio, 2.0, 0.0},
+    {DType::f16, Metric::quality_ratio, 2.0, 0.0},
+    {DType::bf16, Metric::quality_ratio, 2.0, 0.0},
 };
 
 // Cell-scoped bands shipped with the table (CONTRACT §2 allows scoped, reasoned overrides).
@@ -121,6 +128,7 @@ std::string_view metric_name(Metric metric) {
     case Metric::oracle_self_check: return "oracle_self_check";
     case Metric::gradcheck: return "gradcheck";
     case Metric::linear_scan: return "linear_scan";
+    case Metric::quality_ratio: return "quality_ratio";
   }
   return "?";
 }

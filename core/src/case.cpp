@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -58,11 +59,69 @@ std::optional<T> parse_number(std::string_view text) {
 
 std::string metadata_argument(const std::string& key) { return fmt::format("metadata '{}'", key); }
 
+// What a Python user's metadata holds for an argument left at None: str(None), or nothing.
+bool is_absent_word(std::string_view text) {
+  const std::string_view word = trimmed(text);
+  return word.empty() || word == "None" || word == "none";
+}
+
+// Packing as metadata "cu_seqlens" = "0,5,12": every item a plain integer (no spaces, signs,
+// fractions or empty items), each within int64.
+Tensor metadata_cu_seqlens(const std::filesystem::path& path, const std::string& text) {
+  std::vector<double> values;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = std::string_view(text).substr(start, comma - start);
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+      const std::string why = ec == std::errc::result_out_of_range ? "is outside int64" : "is not an integer";
+      throw CaseFileError(fmt::format("{}: metadata 'cu_seqlens': item {} '{}' {} (the value must be "
+                                      "comma-separated integers, e.g. \"0,5,12\"; got '{}')",
+                                      path.string(), values.size(), item, why, text));
+    }
+    if (std::abs(static_cast<double>(value)) > 9007199254740992.0) {  // 2^53: exact as double
+      throw CaseFileError(fmt::format("{}: metadata 'cu_seqlens': item {} = {} is beyond 2^53",
+                                      path.string(), values.size(), value));
+    }
+    values.push_back(static_cast<double>(value));
+    if (comma == text.size()) break;
+    start = comma + 1;
+  }
+  return Tensor::from_values(DType::i64, {static_cast<std::int64_t>(values.size())}, values);
+}
+
+// Cases as pararnn-torch users dump them, completed so that every path reads the same problem:
+// - ParaCfC of 0.17.4 had no W_b (gate a = σ(−softplus(f_pre)·Δt)); it is the 0.17.5 cell with
+//   W_b ≡ 0, so zero W_b tensors are added and metadata "cell_version" records the version.
+// - ParaM2RNN's k_dim and v_dim, when absent, follow from W (V, V) and W_x.weight (K + V + 1 rows).
+void complete_pararnn_torch_case(Case& problem) {
+  const auto weight = problem.parameters.find("W_x.weight");
+  if (problem.cell == "cfc" && weight != problem.parameters.end() && weight->second.dim() == 2 &&
+      weight->second.size(0) % 2 == 0 && !problem.parameters.contains("W_b.weight") &&
+      !problem.parameters.contains("W_b.bias") && problem.meta("gate_mix").value_or("input") == "input") {
+    const std::int64_t d_h = weight->second.size(0) / 2, features = weight->second.size(1);
+    problem.parameters.emplace("W_b.weight", Tensor(weight->second.dtype(), {d_h, features}));
+    problem.parameters.emplace("W_b.bias", Tensor(weight->second.dtype(), {d_h}));
+    problem.metadata["cell_version"] = "pararnn-torch 0.17.4 (no W_b: read as W_b = 0)";
+  }
+  const auto value_matrix = problem.parameters.find("W");
+  if (problem.cell == "m2rnn" && weight != problem.parameters.end() && weight->second.dim() == 2 &&
+      value_matrix != problem.parameters.end() && value_matrix->second.dim() == 2 &&
+      value_matrix->second.size(0) == value_matrix->second.size(1)) {
+    const std::int64_t v_dim = value_matrix->second.size(0);
+    const std::int64_t k_dim = weight->second.size(0) - v_dim - 1;
+    if (!problem.meta("v_dim")) problem.metadata["v_dim"] = std::to_string(v_dim);
+    if (!problem.meta("k_dim") && k_dim >= 1) problem.metadata["k_dim"] = std::to_string(k_dim);
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> Case::meta(const std::string& key) const {
   const auto it = metadata.find(key);
-  if (it == metadata.end()) return std::nullopt;
+  if (it == metadata.end() || is_absent_word(it->second)) return std::nullopt;
   return it->second;
 }
 
@@ -83,9 +142,12 @@ double Case::meta_double(const std::string& key, double fallback) const {
 }
 
 std::optional<double> Case::meta_cap(std::optional<double> fallback) const {
+  // Read raw: here "None" is a value (Python's max_recurrent_norm=None: no clamp), while an
+  // empty entry is an absent one (the cell's default).
   static const std::string key = "max_recurrent_norm";
-  const auto text = meta(key);
-  if (!text) return fallback;
+  const auto it = metadata.find(key);
+  if (it == metadata.end() || trimmed(it->second).empty()) return fallback;
+  const std::optional<std::string> text = it->second;
   const std::string_view word = trimmed(*text);
   if (word == "none" || word == "None" || word == "null" || word == "NONE") return std::nullopt;
   const auto value = parse_number<double>(word);
@@ -151,27 +213,10 @@ Case case_from_file(const SafetensorsFile& file, const std::filesystem::path& pa
   }
   // Packing may also come as metadata "cu_seqlens" = "0,5,12" (a tensor wins when both exist).
   if (!problem.cu_seqlens) {
-    if (auto it = problem.metadata.find(std::string(kSeqlens)); it != problem.metadata.end()) {
-      std::vector<double> values;
-      std::size_t start = 0;
-      const std::string& text = it->second;
-      while (start <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', start), text.size());
-        const std::string item = text.substr(start, comma - start);
-        try {
-          std::size_t used = 0;
-          values.push_back(static_cast<double>(std::stoll(item, &used)));
-          if (used != item.size()) throw std::invalid_argument("trailing");
-        } catch (const std::exception&) {
-          throw CaseFileError(fmt::format("{}: metadata 'cu_seqlens': must be comma-separated "
-                                          "integers, got '{}'", path.string(), text));
-        }
-        start = comma + 1;
-      }
-      problem.cu_seqlens = Tensor::from_values(DType::i64, {static_cast<std::int64_t>(values.size())}, values);
-    }
+    if (auto it = problem.metadata.find(std::string(kSeqlens)); it != problem.metadata.end())
+      problem.cu_seqlens = metadata_cu_seqlens(path, it->second);
   }
-
+  complete_pararnn_torch_case(problem);
   return problem;
 }
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -186,11 +187,33 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   if (!in.read(header_text.data(), static_cast<std::streamsize>(header_bytes))) {
     file_error(path, "cannot read the JSON header (file shrank while reading?)");
   }
+  // JSON leaves duplicated keys to the parser (nlohmann keeps the last); a header that names a
+  // tensor or a metadata key twice is ambiguous, so it is refused.
   nlohmann::json header;
+  std::vector<std::set<std::string>> open_objects;
+  std::optional<std::string> duplicate;
+  const nlohmann::json::parser_callback_t find_duplicates =
+      [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using Event = nlohmann::json::parse_event_t;
+        if (event == Event::object_start) {
+          open_objects.emplace_back();
+        } else if (event == Event::object_end) {
+          if (!open_objects.empty()) open_objects.pop_back();
+        } else if (event == Event::key && !open_objects.empty() && parsed.is_string()) {
+          if (!open_objects.back().insert(parsed.get<std::string>()).second && !duplicate)
+            duplicate = parsed.get<std::string>();
+        }
+        return true;
+      };
   try {
-    header = nlohmann::json::parse(header_text);
+    header = nlohmann::json::parse(header_text, find_duplicates);
   } catch (const nlohmann::json::exception& e) {
     file_error(path, fmt::format("header is not valid JSON ({})", e.what()));
+  }
+  if (duplicate) {
+    file_error(path, fmt::format("header names key '{}' twice (a duplicated key is ambiguous; "
+                                 "each tensor and metadata key must appear once)",
+                                 *duplicate));
   }
   if (!header.is_object()) {
     file_error(path, fmt::format("header is a JSON {}, not an object", header.type_name()));
@@ -267,19 +290,37 @@ void write_safetensors(const std::filesystem::path& path,
     length_bytes[i] = static_cast<char>((header_text.size() >> (8 * i)) & 0xff);
   }
 
-  const std::filesystem::path temp = path.string() + ".tmp-" + std::to_string(::getpid());
+  write_file_atomically(path, [&](std::ostream& out) {
+    out.write(length_bytes.data(), 8);
+    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    for (const auto& [name, tensor] : tensors) {
+      out.write(static_cast<const char*>(tensor.data()), static_cast<std::streamsize>(tensor.nbytes()));
+    }
+  });
+}
+
+void check_output_path(const std::filesystem::path& path, std::string_view argument) {
+  if (path.empty()) throw ContractViolation(argument, "needs a file path", "(empty)");
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ContractViolation(argument, "must name a file, not a directory", path.string());
+  const std::filesystem::path parent = path.parent_path().empty() ? "." : path.parent_path();
+  if (!std::filesystem::is_directory(parent, ec))
+    throw ContractViolation(argument, "must be in an existing directory", path.string());
+}
+
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(std::ostream&)>& write) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    file_error(path, "is a directory; an output must name a file");
+  const std::filesystem::path temp = path.string() + ".tmp-" + std::to_string(::getpid());
   try {
     {
       std::ofstream out(temp, std::ios::binary | std::ios::trunc);
       if (!out) file_error(path, fmt::format("cannot open {} for writing ({})", temp.string(),
                                              errno_text()));
-      out.write(length_bytes.data(), 8);
-      out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
-      for (const auto& [name, tensor] : tensors) {
-        out.write(static_cast<const char*>(tensor.data()),
-                  static_cast<std::streamsize>(tensor.nbytes()));
-      }
+      write(out);
       out.close();
       if (!out) file_error(path, fmt::format("writing {} failed ({})", temp.string(),
                                              errno_text()));

@@ -580,4 +580,21 @@ DLManagedTensor* Tensor::to_dlpack_managed() const {
   return managed.release();
 }
 
+std::optional<std::string> describe_first_non_finite(const TensorView& view, std::string_view name) {
+  if (view.empty() || !is_floating(view.dtype()) || view.device() != Device::cpu) return std::nullopt;
+  const std::int64_t n = view.numel();
+  Shape index(view.shape().size(), 0);
+  for (std::int64_t flat = 0; flat < n; ++flat) {
+    std::int64_t rest = flat;
+    for (std::size_t k = index.size(); k-- > 0;) {
+      index[k] = rest % view.shape()[k];
+      rest /= view.shape()[k];
+    }
+    const double v = view.load(index);
+    if (!std::isfinite(v))
+      return fmt::format("{} holds {} at index {}", name, v, shape_string(index));
+  }
+  return std::nullopt;
+}
+
 }  // namespace pararnn

@@ -517,5 +517,61 @@ TEST_F(SafetensorsTest, PackingMayComeAsMetadata) {
   EXPECT_THROW((void)read_case(path("bad.safetensors")), CaseFileError);
 }
 
+TEST_F(SafetensorsTest, DuplicatedHeaderKeysAreRefused) {
+  const std::string data(8, '\0');
+  expect_refused(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data),
+                 {"'a' twice"});
+  expect_refused(raw_file(R"({"__metadata__":{"cell":"gru","cell":"lstm"}})"), {"'cell' twice"});
+  expect_refused(raw_file(R"({"a":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}})", data),
+                 {"'dtype' twice"});
+}
+
+TEST_F(SafetensorsTest, MetadataCuSeqlensIsParsedStrictly) {
+  const Tensor x(DType::f32, {1, 16, 2});
+  for (const char* bad : {"0,5x,16", "0,5.9,16", "0, 5 ,16", "0,16,", ",0,16", "0,,16", "+0,16",
+                          "0,99999999999999999999,16"}) {
+    write_safetensors(path("bad.safetensors"), {{"x", x}}, {{"cell", "gru"}, {"cu_seqlens", bad}});
+    try {
+      (void)read_case(path("bad.safetensors"));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const CaseFileError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("bad.safetensors"), std::string::npos) << message;
+      EXPECT_NE(message.find("metadata 'cu_seqlens'"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(CaseMetadata, NoneAndEmptyAreAbsentExceptTheCapsNone) {
+  Case problem;
+  for (const char* none : {"None", "none", "", " "}) {
+    problem.metadata["n_heads"] = none;
+    EXPECT_EQ(problem.meta("n_heads"), std::nullopt) << "'" << none << "'";
+    EXPECT_EQ(problem.meta_int("n_heads", 3), 3) << "'" << none << "'";
+  }
+  problem.metadata["max_recurrent_norm"] = "None";
+  EXPECT_EQ(problem.meta_cap(0.5), std::nullopt);  // Python's None: no clamp
+  problem.metadata["max_recurrent_norm"] = "";
+  EXPECT_EQ(problem.meta_cap(0.5), 0.5);           // absent: the cell's default
+}
+
+TEST_F(SafetensorsTest, AtomicWriteRefusesADirectoryAndLeavesNothing) {
+  fs::create_directories(path("out.json"));
+  EXPECT_THROW(write_file_atomically(path("out.json"), [](std::ostream& out) { out << "{}"; }), CaseFileError);
+  EXPECT_THROW(check_output_path(path("out.json"), "--json"), ContractViolation);
+  EXPECT_THROW(check_output_path(path("missing/out.json"), "--json"), ContractViolation);
+  EXPECT_NO_THROW(check_output_path(path("fresh.json"), "--json"));
+  EXPECT_THROW(write_file_atomically(path("half.json"),
+                                     [](std::ostream& out) {
+                                       out << "{";
+                                       throw CaseFileError("the writer failed");
+                                     }),
+               CaseFileError);
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir_)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"out.json"});
+}
+
 }  // namespace
 }  // namespace pararnn

@@ -277,8 +277,28 @@ bool all_finite(const Tensor& t) {
 
 }  // namespace
 
+// A constructor argument of another cell is refused (the Python class would raise TypeError);
+// "None" or "" count as absent (Case::meta).
+void refuse_foreign_arguments(const Case& problem, CellKind kind) {
+  const bool slstm = kind == CellKind::slstm || kind == CellKind::slstm_head;
+  const bool cfc = kind == CellKind::cfc || kind == CellKind::cfc_diag_h;
+  const bool heads = kind == CellKind::gru_head || kind == CellKind::rwkv7 ||
+                     (kind == CellKind::slstm_head && problem.meta("mix").value_or("") == "head");
+  const std::pair<const char*, bool> arguments[] = {
+      {"n_heads", heads}, {"eps", slstm}, {"beta", kind == CellKind::hopfield}, {"gate_mix", cfc},
+      {"time_bias_init", cfc}, {"k_dim", kind == CellKind::m2rnn}, {"v_dim", kind == CellKind::m2rnn}};
+  for (const auto& [key, takes] : arguments) {
+    if (!takes && problem.meta(key)) {
+      throw ContractViolation(key, fmt::format("is not an argument of cell {} (mix {})", problem.cell,
+                                               problem.meta("mix").value_or("absent")),
+                              *problem.meta(key));
+    }
+  }
+}
+
 PreparedCase prepare_case(const Case& problem) {
   const CellSpec spec = cell_spec(problem);
+  refuse_foreign_arguments(problem, spec.kind);
   PreparedCase out;
   out.kind = spec.kind;
   out.cell = problem.cell;
@@ -379,11 +399,15 @@ PreparedCase prepare_case(const Case& problem) {
   }
   out.affine_gates = gate;
   if (spec.time_channel) out.time_gate = gate;
+  // ParaCfC's time_bias_init only initialises W_b.bias (the case holds its value); it must still
+  // be a number when given.
+  if (spec.time_channel) (void)problem.meta_double("time_bias_init", -3.0);
 
   if (spec.kind == CellKind::slstm || spec.kind == CellKind::slstm_head) {
     out.eps = problem.meta_double("eps", 1e-6);
-    if (!std::isfinite(out.eps)) {
-      throw ContractViolation("eps", "must be a finite number", fmt::format("{}", out.eps));
+    if (!(std::isfinite(out.eps) && out.eps > 0.0)) {
+      throw ContractViolation("eps", "must be a finite number > 0 (h = o c / (n + eps))",
+                              fmt::format("{}", out.eps));
     }
   }
 
@@ -462,6 +486,11 @@ PreparedCase prepare_case(const Case& problem) {
     }
   }
   if (spec.kind == CellKind::rwkv7) {  // (H, d, d) state as d slots of d_h = H·d values
+    // Every head count gives W_x the same shape: the heads must be stated, never guessed.
+    if (!problem.meta("n_heads")) {
+      throw ContractViolation("n_heads", "is required in the metadata of a cell rwkv7 case (the "
+                              "state_dict does not determine it)", "<absent>");
+    }
     const std::int64_t heads = problem.meta_int("n_heads", 1);
     if (heads < 1 || out.d_h % heads != 0) {
       throw ContractViolation("n_heads", fmt::format("must be >= 1 and divide d_h = {} (cell rwkv7)", out.d_h),
@@ -497,9 +526,27 @@ PreparedCase prepare_case(const Case& problem) {
     }
   }
 
+  // A tensor the cell does not have is refused: a case is exactly its cell's state_dict.
+  std::vector<std::string> known;
+  for (const AffineSpec& affine : spec.affine) known.insert(known.end(), {affine.weight, affine.bias});
+  for (const RecurrentSpec& r : spec.recurrent) known.push_back(r.name);
+  if (spec.kind == CellKind::m2rnn) known.push_back("W");
+  if (spec.kind == CellKind::gru_head) known.insert(known.end(), {"A_z", "A_r", "A_n"});
+  if (spec.kind == CellKind::slstm_head)
+    known.push_back(problem.meta("mix").value_or("") == "dense" ? "R_dense.weight" : "R_head");
+  for (const auto& [name, tensor] : problem.parameters) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw CaseFileError(fmt::format("case (cell {}): tensor '{}' {} is not a parameter of the cell; "
+                                      "cell {} has {}", problem.cell, name, shape_string(tensor.shape()),
+                                      problem.cell, parameter_list(spec)));
+    }
+  }
+
   std::int64_t h0_rows = out.batch;
-  if (problem.cu_seqlens && spec.kind == CellKind::rwkv7) {
-    throw ContractViolation("cu_seqlens", "is not supported by cell rwkv7 (ParaRWKV7 refuses packed input)",
+  if (problem.cu_seqlens && (spec.kind == CellKind::rwkv7 || spec.kind == CellKind::m2rnn)) {
+    throw ContractViolation("cu_seqlens",
+                            fmt::format("is not supported by cell {} (ParaRWKV7 and ParaM2RNN refuse packed input)",
+                                        problem.cell),
                             shape_string(problem.cu_seqlens->shape()));
   }
   if (problem.cu_seqlens) {

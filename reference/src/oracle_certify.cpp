@@ -160,6 +160,17 @@ std::vector<ChainSpec> select_certified_chains(const PreparedCase& problem,
       return remaining >= shortest_channel;
     });
   }
+  if (picked.empty() && options.certify_budget > 0) {
+    // A positive budget below the cost of the cheapest unit still certifies one: a seeded
+    // shortest chain (or one of its channels), never nothing (an empty certification would
+    // report a self-check delta of 0 over no chain-steps).
+    std::vector<std::int64_t> shortest_chains;
+    for (std::int64_t i = 0; i < n_chains; ++i)
+      if (chain_cost(problem, {i, -1}) == shortest) shortest_chains.push_back(i);
+    const std::int64_t chain = shortest_chains[static_cast<std::size_t>(rng() % shortest_chains.size())];
+    const bool per_channel = channels_independent(problem.kind) && longest > options.certify_budget;
+    picked.push_back({chain, per_channel ? static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(problem.d_h)) : -1});
+  }
   std::sort(picked.begin(), picked.end(), [](const ChainSpec& a, const ChainSpec& b) {
     return a.chain != b.chain ? a.chain < b.chain : a.channel < b.channel;
   });

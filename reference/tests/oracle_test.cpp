@@ -564,11 +564,14 @@ TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   Case slstm_eps = make_case({.cell = "slstm"});
   slstm_eps.metadata["eps"] = "tiny";
   EXPECT_THROW((void)oracle_sequential(slstm_eps), ContractViolation);
-  for (const std::string gate_mix : {"dense", "diag", ""}) {
+  for (const std::string gate_mix : {"dense", "diag"}) {
     Case cfc = make_case({.cell = "cfc"});
     cfc.metadata["gate_mix"] = gate_mix;
     EXPECT_THROW((void)oracle_sequential(cfc), ContractViolation) << gate_mix;
   }
+  Case cfc_absent = make_case({.cell = "cfc"});
+  cfc_absent.metadata["gate_mix"] = "";  // what str(None) users write: absent, the default 'input'
+  EXPECT_NO_THROW((void)oracle_sequential(cfc_absent));
   Case cfc_diag_h = make_case({.cell = "cfc"});
   cfc_diag_h.metadata["gate_mix"] = "diag_h";  // needs the state_dict entry v
   EXPECT_THROW((void)oracle_sequential(cfc_diag_h), CaseFileError);

@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <map>
 #include <optional>
@@ -235,10 +237,18 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
   if (is_linear_gu(cell)) {  // no Newton: the exact scan, or the step loop for eager
     NewtonStats local;
-    if (backend == Resolved::cuda)
-      return detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), stats ? *stats : local);
-    return detail::rwkv7_apply(cell, x, options, std::move(layout),
-                               config.scan_backend != ScanBackend::eager, stats ? *stats : local);
+    NewtonStats& s = stats ? *stats : local;
+    Tensor H = backend == Resolved::cuda
+                   ? detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), s)
+                   : detail::rwkv7_apply(cell, x, options, std::move(layout),
+                                         config.scan_backend != ScanBackend::eager, s);
+    // The exact scan has no iteration to leave its basin; what the gate can catch is a
+    // non-finite state (NaN input, or an overflow from finite input): that raises.
+    const std::vector<double> values = H.to_f64_vector();
+    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }))
+      s.max_residual = std::numeric_limits<double>::infinity();
+    detail::residual_gate(cell, config, s, x, options);
+    return H;
   }
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed Newton: serial over windows, each a full solve from the previous last state.
@@ -267,7 +277,6 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
     if (stats) *stats = total;
     return H;
   }
-  const std::int64_t time = layout.time, batch = layout.batch;
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   const bool cuda = backend == Resolved::cuda;
@@ -277,7 +286,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
              : is_dense(cell)       ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
              : is_matrix_map(cell)    ? detail::m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
                                       : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
-  detail::residual_gate(cell, config, s, time, batch);
+  detail::residual_gate(cell, config, s, x, options);
   return H;
 }
 
@@ -333,11 +342,10 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
     forward.H = newton_apply(cell, x, config, options, &forward.stats);
     return forward;
   }
-  const std::int64_t time = layout.time, batch = layout.batch;
   NewtonForward forward = backend == Resolved::cuda
                               ? detail::cuda_newton_forward(cell, x, config, options, std::move(layout))
                               : detail::cpu_newton_forward(cell, x, config, options, std::move(layout));
-  detail::residual_gate(cell, config, forward.stats, time, batch);
+  detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
 }
 
@@ -355,11 +363,21 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
                             shape_string(grad_H.shape()));
   if (!is_floating(grad_H.dtype()))
     throw ContractViolation("grad_H", "must be floating", dtype_name(grad_H.dtype()));
+  if (const auto where = describe_first_non_finite(grad_H, "grad_H"))
+    throw ContractViolation("grad_H", "must be finite (a non-finite cotangent makes every gradient non-finite)",
+                            *where);
   if (config.chunk_len && *config.chunk_len < layout.time)
     return windowed_backward(cell, x, forward, grad_H, config, options, layout);
   return backend == Resolved::cuda
              ? detail::cuda_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout))
              : detail::cpu_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout));
+}
+
+void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
+  const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
+  check_matrix_map_inputs(cell, nullptr, options, "validate_apply_inputs");
+  check_linear_gu(cell, backend, options, nullptr, "validate_apply_inputs");
+  (void)detail::check_inputs(cell, x, options, "validate_apply_inputs", device_of(backend));
 }
 
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,

@@ -23,8 +23,13 @@ struct Layout {
 
 Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                     const char* who, Device required = Device::cpu);
+// The residual gate (CONTRACT §3). When it fires, the message also names the first non-finite
+// value of the inputs (x, h0, a parameter) when there is one, so a NaN input is not reported as
+// a bare "diverged: nan".
 void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
-                   std::int64_t time, std::int64_t batch);
+                   const TensorView& x, const ApplyOptions& options);
+// " The input is not finite: x holds nan at index (0, 3, 2)." or "" (host tensors only).
+std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options);
 
 // CPU backend (cpu_backend.cpp).
 Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,

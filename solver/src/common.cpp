@@ -85,8 +85,19 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
   return layout;
 }
 
+std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
+  std::optional<std::string> where = describe_first_non_finite(x, "x");
+  if (!where && options.h0) where = describe_first_non_finite(*options.h0, "h0");
+  for (const auto& [name, tensor] : cell.parameters()) {
+    if (where) break;
+    where = describe_first_non_finite(tensor, fmt::format("parameter '{}'", name));
+  }
+  return where ? fmt::format(" The input is not finite: {}.", *where) : std::string();
+}
+
 void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
-                   std::int64_t time, std::int64_t batch) {
+                   const TensorView& x, const ApplyOptions& options) {
+  const std::int64_t time = x.size(1), batch = x.size(0);
   const double res = stats.max_residual;
   nlohmann::json fields = {{"max_residual", res},
                            {"residual_fail", config.residual_fail ? nlohmann::json(*config.residual_fail) : nlohmann::json(nullptr)},
@@ -103,9 +114,9 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
     throw NewtonDivergenceError(fmt::format(
         "Newton diverged: max|F(H)|={:.6e} after iters={} (residual_fail={}; T={}, batch={}, "
         "cell={}, backend={}, history={}). A residual >= residual_fail means the solver left its "
-        "basin: do not step the optimizer on this batch.{}",
+        "basin: do not step the optimizer on this batch.{}{}",
         res, stats.iters, *config.residual_fail, time, batch, cell.name(), stats.scan_backend,
-        history_tail(stats.residual_history),
+        history_tail(stats.residual_history), non_finite_input_note(cell, x, options),
         cell.spec().picard ? " For ParaSLSTM raise picard_iters." : ""));
   }
   if (!(res <= kResidualWarn))

@@ -91,6 +91,44 @@ TEST(ResidualGate, NanInputRaisesDivergenceWithDocumentedFields) {
   }
 }
 
+TEST(ResidualGate, NanInputMessageNamesTheTensorAndIndex) {
+  const Cell cell = make_cell("lstm", DType::f32);
+  Tensor x = random_input(DType::f32, 2, 8, cell.d_in(), 8);
+  x.store({1, 5, 2}, std::nan(""));
+  try {
+    (void)newton_apply(cell, x);
+    FAIL() << "NaN input must raise NewtonDivergenceError";
+  } catch (const NewtonDivergenceError& e) {
+    EXPECT_NE(std::string(e.what()).find("x holds nan at index (1, 5, 2)"), std::string::npos) << e.what();
+  }
+}
+
+// RWKV-7's exact scan has no Newton iteration, but its result passes the same finiteness gate:
+// NaN in x or in W_x, and an overflow from finite input, raise instead of returning NaN or Inf.
+TEST(ResidualGate, Rwkv7NonFiniteStateRaisesOnEveryPath) {
+  const Cell base = Cell::initialise({.cell = "rwkv7", .d_in = 4, .d_h = 4, .n_heads = 1}, DType::f32, 1);
+  const Tensor clean = random_input(DType::f32, 1, 8, 4, 9);
+  for (ScanBackend backend : {ScanBackend::auto_select, ScanBackend::eager}) {
+    Tensor nan_x = Tensor::copy_of(clean);
+    nan_x.store({0, 3, 1}, std::nan(""));
+    EXPECT_THROW((void)newton_apply(base, nan_x, {.scan_backend = backend}), NewtonDivergenceError);
+    Cell nan_w = base;
+    Tensor w = Tensor::copy_of(base.parameter("W_x.weight"));
+    w.store({2, 1}, std::nan(""));
+    nan_w.set_parameter("W_x.weight", w);
+    try {
+      (void)newton_apply(nan_w, clean, {.scan_backend = backend});
+      ADD_FAILURE() << "NaN in W_x must raise";
+    } catch (const NewtonDivergenceError& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter 'W_x.weight' holds nan"), std::string::npos) << e.what();
+    }
+    Tensor huge = Tensor::copy_of(clean);
+    Tensor flat = huge.reshaped({huge.numel()});
+    for (std::int64_t i = 0; i < huge.numel(); ++i) flat.store({i}, 3e38);
+    EXPECT_THROW((void)newton_apply(base, huge, {.scan_backend = backend}), NewtonDivergenceError);
+  }
+}
+
 TEST(ResidualGate, DivergentConfigurationRaises) {
   // Over-relaxed updates (omega = 4) on an LSTM with saturated gates leave the basin.
   Cell cell = Cell::initialise({.cell = "lstm", .d_in = 3, .d_h = 4, .max_recurrent_norm = std::nullopt,

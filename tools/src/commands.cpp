@@ -6,7 +6,13 @@
 
 #include <unistd.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string_view>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -14,6 +20,7 @@
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/reference/oracle.hpp"
@@ -25,13 +32,19 @@ namespace {
 
 std::optional<double> parse_cap(const std::string& text) {
   if (text == "none" || text == "None") return std::nullopt;
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw ContractViolation("--max-recurrent-norm", "must be a number or 'none'", text);
+  double v = 0.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < 0.0)
+    throw ContractViolation("--max-recurrent-norm", "must be a finite number >= 0 or 'none'", text);
+  return v;
+}
+
+// The whole of `text` as an integer, or nothing (no spaces, signs other than '-', fractions).
+std::optional<std::int64_t> whole_integer(std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
 }
 
 NewtonConfig config_from(const SolveArgs& args) {
@@ -39,30 +52,67 @@ NewtonConfig config_from(const SolveArgs& args) {
   config.scan_backend = parse_scan_backend(args.backend);
   config.recompute = args.recompute;
   if (args.max_iters != "none" && args.max_iters != "None") {
-    try {
-      std::size_t used = 0;
-      config.max_iters = std::stoll(args.max_iters, &used);
-      if (used != args.max_iters.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw ContractViolation("--max-iters", "must be a non-negative integer or 'none'",
-                              args.max_iters);
-    }
+    const auto k = whole_integer(args.max_iters);
+    if (!k || *k < 0)
+      throw ContractViolation("--max-iters", "must be a non-negative integer or 'none'", args.max_iters);
+    config.max_iters = *k;
   }
   return config;
 }
 
+// "0,5,12": every item an integer (no spaces, fractions, trailing or empty items).
 std::vector<std::int64_t> parse_int_list(const std::string& text, const char* argument) {
   std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      throw ContractViolation(argument, "must be a comma-separated list of integers", text);
-    }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = std::string_view(text).substr(start, comma - start);
+    const auto value = whole_integer(item);
+    if (!value)
+      throw ContractViolation(argument,
+                              fmt::format("must be a comma-separated list of integers (item {} is '{}')",
+                                          out.size(), item),
+                              text);
+    out.push_back(*value);
+    if (comma == text.size()) break;
+    start = comma + 1;
   }
   return out;
+}
+
+// Bytes this machine has (physical memory), for refusing sizes that cannot be allocated.
+long double machine_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<long double>(pages) * static_cast<long double>(page) : 0.0L;
+}
+
+// make-case: refuses, before allocating, a case whose input or parameters cannot fit in memory
+// (half of it: the solver and the oracle need more besides), naming the flags.
+void require_case_fits(const MakeCaseArgs& args, DType dtype) {
+  const long double memory = machine_memory_bytes();
+  if (memory <= 0) return;
+  const long double element = dtype_size(dtype);
+  const long double x = static_cast<long double>(args.batch) * args.time * args.d_in * element;
+  if (x > memory / 2)
+    throw ContractViolation("--batch, --time, --d-in",
+                            fmt::format("x of B·T·d_in elements needs {:.3g} bytes, more than half of this "
+                                        "machine's {:.3g} bytes", static_cast<double>(x), static_cast<double>(memory)),
+                            fmt::format("--batch {} --time {} --d-in {}", args.batch, args.time, args.d_in));
+  const long double d_h = args.d_h.value_or(16), d_in = args.d_in;
+  const long double k = args.k_dim.value_or(1), v = args.v_dim.value_or(1);
+  // A bound on every cell's parameters: 8 gate blocks of W_x, 4 d_h² recurrent matrices, the
+  // Hopfield 2 d_h² x d_in projection, M2RNN's (K + V + 1) x d_in and V x V.
+  const long double parameters =
+      (8 * d_h * (d_in + 1) + 4 * d_h * d_h + 2 * d_h * d_h * d_in + (k + v + 1) * (d_in + 1) + v * v) * element;
+  if (parameters > memory / 2)
+    throw ContractViolation("--d-h, --d-in, --k-dim, --v-dim",
+                            fmt::format("the parameters need up to {:.3g} bytes, more than half of this "
+                                        "machine's {:.3g} bytes", static_cast<double>(parameters),
+                                        static_cast<double>(memory)),
+                            args.k_dim || args.v_dim
+                                ? fmt::format("--d-in {} --k-dim {} --v-dim {}", args.d_in, args.k_dim.value_or(0),
+                                              args.v_dim.value_or(0))
+                                : fmt::format("--d-h {} --d-in {}", args.d_h.value_or(16), args.d_in));
 }
 
 ApplyOptions apply_options(const Case& problem) {
@@ -74,22 +124,23 @@ ApplyOptions apply_options(const Case& problem) {
 
 void write_json(const std::string& path, const nlohmann::ordered_json& json) {
   if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << json.dump(2) << "\n";
-    if (!out) throw CaseFileError(fmt::format("{}: cannot write the JSON report", path));
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, [&](std::ostream& out) { out << json.dump(2) << "\n"; });
+}
+
+// Outputs are checked before any work, so a command never computes for a path it cannot write.
+void check_outputs(std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
+  for (const auto& [flag, path] : outputs)
+    if (!path->empty()) check_output_path(*path, flag);
 }
 
 }  // namespace
 
 int make_case(const MakeCaseArgs& args) {
-  if (args.out.empty()) throw ContractViolation("--out", "is required", "(empty)");
+  check_outputs({{"--out", &args.out}});
   const DType dtype = parse_dtype(args.dtype, "--dtype");
   if (!is_floating(dtype))
     throw ContractViolation("--dtype", "must be one of f64, f32, f16, bf16", args.dtype);
+  require_case_fits(args, dtype);
   if (args.batch < 1) throw ContractViolation("--batch", "must be >= 1", std::to_string(args.batch));
   if (args.time < 1) throw ContractViolation("--time", "must be >= 1", std::to_string(args.time));
   if (args.eps && args.cell != "slstm")
@@ -121,7 +172,11 @@ int make_case(const MakeCaseArgs& args) {
     Tensor c(DType::i64, {static_cast<std::int64_t>(values.size())});
     for (std::size_t i = 0; i < values.size(); ++i)
       c.store({static_cast<std::int64_t>(i)}, static_cast<double>(values[i]));
-    validate_cu_seqlens(c, args.time);
+    try {
+      validate_cu_seqlens(c, args.time);
+    } catch (const ContractViolation& e) {
+      throw ContractViolation("--cu-seqlens", e.rule(), e.value());
+    }
     if (args.batch != 1)
       throw ContractViolation("--batch", "must be 1 with --cu-seqlens", std::to_string(args.batch));
     states = c.numel() - 1;
@@ -145,6 +200,23 @@ int make_case(const MakeCaseArgs& args) {
   problem.cu_seqlens = cu;
   problem.metadata["seed"] = std::to_string(args.seed);
   if (args.weight_std) problem.metadata["weight_std"] = fmt::format("{}", *args.weight_std);
+  // A written case is one every command accepts: the same reading as theirs, the flag named.
+  for (const auto& [name, tensor] : problem.parameters)
+    if (const auto where = describe_first_non_finite(tensor, "parameter '" + name + "'"))
+      throw ContractViolation("--weight-std", fmt::format("must give finite parameters in {}", args.dtype), *where);
+  if (h0)
+    if (const auto where = describe_first_non_finite(*h0, "h0"))
+      throw ContractViolation("--h0-std", fmt::format("must give a finite h0 in {}", args.dtype), *where);
+  try {
+    (void)checked_case(problem);
+  } catch (const ContractViolation& e) {
+    const std::map<std::string, std::string> flags = {
+        {"cu_seqlens", "--cu-seqlens"}, {"h0", "--h0-std"}, {"eps", "--eps"}, {"n_heads", "--n-heads"},
+        {"beta", "--beta"}, {"x", "--batch, --time, --d-in"}};
+    const auto flag = flags.find(e.argument());
+    if (flag == flags.end()) throw;
+    throw ContractViolation(flag->second, e.rule(), e.value());
+  }
   write_case(args.out, problem);
   std::cout << fmt::format("wrote {}: cell {} dtype {} x {} seed {}\n", args.out, args.cell,
                            dtype_name(dtype), shape_string(x.shape()), args.seed);
@@ -152,6 +224,7 @@ int make_case(const MakeCaseArgs& args) {
 }
 
 int kstar(const KstarArgs& args) {
+  check_outputs({{"--json", &args.json}});
   KstarOptions options;
   options.cell = args.cell;
   options.mix = args.mix;
@@ -182,13 +255,22 @@ int kstar(const KstarArgs& args) {
 }
 
 int oracle(const SolveArgs& args) {
-  if (args.out.empty()) throw ContractViolation("--out", "is required", "(empty)");
+  check_outputs({{"--out", &args.out}});
   const Case problem = read_case(args.case_path);
+  (void)checked_case(problem);
   const reference::OracleOptions options{
       .certify = true,
       .certify_budget = args.certify_budget.value_or(default_certify_budget(problem.dtype())),
       .seed = args.seed};
   const auto result = reference::oracle_sequential(problem, options);
+  // The certification rule of verify: an uncertified oracle is no answer, and nothing is written.
+  const auto refuse = [&](const std::string& why) {
+    std::cerr << fmt::format("pararnn: oracle: {}; {} not written\n", why, args.out);
+    return kExitInconclusiveOrRefused;
+  };
+  if (const auto why = certification_failure(result.finite, result.self_check_delta, result.certified_chain_steps,
+                                             problem, "trajectory"))
+    return refuse(*why);
   std::map<std::string, Tensor> tensors = {{"H", result.H}};
   std::map<std::string, std::string> metadata = {
       {"producer", "pararnn oracle"},
@@ -197,26 +279,28 @@ int oracle(const SolveArgs& args) {
       {"certifier_type", result.certifier_type},
       {"self_check_delta", fmt::format("{:.6e}", result.self_check_delta)},
       {"certified_all_chains", result.certified_all_chains ? "true" : "false"}};
-  bool finite = result.finite;
+  if (const auto version = problem.meta("cell_version")) metadata["cell_version"] = *version;
   if (args.grad) {
     const auto grads = reference::oracle_gradients(problem, options);
+    if (const auto why = certification_failure(grads.finite, grads.self_check_delta, grads.certified_chain_steps,
+                                               problem, "gradients"))
+      return refuse(*why);
     for (const auto& [name, grad] : grads.tensors) tensors.emplace("grad." + name, grad);
     metadata["gradient_self_check_delta"] = fmt::format("{:.6e}", grads.self_check_delta);
     metadata["gradient_cotangent"] = problem.grad_H ? "grad.H" : "ones";
-    finite = finite && grads.finite;
   }
   write_safetensors(args.out, tensors, metadata);
   std::cout << fmt::format("wrote {}: H {} f64{}, oracle {} certified by {} (self-check delta {:.3e})\n",
                            args.out, shape_string(result.H.shape()),
                            args.grad ? " and its gradients" : "", result.type,
                            result.certifier_type, result.self_check_delta);
-  return finite ? 0 : kExitInconclusiveOrRefused;
+  return 0;
 }
 
 int solve(const SolveArgs& args) {
-  if (args.out.empty()) throw ContractViolation("--out", "is required", "(empty)");
+  check_outputs({{"--out", &args.out}});
   const Case problem = read_case(args.case_path);
-  const Cell cell = Cell::from_case(problem);
+  const Cell cell = checked_case(problem);
   const NewtonConfig config = config_from(args);
   std::map<std::string, Tensor> tensors;
   NewtonStats stats;
@@ -254,8 +338,9 @@ int solve(const SolveArgs& args) {
 }
 
 int verify(const SolveArgs& args) {
+  check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
-  const Cell cell = Cell::from_case(problem);
+  const Cell cell = checked_case(problem);
   VerifyOptions options;
   options.config = config_from(args);
   if (problem.h0) options.h0 = problem.h0->view();
@@ -264,6 +349,7 @@ int verify(const SolveArgs& args) {
   options.seed = args.seed;
   options.certify_budget = args.certify_budget;
   options.gradients = args.grad;
+  options.cell_version = problem.meta("cell_version").value_or("");
   if (problem.grad_H) options.grad_H = problem.grad_H->view();
   options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}{}",
                                       args.case_path, args.backend, args.max_iters,
@@ -279,6 +365,7 @@ int verify(const SolveArgs& args) {
 }
 
 int compare(const SolveArgs& args, const std::string& trajectory_path) {
+  check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
   const SafetensorsFile theirs = read_safetensors(trajectory_path);
   auto it = theirs.tensors.find("H");

@@ -4,14 +4,72 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <iostream>
+#include <new>
+#include <optional>
+#include <string>
 
 #include "commands.hpp"
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
 
+namespace {
+
+// Strict flag values: the whole text must be the number, in range; the message (prefixed by
+// CLI11 with the flag's name) quotes the text. CLI11's own conversion would wrap "-1" into an
+// unsigned seed and accept "nan" or a negative tolerance.
+template <class T>
+std::optional<T> whole_number(const std::string& text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+CLI::Validator integer_at_least(std::int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        const auto v = whole_number<std::int64_t>(text);
+        if (!v) return fmt::format("must be an integer, got '{}'", text);
+        if (*v < min) return fmt::format("must be >= {}, got {}", min, text);
+        return {};
+      },
+      fmt::format("INT>={}", min));
+}
+
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (!whole_number<std::uint64_t>(text))
+          return fmt::format("must be an integer in [0, 2^64), got '{}'", text);
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator finite_number(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        const auto v = whole_number<double>(text);
+        if (!v) return fmt::format("must be a number, got '{}'", text);
+        if (!std::isfinite(*v)) return fmt::format("must be finite, got '{}'", text);
+        if (zero_allowed ? *v < 0.0 : *v <= 0.0)
+          return fmt::format("must be {}, got '{}'", zero_allowed ? ">= 0" : "> 0", text);
+        return {};
+      },
+      zero_allowed ? "FINITE>=0" : "FINITE>0");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace pararnn::tools;
+  const CLI::Validator count = integer_at_least(1), non_negative = integer_at_least(0);
+  const CLI::Validator seed = unsigned_integer();
+  const CLI::Validator magnitude = finite_number(true), positive = finite_number(false);
   CLI::App app{"pararnn: parallel Newton RNN solver and its independent oracle"};
   app.require_subcommand(1);
 
@@ -19,22 +77,22 @@ int main(int argc, char** argv) {
   auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
   make->add_option("--cell", mk.cell, "gru | lstm | nlru | slstm | cfc | titans | hopfield | rwkv7 | m2rnn");
   make->add_option("--mix", mk.mix, "recurrent mix (diag; gru: head)");
-  make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))");
-  make->add_option("--n-heads", mk.n_heads, "heads (head mixes; rwkv7, default 1; must divide --d-h)");
+  make->add_option("--beta", mk.beta, "inverse temperature (hopfield; default 1/sqrt(d_h))")->check(positive);
+  make->add_option("--n-heads", mk.n_heads, "heads (head mixes; rwkv7, default 1; must divide --d-h)")->check(count);
   make->add_option("--gate-mix", mk.gate_mix, "cfc: input | diag_h");
-  make->add_option("--eps", mk.eps, "slstm: h = o c / (n + eps) (default 1e-6)");
-  make->add_option("--k-dim", mk.k_dim, "rows K of the matrix state (m2rnn; required there)");
-  make->add_option("--v-dim", mk.v_dim, "columns V of the matrix state (m2rnn; required there)");
-  make->add_option("--batch", mk.batch);
-  make->add_option("--time", mk.time);
-  make->add_option("--d-in", mk.d_in);
-  make->add_option("--d-h", mk.d_h, "hidden size (default 16; m2rnn: k_dim·v_dim, leave unset)");
+  make->add_option("--eps", mk.eps, "slstm: h = o c / (n + eps) (default 1e-6)")->check(positive);
+  make->add_option("--k-dim", mk.k_dim, "rows K of the matrix state (m2rnn; required there)")->check(count);
+  make->add_option("--v-dim", mk.v_dim, "columns V of the matrix state (m2rnn; required there)")->check(count);
+  make->add_option("--batch", mk.batch)->check(count);
+  make->add_option("--time", mk.time)->check(count);
+  make->add_option("--d-in", mk.d_in)->check(count);
+  make->add_option("--d-h", mk.d_h, "hidden size (default 16; m2rnn: k_dim·v_dim, leave unset)")->check(count);
   make->add_option("--dtype", mk.dtype, "f64 | f32 | f16 | bf16");
-  make->add_option("--seed", mk.seed);
-  make->add_option("--weight-std", mk.weight_std, "std of the recurrent parameters");
+  make->add_option("--seed", mk.seed)->check(seed);
+  make->add_option("--weight-std", mk.weight_std, "std of the recurrent parameters")->check(magnitude);
   make->add_option("--max-recurrent-norm", mk.max_recurrent_norm,
                    "clamp cap, a number or none (default: the cell's, 0.5; none for mix head)");
-  make->add_option("--h0-std", mk.h0_std, "add a random h0 with this std");
+  make->add_option("--h0-std", mk.h0_std, "add a random h0 with this std")->check(magnitude);
   make->add_option("--cu-seqlens", mk.cu_seqlens, "packed case: 0,n1,...,N (needs --batch 1)");
   make->add_option("--out", mk.out)->required();
 
@@ -47,15 +105,15 @@ int main(int argc, char** argv) {
   };
   auto add_judge = [&](CLI::App* cmd) {
     cmd->add_option("--json", sa.json, "write the report as JSON");
-    cmd->add_option("--seed", sa.seed, "seed of the oracle's certified-chain sample");
-    cmd->add_option("--certify-budget", sa.certify_budget, "chain-steps of the certifying unroll");
-    cmd->add_option("--atol", sa.atol, "explicit agreement atol (default: the contract table)");
+    cmd->add_option("--seed", sa.seed, "seed of the oracle's certified-chain sample")->check(seed);
+    cmd->add_option("--certify-budget", sa.certify_budget, "chain-steps of the certifying unroll")->check(non_negative);
+    cmd->add_option("--atol", sa.atol, "explicit agreement atol (default: the contract table)")->check(magnitude);
   };
   auto* oracle_cmd = app.add_subcommand("oracle", "high-precision sequential trajectory");
   add_case(oracle_cmd);
   oracle_cmd->add_option("--out", sa.out)->required();
   oracle_cmd->add_flag("--grad", sa.grad);
-  oracle_cmd->add_option("--certify-budget", sa.certify_budget);
+  oracle_cmd->add_option("--certify-budget", sa.certify_budget)->check(non_negative);
   auto* solve_cmd = app.add_subcommand("solve", "parallel Newton solve");
   add_case(solve_cmd);
   add_solver(solve_cmd);
@@ -76,17 +134,17 @@ int main(int argc, char** argv) {
   auto* kstar_cmd = app.add_subcommand("kstar", "measure K*(T), the smallest K that agrees with the oracle");
   kstar_cmd->add_option("--cell", ka.cell);
   kstar_cmd->add_option("--mix", ka.mix, "recurrent mix (gru: head; slstm: head, dense)");
-  kstar_cmd->add_option("--n-heads", ka.n_heads, "heads (head mixes)");
+  kstar_cmd->add_option("--n-heads", ka.n_heads, "heads (head mixes)")->check(count);
   kstar_cmd->add_option("--dtype", ka.dtype);
   kstar_cmd->add_option("--T", ka.times, "comma-separated lengths, e.g. 32,64,...,131072");
-  kstar_cmd->add_option("--seeds", ka.seeds);
-  kstar_cmd->add_option("--batch", ka.batch);
-  kstar_cmd->add_option("--d-in", ka.d_in);
-  kstar_cmd->add_option("--d-h", ka.d_h);
-  kstar_cmd->add_option("--k-dim", ka.k_dim, "m2rnn: rows K of the state");
-  kstar_cmd->add_option("--v-dim", ka.v_dim, "m2rnn: columns V of the state");
-  kstar_cmd->add_option("--k-limit", ka.k_limit);
-  kstar_cmd->add_option("--weight-std", ka.weight_std);
+  kstar_cmd->add_option("--seeds", ka.seeds)->check(count);
+  kstar_cmd->add_option("--batch", ka.batch)->check(count);
+  kstar_cmd->add_option("--d-in", ka.d_in)->check(count);
+  kstar_cmd->add_option("--d-h", ka.d_h)->check(count);
+  kstar_cmd->add_option("--k-dim", ka.k_dim, "m2rnn: rows K of the state")->check(count);
+  kstar_cmd->add_option("--v-dim", ka.v_dim, "m2rnn: columns V of the state")->check(count);
+  kstar_cmd->add_option("--k-limit", ka.k_limit)->check(non_negative);
+  kstar_cmd->add_option("--weight-std", ka.weight_std)->check(magnitude);
   kstar_cmd->add_option("--max-recurrent-norm", ka.max_recurrent_norm);
   kstar_cmd->add_option("--json", ka.json);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
@@ -120,6 +178,10 @@ int main(int argc, char** argv) {
     return kExitInconclusiveOrRefused;
   } catch (const pararnn::UnsupportedPath& e) {
     std::cerr << "pararnn: unsupported: " << e.what() << "\n";
+    return kExitInconclusiveOrRefused;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "pararnn: refused: out of memory (the case or its results need more memory than this "
+                 "machine has; try a smaller --batch, --time or width)\n";
     return kExitInconclusiveOrRefused;
   } catch (const std::exception& e) {
     std::cerr << "pararnn: error: " << e.what() << "\n";

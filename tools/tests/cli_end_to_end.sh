@@ -104,10 +104,10 @@ expect_rc 0 "$pararnn" kstar --cell m2rnn --k-dim 2 --v-dim 3 --T 16,64 --seeds 
 expect_rc 2 "$pararnn" make-case --cell m2rnn --v-dim 4 --out "$work/bad.safetensors"
 grep -q "k_dim" <<<"$out" || fail "the refusal does not name k_dim: $out"
 expect_rc 2 "$pararnn" verify "$work/m2rnn_f32.safetensors" --grad
-expect_rc 0 "$pararnn" make-case --cell m2rnn --k-dim 2 --v-dim 2 --batch 1 --time 10 \
+expect_rc 2 "$pararnn" make-case --cell m2rnn --k-dim 2 --v-dim 2 --batch 1 --time 10 \
   --cu-seqlens 0,4,10 --out "$work/m2rnn_packed.safetensors"
-expect_rc 2 "$pararnn" verify "$work/m2rnn_packed.safetensors"
-grep -q "cu_seqlens" <<<"$out" || fail "the packing refusal does not name cu_seqlens: $out"
+grep -q -- "--cu-seqlens" <<<"$out" || fail "the packing refusal does not name --cu-seqlens: $out"
+[ ! -e "$work/m2rnn_packed.safetensors" ] || fail "a refused make-case wrote its output"
 
 printf '\x10\x00\x00' > "$work/truncated.safetensors"
 expect_rc 2 "$pararnn" verify "$work/truncated.safetensors"

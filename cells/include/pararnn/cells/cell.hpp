@@ -448,9 +448,25 @@ class Cell {
     options.max_recurrent_norm = problem.meta_cap(spec.default_cap);
     if (const auto beta = problem.meta("beta"); beta && !beta->empty() && *beta != "none")
       options.beta = problem.meta_double("beta", 0.0);
+    // Constructor arguments of another cell are refused, as the Python class would (TypeError).
+    for (const auto& [key, takes] : {std::pair{"eps", spec.name == "slstm"},
+                                     std::pair{"gate_mix", !spec.gate_mix.empty()},
+                                     std::pair{"time_bias_init", !spec.gate_mix.empty()},
+                                     std::pair{"k_dim", spec.kind == CellKind::m2rnn},
+                                     std::pair{"v_dim", spec.kind == CellKind::m2rnn}})
+      if (!takes && problem.meta(key))
+        throw ContractViolation(fmt::format("case metadata '{}'", key),
+                                fmt::format("is not an argument of {}", spec.python_class), *problem.meta(key));
     options.eps = problem.meta_double("eps", options.eps);
     options.time_bias_init = problem.meta_double("time_bias_init", options.time_bias_init);
     if (problem.meta("n_heads")) options.n_heads = problem.meta_int("n_heads", 0);
+    // W_x has the same shape for every head count of ParaRWKV7, and a state_dict cannot carry
+    // n_heads: without the metadata the case is ambiguous (one head would solve another problem).
+    if (spec.kind == CellKind::rwkv7 && !options.n_heads)
+      throw ContractViolation("case metadata 'n_heads'",
+                              "is required for ParaRWKV7 (W_x's shape is the same for every head "
+                              "count, so the state_dict cannot tell it; write str(cell.n_heads))",
+                              "<absent>");
     options = with_derived_d_h(spec, options);
     check_options(spec, options);
     Cell cell(spec, options.d_in, options.d_h, problem.dtype(), options.max_recurrent_norm, options);
@@ -641,6 +657,10 @@ class Cell {
   }
 
  private:
+  // The most values one batch row's state may hold (ParaM2RNN's k_dim·v_dim): beyond it the
+  // product is refused by name instead of overflowing.
+  static constexpr std::int64_t kMaxStateElements = std::int64_t{1} << 31;
+
   Cell(const CellSpec& spec, std::int64_t d_in, std::int64_t d_h, DType dtype,
        std::optional<double> cap, CellOptions options)
       : spec_(&spec), d_in_(d_in), d_h_(d_h), dtype_(dtype),
@@ -707,8 +727,10 @@ class Cell {
   // ParaM2RNN has no hidden_size: d_h = k_dim·v_dim (an alias), filled in when left at 0.
   static CellOptions with_derived_d_h(const CellSpec& spec, CellOptions options) {
     if (spec.kind == CellKind::m2rnn && options.d_h == 0 && options.k_dim && options.v_dim &&
-        *options.k_dim >= 1 && *options.v_dim >= 1)
-      options.d_h = *options.k_dim * *options.v_dim;
+        *options.k_dim >= 1 && *options.v_dim >= 1) {
+      std::int64_t product = 0;  // an overflowing product is refused by check_options
+      if (!__builtin_mul_overflow(*options.k_dim, *options.v_dim, &product)) options.d_h = product;
+    }
     return options;
   }
 
@@ -718,7 +740,13 @@ class Cell {
         if (!value) throw ContractViolation(name, "is required for ParaM2RNN (keyword-only)", "none");
         if (*value < 1) throw ContractViolation(name, "must be >= 1", std::to_string(*value));
       }
-      if (options.d_h != *options.k_dim * *options.v_dim)
+      std::int64_t product = 0;
+      if (__builtin_mul_overflow(*options.k_dim, *options.v_dim, &product) || product > kMaxStateElements)
+        throw ContractViolation("k_dim, v_dim",
+                                fmt::format("k_dim·v_dim must be at most {} (the state of one batch row)",
+                                            kMaxStateElements),
+                                fmt::format("k_dim={} v_dim={}", *options.k_dim, *options.v_dim));
+      if (options.d_h != product)
         throw ContractViolation("hidden_size",
                                 fmt::format("is k_dim·v_dim = {} for ParaM2RNN (an alias; leave it unset)",
                                             *options.k_dim * *options.v_dim),
@@ -757,8 +785,8 @@ class Cell {
                                           "mix='diag' or 'head')",
                                           spec.max_d_h, spec.python_class, spec.mix),
                               std::to_string(options.d_h));
-    if (spec.name == "slstm" && !(options.eps > 0.0))
-      throw ContractViolation("eps", "must be > 0", fmt::format("{}", options.eps));
+    if (spec.name == "slstm" && !(options.eps > 0.0 && std::isfinite(options.eps)))
+      throw ContractViolation("eps", "must be finite and > 0", fmt::format("{}", options.eps));
     if (spec.gate_mix.empty() && options.gate_mix != "input")
       throw ContractViolation("gate_mix", "is a ParaCfC argument", options.gate_mix);
   }

@@ -4,7 +4,10 @@
 // AgreementReport (a value; `to_json()` gives the report keys of docs/numerics-contract.md).
 //
 // Verdicts: Agree (solver within τ everywhere), Disagree (not), Inconclusive (the oracle is not
-// finite or its self-check is not far below τ: a harness failure, never a disagreement).
+// finite or its self-check is not far below τ: a harness failure, never a disagreement; or the
+// case is ill-conditioned: the same-dtype sequential loop is itself outside τ and the solver is
+// within the contract's quality bound of that floor, `ill_conditioned`). τ is always the case's
+// dtype's, also for a trajectory stored narrower (`trajectory_dtype` records it).
 // Example:
 //   AgreementReport r = verify_agreement(cell, x, {.seed = 1});
 //   if (r.verdict != Verdict::agree) std::cerr << r.failure_message();
@@ -49,6 +52,7 @@ struct VerifyOptions {
   bool gradients = false;
   std::optional<TensorView> grad_H;
   std::string repro_command;           // shown in failure messages ("pararnn verify case...")
+  std::string cell_version;            // recorded: the case's metadata "cell_version", if any
 };
 
 struct AgreementReport {
@@ -85,6 +89,9 @@ struct AgreementReport {
   std::string tolerance_source;
   ComparisonResult comparison;  // solver vs oracle, in full
   std::string repro_command;
+  std::string trajectory_dtype;  // the dtype H was stored in (compare: may be narrower than dtype)
+  std::string cell_version;      // e.g. "pararnn-torch 0.17.4 (no W_b: read as W_b = 0)"
+  bool ill_conditioned = false;  // Inconclusive because the same-dtype floor is outside τ
   // Gradient section (VerifyOptions::gradients): one comparison per tensor ("x", "h0", each
   // parameter), with the gradient tolerance of the cell class.
   struct GradientCheck {
@@ -105,8 +112,10 @@ struct AgreementReport {
 [[nodiscard]] AgreementReport verify_agreement(const Cell& cell, const TensorView& x,
                                                const VerifyOptions& options = {});
 
-// Judges an external trajectory (any dtype, the solver's layout) against the oracle of `problem`
-// (the CLI's `compare`). `trajectory_dtype` decides τ.
+// Judges an external trajectory (any floating dtype, the solver's layout) against the oracle of
+// `problem` (the CLI's `compare`). The case is first read by checked_case (the refusals of every
+// path); τ is the case's dtype's; the same-dtype sequential floor is measured for the
+// ill-conditioned rule.
 [[nodiscard]] AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
                                                  const VerifyOptions& options = {});
 

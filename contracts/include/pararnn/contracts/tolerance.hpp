@@ -23,6 +23,8 @@ enum class Metric {
   oracle_self_check,  // the oracle at two precisions ("far below τ")
   gradcheck,          // adjoint vs central finite differences (f64, eps 1e-6)
   linear_scan,        // an exact scan (no Newton: RWKV-7's (G, U)) vs its sequential unroll
+  quality_ratio,      // solver error / same-dtype sequential error allowed on ill-conditioned
+                      // cases (atol holds the ratio)
 };
 std::string_view metric_name(Metric metric);
 

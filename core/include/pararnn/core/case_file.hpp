@@ -11,6 +11,9 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
+#include <string_view>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,6 +33,15 @@ void write_safetensors(const std::filesystem::path& path,
                        const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Every output file of pararnn is written through here: `write` fills a temporary next to
+// `path`, which is renamed onto `path` only when everything was written; on any failure the
+// temporary is removed and nothing is left behind. A directory at `path` is refused.
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(std::ostream&)>& write);
+// Refuses, before any work is done, an output path that cannot be written: empty, a directory,
+// or in a directory that does not exist (ContractViolation naming `argument` and the path).
+void check_output_path(const std::filesystem::path& path, std::string_view argument);
+
 // A problem for the solver and the oracle: which cell, its parameters (under the Python
 // library's state_dict names), the input and the optional initial state, packing and cotangent.
 // The storage dtype of the case is the dtype of `x`.
@@ -43,7 +55,9 @@ struct Case {
   std::optional<Tensor> grad_H;                   // cotangent of H ("grad.H")
 
   DType dtype() const { return x.dtype(); }
-  // Typed metadata with clear errors naming the key.
+  // Typed metadata with clear errors naming the key. An entry "None", "none" or "" (what
+  // str(None) gives a Python user) is absent, except for max_recurrent_norm, where "none" means
+  // no clamp.
   std::optional<std::string> meta(const std::string& key) const;
   std::int64_t meta_int(const std::string& key, std::int64_t fallback) const;
   double meta_double(const std::string& key, double fallback) const;
@@ -53,7 +67,10 @@ struct Case {
 };
 
 // Splits a file into a Case: tensors "x", "h0", "cu_seqlens", "grad.H" are the problem, every
-// other tensor is a parameter. Needs metadata "cell" and a 3-D floating "x".
+// other tensor is a parameter. Needs metadata "cell" and a 3-D floating "x". Completes cases as
+// pararnn-torch writes them (docs/pararnn-torch-cases.md): a ParaCfC of 0.17.4 (no W_b) gets
+// W_b = 0 and metadata "cell_version"; a ParaM2RNN without k_dim / v_dim gets them from W and
+// W_x.weight.
 Case case_from_file(const SafetensorsFile& file, const std::filesystem::path& path);
 Case read_case(const std::filesystem::path& path);
 void write_case(const std::filesystem::path& path, const Case& problem);

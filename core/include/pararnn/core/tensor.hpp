@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pararnn/core/dtype.hpp"
@@ -132,5 +134,11 @@ class Tensor {
   std::shared_ptr<std::byte[]> storage_;
   TensorView view_;
 };
+
+// Where a host tensor holds its first non-finite element (row-major order), as a sentence naming
+// `name`, the value and the index: "x holds nan at index (0, 3, 2)"; nothing when every element
+// is finite (integer tensors always are). Error messages use it to say which input made a
+// result non-finite (CONTRACT §3).
+std::optional<std::string> describe_first_non_finite(const TensorView& view, std::string_view name);
 
 }  // namespace pararnn

@@ -7,8 +7,10 @@
 // and lifted exactly; the working type has at least twice the significand bits of the solver's
 // compute type: double for f32/f16/bf16 cases, float128 for f64 cases. Every result is certified
 // by a second unroll in a >= 113-bit type (float128 for double; cpp_bin_float_50 for float128)
-// on every chain of small cases and on a seeded sample of chains of large ones; the largest
-// difference is `self_check_delta`. Example:
+// on every chain of small cases and on a seeded sample of chains of large ones (a positive
+// budget below one chain's cost still certifies one seeded shortest chain, or one channel of it
+// for diagonal cells; a budget of 0 certifies nothing, which the contract's certification rule
+// refuses); the largest difference is `self_check_delta`. Example:
 //   OracleResult r = oracle_sequential(read_case("case.safetensors"));
 //   // r.H: f64 (B, T, d_h), (B, T, slots, d_h), or (B, T, n_heads, d, d) for rwkv7
 #pragma once

@@ -41,6 +41,11 @@ struct ApplyOptions {
 std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
                                               std::int64_t total_length);
 
+// The input rules every solve applies (x's shape and dtype, h0's shape, cu_seqlens, packing
+// support of the cell), without solving: ContractViolation naming the argument, the rule and
+// the value. Commands run it before any work, beside the oracle's own reading of the case.
+void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options = {});
+
 // max|f(prepend(H, h0)) − H| of a trajectory (the residual gate's quantity), in the compute
 // type of the cell's dtype.
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
