@@ -1,4 +1,4 @@
-// `pararnn`: make-case | oracle | solve | verify | compare | env. Thin: parses with CLI11,
+// `pararnn`: make-case | oracle | solve | verify | compare | kstar | report | bug-bundle | env. Thin: parses with CLI11,
 // calls the library, prints, and maps errors to exit codes (refused input: 2, with the
 // library's message naming the argument, the rule and the value).
 #include <CLI/CLI.hpp>
@@ -149,6 +149,20 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--json", ka.json);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 
+  auto* report_cmd = app.add_subcommand("report", "nightly campaign, rendering and diff of report.json");
+  report_cmd->require_subcommand(1);
+  NightlyArgs na;
+  for (int i = 0; i < argc; ++i) na.argv.emplace_back(argv[i]);
+  auto* nightly_cmd = report_cmd->add_subcommand("nightly", "run the campaign: DIR/report.json, DIR/cases/");
+  nightly_cmd->add_option("--out", na.out, "report folder (created if missing)")->required();
+  nightly_cmd->add_flag("--quick", na.quick, "every cell in f32, small sizes (<= 60 s on 2 cores)");
+  nightly_cmd->add_option("--backends", na.backends, "cpu,cuda (cuda is skipped, and recorded, without a GPU)");
+  nightly_cmd->add_option("--cells", na.cells, "variants, e.g. gru,gru-head,lstm (default: all)");
+  nightly_cmd->add_option("--dtypes", na.dtypes, "f64,f32,f16,bf16 (default: f32 quick, all four otherwise)");
+  nightly_cmd->add_option("--T", na.times, "comma-separated lengths (default: the ladder)");
+  nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
+  nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +176,7 @@ int main(int argc, char** argv) {
     if (solve_cmd->parsed()) return solve(sa);
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory);
+    if (nightly_cmd->parsed()) return report_nightly(na);
     if (env_cmd->parsed()) {
       std::cout << env_line() << "\n";
       return 0;
