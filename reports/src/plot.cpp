@@ -26,8 +26,9 @@ std::string gp_string(std::string_view text) {
 
 // Colour-blind-safe palette (Okabe-Ito, then Tol's muted), cycled.
 constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
-                                    "#000000", "#882255", "#44AA99", "#999933", "#AA4499", "#332288",
-                                    "#117733", "#661100"};
+                                    "#882255", "#44AA99", "#999933", "#AA4499", "#332288", "#117733",
+                                    "#661100", "#DDCC77"};
+constexpr const char* kReferenceColour = "#555555";  // τ and other reference lines (color < 0)
 
 bool shown(const Panel& panel, double x, double y) {
   if (!std::isfinite(x) || !std::isfinite(y)) return false;
@@ -73,7 +74,8 @@ std::string panels_program(const Figure& figure, const std::string& data) {
     std::vector<std::string> items;
     for (const Series& s : panel.series) {
       if (shown_points(panel, s).empty()) continue;
-      const char* colour = kPalette[static_cast<std::size_t>(s.color) % std::size(kPalette)];
+      const char* colour =
+          s.color < 0 ? kReferenceColour : kPalette[static_cast<std::size_t>(s.color) % std::size(kPalette)];
       const std::string style = s.points_only ? "points pt 7 ps 0.8"
                                               : (s.dashed ? "lines dt 2 lw 1.5" : "linespoints pt 7 ps 0.6 lw 1.5");
       items.push_back(fmt::format("{} index {} using 1:2 with {} lc rgb '{}' title {}", data, block, style, colour,

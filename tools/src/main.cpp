@@ -162,6 +162,33 @@ int main(int argc, char** argv) {
   nightly_cmd->add_option("--T", na.times, "comma-separated lengths (default: the ladder)");
   nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
   nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
+  RenderArgs ra;
+  auto* render_cmd = report_cmd->add_subcommand("render", "report.json -> DIR/report.md and DIR/plots/*.svg|png");
+  render_cmd->add_option("report", ra.report, "a report.json of `pararnn report nightly`")->required();
+  render_cmd->add_option("--out", ra.out, "output folder (created if missing)")->required();
+  render_cmd->add_flag("--no-plots", ra.no_plots, "the Markdown alone (no gnuplot needed)");
+  DiffArgs da;
+  auto* diff_cmd = report_cmd->add_subcommand("diff", "regressions from old.json to new.json: exit 1 on any, 0 on none");
+  diff_cmd->add_option("old", da.old_report)->required();
+  diff_cmd->add_option("new", da.new_report)->required();
+  diff_cmd->add_option("--out", da.out, "also write the Markdown here");
+  diff_cmd->add_option("--error-factor", da.error_factor, "error growth flagged beyond this factor (default 10)")->check(positive);
+  diff_cmd->add_option("--time-noise", da.time_noise, "relative noise band of timings (default 0.5)")->check(magnitude);
+  diff_cmd->add_option("--time-floor-ms", da.time_floor_ms, "time changes below this are noise (default 5)")->check(magnitude);
+
+  BundleArgs ba;
+  auto* bundle_cmd = app.add_subcommand("bug-bundle", "one .tar.gz to attach to a bug report: case, reports, plots, "
+                                                      "trajectories, a minimised case, README");
+  bundle_cmd->add_option("case", ba.case_path)->required();
+  bundle_cmd->add_option("--trajectory", ba.trajectory, "their trajectory (safetensors holding H): also compare");
+  bundle_cmd->add_option("--backend", ba.backend, "auto | eager | cpu | cuda");
+  bundle_cmd->add_option("--max-iters", ba.max_iters, "fixed K, or none (K table + adaptive)");
+  bundle_cmd->add_option("--seed", ba.seed, "seed of the oracle's certified-chain sample")->check(seed);
+  bundle_cmd->add_option("--certify-budget", ba.certify_budget, "chain-steps of the certifying unroll")->check(non_negative);
+  bundle_cmd->add_flag("--grad", ba.grad, "also judge gradients");
+  bundle_cmd->add_flag("--no-minimise", ba.no_minimise, "leave out the minimised case");
+  bundle_cmd->add_option("--max-bytes", ba.max_bytes, "size cap of the bundle's files (default 64 MiB)")->check(count);
+  bundle_cmd->add_option("--out", ba.out, "bundle.tar.gz")->required();
 
   try {
     app.parse(argc, argv);
@@ -177,6 +204,9 @@ int main(int argc, char** argv) {
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory);
     if (nightly_cmd->parsed()) return report_nightly(na);
+    if (render_cmd->parsed()) return report_render(ra);
+    if (diff_cmd->parsed()) return report_diff(da);
+    if (bundle_cmd->parsed()) return bug_bundle(ba);
     if (env_cmd->parsed()) {
       std::cout << env_line() << "\n";
       return 0;

@@ -11,7 +11,10 @@
 #include "commands.hpp"
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
+#include "pararnn/core/case_file.hpp"
 #include "pararnn/reports/campaign.hpp"
+#include "pararnn/reports/diff.hpp"
+#include "pararnn/reports/render.hpp"
 #include "pararnn/reports/report_json.hpp"
 
 namespace pararnn::tools {
@@ -95,6 +98,34 @@ int report_nightly(const NightlyArgs& args) {
                                row["repro"].get<std::string>());
   std::cout << "report: " << result.report_path.string() << "\n";
   return result.exit_code;
+}
+
+}  // namespace pararnn::tools
+
+namespace pararnn::tools {
+
+int report_render(const RenderArgs& args) {
+  const auto report = reports::load_report(args.report);
+  if (args.out.empty()) throw ContractViolation("--out", "needs a directory", "(empty)");
+  const auto written = reports::render_report(report, args.out, {.plots = !args.no_plots});
+  for (const auto& path : written) std::cout << "wrote " << path.string() << "\n";
+  return 0;
+}
+
+int report_diff(const DiffArgs& args) {
+  if (!args.out.empty()) check_output_path(args.out, "--out");
+  const auto old_report = reports::load_report(args.old_report);
+  const auto new_report = reports::load_report(args.new_report);
+  const reports::DiffResult d = reports::diff_reports(old_report, new_report,
+                                                      {.error_factor = args.error_factor,
+                                                       .time_noise = args.time_noise,
+                                                       .time_floor_ms = args.time_floor_ms,
+                                                       .old_name = args.old_report,
+                                                       .new_name = args.new_report});
+  std::cout << d.markdown;
+  if (!args.out.empty())
+    write_file_atomically(args.out, [&](std::ostream& out) { out << d.markdown; });
+  return d.regressions.empty() ? 0 : 1;
 }
 
 }  // namespace pararnn::tools

@@ -25,7 +25,7 @@ struct Series {
   std::vector<std::pair<double, double>> points;
   bool dashed = false;     // a floor or a reference beside the measured series
   bool points_only = false;
-  int color = 0;           // index into one fixed palette: the same index, the same colour
+  int color = 0;           // index into one fixed palette (the same index, the same colour); < 0: grey
 };
 
 struct Panel {
