@@ -211,19 +211,17 @@ MinimisedCase minimise_case(const Case& problem, const AgreementReport& original
         kept = attempt(fmt::format("time {} -> {} ([0, {}): ends just after the first failing step t = {})", time, stop, stop,
                                    first_fail),
                        [&] { return time_window(m.problem, 0, stop, std::nullopt); });
-      // Shorter windows start from the oracle's state at start − 1 (its carried state, rounded to the dtype).
-      for (std::int64_t length = stop / 2; kept && length >= 1; length /= 2) {
-        const std::int64_t start = stop - length;
-        const Tensor carried = Tensor::copy_of(oracle.H.view().select(1, start - 1));
-        kept = attempt(fmt::format("time window [{}, {}) of the original steps, h0 = the oracle's state at t = {}", start,
-                                   stop, start - 1),
-                       [&] {
-                         const Case prefix = time_window(m.problem, 0, stop, std::nullopt);
-                         return time_window(prefix, start, stop, carried);
-                       });
-        if (!kept) break;
-        // Later windows are cut from the original time axis: keep the oracle of the full case.
-        (void)0;
+      // Shorter windows [start, stop) of the prefix start from the oracle's state at start − 1 (the
+      // carried state, rounded to the dtype); each is cut from the prefix, whose oracle is `oracle`'s.
+      if (kept) {
+        const Case prefix = m.problem;
+        for (std::int64_t length = stop / 2; length >= 1; length /= 2) {
+          const std::int64_t start = stop - length;
+          const Tensor carried = Tensor::copy_of(oracle.H.view().select(1, start - 1));
+          if (!attempt(fmt::format("time window [{}, {}), h0 = the oracle's state at t = {}", start, stop, start - 1),
+                       [&] { return time_window(prefix, start, stop, carried); }))
+            break;
+        }
       }
     }
   }
@@ -344,7 +342,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
                                                              profile["rtol"].get<double>());
   }
   write_text("error_along_t.json", profile_file.dump(2) + "\n",
-             "max |solver − oracle| and |sequential − oracle| per step (binned), first failing step, residual history");
+             "the largest error of the solver and of the sequential loop against the oracle per step (binned), the first failing step, the residual history");
   if (options.plots) {
     Figure f = failure_figure("failure", fmt::format("{} {} {}: {}", problem.cell, dtype_name(problem.dtype()),
                                                      shape_text(problem), verdict_text(result.verdict)),

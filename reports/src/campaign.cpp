@@ -184,9 +184,10 @@ BuiltCase build_case(const Plan& plan, const CaseKey& k) {
   return b;
 }
 
-NewtonConfig config_for(const std::string& backend) {
+NewtonConfig config_for(const std::string& backend, std::optional<std::int64_t> max_iters = std::nullopt) {
   NewtonConfig config;
   config.scan_backend = parse_scan_backend(backend);
+  config.max_iters = max_iters;
   return config;
 }
 
@@ -283,14 +284,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   // Sizes and ladder.
   if (options.quick) {
     plan.times = {64, 1024};
-    plan.classes = {"init", "hard", "h0", "packed"};
+    plan.classes = {"init", "hard", "saturating", "h0", "packed"};
     plan.seeds = 1;
     plan.certify_budget = 40'000;
     plan.gradient_max_t = 64;
     plan.kstar_max_t = 1024;
     plan.kstar_classes = {"init"};
     plan.class_at_t = [](const std::string& cls, std::int64_t t) {
-      return cls == "init" || (cls == "hard" && t == 1024) || (cls == "h0" && t == 64) ||
+      return cls == "init" || (cls == "hard" && t == 1024) || ((cls == "h0" || cls == "saturating") && t == 64) ||
              (cls == "packed" && t == 1024);
     };
   } else {
@@ -308,6 +309,15 @@ CampaignResult run_campaign(const CampaignOptions& options) {
     plan.times = options.times;
     plan.class_at_t = [](const std::string&, std::int64_t) { return true; };
   }
+  if (!options.classes.empty()) {
+    for (const auto& c : options.classes)
+      if (std::find(kClasses.begin(), kClasses.end(), c) == kClasses.end())
+        throw ContractViolation("--classes", "must be among init, hard, saturating, h0, packed", c);
+    plan.classes = options.classes;
+    plan.class_at_t = [](const std::string&, std::int64_t) { return true; };
+  }
+  if (options.max_iters && *options.max_iters < 0)
+    throw ContractViolation("--max-iters", "must be >= 0 or none", std::to_string(*options.max_iters));
   if (options.seeds) {
     if (*options.seeds < 1) throw ContractViolation("--seeds", "must be >= 1", std::to_string(*options.seeds));
     plan.seeds = *options.seeds;
@@ -369,11 +379,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 row["gradients"] = gradients ? "judged" : (wants_gradients ? "not_applicable" : "not_requested");
                 if (no_gradients) row["gradients_reason"] = *no_gradients;
                 const std::string case_rel = "cases/" + id + ".safetensors";
+                const std::string k_text = options.max_iters ? std::to_string(*options.max_iters) : "none";
                 const std::string repro = fmt::format(
-                    "pararnn verify {} --backend {} --max-iters none --seed {} --certify-budget {}{}", case_rel, backend,
-                    key.case_seed, plan.certify_budget, gradients ? " --grad" : "");
+                    "pararnn verify {} --backend {} --max-iters {} --seed {} --certify-budget {}{}", case_rel, backend,
+                    k_text, key.case_seed, plan.certify_budget, gradients ? " --grad" : "");
                 VerifyOptions vo;
-                vo.config = config_for(backend);
+                vo.config = config_for(backend, options.max_iters);
                 if (built.h0) vo.h0 = built.h0->view();
                 if (built.cu_seqlens) vo.cu_seqlens = built.cu_seqlens->view();
                 vo.seed = key.case_seed;
@@ -389,19 +400,28 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 } catch (const UnsupportedPath& e) {
                   skipped.push_back({{"what", "row " + id}, {"reason", e.what()}});
                   return;
+                } catch (const NewtonDivergenceError& e) {
+                  // The residual gate: the solver did not produce the sequential answer (`pararnn
+                  // verify` exits 1 on it); no AgreementReport exists, so the outcome is Error.
+                  outcome = std::string(kOutcomeError);
+                  row["outcome"] = outcome;
+                  row["error_type"] = "NewtonDivergenceError";
+                  row["error"] = e.what();
                 } catch (const std::exception& e) {
                   outcome = std::string(kOutcomeError);
                   row["outcome"] = outcome;
+                  row["error_type"] = "exception";
                   row["error"] = e.what();
                 }
                 if (outcome != "Agree") {
                   write_case(options.out_dir / case_rel, built.problem());
                   row["case_file"] = case_rel;
                   row["repro"] = repro;
-                  row["bug_bundle"] = fmt::format("pararnn bug-bundle {} --backend {} --max-iters none --seed {} --out {}.bundle.tar.gz",
-                                                  case_rel, backend, key.case_seed, id);
+                  row["bug_bundle"] = fmt::format(
+                      "pararnn bug-bundle {} --backend {} --max-iters {} --seed {} --certify-budget {}{} --out {}.bundle.tar.gz",
+                      case_rel, backend, k_text, key.case_seed, plan.certify_budget, gradients ? " --grad" : "", id);
                   try {
-                    row["error_along_t"] = error_along_t(built.cell, built.problem(), config_for(backend));
+                    row["error_along_t"] = error_along_t(built.cell, built.problem(), config_for(backend, options.max_iters), 128);
                   } catch (const std::exception& e) {
                     row["error_along_t"] = {{"error", e.what()}};
                   }
@@ -419,8 +439,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                             {"dtype", dtype_name(key.dtype)}, {"backend", backend}, {"T", key.time},
                             {"class", key.cls}, {"seed", key.seed_index}};
                   try {
-                    const NewtonConfig config = config_for(backend);
-                    const Tensor packed = newton_apply(built.cell, built.x, config, built.apply());
+                    NewtonConfig config = config_for(backend, options.max_iters);
+                    NewtonStats stats;
+                    const Tensor packed = newton_apply(built.cell, built.x, config, built.apply(), &stats);
+                    // K and sLSTM's Picard passes resolve on the packed length N (CONTRACT §4):
+                    // each segment alone is solved with the packed solve's passes.
+                    if (stats.picard_iters > 0) config.picard_iters = stats.picard_iters;
                     // Each segment solved alone from the zero state, laid out as the packed H (exact in f64).
                     std::vector<double> alone_values(static_cast<std::size_t>(packed.numel()));
                     const std::int64_t per_step = packed.numel() / key.time;
@@ -461,8 +485,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                           {"dtype", dtype_name(key.dtype)}, {"backend", "cuda"}, {"T", key.time},
                           {"class", key.cls}, {"seed", key.seed_index}};
                 try {
-                  const Tensor on_gpu = newton_apply(built.cell, built.x, config_for("cuda"), built.apply());
-                  const Tensor on_cpu = newton_apply(built.cell, built.x, config_for("cpu"), built.apply());
+                  const Tensor on_gpu = newton_apply(built.cell, built.x, config_for("cuda", options.max_iters), built.apply());
+                  const Tensor on_cpu = newton_apply(built.cell, built.x, config_for("cpu", options.max_iters), built.apply());
                   const Tolerance tau = tolerance_for({.dtype = key.dtype, .metric = Metric::trajectory,
                                                        .cell = key.variant->cell, .backend = "cuda"});
                   const ComparisonResult c = compare(on_gpu, on_cpu, tau);
@@ -610,6 +634,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   plan_json["times"] = plan.times;
   plan_json["classes"] = plan.classes;
   plan_json["seeds"] = plan.seeds;
+  plan_json["max_iters"] = options.max_iters ? Json(*options.max_iters) : Json("none");
   plan_json["batch"] = plan.batch;
   plan_json["d_in"] = plan.d_in;
   plan_json["d_h"] = plan.d_h;

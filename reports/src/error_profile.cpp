@@ -93,6 +93,7 @@ nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, cons
   j["sequential"] = sequential["max_abs"];
   j["sequential_first_failing_t"] = first_failing_t(H_seq, oracle.H, tau.atol, tau.rtol);
   j["residual_history"] = stats.residual_history;
+  if (H) j["max_residual"] = stats.max_residual;
   j["newton_iters"] = stats.iters;
   return j;
 }

@@ -65,7 +65,10 @@ std::string panels_program(const Figure& figure, const std::string& data) {
     out += fmt::format("set multiplot layout {},1 title {} noenhanced\n", figure.panels.size(), gp_string(figure.title));
   int block = 0;
   for (const Panel& panel : figure.panels) {
-    out += "unset label\nunset logscale\nset grid\nset key outside right top noenhanced box\n";
+    out += "unset label\nunset logscale\nset grid\nset xtics autofreq\nset autoscale x\n";
+    out += panel.key_inside ? "set key inside right top noenhanced box opaque\n" : "set key outside right top noenhanced box\n";
+    if (panel.integer_x) out += "set xtics 1\nset offsets 0.5, 0.5, 0, 0\n";
+    else out += "set offsets 0, 0, 0, 0\n";
     out += fmt::format("set title {} noenhanced\n", gp_string(multi || !panel.title.empty() ? panel.title : figure.title));
     out += fmt::format("set xlabel {} noenhanced\nset ylabel {} noenhanced\n", gp_string(panel.xlabel), gp_string(panel.ylabel));
     if (panel.logx) out += "set logscale x 2\n";

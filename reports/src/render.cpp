@@ -139,12 +139,18 @@ Figure failure_figure(const std::string& name, const std::string& title, const J
                             .points = {{static_cast<double>(t.front()), number_or_nan(profile["atol"])},
                                        {static_cast<double>(t.back()), number_or_nan(profile["atol"])}},
                             .dashed = true, .color = -1});
-  Panel residual{.title = "Newton residual max|F| by iteration", .xlabel = "iteration", .ylabel = "max |F|",
-                 .logy = true};
-  Series r{.title = "max|F|", .color = 2};
+  along.key_inside = true;
+  Panel residual{.title = "Newton residual max|F| at each evaluation, then after the last update",
+                 .xlabel = "residual evaluation", .ylabel = "max |F|", .logy = true, .key_inside = true,
+                 .integer_x = true};
+  Series r{.title = "max|F| during the solve", .color = 2};
   const Json history = profile.value("residual_history", Json::array());
   for (std::size_t i = 0; i < history.size(); ++i) r.points.emplace_back(static_cast<double>(i + 1), number_or_nan(history[i]));
   residual.series.push_back(r);
+  if (profile.contains("max_residual"))
+    residual.series.push_back({.title = "final max|F| (the residual gate's)",
+                               .points = {{static_cast<double>(history.size() + 1), number_or_nan(profile["max_residual"])}},
+                               .points_only = true, .color = 1});
   f.panels = {along, residual};
   return f;
 }

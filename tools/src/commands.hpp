@@ -52,7 +52,7 @@ struct KstarArgs {
 
 // `pararnn report nightly|render|diff` and `pararnn bug-bundle` (report_commands.cpp).
 struct NightlyArgs {
-  std::string out, backends = "cpu", cells, dtypes, times;
+  std::string out, backends = "cpu", cells, dtypes, times, classes, max_iters = "none";
   bool quick = false;
   std::optional<std::int64_t> seeds;
   std::optional<double> time_budget;

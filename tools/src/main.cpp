@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   nightly_cmd->add_option("--cells", na.cells, "variants, e.g. gru,gru-head,lstm (default: all)");
   nightly_cmd->add_option("--dtypes", na.dtypes, "f64,f32,f16,bf16 (default: f32 quick, all four otherwise)");
   nightly_cmd->add_option("--T", na.times, "comma-separated lengths (default: the ladder)");
+  nightly_cmd->add_option("--classes", na.classes, "init,hard,saturating,h0,packed (default: the plan's)");
+  nightly_cmd->add_option("--max-iters", na.max_iters, "a fixed K for every row, or none (default: K table + adaptive)");
   nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
   nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
   RenderArgs ra;

@@ -64,6 +64,13 @@ int report_nightly(const NightlyArgs& args) {
   options.variants = split_list(args.cells, "--cells");
   options.dtypes = split_list(args.dtypes, "--dtypes");
   options.times = split_ints(args.times, "--T");
+  options.classes = split_list(args.classes, "--classes");
+  if (args.max_iters != "none" && args.max_iters != "None") {
+    const auto k = split_ints(args.max_iters, "--max-iters");
+    if (k.size() != 1 || k[0] < 0)
+      throw ContractViolation("--max-iters", "must be a non-negative integer or 'none'", args.max_iters);
+    options.max_iters = k[0];
+  }
   options.seeds = args.seeds;
   options.time_budget_s = args.time_budget;
   options.build = build_context();

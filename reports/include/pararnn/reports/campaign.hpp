@@ -46,7 +46,10 @@ struct CampaignOptions {
   std::vector<std::string> variants;             // campaign_variants() names; empty: all
   std::vector<std::string> dtypes;               // empty: f32 (quick) or f64, f32, f16, bf16
   std::vector<std::int64_t> times;               // empty: the ladder of the backends
+  std::vector<std::string> classes;              // init, hard, saturating, h0, packed; empty: the plan's
   std::optional<std::int64_t> seeds;             // per configuration; default 1 (quick) or 2
+  std::optional<std::int64_t> max_iters;         // a fixed K for every row (the seed's fixed-K
+                                                 // behaviour); default: the K table + adaptive
   std::optional<double> time_budget_s;           // no task starts after it
   BuildContext build;                            // from the caller (the CLI's env)
   bool gpu_available = false;                    // a CUDA device answers (the CLI checks)

@@ -31,6 +31,8 @@ struct Series {
 struct Panel {
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
+  bool key_inside = false;  // the legend inside the plot (panels of one figure keep one width)
+  bool integer_x = false;   // x is a count (iterations): integer tics
   std::vector<Series> series;
 };
 
