@@ -45,6 +45,8 @@ struct Variant {
   std::optional<std::int64_t> d_h;   // a fixed width (sLSTM dense: at most 8); else the plan's
   std::optional<double> hard_std;
   bool kstar = true;                 // measure_kstar can build it (it has no gate_mix)
+  // Why the saturating class does not apply, if it does not.
+  std::string no_saturating = {};
 };
 
 const std::vector<Variant>& all_variants() {
@@ -58,7 +60,9 @@ const std::vector<Variant>& all_variants() {
       {.name = "slstm-dense", .cell = "slstm", .mix = "dense", .d_h = 8, .hard_std = 0.7 / std::sqrt(8.0)},
       {.name = "cfc", .cell = "cfc", .hard_std = 0.7},
       {.name = "cfc-diag-h", .cell = "cfc", .gate_mix = "diag_h", .hard_std = 0.7, .kstar = false},
-      {.name = "titans", .cell = "titans", .hard_std = 0.7},
+      {.name = "titans", .cell = "titans", .hard_std = 0.7,
+       .no_saturating = "ParaTitans' memory is not squashed: inputs x 6 make it grow without bound (|H| ~ 1e30 at "
+                        "T = 64), beyond what any dtype can be judged on"},
       {.name = "hopfield", .cell = "hopfield", .mix = "dense"},
       {.name = "m2rnn", .cell = "m2rnn", .mix = "matrix", .k_dim = 4, .v_dim = 4, .hard_std = 0.1},
       {.name = "rwkv7", .cell = "rwkv7", .mix = "rwkv7", .n_heads = 2},
@@ -100,6 +104,10 @@ bool class_applies(const Variant& v, const std::string& cls, std::string* why) {
   const CellSpec& spec = spec_of(v);
   if (cls == "hard" && !v.hard_std) {
     *why = fmt::format("{} has no recurrent parameter to make hard", spec.python_class);
+    return false;
+  }
+  if (cls == "saturating" && !v.no_saturating.empty()) {
+    *why = v.no_saturating;
     return false;
   }
   if (cls == "packed" && (spec.kind == CellKind::m2rnn || spec.kind == CellKind::rwkv7)) {
