@@ -23,6 +23,7 @@
 #include "pararnn/reports/error_profile.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
+#include "process.hpp"
 
 namespace pararnn::reports {
 namespace {
@@ -333,7 +334,10 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   std::vector<std::uint64_t> seed_list;
   for (std::int64_t s = 1; s <= plan.seeds; ++s) seed_list.push_back(static_cast<std::uint64_t>(s));
 
-  std::filesystem::create_directories(options.out_dir / "cases");
+  std::filesystem::create_directories(options.out_dir);
+  // This run's cases are written to a staging folder that replaces <out>/cases only when the
+  // report is written, so cases/ never mixes runs and a failed run leaves the previous one whole.
+  const detail::ScratchDirectory staging(options.out_dir, ".cases-");
   const std::filesystem::path report_path = options.out_dir / "report.json";
   check_output_path(report_path, "--out");
 
@@ -422,7 +426,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   row["error"] = e.what();
                 }
                 if (outcome != "Agree") {
-                  write_case(options.out_dir / case_rel, built.problem());
+                  write_case(staging.path() / (id + ".safetensors"), built.problem());
                   row["case_file"] = case_rel;
                   row["repro"] = repro;
                   row["bug_bundle"] = fmt::format(
@@ -679,6 +683,11 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   report["kstar"] = kstar_rows;
   report["summary"] = summary;
   validate_report(report, report_path.string());  // never write what render would refuse
+  const std::filesystem::path cases = options.out_dir / "cases", old_cases = options.out_dir / ".cases-previous";
+  std::filesystem::remove_all(old_cases);
+  if (std::filesystem::exists(cases)) std::filesystem::rename(cases, old_cases);
+  std::filesystem::rename(staging.path(), cases);
+  std::filesystem::remove_all(old_cases);
   write_json_file(report_path, report);
 
   CampaignResult result{report, report_path, 0};

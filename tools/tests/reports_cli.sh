@@ -87,6 +87,10 @@ PY
     (cd "$work/r" && ${line/pararnn/$pararnn} > /dev/null 2>&1); rc=$?
     [ "$rc" -eq 1 ] || fail "repro '$line' exited $rc, not 1"
   done < "$work/repro.txt"
+  # A later run into the same folder replaces cases/: it never mixes runs.
+  expect_rc 0 "$pararnn" report nightly --cells gru --T 256 --classes hard --seeds 1 --out "$work/r"
+  [ -z "$(ls -A "$work/r/cases")" ] || fail "cases of the previous run remain: $(ls "$work/r/cases")"
+  ls -a "$work/r" | grep -q '^\.cases' && fail "a staging folder was left behind"
   ;;
 golden_report_renders_to_golden_outputs)
   expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/out"

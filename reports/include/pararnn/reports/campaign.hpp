@@ -13,6 +13,8 @@
 // - Every row whose outcome is not Agree keeps its case under <out>/cases/<row id>.safetensors
 //   (write_case) with a one-line repro (`pararnn verify cases/... ...`, run from <out>) and the
 //   `pararnn bug-bundle` command, plus the error of solver and sequential loop along t.
+// - <out>/cases/ holds this run's cases only: they are staged and replace the folder when the
+//   report is written; a run that fails leaves the previous report and cases as they were.
 // - report.json is written atomically (write_file_atomically), once, at the end; with a time
 //   budget the rows not started are counted (summary.rows_not_run), never reported as passing.
 // Example:
