@@ -394,6 +394,8 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
     readme += fmt::format("Their trajectory: **{}**, max |theirs − oracle| = {}.\n\n", verdict_text(comparison->verdict),
                           sci(comparison->max_abs));
   readme += fmt::format("Made by `{}` on `{}` at {}.\n\n", options.command_line, options.env_line, utc_now());
+  if (options.plots)
+    readme += "![the error along t against the oracle, and the Newton residual](plots/failure.png)\n\n";
   readme += "## Reproduce\n\nUnpack, then run from the bundle folder; each command gives the exit code in its comment "
             "(0 Agree, 1 Disagree, 2 Inconclusive):\n\n";
   readme += fmt::format("```bash\ntar -xzf {} && cd {}\n```\n\n", out_name, stem);

@@ -49,12 +49,16 @@ struct TimeGroup {
   }
 };
 
+// Every Newton time of a group: each row's judged solve and its repeats (newton_ms_repeats).
 std::map<std::string, TimeGroup> time_groups(const Json& report) {
   std::map<std::string, TimeGroup> out;
   for (const auto& row : report["rows"]) {
     if (!row.contains("agreement") || !row["agreement"]["timings_ms"].contains("newton")) continue;
     const double t = number_or_nan(row["agreement"]["timings_ms"]["newton"]);
     if (std::isfinite(t)) out[group_of(row)].newton_ms.push_back(t);
+    if (row.contains("newton_ms_repeats"))
+      for (const auto& r : row["newton_ms_repeats"])
+        if (std::isfinite(number_or_nan(r))) out[group_of(row)].newton_ms.push_back(number_or_nan(r));
   }
   return out;
 }

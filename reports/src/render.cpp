@@ -220,12 +220,12 @@ std::vector<Figure> report_figures(const Json& report) {
                           .dashed = true, .color = -1});
     figures.push_back({.name = "error-" + dtype, .title = p.title, .panels = {p}, .height = 640});
   }
-  // Timings vs T per backend and dtype (rows of class init; median over seeds).
+  // Timings vs T per backend and dtype (rows of class init; median over seeds and repeats).
   for (const std::string& backend : backends)
     for (const std::string& dtype : dtypes) {
       Panel p{.title = fmt::format("time vs T on {} in {}: Newton (solid) and the sequential loop (dashed), class init",
                                    backend, dtype),
-              .xlabel = "T", .ylabel = "ms (median over seeds)", .logx = true, .logy = true};
+              .xlabel = "T", .ylabel = "ms (median over seeds and repeats)", .logx = true, .logy = true};
       for (const std::string& variant : variants) {
         Series newton{.title = variant + " newton", .color = color_of(variant)};
         Series seq{.title = variant + " sequential", .dashed = true, .color = color_of(variant)};
@@ -236,6 +236,7 @@ std::vector<Figure> report_figures(const Json& report) {
                 integer(row["T"]) == t && str(row["class"]) == "init" && has_agreement(row)) {
               const Json& tm = row["agreement"]["timings_ms"];
               n.push_back(tm.contains("newton") ? number_or_nan(tm["newton"]) : NAN);
+              for (const auto& r : row.value("newton_ms_repeats", Json::array())) n.push_back(number_or_nan(r));
               s.push_back(tm.contains("sequential") ? number_or_nan(tm["sequential"]) : NAN);
             }
           if (!n.empty()) {
@@ -470,7 +471,7 @@ std::string render_markdown(const Json& report, bool plots) {
   }
 
   // Timings.
-  md += "## Timings (class init, median over seeds: Newton ms / sequential ms / oracle ms)\n\n";
+  md += "## Timings (class init, medians over seeds and repeats: Newton ms / sequential ms / oracle ms)\n\n";
   for (const std::string& backend : backends)
     for (const std::string& dtype : dtypes) {
       std::string table = fmt::format("**{} {}**\n\n| variant |", backend, dtype);
@@ -491,6 +492,7 @@ std::string render_markdown(const Json& report, bool plots) {
                 integer(row["T"]) == t && str(row["class"]) == "init" && has_agreement(row)) {
               const Json& tm = row["agreement"]["timings_ms"];
               n.push_back(tm.contains("newton") ? number_or_nan(tm["newton"]) : NAN);
+              for (const auto& r : row.value("newton_ms_repeats", Json::array())) n.push_back(number_or_nan(r));
               s.push_back(tm.contains("sequential") ? number_or_nan(tm["sequential"]) : NAN);
               o.push_back(tm.contains("oracle") ? number_or_nan(tm["oracle"]) : NAN);
             }

@@ -95,9 +95,12 @@ TEST(Diff, TimeRegressionBeyondTheNoiseBandOnly) {
     return row["variant"] == first["variant"] && row["dtype"] == first["dtype"] && row["T"] == first["T"] &&
            row["class"] == first["class"] && row["backend"] == first["backend"] && row.contains("agreement");
   };
-  const auto set_newton_ms = [&](Json& report, double ms) {
+  const auto set_newton_ms = [&](Json& report, double ms, double repeat_spread = 1.0) {
     for (auto& row : report["rows"])
-      if (same_group(row)) row["agreement"]["timings_ms"]["newton"] = ms;
+      if (same_group(row)) {
+        row["agreement"]["timings_ms"]["newton"] = ms;
+        if (row.contains("newton_ms_repeats")) row["newton_ms_repeats"] = Json::array({ms, ms * repeat_spread, ms});
+      }
   };
   set_newton_ms(old, 100.0);
   Json slower = old, noisy = old, tiny_old = old, tiny_new = old;
@@ -109,6 +112,12 @@ TEST(Diff, TimeRegressionBeyondTheNoiseBandOnly) {
   set_newton_ms(tiny_old, 0.5);  // 8x, but 3.5 ms: below the floor
   set_newton_ms(tiny_new, 4.0);
   EXPECT_TRUE(diff_reports(tiny_old, tiny_new, {.time_noise = 0.5, .time_floor_ms = 5}).regressions.empty());
+  // Repeats that spread 4x (a loaded machine) widen the band: 3x is then noise.
+  ASSERT_TRUE(first.contains("newton_ms_repeats")) << "the golden report's init rows carry their repeats";
+  Json spread_old = old, spread_new = old;
+  set_newton_ms(spread_old, 100.0, 4.0);
+  set_newton_ms(spread_new, 300.0);
+  EXPECT_TRUE(diff_reports(spread_old, spread_new, {.time_noise = 0.5, .time_floor_ms = 5}).regressions.empty());
 }
 
 TEST(Diff, GradientsNoLongerJudgedIsARegression) {
