@@ -154,6 +154,8 @@ DiffResult diff_reports(const Json& old_report, const Json& new_report, const Di
   for (const auto& [group, g] : new_t) {
     const auto it = old_t.find(group);
     if (it == old_t.end()) continue;
+    // A noise band needs repeated runs in both reports; one sample is not a measurement of it.
+    if (it->second.newton_ms.size() < 2 || g.newton_ms.size() < 2) continue;
     const double was = it->second.median(), now = g.median();
     const double band = std::max({options.time_noise, it->second.spread(), g.spread()});
     if (now > (1.0 + band) * was && now - was > options.time_floor_ms)
@@ -184,7 +186,8 @@ DiffResult diff_reports(const Json& old_report, const Json& new_report, const Di
     md += "\n";
   }
   md += fmt::format("Compared: {} rows in both runs; {} only in {}, {} only in {}. Thresholds: error factor {}, "
-                    "time noise band {:.0f}% (or the measured spread), time floor {} ms.\n",
+                    "time noise band {:.0f}% (or the spread of the repeated runs), time floor {} ms; times are "
+                    "compared for groups with repeated runs in both reports.\n",
                     new_rows.size() - d.only_in_new.size(), d.only_in_old.size(), options.old_name, d.only_in_new.size(),
                     options.new_name, options.error_factor, 100.0 * options.time_noise, options.time_floor_ms);
   d.markdown = md;

@@ -185,41 +185,48 @@ std::vector<Figure> report_figures(const Json& report) {
     }
     if (!keys.empty()) figures.push_back({.name = "kstar-" + dtype, .title = p.title, .panels = {p}});
   }
-  // Error vs T per dtype, with the sequential floor and τ.
-  for (const std::string& dtype : dtypes) {
-    Panel p{.title = fmt::format("max |solver - oracle| vs T in {} (solid), same-dtype sequential floor (dashed)", dtype),
-            .xlabel = "T", .ylabel = "max abs error", .logx = true, .logy = true};
-    double atol = NAN;
-    for (const std::string& variant : variants) {
-      Series solver{.title = variant, .color = color_of(variant)};
-      Series floor{.title = variant + " floor", .dashed = true, .color = color_of(variant)};
-      for (std::int64_t t : times) {
-        double e = -1.0, f = -1.0;
-        bool any = false;
-        for (const auto& row : rows)
-          if (str(row["dtype"]) == dtype && str(row["variant"]) == variant && integer(row["T"]) == t && has_agreement(row)) {
-            e = any ? worse(e, metric(row, "max_abs")) : metric(row, "max_abs");
-            f = any ? worse(f, metric(row, "sequential_max_abs")) : metric(row, "sequential_max_abs");
-            atol = std::isnan(atol) ? metric(row, "atol") : std::max(atol, metric(row, "atol"));
-            any = true;
+  // Error vs T per dtype and class (init, hard: the classes a ladder runs at every T), with the
+  // sequential floor and τ.
+  for (const std::string& dtype : dtypes)
+    for (const char* cls : {"init", "hard"}) {
+      Panel p{.title = fmt::format("max |solver - oracle| vs T in {}, class {} (solid), same-dtype sequential floor "
+                                   "(dashed)", dtype, cls),
+              .xlabel = "T", .ylabel = "max abs error (over seeds, backends)", .logx = true, .logy = true};
+      double atol = NAN;
+      for (const std::string& variant : variants) {
+        Series solver{.title = variant, .color = color_of(variant)};
+        Series floor{.title = variant + " floor", .dashed = true, .color = color_of(variant)};
+        for (std::int64_t t : times) {
+          double e = -1.0, f = -1.0;
+          bool any = false;
+          for (const auto& row : rows)
+            if (str(row["dtype"]) == dtype && str(row["variant"]) == variant && str(row["class"]) == cls &&
+                integer(row["T"]) == t && has_agreement(row)) {
+              e = any ? worse(e, metric(row, "max_abs")) : metric(row, "max_abs");
+              f = any ? worse(f, metric(row, "sequential_max_abs")) : metric(row, "sequential_max_abs");
+              atol = std::isnan(atol) ? metric(row, "atol") : std::max(atol, metric(row, "atol"));
+              any = true;
+            }
+          if (any) {
+            solver.points.emplace_back(static_cast<double>(t), e);
+            floor.points.emplace_back(static_cast<double>(t), f);
           }
-        if (any) {
-          solver.points.emplace_back(static_cast<double>(t), e);
-          floor.points.emplace_back(static_cast<double>(t), f);
+        }
+        if (!solver.points.empty()) {
+          p.series.push_back(solver);
+          p.series.push_back(floor);
         }
       }
-      if (!solver.points.empty()) {
-        p.series.push_back(solver);
-        p.series.push_back(floor);
-      }
+      std::set<double> distinct_t;
+      for (const Series& sr : p.series)
+        for (const auto& pt : sr.points) distinct_t.insert(pt.first);
+      if (distinct_t.size() < 2) continue;  // one T is no line: its numbers are in the table
+      if (!std::isnan(atol) && !times.empty())
+        p.series.push_back({.title = "tau (atol)",
+                            .points = {{static_cast<double>(times.front()), atol}, {static_cast<double>(times.back()), atol}},
+                            .dashed = true, .color = -1});
+      figures.push_back({.name = fmt::format("error-{}-{}", dtype, cls), .title = p.title, .panels = {p}, .height = 640});
     }
-    if (p.series.empty()) continue;
-    if (!std::isnan(atol) && !times.empty())
-      p.series.push_back({.title = "tau (atol)",
-                          .points = {{static_cast<double>(times.front()), atol}, {static_cast<double>(times.back()), atol}},
-                          .dashed = true, .color = -1});
-    figures.push_back({.name = "error-" + dtype, .title = p.title, .panels = {p}, .height = 640});
-  }
   // Timings vs T per backend and dtype (rows of class init; median over seeds and repeats).
   for (const std::string& backend : backends)
     for (const std::string& dtype : dtypes) {
@@ -400,37 +407,40 @@ std::string render_markdown(const Json& report, bool plots) {
     }
   md += "\n";
 
-  // Error vs T (the numbers of the error plots).
-  md += "## Error vs T (max over classes, seeds and backends; the same-dtype sequential floor in brackets)\n\n";
+  // Error vs T (the numbers of the error plots, and of every other class).
+  md += "## Error vs T (max over seeds and backends; the same-dtype sequential floor in brackets)\n\n";
+  const std::vector<std::string> classes = ordered(plan["classes"], rows, "class");
   for (const std::string& dtype : dtypes) {
-    std::string table = fmt::format("**{}**\n\n| variant |", dtype);
-    std::string rule = "|---|";
+    std::string table = fmt::format("**{}**\n\n| variant | class |", dtype);
+    std::string rule = "|---|---|";
     for (std::int64_t t : times) {
       table += fmt::format(" T={} |", t);
       rule += "---|";
     }
     table += "\n" + rule + "\n";
     bool any_row = false;
-    for (const std::string& variant : variants) {
-      std::string line = "| " + variant + " |";
-      bool any = false;
-      for (std::int64_t t : times) {
-        double e = 0.0, f = 0.0;
-        bool here = false;
-        for (const auto& row : rows)
-          if (str(row["dtype"]) == dtype && str(row["variant"]) == variant && integer(row["T"]) == t && has_agreement(row)) {
-            e = here ? worse(e, metric(row, "max_abs")) : metric(row, "max_abs");
-            f = here ? worse(f, metric(row, "sequential_max_abs")) : metric(row, "sequential_max_abs");
-            here = true;
-          }
-        line += here ? fmt::format(" {} ({}) |", sci(e), sci(f)) : " - |";
-        any = any || here;
+    for (const std::string& variant : variants)
+      for (const std::string& cls : classes) {
+        std::string line = "| " + variant + " | " + cls + " |";
+        bool any = false;
+        for (std::int64_t t : times) {
+          double e = 0.0, f = 0.0;
+          bool here = false;
+          for (const auto& row : rows)
+            if (str(row["dtype"]) == dtype && str(row["variant"]) == variant && str(row["class"]) == cls &&
+                integer(row["T"]) == t && has_agreement(row)) {
+              e = here ? worse(e, metric(row, "max_abs")) : metric(row, "max_abs");
+              f = here ? worse(f, metric(row, "sequential_max_abs")) : metric(row, "sequential_max_abs");
+              here = true;
+            }
+          line += here ? fmt::format(" {} ({}) |", sci(e), sci(f)) : " - |";
+          any = any || here;
+        }
+        if (any) {
+          table += line + "\n";
+          any_row = true;
+        }
       }
-      if (any) {
-        table += line + "\n";
-        any_row = true;
-      }
-    }
     if (any_row) md += table + "\n";
   }
 

@@ -45,7 +45,7 @@ assert all(e["verdict"] == "Agree" for e in r["equivalences"])
 PY
   expect_rc 0 "$pararnn" report render "$work/quick/report.json" --out "$work/quick/rendered"
   grep -q "^## Summary" "$work/quick/rendered/report.md" || fail "no summary in report.md"
-  check_png "$work/quick/rendered/plots/error-f32.png"
+  check_png "$work/quick/rendered/plots/error-f32-init.png"
   expect_rc 0 "$pararnn" report diff "$work/quick/report.json" "$work/quick/report.json"
   ;;
 cuda_is_skipped_and_recorded_without_a_gpu)
@@ -95,12 +95,13 @@ PY
 golden_report_renders_to_golden_outputs)
   expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/out"
   cmp -s "$golden/nightly.md" "$work/out/report.md" || fail "report.md differs from $golden/nightly.md: $(diff "$golden/nightly.md" "$work/out/report.md" | head -20)"
-  check_svg "$work/out/plots/error-f32.svg" "gru" "gru floor" "slstm" "slstm floor" "hopfield" "tau (atol)"
+  check_svg "$work/out/plots/error-f32-init.svg" "gru" "gru floor" "slstm" "slstm floor" "hopfield" "tau (atol)"
+  check_svg "$work/out/plots/error-f32-hard.svg" "gru" "gru floor" "slstm" "slstm floor" "tau (atol)"
   check_svg "$work/out/plots/kstar-f32.svg" "gru init" "gru hard" "hopfield init"
   check_svg "$work/out/plots/timings-cpu-f32.svg" "gru newton" "gru sequential"
   check_svg "$work/out/plots/failure-gru.f32.T64.init.s1.cpu.svg" "solver" "sequential loop (same dtype)" "tau (atol)"
   for png in "$work"/out/plots/*.png; do check_png "$png"; done
-  grep -q "plots/error-f32.png" "$work/out/report.md" || fail "report.md does not link its figures"
+  grep -q "plots/error-f32-init.png" "$work/out/report.md" || fail "report.md does not link its figures"
   expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/noplots" --no-plots
   [ ! -e "$work/noplots/plots" ] || fail "--no-plots drew plots"
   grep -q "every number plotted is in the tables" "$work/noplots/report.md" || fail "--no-plots text"

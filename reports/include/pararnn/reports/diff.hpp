@@ -14,7 +14,8 @@
 // - time regression: the median Newton time of a group grew beyond (1 + band) × the old median
 //   and by more than time_floor_ms, where band = max(time_noise, the spread max/min − 1 of the
 //   group's repeated runs in either report: its seeds, and the repeats of class init rows,
-//   newton_ms_repeats), the median taken over the same runs.
+//   newton_ms_repeats), the median taken over the same runs; groups with a single run in either
+//   report have no measured noise and are not compared.
 // Rows only in one report are listed (coverage), not counted as regressions unless failing.
 // Example:
 //   DiffResult d = diff_reports(load_report("old.json"), load_report("new.json"), {});

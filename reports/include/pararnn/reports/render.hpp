@@ -7,7 +7,8 @@
 // K*(T), timings, equivalences, and every row. It is complete without the images: every plotted
 // number is in a table.
 // Figures (gnuplot, SVG + PNG under plots/): kstar-<dtype> (K*(T) per variant and class),
-// error-<dtype> (max |solver - oracle| vs T per variant, the sequential floor dashed, τ),
+// error-<dtype>-<init|hard> (max |solver - oracle| vs T per variant and class, the sequential floor
+// dashed, τ),
 // timings-<backend>-<dtype> (median Newton and sequential ms vs T), and failure-<row id>
 // (|solver - oracle| and |sequential - oracle| along t with τ, and the residual history) for
 // the first kMaxFailureFigures failing rows.
