@@ -236,6 +236,27 @@ struct Task {
 
 Json worst_index_json(const Shape& index) { return Json(index); }
 
+// CONTRACT §5: strided ≡ contiguous and recompute ≡ stored are bitwise on the same backend.
+const Tolerance kBitwise{.atol = 0.0, .rtol = 0.0, .source = "bitwise (CONTRACT §5)"};
+
+void record_comparison(Json& e, const ComparisonResult& c, const Tolerance& tau) {
+  e["verdict"] = c.ok() ? "Agree" : "Disagree";
+  e["max_abs"] = c.max_abs;
+  e["atol"] = tau.atol;
+  e["rtol"] = tau.rtol;
+  e["mismatches"] = c.mismatches;
+  e["count"] = c.count;
+  e["worst_index"] = worst_index_json(c.worst_abs_index);
+  e["tolerance_source"] = tau.source;
+}
+
+Tensor ones_like_trajectory(const Cell& cell, const Tensor& H) {
+  Tensor g(cell.dtype(), H.shape());
+  Tensor flat = g.reshaped({g.numel()});
+  for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
+  return g;
+}
+
 }  // namespace
 
 std::vector<std::string> campaign_variants() {
@@ -504,6 +525,87 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["count"] = c.count;
                     e["worst_index"] = worst_index_json(c.worst_abs_index);
                     e["tolerance_source"] = tau.source;
+                  } catch (const std::exception& ex) {
+                    e["verdict"] = kOutcomeError;
+                    e["max_abs"] = nullptr;
+                    e["atol"] = nullptr;
+                    e["error"] = ex.what();
+                  }
+                  equivalences.push_back(std::move(e));
+                }});
+              }
+            // Strided ≡ contiguous (class init): x read through a time-skipping view.
+            if (cls == "init")
+              for (const std::string& backend : plan.backends) {
+                const std::string id = "strided_vs_contiguous." + case_id(key) + "." + backend;
+                tasks.push_back({id, [&, key, backend, id] {
+                  const BuiltCase built = build_case(plan, key);
+                  Json e = {{"id", id}, {"name", "strided_vs_contiguous"}, {"variant", key.variant->name},
+                            {"dtype", dtype_name(key.dtype)}, {"backend", backend}, {"T", key.time},
+                            {"class", key.cls}, {"seed", key.seed_index}};
+                  try {
+                    const Shape& shape = built.x.shape();
+                    Tensor wide(key.dtype, {shape[0], 2 * shape[1], shape[2]});
+                    for (std::int64_t b = 0; b < shape[0]; ++b)
+                      for (std::int64_t t = 0; t < shape[1]; ++t)
+                        for (std::int64_t i = 0; i < shape[2]; ++i) {
+                          wide.store({b, 2 * t, i}, built.x.load({b, t, i}));
+                          wide.store({b, 2 * t + 1, i}, NAN);  // never read: a strided read that strays shows
+                        }
+                    const NewtonConfig config = config_for(backend, options.max_iters);
+                    const Tensor strided = newton_apply(built.cell, wide.view().slice(1, 0, 2 * shape[1], 2), config,
+                                                        built.apply());
+                    const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
+                    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise);
+                  } catch (const UnsupportedPath& ex) {
+                    skipped.push_back({{"what", id}, {"reason", ex.what()}});
+                    return;
+                  } catch (const std::exception& ex) {
+                    e["verdict"] = kOutcomeError;
+                    e["max_abs"] = nullptr;
+                    e["atol"] = nullptr;
+                    e["error"] = ex.what();
+                  }
+                  equivalences.push_back(std::move(e));
+                }});
+              }
+            // Recompute ≡ stored (rows whose gradients are judged): outputs and every gradient.
+            if (time <= plan.gradient_max_t &&
+                std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end())
+              for (const std::string& backend : plan.backends) {
+                const std::string id = "recompute_vs_stored." + case_id(key) + "." + backend;
+                tasks.push_back({id, [&, key, backend, id] {
+                  if (gradient_unsupported(*key.variant, key.dtype, backend, plan)) return;  // recorded on the row
+                  const BuiltCase built = build_case(plan, key);
+                  Json e = {{"id", id}, {"name", "recompute_vs_stored"}, {"variant", key.variant->name},
+                            {"dtype", dtype_name(key.dtype)}, {"backend", backend}, {"T", key.time},
+                            {"class", key.cls}, {"seed", key.seed_index}};
+                  try {
+                    NewtonConfig stored = config_for(backend, options.max_iters), recompute = stored;
+                    recompute.recompute = true;
+                    const NewtonForward fa = newton_forward(built.cell, built.x, stored, built.apply());
+                    const NewtonForward fb = newton_forward(built.cell, built.x, recompute, built.apply());
+                    const Tensor g = ones_like_trajectory(built.cell, fa.H);
+                    const NewtonGradients ga = newton_backward(built.cell, built.x, fa, g, stored, built.apply());
+                    const NewtonGradients gb = newton_backward(built.cell, built.x, fb, g, recompute, built.apply());
+                    // The worst of H and every gradient tensor, bitwise.
+                    ComparisonResult worst = compare(fb.H, fa.H, kBitwise);
+                    std::string worst_name = "H";
+                    const auto consider = [&](const std::string& name, const Tensor& b, const Tensor& a) {
+                      const ComparisonResult c = compare(b, a, kBitwise);
+                      if (c.mismatches > worst.mismatches || (worst.ok() && !c.ok())) {
+                        worst = c;
+                        worst_name = name;
+                      }
+                    };
+                    consider("grad.x", gb.x, ga.x);
+                    if (ga.h0 && gb.h0) consider("grad.h0", *gb.h0, *ga.h0);
+                    for (const auto& [name, grad] : ga.parameters) consider("grad." + name, gb.parameters.at(name), grad);
+                    record_comparison(e, worst, kBitwise);
+                    e["worst_tensor"] = worst_name;
+                  } catch (const UnsupportedPath& ex) {
+                    skipped.push_back({{"what", id}, {"reason", ex.what()}});
+                    return;
                   } catch (const std::exception& ex) {
                     e["verdict"] = kOutcomeError;
                     e["max_abs"] = nullptr;

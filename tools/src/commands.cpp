@@ -363,9 +363,10 @@ int verify(const SolveArgs& args) {
   write_json(args.json, report.to_json());
   if (!args.json.empty()) std::cout << "report: " << args.json << "\n";
   if (report.verdict == Verdict::disagree)
-    std::cout << fmt::format("bug bundle: pararnn bug-bundle {} --backend {} --max-iters {} --seed {}{} --out {}.bundle.tar.gz\n",
-                             args.case_path, args.backend, args.max_iters, args.seed, args.grad ? " --grad" : "",
-                             std::filesystem::path(args.case_path).stem().string());
+    std::cout << fmt::format("bug bundle: pararnn bug-bundle {} --backend {} --max-iters {} --seed {}{}{} --out {}.bundle.tar.gz\n",
+                             args.case_path, args.backend, args.max_iters, args.seed,
+                             args.certify_budget ? fmt::format(" --certify-budget {}", *args.certify_budget) : "",
+                             args.grad ? " --grad" : "", std::filesystem::path(args.case_path).stem().string());
   return report.verdict == Verdict::agree      ? kExitAgree
          : report.verdict == Verdict::disagree ? kExitDisagree
                                                : kExitInconclusiveOrRefused;

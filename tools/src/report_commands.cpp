@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
@@ -114,6 +115,8 @@ namespace pararnn::tools {
 int report_render(const RenderArgs& args) {
   const auto report = reports::load_report(args.report);
   if (args.out.empty()) throw ContractViolation("--out", "needs a directory", "(empty)");
+  if (std::filesystem::exists(args.out) && !std::filesystem::is_directory(args.out))
+    throw ContractViolation("--out", "must be a directory (report.md and plots/ are written there)", args.out);
   const auto written = reports::render_report(report, args.out, {.plots = !args.no_plots});
   for (const auto& path : written) std::cout << "wrote " << path.string() << "\n";
   return 0;

@@ -2,7 +2,7 @@
 // seed, each row judged by verify_agreement (solver vs the certified oracle, the same-dtype
 // sequential floor, the quality ratio, gradients where the cell has an adjoint), beside K*(T)
 // (measure_kstar) and the equivalences packed = per-sequence and GPU = CPU (compare() at the
-// contract's τ). The result is one report.json (report_json.hpp), the system of record.
+// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). The result is one report.json (report_json.hpp), the system of record.
 //
 // Guarantees:
 // - A row passes only when its AgreementReport says Agree. A row that throws is kept with
