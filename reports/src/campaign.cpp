@@ -239,8 +239,13 @@ Json worst_index_json(const Shape& index) { return Json(index); }
 // CONTRACT §5: strided ≡ contiguous and recompute ≡ stored are bitwise on the same backend.
 const Tolerance kBitwise{.atol = 0.0, .rtol = 0.0, .source = "bitwise (CONTRACT §5)"};
 
+// A comparison holding NaN or infinities (e.g. f16 sLSTM gradients beyond 65504, docs/choices.md)
+// is Inconclusive: compare() never passes a non-finite element, and the row of the same case
+// already reports the overflow.
 void record_comparison(Json& e, const ComparisonResult& c, const Tolerance& tau) {
-  e["verdict"] = c.ok() ? "Agree" : "Disagree";
+  const bool non_finite = c.nan_count + c.inf_count > 0;
+  e["verdict"] = c.ok() ? "Agree" : (non_finite ? "Inconclusive" : "Disagree");
+  if (non_finite) e["reason"] = fmt::format("{} NaN and {} infinite values: not judged", c.nan_count, c.inf_count);
   e["max_abs"] = c.max_abs;
   e["atol"] = tau.atol;
   e["rtol"] = tau.rtol;
@@ -517,14 +522,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     const Tolerance tau = tolerance_for({.dtype = key.dtype, .metric = Metric::trajectory,
                                                          .cell = key.variant->cell, .backend = backend});
                     const ComparisonResult c = compare(packed, alone, tau);
-                    e["verdict"] = c.ok() ? "Agree" : "Disagree";
-                    e["max_abs"] = c.max_abs;
-                    e["atol"] = tau.atol;
-                    e["rtol"] = tau.rtol;
-                    e["mismatches"] = c.mismatches;
-                    e["count"] = c.count;
-                    e["worst_index"] = worst_index_json(c.worst_abs_index);
-                    e["tolerance_source"] = tau.source;
+                    record_comparison(e, c, tau);
                   } catch (const std::exception& ex) {
                     e["verdict"] = kOutcomeError;
                     e["max_abs"] = nullptr;
@@ -629,14 +627,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   const Tolerance tau = tolerance_for({.dtype = key.dtype, .metric = Metric::trajectory,
                                                        .cell = key.variant->cell, .backend = "cuda"});
                   const ComparisonResult c = compare(on_gpu, on_cpu, tau);
-                  e["verdict"] = c.ok() ? "Agree" : "Disagree";
-                  e["max_abs"] = c.max_abs;
-                  e["atol"] = tau.atol;
-                  e["rtol"] = tau.rtol;
-                  e["mismatches"] = c.mismatches;
-                  e["count"] = c.count;
-                  e["worst_index"] = worst_index_json(c.worst_abs_index);
-                  e["tolerance_source"] = tau.source;
+                  record_comparison(e, c, tau);
                 } catch (const UnsupportedPath& ex) {
                   skipped.push_back({{"what", id}, {"reason", ex.what()}});
                   return;
@@ -735,7 +726,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
 
   // Summary.
   std::map<std::string, std::int64_t> by_outcome = {{"Agree", 0}, {"Disagree", 0}, {"Inconclusive", 0}, {"Error", 0}};
-  std::map<std::string, std::int64_t> eq_by = {{"Agree", 0}, {"Disagree", 0}, {"Error", 0}};
+  std::map<std::string, std::int64_t> eq_by = {{"Agree", 0}, {"Disagree", 0}, {"Inconclusive", 0}, {"Error", 0}};
   std::map<std::string, std::int64_t> gradient_counts = {{"judged", 0}, {"not_applicable", 0}, {"not_requested", 0}};
   Json failures = Json::array();
   std::vector<std::pair<double, std::string>> ranked;
@@ -824,7 +815,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
 
   CampaignResult result{report, report_path, 0};
   const bool failed = by_outcome["Disagree"] + by_outcome["Error"] + eq_by["Disagree"] + eq_by["Error"] > 0;
-  result.exit_code = failed ? 1 : (by_outcome["Inconclusive"] > 0 ? 2 : 0);
+  result.exit_code = failed ? 1 : (by_outcome["Inconclusive"] + eq_by["Inconclusive"] > 0 ? 2 : 0);
   return result;
 }
 

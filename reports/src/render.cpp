@@ -308,8 +308,9 @@ std::string render_markdown(const Json& report, bool plots) {
     md += fmt::format("| {} | {} |\n", key, integer(by.value(key, Json(0))));
   md += fmt::format("| **total** | **{}** |\n\n", integer(summary["rows"]));
   const Json eq = summary.value("equivalences", Json::object());
-  md += fmt::format("- Equivalences: {} Agree, {} Disagree, {} Error.\n", integer(eq.value("Agree", Json(0))),
-                    integer(eq.value("Disagree", Json(0))), integer(eq.value("Error", Json(0))));
+  md += fmt::format("- Equivalences: {} Agree, {} Disagree, {} Inconclusive, {} Error.\n",
+                    integer(eq.value("Agree", Json(0))), integer(eq.value("Disagree", Json(0))),
+                    integer(eq.value("Inconclusive", Json(0))), integer(eq.value("Error", Json(0))));
   const Json gr = summary.value("gradients", Json::object());
   std::int64_t gradient_mismatch_rows = 0;
   for (const auto& row : rows)
@@ -525,8 +526,10 @@ std::string render_markdown(const Json& report, bool plots) {
     for (const auto& e : report["equivalences"])
       md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", str(e["id"]), str(e["verdict"]), sci(e["max_abs"]),
                         sci(e["atol"]), sci(e.value("rtol", Json(nullptr))),
-                        e.contains("mismatches") ? fmt::format("{}/{}", integer(e["mismatches"]), integer(e["count"]))
-                                                 : md_escape(str(e.value("error", Json("-")))),
+                        e.contains("mismatches")
+                            ? fmt::format("{}/{}{}", integer(e["mismatches"]), integer(e["count"]),
+                                          e.contains("reason") ? " (" + str(e["reason"]) + ")" : "")
+                            : md_escape(str(e.value("error", Json("-")))),
                         md_escape(str(e.value("tolerance_source", Json("-")))));
     md += "\n";
   }

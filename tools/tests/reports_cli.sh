@@ -87,6 +87,17 @@ PY
     (cd "$work/r" && ${line/pararnn/$pararnn} > /dev/null 2>&1); rc=$?
     [ "$rc" -eq 1 ] || fail "repro '$line' exited $rc, not 1"
   done < "$work/repro.txt"
+  # f16 sLSTM gradients overflow to inf at T = 512 (docs/choices.md): the row is Disagree and the
+  # bitwise recompute = stored equivalence, which compare() cannot pass on infinities, is
+  # Inconclusive with the count, never Agree.
+  expect_rc 1 "$pararnn" report nightly --cells slstm --dtypes f16 --T 512 --classes init --seeds 1 --out "$work/f16"
+  python3 - "$work/f16/report.json" <<'PY' || fail "non-finite equivalence"
+import json, sys
+r = json.load(open(sys.argv[1]))
+e = next(e for e in r["equivalences"] if e["name"] == "recompute_vs_stored")
+assert e["verdict"] == "Inconclusive" and "infinite" in e["reason"], e
+assert r["rows"][0]["outcome"] == "Disagree", r["rows"][0]["outcome"]
+PY
   # A later run into the same folder replaces cases/: it never mixes runs.
   expect_rc 0 "$pararnn" report nightly --cells gru --T 256 --classes hard --seeds 1 --out "$work/r"
   [ -z "$(ls -A "$work/r/cases")" ] || fail "cases of the previous run remain: $(ls "$work/r/cases")"
