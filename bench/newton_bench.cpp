@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_backend.hpp"
+#include "cuda/runtime.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/solver.hpp"
 

@@ -17,6 +17,9 @@
 //   cuda::newton_solve(cell_spec(CellKind::gru), DType::f32, p, {.max_iters = 3}, d_H, ws, stats);
 #pragma once
 
+#include <cmath>
+#include <vector>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -26,6 +29,7 @@
 #include <span>
 
 #include "backends.hpp"
+#include "newton/family.hpp"
 #include "pararnn/kernels/launch.hpp"
 #include "pararnn/kernels/scan.hpp"
 
@@ -178,5 +182,39 @@ void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem,
 
 // Waits for the device work queued by the functions above.
 void synchronize();
+
+// The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
+// `F` holds the residual of the final iterate (`count` compute-type values on the device);
+// `unit_of(i)` is the fallback unit of element i, of `units` in all. Units whose max|F| is at or
+// above `atol` (NaN included) are re-solved: `solve(target)` writes the sequential solution of
+// the whole problem to `target`; it goes straight into H when every unit needs it, else into a
+// scratch buffer from which `copy_unit(unit, scratch)` copies each flagged unit into H. Returns
+// the number of units re-solved. The downloads and the per-unit maxima run on the host: this is
+// the rare path (adaptive Newton did not converge by k_max).
+template <class ComputeT, class UnitOf, class Solve, class CopyUnit>
+std::int64_t sequential_fallback_units(const DeviceBuffer& F, std::int64_t count, std::int64_t units,
+                                       double atol, UnitOf&& unit_of, ComputeT* H, Solve&& solve,
+                                       CopyUnit&& copy_unit) {
+  std::vector<ComputeT> host(static_cast<std::size_t>(count));
+  if (count > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(host.data(), F.get(), host.size() * sizeof(ComputeT), cudaMemcpyDeviceToHost));
+  std::vector<double> unit_max(static_cast<std::size_t>(units), 0.0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    double& m = unit_max[static_cast<std::size_t>(unit_of(i))];
+    m = nan_max(m, std::abs(static_cast<double>(host[static_cast<std::size_t>(i)])));
+  }
+  std::vector<std::int64_t> flagged;
+  for (std::int64_t u = 0; u < units; ++u)
+    if (!(unit_max[static_cast<std::size_t>(u)] < atol)) flagged.push_back(u);
+  if (flagged.empty()) return 0;
+  if (static_cast<std::int64_t>(flagged.size()) == units) {
+    solve(H);
+    return units;
+  }
+  DeviceBuffer scratch(checked_bytes(count, sizeof(ComputeT), "the fallback trajectory"), "the fallback trajectory");
+  solve(scratch.as<ComputeT>());
+  for (std::int64_t u : flagged) copy_unit(u, scratch.as<const ComputeT>());
+  return static_cast<std::int64_t>(flagged.size());
+}
 
 }  // namespace pararnn::detail::cuda

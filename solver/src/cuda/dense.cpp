@@ -31,8 +31,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_backend.hpp"
-#include "newton_loop.hpp"
+#include "cuda/runtime.hpp"
+#include "newton/driver.hpp"
 #include "pararnn/kernels/dense_chain.hpp"
 #include "pararnn/kernels/dense_residual.hpp"
 #include "pararnn/kernels/dense_sequential.hpp"
@@ -134,10 +134,11 @@ class DenseDeviceInputs {
 // One dense Newton solve on the device (the CPU DenseSolver's newton_trajectory, step for step);
 // H is chain-major [chain][t][N] in the compute type.
 template <class DenseMath, class ComputeT>
-class DenseNewtonLoop {
+class CudaDenseFamily {
  public:
-  DenseNewtonLoop(const DenseDeviceInputs<ComputeT>& inputs, ComputeT* H)
-      : in_(inputs.inputs()), chains_(inputs.chains()), n_(inputs.state_elems()), H_(H) {
+  // `hidden_begin`: the first element of a chain's hidden slot (sLSTM's Picard passes).
+  CudaDenseFamily(const DenseDeviceInputs<ComputeT>& inputs, std::int64_t hidden_begin, ComputeT* H)
+      : in_(inputs.inputs()), chains_(inputs.chains()), n_(inputs.state_elems()), hidden_begin_(hidden_begin), H_(H) {
     F_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "F"), "the residual F");
     J_ = DeviceBuffer(checked_bytes(n_ * in_.n, sizeof(ComputeT), "J"), "the dense Jacobian J");
     residual_ws_ = DeviceBuffer(kernels::dense_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
@@ -164,24 +165,38 @@ class DenseNewtonLoop {
     return static_cast<double>(max_abs);
   }
 
-  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads: the residual of H = 0.
-  void initial_guess() {
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));
-    (void)evaluate(false, false);
+  const char* backend_name() const { return "cuda"; }
+  std::string fallback_unit() const { return fmt::format("chain(s) of {} values", in_.n); }
+  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void iterate_from_residual() {
     PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
   }
 
   // sLSTM: the zero-hidden pass and `passes` Picard passes (the hidden slot, elements from
-  // `hidden_begin` on, zero and then frozen to the previous pass), in place on H.
-  void picard_guess(std::int64_t passes, std::int64_t hidden_begin) {
-    sequential(kernels::DensePicard{.enabled = true, .passes = passes, .frozen_begin = hidden_begin});
+  // hidden_begin_ on, zero and then frozen to the previous pass), in place on H.
+  void picard_guess(std::int64_t passes) {
+    sequential(H_, kernels::DensePicard{.enabled = true, .passes = passes, .frozen_begin = hidden_begin_});
   }
 
-  // The sequential recurrence (or Picard passes) of every chain into H, chain-major.
-  void sequential(kernels::DensePicard picard = {}) {
+  // The sequential recurrence (or Picard passes) of every chain into `out`, chain-major.
+  void sequential(ComputeT* out, kernels::DensePicard picard = {}) {
     const kernels::DenseSequentialArgs<ComputeT> a{
-        .in = in_, .out = H_, .layout = kernels::dense_chain_major_layout(in_), .picard = picard};
+        .in = in_, .out = out, .layout = kernels::dense_chain_major_layout(in_), .picard = picard};
     PARARNN_CUDA_CHECK((kernels::launch_dense_sequential<DenseMath, ComputeT>(a, kStream)));
+  }
+
+  // The chains still at or above atol get the sequential solution (chain-major: a chain's
+  // time x n values are contiguous).
+  std::int64_t sequential_fallback(double atol) {
+    const std::int64_t chain_elems = in_.time * in_.n;
+    return sequential_fallback_units<ComputeT>(
+        F_, n_, chains_, atol, [&](std::int64_t i) { return i / chain_elems; }, H_,
+        [&](ComputeT* target) { sequential(target); },
+        [&](std::int64_t chain, const ComputeT* scratch) {
+          PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_ + chain * chain_elems, scratch + chain * chain_elems,
+                                             static_cast<std::size_t>(chain_elems) * sizeof(ComputeT),
+                                             cudaMemcpyDeviceToDevice, kStream));
+        });
   }
 
   // δ from (J, F) in place on F, then H += ω δ.
@@ -196,44 +211,11 @@ class DenseNewtonLoop {
     }
   }
 
-  // newton_loop.hpp's driver over the device state (its vectors are tokens).
-  struct DeviceState {};
-  struct Driver {
-    DenseNewtonLoop& loop;
-    double residual(const DeviceState&, DeviceState&, DeviceState* J) const {
-      return loop.evaluate(J != nullptr, true);
-    }
-    void update(DeviceState&, const DeviceState&, DeviceState&, double omega) const { loop.update(omega); }
-    // Not converged by k_max: every chain is re-solved sequentially (the CPU re-solves those
-    // still above atol), and counted.
-    std::int64_t sequential_fallback(DeviceState&, double) const {
-      loop.sequential();
-      return loop.chains_;
-    }
-  };
-
-  void solve(const Cell& cell, const NewtonConfig& config, NewtonStats& stats) {
-    const KResolution k = resolve_newton_iters(config, cell.spec(), cell.dtype(), in_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, cell.dtype());
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cuda";
-    if (cell.spec().picard) {
-      stats.picard_iters = picard_passes(config, in_.time);
-      picard_guess(stats.picard_iters, (cell.slots() - 1) * cell.chain_slot_width());
-    } else {
-      initial_guess();
-    }
-    DeviceState H, F, J;
-    run_newton_iterations(Driver{*this}, cell.name(), config, k, atol, in_.time, H, F, J, stats,
-                          fmt::format("chain(s) of {} values (all of them, on the GPU)", in_.n));
-  }
-
  private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
 
   const kernels::DenseChainInputs<ComputeT>& in_;
-  std::int64_t chains_, n_;
+  std::int64_t chains_, n_, hidden_begin_;
   ComputeT* H_;
   DeviceBuffer F_, J_, residual_ws_, max_abs_, scan_ws_;
   kernels::DenseScanArgs<ComputeT> scan_{};
@@ -292,27 +274,35 @@ class M2rnnDeviceSolve {
   const kernels::M2rnnInputs<ComputeT>& inputs() const { return in_; }
   std::int64_t size() const { return n_; }
 
-  // The Newton solve into H (device, compute type).
+  // The Newton solve into H (device, compute type) by the driver (newton/driver.hpp).
   void newton(const Cell& cell, const NewtonConfig& config, ComputeT* H, NewtonStats& stats) {
     H_ = H;
     F_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "F"), "the residual F");
     G_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "G"), "the gains G");
     ws_ = DeviceBuffer(kernels::m2rnn_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
     max_abs_ = DeviceBuffer(sizeof(ComputeT), "max|F|");
-    const KResolution k = resolve_newton_iters(config, cell.spec(), cell.dtype(), L_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, cell.dtype());
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cuda";
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));  // App. A: the residual at H = 0
-    (void)evaluate(false, false);
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
-    DeviceState h, f, j;
-    run_newton_iterations(Driver{*this}, cell.name(), config, k, atol, L_.time, h, f, j, stats,
-                          fmt::format("batch row(s) of {}x{} states (all of them, on the GPU)", in_.k, in_.v));
+    solve_newton(*this, cell.spec(), cell.dtype(), config, L_.time, stats);
   }
 
- private:
+  // The family operations (newton/family.hpp); the "Jacobian" is the gains G.
+  const char* backend_name() const { return "cuda"; }
+  std::string fallback_unit() const { return fmt::format("batch row(s) of {}x{} states", in_.k, in_.v); }
+  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void iterate_from_residual() {
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+  }
+  void picard_guess(std::int64_t) { throw Error("ParaM2RNN has no Picard guess"); }
+  // The batch rows still at or above atol get the sequential solution (a row is contiguous).
+  std::int64_t sequential_fallback(double atol) {
+    const std::int64_t row = L_.time * in_.k * in_.v;
+    return sequential_fallback_units<ComputeT>(
+        F_, n_, L_.batch, atol, [&](std::int64_t i) { return i / row; }, H_,
+        [&](ComputeT* target) { PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<ComputeT>(in_, target, kStream)); },
+        [&](std::int64_t b, const ComputeT* scratch) {
+          PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_ + b * row, scratch + b * row, static_cast<std::size_t>(row) * sizeof(ComputeT),
+                                             cudaMemcpyDeviceToDevice, kStream));
+        });
+  }
   double evaluate(bool with_gains, bool reduce) {
     const kernels::M2rnnResidualArgs<ComputeT> a{.in = in_, .H = H_, .residual = F_.as<ComputeT>(),
                                                  .gain = with_gains ? G_.as<ComputeT>() : nullptr,
@@ -335,19 +325,7 @@ class M2rnnDeviceSolve {
     }
   }
 
-  struct DeviceState {};
-  struct Driver {
-    M2rnnDeviceSolve& solve;
-    double residual(const DeviceState&, DeviceState&, DeviceState* G) const { return solve.evaluate(G != nullptr, true); }
-    void update(DeviceState&, const DeviceState&, DeviceState&, double omega) const { solve.update(omega); }
-    // Not converged by k_max: every batch row re-solved sequentially (the CPU re-solves the rows
-    // still above atol), and counted.
-    std::int64_t sequential_fallback(DeviceState&, double) const {
-      PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<ComputeT>(solve.in_, solve.H_, kStream));
-      return solve.L_.batch;
-    }
-  };
-
+ private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
 
   const Layout& L_;
@@ -368,7 +346,9 @@ Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const Newt
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
       cuda::DeviceBuffer H(cuda::checked_bytes(inputs.state_elems(), sizeof(ComputeT), "H"), "H");
-      cuda::DenseNewtonLoop<DenseMath, ComputeT>(inputs, H.as<ComputeT>()).solve(cell, config, stats);
+      cuda::CudaDenseFamily<DenseMath, ComputeT> family(inputs, (cell.slots() - 1) * cell.chain_slot_width(),
+                                                        H.as<ComputeT>());
+      solve_newton(family, cell.spec(), cell.dtype(), config, layout.time, stats);
       return cuda::chain_major_to_trajectory<ComputeT>(cell, layout, H);
     });
   });
