@@ -183,6 +183,15 @@ void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem,
 // Waits for the device work queued by the functions above.
 void synchronize();
 
+// The device inputs the dense, matrix-state and exact linear families share (family_inputs.cpp):
+// UnsupportedPath naming `who` unless the CUDA backend can run; W_x x + b on the device,
+// [b][t][gate_width(cell)] in the compute type (the bias row, then one GEMM per affine block
+// onto its columns, as cpu/input_affine.hpp places them); h0 in the compute type (empty
+// without h0).
+void require_available(const char* who);
+DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L);
+DeviceBuffer device_h0(const ApplyOptions& options, DType compute);
+
 // The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
 // `F` holds the residual of the final iterate (`count` compute-type values on the device);
 // `unit_of(i)` is the fallback unit of element i, of `units` in all. Units whose max|F| is at or
