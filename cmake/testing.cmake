@@ -26,7 +26,9 @@ function(pararnn_add_test)
     # travels to the GPU machine needs no CMake module there; each case exits 77 without a device
     # (or fails with PARARNN_REQUIRE_CUDA=1) and holds the GPU lock while it runs.
     target_link_libraries(${T_NAME} PRIVATE pararnn_cuda_test_main)
-    gtest_discover_tests(${T_NAME} DISCOVERY_MODE POST_BUILD TEST_LIST ${T_NAME}_TESTS
+    # The executable's name prefixes every case: the same claims are built for the host too
+    # (gradient_tests_host / gradient_tests_cuda), and ctest names must be unique.
+    gtest_discover_tests(${T_NAME} DISCOVERY_MODE POST_BUILD TEST_LIST ${T_NAME}_TESTS TEST_PREFIX "${T_NAME}:"
       PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${env}" SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
     set(resource_labels "cuda")
   else()
