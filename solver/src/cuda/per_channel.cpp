@@ -40,6 +40,7 @@
 #include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/newton_cells.hpp"
+#include "pararnn/kernels/newton_step.hpp"
 #include "pararnn/kernels/time_gate.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
@@ -305,8 +306,44 @@ class CudaPerChannelFamily {
   static constexpr int S = CellMath::kSlots;
 
   CudaPerChannelFamily(const DeviceProblem& problem, NewtonWorkspace& workspace, ComputeT* H)
-      : p_(problem), ws_(workspace), H_(H),
+      : p_(problem), ws_(workspace), out_(H), H_(H),
         n_(problem.batch * problem.time * S * problem.channels) {}
+
+  // The fused strategy (NewtonWorkspace::fused): one kernel evaluates max|F| of H and computes
+  // the candidate H + ωδ into the other iterate buffer; the driver commits it or, on the seed's
+  // early stop, keeps H.
+  bool fused() const { return ws_.fused; }
+  double evaluate_and_step(double omega) {
+    ComputeT* next = H_ == out_ ? ws_.iterate.as<ComputeT>() : out_;
+    const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
+                                              .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+                                              .h0 = static_cast<const ComputeT*>(p_.h0),
+                                              .h0_row = p_.h0_row,
+                                              .head = p_.head,
+                                              .H_in = H_,
+                                              .H_out = next,
+                                              .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .batch = p_.batch,
+                                              .time = p_.time,
+                                              .channels = p_.channels,
+                                              .omega = omega};
+    PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
+        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
+    candidate_ = next;
+    ComputeT max_abs = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
+                                       cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return static_cast<double>(max_abs);
+  }
+  void commit_step() { H_ = candidate_; }
+  // The solve's result belongs in the caller's buffer.
+  void finish() {
+    if (H_ != out_) {
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out_, H_, bytes(), cudaMemcpyDeviceToDevice, kStream));
+      H_ = out_;
+    }
+  }
 
   const char* backend_name() const { return "cuda"; }
   std::string fallback_unit() const {
@@ -400,7 +437,9 @@ class CudaPerChannelFamily {
 
   const DeviceProblem& p_;
   NewtonWorkspace& ws_;
-  ComputeT* H_;
+  ComputeT* out_;                  // the caller's buffer
+  ComputeT* H_;                    // the current iterate: out_, or the workspace's second iterate
+  ComputeT* candidate_ = nullptr;  // fused: the iterate the last step computed
   std::int64_t n_;
 };
 
@@ -599,15 +638,23 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
-                                 std::int64_t time, std::int64_t channels, bool deterministic)
+                                 std::int64_t time, std::int64_t channels, bool deterministic,
+                                 NewtonStrategy strategy)
     : tiling{.algorithm = deterministic ? kernels::ScanAlgorithm::three_phase
-                                        : kernels::ScanAlgorithm::single_pass} {
+                                        : kernels::ScanAlgorithm::single_pass},
+      fused(strategy == NewtonStrategy::fused_step || (strategy == NewtonStrategy::automatic && !deterministic)) {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
       const std::int64_t n = batch * time * S * channels;
       residual = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "F"), "the residual F");
-      jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+      if (fused) {
+        iterate = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "H'"), "the second iterate H'");
+        step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(batch, time, channels),
+                                      "the fused Newton step workspace");
+      } else {
+        jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+      }
       scan_workspace = DeviceBuffer(
           kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels, tiling),
           "the scan workspace");

@@ -143,12 +143,23 @@ struct DeviceProblem {
 // solve repeats bit for bit (training: recompute re-solves the forward's H*); otherwise the
 // single-pass scan, whose look-back may combine a chunk's predecessors differently from run to
 // run (the same sum, re-associated).
+//
+// The strategy of the per-channel solve (newton/driver.hpp runs either): `host_driven`, one
+// residual kernel, one scan and one axpy per iteration (F and J through memory); `fused_step`,
+// one fused kernel per iteration (kernels/newton_step.hpp: F, J in registers, the single-pass
+// scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step unless the solve
+// must be deterministic (the fused kernel's single-pass look-back re-associates from run to run;
+// training's recompute needs the three-phase scan's fixed association).
+enum class NewtonStrategy { automatic, host_driven, fused_step };
 class NewtonWorkspace {
  public:
   NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
-                  std::int64_t channels, bool deterministic = false);
+                  std::int64_t channels, bool deterministic = false,
+                  NewtonStrategy strategy = NewtonStrategy::automatic);
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
+  DeviceBuffer iterate, step_workspace;  // fused_step: the second iterate and the kernel's workspace
   kernels::ScanTiling tiling;
+  bool fused = false;
 };
 
 // One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to

@@ -60,8 +60,24 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
   // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
   const bool adaptive = k.adaptive && atol.has_value();
   const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+  // A family with a fused strategy (family.hpp) evaluates and steps in one pass; the step is
+  // committed exactly where the host-driven strategy would update.
+  bool fused = false;
+  if constexpr (requires { family.fused(); }) fused = family.fused();
+  const auto evaluate_for_update = [&] {
+    if constexpr (requires { family.evaluate_and_step(config.omega); }) {
+      if (fused) return family.evaluate_and_step(config.omega);
+    }
+    return family.evaluate(/*jacobian=*/true, /*reduce=*/true);
+  };
+  const auto apply_update = [&] {
+    if constexpr (requires { family.commit_step(); }) {
+      if (fused) return family.commit_step();
+    }
+    family.update(config.omega);
+  };
   for (std::int64_t it = 0; it < cap; ++it) {
-    const double res = family.evaluate(/*jacobian=*/true, /*reduce=*/true);
+    const double res = evaluate_for_update();
     ++stats.iters;
     stats.residual_history.push_back(res);
     if (!std::isfinite(res)) {
@@ -74,7 +90,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       final_residual = res;
       break;
     }
-    family.update(config.omega);
+    apply_update();
     ++stats.updates;
     if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
       stats.converged = true;      // and this was the one more update
@@ -97,6 +113,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
                   {"fallback_tiles", stats.fallback_tiles},
                   {"cell", std::string(spec.name)}, {"T", time}});
   }
+  if constexpr (requires { family.finish(); }) family.finish();
 }
 
 }  // namespace pararnn::detail
