@@ -226,17 +226,10 @@ class DenseSolver {
   // Replaces every chain whose residual is not below `atol` by its sequential solution in the
   // compute type; returns the number of chains replaced.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
-    std::vector<std::int64_t> todo;
-    for (std::int64_t i = 0; i < chains(); ++i)
-      if (!(chain_residual_[static_cast<std::size_t>(i)] < atol)) todo.push_back(i);
-    const auto count = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t chain = todo[static_cast<std::size_t>(k)];
+    return host_fallback_units(chain_residual_, atol, [&](std::int64_t chain) {
       sequential_chain<ComputeT>(chain, H.data() + chain * chain_elems(),
                                  [&](std::int64_t t, std::int64_t i) { return t * n_ + i; });
-    }
-    return count;
+    });
   }
 
   double residual_of(const TensorView& H_view) const {

@@ -163,16 +163,8 @@ class M2rnnSolver {
   // Replaces every row whose residual is not below `atol` by its sequential solution in the
   // compute type; returns the number of rows replaced.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
-    std::vector<std::int64_t> todo;
-    for (std::int64_t b = 0; b < L_.batch; ++b)
-      if (!(row_residual_[static_cast<std::size_t>(b)] < atol)) todo.push_back(b);
-    const auto count = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t b = todo[static_cast<std::size_t>(k)];
-      sequential_row<ComputeT>(b, H.data() + b * row_elems());
-    }
-    return count;
+    return host_fallback_units(row_residual_, atol,
+                               [&](std::int64_t b) { sequential_row<ComputeT>(b, H.data() + b * row_elems()); });
   }
 
   double residual_of(const TensorView& H_view) const {

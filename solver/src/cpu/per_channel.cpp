@@ -353,17 +353,10 @@ class CpuSolver {
   // converge by k_max, so that the default path never returns a silently wrong trajectory.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
     const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
-    std::vector<std::int64_t> todo;
-    for (std::int64_t i = 0; i < L_.batch * tiles; ++i)
-      if (!(tile_residual_[static_cast<std::size_t>(i)] < atol)) todo.push_back(i);
-    const auto n = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const std::int64_t b = todo[static_cast<std::size_t>(k)] / tiles;
-      const std::int64_t c0 = (todo[static_cast<std::size_t>(k)] % tiles) * kChannelTile;
+    return host_fallback_units(tile_residual_, atol, [&](std::int64_t unit) {
+      const std::int64_t b = unit / tiles, c0 = (unit % tiles) * kChannelTile;
       sequential_tile<ComputeT>(b, c0, std::min(L_.d_h, c0 + kChannelTile), H.data() + b * row_elems());
-    }
-    return n;
+    });
   }
 
   double residual_of(const TensorView& H_view) const {

@@ -59,6 +59,20 @@ inline std::int64_t gate_width(const Cell& cell) {
   return cell.spec().gates * (cell.affine_rows(first) / first.gates);
 }
 
+// The fallback of a CPU family (the CUDA one is cuda::sequential_fallback_units): every unit
+// whose max|F| at the last evaluation (`unit_max`) is at or above `atol` (NaN included) is
+// re-solved by `solve(unit)`, units in parallel; returns how many were.
+template <class Solve>
+std::int64_t host_fallback_units(const std::vector<double>& unit_max, double atol, Solve&& solve) {
+  std::vector<std::int64_t> flagged;
+  for (std::size_t u = 0; u < unit_max.size(); ++u)
+    if (!(unit_max[u] < atol)) flagged.push_back(static_cast<std::int64_t>(u));
+  const auto count = static_cast<std::int64_t>(flagged.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t k = 0; k < count; ++k) solve(flagged[static_cast<std::size_t>(k)]);
+  return count;
+}
+
 // The iterate of a CPU family in host vectors (the compute type): H, F and J (or M2RNN's
 // gains), owned here, with the family operations of the driver forwarded to a CPU solver that
 // supplies
