@@ -1,7 +1,8 @@
 // pararnn_bench_newton: the CUDA backend's generic Newton forward (residual kernel, scan, cuBLAS
 // axpy; one host read of max|F| per iteration) for GRU-diag at the reference shape S1 (B = 8,
 // T = 65536, d_h = 256, f32), with K = 3 fixed and with the default adaptive K, beside the
-// sequential kernel at the same shape, the input GEMM, and the public newton_apply end to end.
+// sequential kernel at the same shape, the input GEMM, and the public newton_apply end to end; the
+// host-driven strategy (residual, scan, axpy) and the fused step (kernels/newton_step.hpp) both.
 // Prints one JSON object on stdout.
 //
 // Method (PERFORMANCE.md "How to measure"): CUDA events on the legacy default stream (the one
@@ -30,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_backend.hpp"
+#include "cuda/runtime.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/solver.hpp"
 
@@ -179,18 +180,24 @@ int main(int argc, char** argv) {
 
   const cuda::DeviceProblem problem{.wx = d_wx.get(), .recurrent = d_rec.get(), .batch = B,
                                     .time = T, .channels = D};
-  cuda::NewtonWorkspace workspace(CellKind::gru, DType::f32, B, T, D);
+  // Both strategies of the per-channel family (cuda/runtime.hpp NewtonStrategy), same inputs.
+  cuda::NewtonWorkspace generic(CellKind::gru, DType::f32, B, T, D, false, cuda::NewtonStrategy::host_driven);
+  cuda::NewtonWorkspace fused(CellKind::gru, DType::f32, B, T, D, false, cuda::NewtonStrategy::fused_step);
   const std::size_t h_bytes = static_cast<std::size_t>(n) * sizeof(float);
-  DeviceBuffer d_H_k3(h_bytes), d_H_adaptive(h_bytes), d_H_seq(h_bytes);
+  DeviceBuffer d_H_k3(h_bytes), d_H_adaptive(h_bytes), d_H_seq(h_bytes), d_H_fused_k3(h_bytes),
+      d_H_fused_adaptive(h_bytes);
   const double token_channels = static_cast<double>(n);
-  auto newton_figures = [&](const NewtonConfig& config, const DeviceBuffer& H, const char* name) {
+  auto newton_figures = [&](const NewtonConfig& config, const DeviceBuffer& H, const char* name,
+                            cuda::NewtonWorkspace& workspace) {
     NewtonStats stats;
     const double ms = median_ms(warmup, runs, [&] {
       cuda::newton_solve(cell.spec(), DType::f32, problem, config, H.get(), workspace, stats);
     });
     // The guess, every update's iteration, and the evaluations without an update (the early
-    // stop's or the final residual).
-    const double bytes = token_channels * (32.0 + 48.0 * static_cast<double>(stats.updates) +
+    // stop's or the final residual). Fused: an iteration reads W_x x (12 B) and H (4 B) and
+    // writes H' (4 B); the final residual evaluation is the residual kernel's 20 B.
+    const double per_update = workspace.fused ? 20.0 : 48.0;
+    const double bytes = token_channels * (32.0 + per_update * static_cast<double>(stats.updates) +
                                            20.0 * static_cast<double>(stats.iters - stats.updates + 1));
     out[name] = {{"ms", ms},
                  {"k", stats.k.k},
@@ -204,8 +211,12 @@ int main(int argc, char** argv) {
                  {"effective_tb_per_s", bytes / (ms * 1e-3) / 1e12},
                  {"ratio_to_copy", bytes / (ms * 1e-3) / 1e12 / copy_tb_per_s}};
   };
-  newton_figures(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, d_H_k3, "newton_k3_fixed");
-  newton_figures(NewtonConfig{}, d_H_adaptive, "newton_adaptive_default");
+  newton_figures(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, d_H_k3, "newton_k3_fixed", generic);
+  newton_figures(NewtonConfig{}, d_H_adaptive, "newton_adaptive_default", generic);
+  newton_figures(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, d_H_fused_k3, "fused_k3_fixed", fused);
+  newton_figures(NewtonConfig{}, d_H_fused_adaptive, "fused_adaptive_default", fused);
+  out["fused_vs_generic_k3_speedup"] =
+      out["newton_k3_fixed"]["ms"].get<double>() / out["fused_k3_fixed"]["ms"].get<double>();
 
   // The sequential kernel (one thread per chain), same inputs.
   {
@@ -234,8 +245,9 @@ int main(int argc, char** argv) {
   // Correctness of what was timed: 16 chains against the CPU sequential loop (f32 state).
   {
     const std::vector<float> wx = download(d_wx), H_k3 = download(d_H_k3),
-                             H_adaptive = download(d_H_adaptive), H_seq = download(d_H_seq);
-    double err_k3 = 0, err_adaptive = 0, err_seq = 0;
+                             H_adaptive = download(d_H_adaptive), H_seq = download(d_H_seq),
+                             H_fused_k3 = download(d_H_fused_k3), H_fused_adaptive = download(d_H_fused_adaptive);
+    double err_k3 = 0, err_adaptive = 0, err_seq = 0, err_fused_k3 = 0, err_fused_adaptive = 0;
     auto worse = [](double e, double d) { return std::isnan(d) ? INFINITY : std::max(e, d); };
     const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
     std::int64_t checked = 0;
@@ -254,6 +266,8 @@ int main(int argc, char** argv) {
         err_k3 = worse(err_k3, std::fabs(static_cast<double>(H_k3[i]) - h));
         err_adaptive = worse(err_adaptive, std::fabs(static_cast<double>(H_adaptive[i]) - h));
         err_seq = worse(err_seq, std::fabs(static_cast<double>(H_seq[i]) - h));
+        err_fused_k3 = worse(err_fused_k3, std::fabs(static_cast<double>(H_fused_k3[i]) - h));
+        err_fused_adaptive = worse(err_fused_adaptive, std::fabs(static_cast<double>(H_fused_adaptive[i]) - h));
       }
     }
     const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = "gru", .backend = "cuda"});
@@ -263,8 +277,11 @@ int main(int argc, char** argv) {
                                       {"newton_k3_fixed_max_abs", err_k3},
                                       {"newton_adaptive_default_max_abs", err_adaptive},
                                       {"sequential_kernel_max_abs", err_seq},
+                                      {"fused_k3_fixed_max_abs", err_fused_k3},
+                                      {"fused_adaptive_default_max_abs", err_fused_adaptive},
                                       {"all_within_tau", err_k3 <= tau.atol && err_adaptive <= tau.atol &&
-                                                             err_seq <= tau.atol}};
+                                                             err_seq <= tau.atol && err_fused_k3 <= tau.atol &&
+                                                             err_fused_adaptive <= tau.atol}};
   }
   std::cout << out.dump(2) << std::endl;
   return 0;

@@ -5,7 +5,8 @@ set(_pararnn_forbidden
   "pararnn_cells:pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels"
   "pararnn_reference:pararnn_cells;pararnn_solver;pararnn_contracts;pararnn_kernels"
   "pararnn_kernels:pararnn_reference;pararnn_solver;pararnn_contracts"
-  "pararnn_solver:pararnn_reference;pararnn_contracts"
+  "pararnn_solver:pararnn_reference;pararnn_contracts;pararnn_numerics"
+  "pararnn_numerics:pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels;pararnn_reports"
   "pararnn_contracts:pararnn_reports")
 foreach(rule IN LISTS _pararnn_forbidden)
   string(REPLACE ":" ";" parts "${rule}")

@@ -161,13 +161,49 @@ TEST(CudaBackend, UnconvergedAdaptiveSolveReturnsTheSequentialAnswerWithAWarning
     ++fallbacks;
     SCOPED_TRACE(p.describe());
     EXPECT_TRUE(capture.contains("newton_residual_high"));
-    EXPECT_EQ(stats.fallback_tiles, p.batch);  // 32 channels: one tile of 64 per batch row
+    // 32 channels: one tile of 64 per batch row; only the rows still above residual_atol are
+    // re-solved, the same ones as on the CPU.
+    NewtonStats cpu_stats;
+    (void)newton_apply(cell, x, on(ScanBackend::cpu, {.k_max = 1}), {}, &cpu_stats);
+    EXPECT_GE(stats.fallback_tiles, 1);
+    EXPECT_LE(stats.fallback_tiles, p.batch);
+    EXPECT_EQ(stats.fallback_tiles, cpu_stats.fallback_tiles);
     EXPECT_EQ(stats.updates, 3);
     const Tensor H_seq = sequential_apply(cell, x, ScanBackend::cpu);
     const ComparisonResult c = compare(H, H_seq, cuda_tau(p.dtype, p.cell));
     EXPECT_TRUE(c.ok()) << c.describe();
   }
   EXPECT_GT(fallbacks, 0) << "no unconverged case found: the fallback is untested";
+}
+
+// The fallback unit is the same on both backends (newton/family.hpp): a 64-channel tile of a
+// batch row, a dense chain, an M2RNN batch row. With hard weights and k_max = 1 the GPU replaces
+// the same units as the CPU by their sequential solution, and the results agree within τ.
+TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
+  const std::vector<CellOptions> variants = {
+      // Chosen (on the CPU) so that some units fall back and others converge: 3 of 9 tiles
+      // (160 channels: tiles of 64, 64 and 32), 4 of 12 chains, 1 of 3 rows.
+      {.cell = "gru", .d_in = 3, .d_h = 160, .max_recurrent_norm = std::nullopt, .weight_std = 0.5},
+      {.cell = "slstm", .mix = "head", .d_in = 3, .d_h = 8, .n_heads = 4, .max_recurrent_norm = std::nullopt,
+       .weight_std = 0.4},
+      {.cell = "m2rnn", .d_in = 3, .weight_std = 0.27, .k_dim = 3, .v_dim = 4}};
+  for (const CellOptions& options : variants) {
+    SCOPED_TRACE(options.cell + " " + options.mix);
+    const Cell cell = Cell::initialise(options, DType::f32, 5);
+    const Tensor x = generated_case_input(DType::f32, 3, 512, 3, 6);
+    const QuietWarnings quiet;
+    NewtonConfig config{.residual_fail = std::nullopt};
+    config.k_max = 1;
+    NewtonStats gpu_stats, cpu_stats;
+    const Tensor gpu = newton_apply(cell, x, on(ScanBackend::cuda, config), {}, &gpu_stats);
+    const Tensor cpu = newton_apply(cell, x, on(ScanBackend::cpu, config), {}, &cpu_stats);
+    EXPECT_GT(cpu_stats.fallback_tiles, 0) << "no unit fell back: the case does not test the fallback";
+    const std::int64_t units = options.cell == "gru" ? 9 : options.cell == "slstm" ? 12 : 3;
+    EXPECT_LT(cpu_stats.fallback_tiles, units) << "every unit fell back: the case does not test a partial fallback";
+    EXPECT_EQ(gpu_stats.fallback_tiles, cpu_stats.fallback_tiles);
+    const ComparisonResult c = compare(gpu, cpu, cuda_tau(DType::f32, options.cell));
+    EXPECT_TRUE(c.ok()) << c.describe();
+  }
 }
 
 TEST(CudaBackend, SequentialLoopEqualsTheCpuLoopWithinTau) {

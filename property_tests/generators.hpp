@@ -107,8 +107,9 @@ inline CellOptions label_options(const std::string& label) {
 }
 
 // Every per-channel cell and variant the properties run over.
-inline const std::vector<std::string> kPerChannelCellLabels = {"gru",        "lstm", "nlru", "slstm",
-                                                               "cfc", "cfc:diag_h", "titans"};
+#define PARARNN_CELL_LABEL(kind, Math, label) label,
+inline const std::vector<std::string> kPerChannelCellLabels = {PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_LABEL)};
+#undef PARARNN_CELL_LABEL
 
 // `max_time` bounds T (the generator still shrinks toward T = 1).
 inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<std::string> cells,

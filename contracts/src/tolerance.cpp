@@ -133,6 +133,44 @@ std::string_view metric_name(Metric metric) {
   return "?";
 }
 
+Tolerance oracle_band(OracleBand band) {
+  switch (band) {
+    case OracleBand::double_vs_float128:
+      return {1e-12, 0.0, "double rounds at 1.1e-16 a step on O(1) states over T <= 64: far below the f32 tau"};
+    case OracleBand::float128_vs_bin50:
+      return {1e-28, 0.0, "float128 rounds at 1e-34 a step: far below the f64 tau of 1e-10"};
+    case OracleBand::same_math_in_double:
+      return {1e-14, 0.0, "the same equations in double in another order (scalars vs matrix form, GEMM vs loop): "
+                          "a few roundings of O(1) values"};
+    case OracleBand::jacobian_vs_differences:
+      return {1e-13, 0.0, "AD Jacobian rounded to double vs float128 central differences (accurate to ~1e-22): "
+                          "O(1) entries, a few double roundings"};
+    case OracleBand::continuation_from_rounded_state:
+      return {1e-13, 0.0, "an f64 unroll continued from its own rounded state: a 1e-16 perturbation carried by a "
+                          "contracting cell over a few steps"};
+    case OracleBand::spec_jacobian_vs_ad:
+      return {1e-14, 0.0, "sLSTM's hand-written Jacobian (spec §1.4) vs AD, both in double: O(1) entries a few "
+                          "roundings apart"};
+    case OracleBand::gradient_double_vs_differences:
+      return {0.0, 1e-14, "BPTT by AD in double vs float128 differences, relative to max(1, |gradient|): a few "
+                          "double roundings a step over T <= 8 (seen 9e-16)"};
+    case OracleBand::gradient_float128_vs_differences:
+      return {0.0, 5e-16, "BPTT by AD in float128 rounded once to double (2^-53 relative) vs the differences, "
+                          "relative to max(1, |gradient|) (seen 6e-17)"};
+    case OracleBand::gradient_double_vs_float128:
+      return {5e-13, 0.0, "gradient certification, double vs float128: gradients O(10) (sLSTM O(100)), double "
+                          "loses ~1e-16 relative a step over T <= 30 (seen 1.8e-15; sLSTM 5.2e-14)"};
+    case OracleBand::gradient_float128_vs_bin50:
+      return {1e-30, 0.0, "gradient certification, float128 vs cpp_bin_float_50: float128 rounds at 1e-34 "
+                          "relative (seen 1.5e-33)"};
+    case OracleBand::tie_vs_differences:
+      return {0.0, 1e-8, "at the sLSTM max's tie the central difference is the mean of the one-sided derivatives "
+                         "plus (L''+ - L''-)·eps/4 = 2.3e-10·|L''+ - L''-|, second derivatives O(1); relative to "
+                         "max(1, |gradient|)"};
+  }
+  return {};
+}
+
 Tolerance tolerance_for(const ToleranceQuery& query) {
   {
     std::lock_guard lock(registry_mutex());

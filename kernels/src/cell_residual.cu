@@ -97,20 +97,10 @@ template std::size_t cell_residual_workspace_bytes<double>();
 #define PARARNN_INSTANTIATE_CELL_RESIDUAL(CELL, STORAGE)                                     \
   template cudaError_t launch_cell_residual<CELL, STORAGE>(const CellResidualArgs<STORAGE>&, \
                                                            void*, std::size_t, cudaStream_t);
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::GruDiagMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::GruDiagMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::LstmMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::NlruMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::TitansMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::TitansMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::CfcDiagHMath, double)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::SlstmDiagMath, float)
-PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::SlstmDiagMath, double)
+#define PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL(kind, Math, label) \
+  PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::Math, float) PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::Math, double)
+PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL)
+#undef PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL
 #undef PARARNN_INSTANTIATE_CELL_RESIDUAL
 
 }  // namespace pararnn::kernels

@@ -97,13 +97,9 @@ cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStre
 #define PARARNN_INSTANTIATE_CELL_VJP(CELL)                                                     \
   template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);  \
   template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);
-PARARNN_INSTANTIATE_CELL_VJP(cells::GruDiagMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::LstmMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::NlruMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::TitansMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::CfcMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::CfcDiagHMath)
-PARARNN_INSTANTIATE_CELL_VJP(cells::SlstmDiagMath)
+#define PARARNN_INSTANTIATE_CELL_VJP_CELL(kind, Math, label) PARARNN_INSTANTIATE_CELL_VJP(cells::Math)
+PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_VJP_CELL)
+#undef PARARNN_INSTANTIATE_CELL_VJP_CELL
 #undef PARARNN_INSTANTIATE_CELL_VJP
 
 }  // namespace pararnn::kernels

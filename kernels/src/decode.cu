@@ -3,12 +3,7 @@
 
 #include <cstdint>
 
-#include "pararnn/cells/cfc.hpp"
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
-#include "pararnn/cells/nlru.hpp"
-#include "pararnn/cells/slstm_diag.hpp"
-#include "pararnn/cells/titans.hpp"
+#include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/decode.hpp"
 
 namespace pararnn::kernels {
@@ -68,13 +63,9 @@ cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t strea
   template cudaError_t launch_decode_step<CELL, __half>(const DecodeArgs<__half>&, cudaStream_t); \
   template cudaError_t launch_decode_step<CELL, __nv_bfloat16>(const DecodeArgs<__nv_bfloat16>&, \
                                                                cudaStream_t);
-PARARNN_INSTANTIATE_DECODE_CELL(cells::GruDiagMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::LstmMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::NlruMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::SlstmDiagMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::CfcMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::CfcDiagHMath)
-PARARNN_INSTANTIATE_DECODE_CELL(cells::TitansMath)
+#define PARARNN_INSTANTIATE_DECODE_LISTED(kind, Math, label) PARARNN_INSTANTIATE_DECODE_CELL(cells::Math)
+PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_DECODE_LISTED)
+#undef PARARNN_INSTANTIATE_DECODE_LISTED
 #undef PARARNN_INSTANTIATE_DECODE_CELL
 
 }  // namespace pararnn::kernels

@@ -116,6 +116,26 @@ __device__ __forceinline__ void store_state(T* delta, int64_t b, int64_t t, int6
   }
 }
 
+// Where the single-pass scan reads its elements and writes its states: the Source of
+// scan_single_pass_kernel. BufferSource is the scan of kernels/scan.hpp (J and r from memory,
+// δ in place of r); the fused Newton step (newton_step.cu) computes its elements from the cell
+// instead. A Source supplies load(b, t, c0, restart, e) (J is not read at a restart),
+// store(b, t, c0, x) and finish() (called once by every thread at the end of the kernel).
+template <int S, class T, int V, bool kReverse>
+struct BufferSource {
+  const T* __restrict__ jac;
+  T* delta;
+  int64_t time, channels;
+  __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart,
+                                       cells::AffineElement<S, T> (&e)[V]) {
+    load_element<S, T, V, kReverse>(jac, delta, b, t, time, channels, c0, restart, e);
+  }
+  __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, const T (&x)[V][S]) {
+    store_state<S, T, V>(delta, b, t, time, channels, c0, x);
+  }
+  __device__ __forceinline__ void finish() {}
+};
+
 // acc ← e (first element or restart) or e ∘ acc.
 template <int S, class T>
 __device__ __forceinline__ void fold_into(cells::AffineElement<S, T>& acc,
@@ -193,10 +213,9 @@ __device__ __forceinline__ void publish_flag(unsigned* flag, unsigned value) {
   }
 }
 
-template <int S, class T, int V, bool kReverse>
+template <int S, class T, int V, bool kReverse, class Source>
 __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
-    scan_single_pass_kernel(const T* __restrict__ jac, T* __restrict__ delta,
-                            const std::uint8_t* __restrict__ head, ScanGeometry g,
+    scan_single_pass_kernel(Source src, const std::uint8_t* __restrict__ head, ScanGeometry g,
                             unsigned* ticket, unsigned* flags, T* aggregates, T* inclusives) {
   using Elem = cells::AffineElement<S, T>;
   constexpr int kSteps = SinglePassLimits<S>::kSteps;
@@ -240,8 +259,7 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       const int64_t t = time_at<kReverse>(group_start + u, g.time);
       restart[u] = is_restart<kReverse>(head, t, g.time);
       if (active) {
-        load_element<S, T, V, kReverse>(jac, delta, b, t, g.time, g.channels, c0, restart[u],
-                                        e[u]);
+        src.load(b, t, c0, restart[u], e[u]);
       } else {
 #pragma unroll
         for (int v = 0; v < V; ++v) e[u][v] = Elem::identity();
@@ -459,11 +477,11 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       if (u < n_valid) {
 #pragma unroll
         for (int v = 0; v < V; ++v) advance(e[u][v], restart[u], prev[v]);
-        store_state<S, T, V>(delta, b, time_at<kReverse>(group_start + u, g.time), g.time,
-                             g.channels, c0, prev);
+        src.store(b, time_at<kReverse>(group_start + u, g.time), c0, prev);
       }
     }
   }
+  src.finish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -652,6 +670,42 @@ inline bool aligned_to(const void* p, std::size_t a) {
   return reinterpret_cast<std::uintptr_t>(p) % a == 0;
 }
 
+// One single-pass launch over `source`'s elements (the workspace of single_pass_layout).
+template <int S, class T, int V, bool kReverse, class Source>
+cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int64_t batch, int64_t time,
+                            int64_t channels, int64_t chunk, void* workspace, std::size_t workspace_bytes,
+                            cudaStream_t stream) {
+  ScanGeometry g;
+  g.batch = batch;
+  g.time = time;
+  g.channels = channels;
+  g.chunk = chunk;
+  g.n_chunks = (time + chunk - 1) / chunk;
+  g.n_ctiles = (channels + 32 * V - 1) / (32 * V);
+  g.n_tiles = batch * g.n_ctiles;
+  auto* base = static_cast<unsigned char*>(workspace);
+  const SinglePassLayout l = single_pass_layout(S, sizeof(T), V, batch, time, channels, chunk);
+  if (workspace_bytes < l.total) return cudaErrorInvalidValue;
+  if (l.n_blocks > INT_MAX) return cudaErrorInvalidValue;
+  // Largest steps per thread that divides the chunk within the group limit.
+  int steps = 0;
+  for (int s = SinglePassLimits<S>::kSteps; s >= 1; --s)
+    if (chunk % s == 0 && chunk / s <= SinglePassLimits<S>::kGroups) {
+      steps = s;
+      break;
+    }
+  if (steps == 0) return cudaErrorInvalidValue;
+  g.steps = steps;
+  g.groups = static_cast<int>(chunk / steps);
+  if (cudaError_t e = cudaMemsetAsync(base, 0, l.zeroed, stream); e != cudaSuccess) return e;
+  const std::size_t smem = static_cast<std::size_t>(g.groups) * (S * S + S) * 32 * V * sizeof(T);
+  scan_single_pass_kernel<S, T, V, kReverse, Source>
+      <<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
+          source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
+          reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));
+  return cudaGetLastError();
+}
+
 template <int S, class T, int V, bool kReverse>
 cudaError_t run_scan(const ScanArgs<T>& a, int64_t chunk, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
@@ -665,32 +719,10 @@ cudaError_t run_scan(const ScanArgs<T>& a, int64_t chunk, void* workspace,
   g.n_tiles = a.batch * g.n_ctiles;
   auto* base = static_cast<unsigned char*>(workspace);
 
-  if (a.tiling.algorithm == ScanAlgorithm::single_pass) {
-    const SinglePassLayout l =
-        single_pass_layout(S, sizeof(T), V, a.batch, a.time, a.channels, chunk);
-    if (workspace_bytes < l.total) return cudaErrorInvalidValue;
-    if (l.n_blocks > INT_MAX) return cudaErrorInvalidValue;
-    // Largest steps per thread that divides the chunk within the group limit.
-    int steps = 0;
-    for (int s = SinglePassLimits<S>::kSteps; s >= 1; --s)
-      if (chunk % s == 0 && chunk / s <= SinglePassLimits<S>::kGroups) {
-        steps = s;
-        break;
-      }
-    if (steps == 0) return cudaErrorInvalidValue;
-    g.steps = steps;
-    g.groups = static_cast<int>(chunk / steps);
-    if (cudaError_t e = cudaMemsetAsync(base, 0, l.zeroed, stream); e != cudaSuccess) return e;
-    const std::size_t smem =
-        static_cast<std::size_t>(g.groups) * (S * S + S) * 32 * V * sizeof(T);
-    scan_single_pass_kernel<S, T, V, kReverse>
-        <<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem,
-           stream>>>(a.jac, a.delta, a.head, g, reinterpret_cast<unsigned*>(base),
-                     reinterpret_cast<unsigned*>(base + l.flags),
-                     reinterpret_cast<T*>(base + l.aggregate),
-                     reinterpret_cast<T*>(base + l.inclusive));
-    return cudaGetLastError();
-  }
+  if (a.tiling.algorithm == ScanAlgorithm::single_pass)
+    return run_single_pass<S, T, V, kReverse>(
+        BufferSource<S, T, V, kReverse>{a.jac, a.delta, a.time, a.channels}, a.head, a.batch, a.time,
+        a.channels, chunk, workspace, workspace_bytes, stream);
 
   const ThreePhaseLayout l = three_phase_layout(S, sizeof(T), a.batch, a.time, a.channels, chunk);
   if (workspace_bytes < l.total) return cudaErrorInvalidValue;

@@ -20,6 +20,7 @@
 #include "oracle_test_cases.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
+#include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/reference/oracle.hpp"
 
 namespace pararnn::reference {
@@ -30,24 +31,13 @@ using namespace pararnn::reference::test_cases;  // NOLINT: the shared case gene
 // Central-difference step: 2^-30. In float128 the truncation error is ε²/6·|L'''| ≈ 2e-19·|L'''|
 // and the rounding error 2^-113·|L|/ε ≈ 1e-25·|L|: the differences are exact to far below double.
 constexpr double kDifferenceStep = 0x1.0p-30;
-// AD in double (f32 cases) vs the float128 differences, relative to max(1, |gradient|): a few
-// double roundings per step through T <= 8 steps (seen: 9e-16).
-constexpr double kAdDoubleVsDifferences = 1e-14;
-// AD in float128 (f64 cases), rounded once to double (2^-53 = 1.1e-16 relative), vs the float128
-// differences, relative to max(1, |gradient|) (seen: 6e-17).
-constexpr double kAdFloat128VsDifferences = 5e-16;
-// Certification, double primary vs float128 certifier, absolute: gradients are O(10) here, up to
-// O(100) for sLSTM (its c and n accumulate over the steps, and so do their cotangents), and
-// double loses ~1e-16 relative a step over T <= 30 (seen: 1.8e-15; sLSTM 5.2e-14); far below
-// the f32 gradient tolerance of 2e-4.
-constexpr double kGradientDoubleVsFloat128 = 5e-13;
-// Certification, float128 primary vs cpp_bin_float_50 certifier, absolute: float128 rounds at
-// 1e-34 relative (seen: 1.5e-33); far below the f64 gradient tolerance of 1e-9.
-constexpr double kGradientFloat128VsBin50 = 1e-30;
-// At the tie of the sLSTM max the loss has a kink: its central difference is the mean of the
-// one-sided derivatives (the oracle's α = 1/2) plus (L''₊ - L''₋)·ε/4 ≈ 2.3e-10·|L''₊ - L''₋|,
-// with second derivatives O(1) here; relative to max(1, |gradient|).
-constexpr double kTieVsDifferences = 1e-8;
+// The oracle's internal bands come from the tolerance table (contracts/tolerance.hpp,
+// OracleBand: each with the reason for its size).
+const double kAdDoubleVsDifferences = oracle_band(OracleBand::gradient_double_vs_differences).rtol;
+const double kAdFloat128VsDifferences = oracle_band(OracleBand::gradient_float128_vs_differences).rtol;
+const double kGradientDoubleVsFloat128 = oracle_band(OracleBand::gradient_double_vs_float128).atol;
+const double kGradientFloat128VsBin50 = oracle_band(OracleBand::gradient_float128_vs_bin50).atol;
+const double kTieVsDifferences = oracle_band(OracleBand::tie_vs_differences).rtol;
 // CfC: raw Δt values below the floor 1e-4 (clamped: zero gradient) and above it, one per row.
 constexpr std::array<double, 4> kRawTimeSteps = {-0.5, 0.0, 5e-5, 0.75};
 constexpr std::array<bool, 4> kTimeStepLive = {false, false, false, true};

@@ -20,29 +20,20 @@
 #include "oracle_test_cases.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
+#include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/reference/oracle.hpp"
 
 namespace pararnn::reference {
 namespace {
 
-// Precision ladder, double vs float128: states are O(1), double rounds at 1.1e-16 a step and
-// T <= 64 here; far below the f32 tau of 1e-4, we require 1e-12 absolute.
-constexpr double kDoubleVsFloat128 = 1e-12;
-// Precision ladder, float128 vs cpp_bin_float_50: float128 rounds at 1e-34 a step; far below the
-// f64 tau of 1e-10, we require 1e-28 absolute.
-constexpr double kFloat128VsBin50 = 1e-28;
-// The same equations evaluated in double in another order (hand-written scalars vs matrix form,
-// a GEMM vs a loop for W·x): a few roundings of O(1) values.
-constexpr double kSameMathInDouble = 1e-14;
-// AD Jacobian (double or float128, rounded to double) vs float128 central differences (accurate
-// to ~1e-22): entries are O(1), so they must agree to a few double roundings.
-constexpr double kJacobianVsDifferences = 1e-13;
-// Continuing an f64 unroll from its own rounded state (h0 = H[t-1] rounded to f64): a perturbation
-// of 1e-16 carried by a contracting cell over a few steps.
-constexpr double kContinuationFromRoundedState = 1e-13;
-// The sLSTM Jacobian from the specification's hand-written formulas (§1.4) vs the oracle's AD,
-// both in double: entries are O(1) and each is a few roundings apart.
-constexpr double kSpecJacobianVsAd = 1e-14;
+// The oracle's internal bands come from the tolerance table (contracts/tolerance.hpp,
+// OracleBand: each with the reason for its size).
+const double kDoubleVsFloat128 = oracle_band(OracleBand::double_vs_float128).atol;
+const double kFloat128VsBin50 = oracle_band(OracleBand::float128_vs_bin50).atol;
+const double kSameMathInDouble = oracle_band(OracleBand::same_math_in_double).atol;
+const double kJacobianVsDifferences = oracle_band(OracleBand::jacobian_vs_differences).atol;
+const double kContinuationFromRoundedState = oracle_band(OracleBand::continuation_from_rounded_state).atol;
+const double kSpecJacobianVsAd = oracle_band(OracleBand::spec_jacobian_vs_ad).atol;
 // At the tie of the sLSTM max (test_cases::slstm_tie_case): α = β = 1/2, exactly.
 constexpr double kTieDerivative = 0.5;
 // The default clamp.

@@ -1,10 +1,11 @@
 // The solver's public entry points: validate the configuration, resolve the backend (auto:
 // cuda for device tensors, cpu for host tensors; eager = cpu; an explicit backend that cannot
-// run raises UnsupportedPath), call it, and run the residual gate. Routing by Jacobian class:
-// per_channel -> cpu_backend.cpp (or CUDA), dense -> dense_backend.cpp (or cuda_dense_backend.cpp
-// for chains of N <= 32), linear_gu (RWKV-7) -> rwkv7_backend.cpp (or cuda_dense_backend.cpp for
-// heads of d <= 64), matrix_map (M2RNN) -> m2rnn_backend.cpp (or cuda_dense_backend.cpp for
-// states whose walk fits a block's shared memory); the last three are forward-only.
+// run raises UnsupportedPath), call the family implementation through the backend table
+// (family_entry: per_channel -> cpu/per_channel.cpp or cuda/per_channel.cpp; dense ->
+// cpu/dense.cpp or cuda/dense.cpp for chains of N <= 32; linear_gu (RWKV-7) -> cpu/exact_linear.cpp
+// or cuda/dense.cpp's exact scan for heads of d <= 64; matrix_map (M2RNN) -> cpu/matrix_state.cpp
+// or cuda/dense.cpp for states whose walk fits a block's shared memory; the last three are
+// forward-only), and run the residual gate.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,6 +44,52 @@ Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
 }
 
 Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
+
+// The backend table: one row per (cell family, backend) naming that family implementation's
+// entry points (cpu/*.cpp, cuda/*.cpp; the Newton algorithm itself is newton/driver.hpp). A
+// null entry is a path the family does not have (training of the non-per-channel families).
+struct FamilyEntry {
+  Tensor (*newton)(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&, detail::Layout,
+                   NewtonStats&);
+  Tensor (*sequential)(const Cell&, const TensorView&, const ApplyOptions&, detail::Layout);
+  NewtonForward (*forward)(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                           detail::Layout);
+  NewtonGradients (*backward)(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                              const NewtonConfig&, const ApplyOptions&, detail::Layout);
+  double (*max_residual)(const Cell&, const TensorView&, const TensorView&, const ApplyOptions&, detail::Layout);
+};
+
+// RWKV-7's exact linear family has no Newton: its "solve" is the exact (G, U) scan, or the step
+// loop for scan_backend=eager.
+Tensor rwkv7_cpu_solve(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                       const ApplyOptions& options, detail::Layout layout, NewtonStats& stats) {
+  return detail::rwkv7_apply(cell, x, options, std::move(layout), config.scan_backend != ScanBackend::eager, stats);
+}
+Tensor rwkv7_cuda_solve(const Cell& cell, const TensorView& x, const NewtonConfig&, const ApplyOptions& options,
+                        detail::Layout layout, NewtonStats& stats) {
+  return detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), stats);
+}
+
+const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
+  static const FamilyEntry kCpu[] = {
+      /* per_channel */ {detail::cpu_newton_apply, detail::cpu_sequential_apply, detail::cpu_newton_forward,
+                         detail::cpu_newton_backward, detail::cpu_max_residual},
+      /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, nullptr, nullptr,
+                   detail::dense_max_residual},
+      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, nullptr, nullptr, detail::rwkv7_max_residual},
+      /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, nullptr, nullptr,
+                        detail::m2rnn_max_residual}};
+  static const FamilyEntry kCuda[] = {
+      /* per_channel */ {detail::cuda_newton_apply, detail::cuda_sequential_apply, detail::cuda_newton_forward,
+                         detail::cuda_newton_backward, nullptr},
+      /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply, nullptr, nullptr, nullptr},
+      /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, nullptr, nullptr, nullptr},
+      /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply, nullptr, nullptr,
+                        nullptr}};
+  static_assert(static_cast<int>(JacobianClass::per_channel) == 0 && static_cast<int>(JacobianClass::dense) == 1 &&
+                static_cast<int>(JacobianClass::linear_gu) == 2 && static_cast<int>(JacobianClass::matrix_map) == 3);
+  return (backend == Resolved::cuda ? kCuda : kCpu)[static_cast<int>(family)];
+}
 
 bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::dense; }
 bool is_linear_gu(const Cell& cell) { return cell.spec().jacobian == JacobianClass::linear_gu; }
@@ -235,22 +282,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   check_dense_backend(cell, backend, "newton_apply");
   check_linear_gu(cell, backend, options, &config, "newton_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
-  if (is_linear_gu(cell)) {  // no Newton: the exact scan, or the step loop for eager
-    NewtonStats local;
-    NewtonStats& s = stats ? *stats : local;
-    Tensor H = backend == Resolved::cuda
-                   ? detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), s)
-                   : detail::rwkv7_apply(cell, x, options, std::move(layout),
-                                         config.scan_backend != ScanBackend::eager, s);
-    // The exact scan has no iteration to leave its basin; what the gate can catch is a
-    // non-finite state (NaN input, or an overflow from finite input): that raises.
-    const std::vector<double> values = H.to_f64_vector();
-    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }))
-      s.max_residual = std::numeric_limits<double>::infinity();
-    detail::residual_gate(cell, config, s, x, options);
-    return H;
-  }
-  if (config.chunk_len && *config.chunk_len < layout.time) {
+  if (!is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed Newton: serial over windows, each a full solve from the previous last state.
     const NewtonConfig w = window_config(config, cell, layout.time);
     Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
@@ -279,34 +311,20 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   }
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  const bool cuda = backend == Resolved::cuda;
-  Tensor H = cuda && is_dense(cell)      ? detail::cuda_dense_newton_apply(cell, x, config, options, std::move(layout), s)
-             : cuda && is_matrix_map(cell) ? detail::cuda_m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
-             : cuda                        ? detail::cuda_newton_apply(cell, x, config, options, std::move(layout), s)
-             : is_dense(cell)       ? detail::dense_newton_apply(cell, x, config, options, std::move(layout), s)
-             : is_matrix_map(cell)    ? detail::m2rnn_newton_apply(cell, x, config, options, std::move(layout), s)
-                                      : detail::cpu_newton_apply(cell, x, config, options, std::move(layout), s);
+  Tensor H = family_entry(cell.spec().jacobian, backend).newton(cell, x, config, options, std::move(layout), s);
+  if (is_linear_gu(cell)) {
+    // The exact scan has no iteration to leave its basin; what the gate can catch is a
+    // non-finite state (NaN input, or an overflow from finite input): that raises.
+    const std::vector<double> values = H.to_f64_vector();
+    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }))
+      s.max_residual = std::numeric_limits<double>::infinity();
+  }
   detail::residual_gate(cell, config, s, x, options);
   return H;
 }
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
-  const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
-  check_matrix_map_inputs(cell, nullptr, options, "sequential_apply");
-  check_dense_backend(cell, backend, "sequential_apply");
-  check_linear_gu(cell, backend, options, nullptr, "sequential_apply");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(backend));
-  if (is_linear_gu(cell))
-    return backend == Resolved::cuda ? detail::cuda_rwkv7_sequential_apply(cell, x, options, std::move(layout))
-                                     : detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
-  if (is_dense(cell))
-    return backend == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
-                                    : detail::dense_sequential_apply(cell, x, options, std::move(layout));
-  if (is_matrix_map(cell))
-    return backend == Resolved::cuda ? detail::cuda_m2rnn_sequential_apply(cell, x, options, std::move(layout))
-                                     : detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
-  return backend == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
-                                   : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
+  return sequential_apply(cell, x, ScanBackend::auto_select, options);
 }
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
@@ -316,17 +334,7 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
   check_dense_backend(cell, resolved, "sequential_apply");
   check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
-  if (is_linear_gu(cell))
-    return resolved == Resolved::cuda ? detail::cuda_rwkv7_sequential_apply(cell, x, options, std::move(layout))
-                                      : detail::rwkv7_sequential_apply(cell, x, options, std::move(layout));
-  if (is_dense(cell))
-    return resolved == Resolved::cuda ? detail::cuda_dense_sequential_apply(cell, x, options, std::move(layout))
-                                     : detail::dense_sequential_apply(cell, x, options, std::move(layout));
-  if (is_matrix_map(cell))
-    return resolved == Resolved::cuda ? detail::cuda_m2rnn_sequential_apply(cell, x, options, std::move(layout))
-                                      : detail::m2rnn_sequential_apply(cell, x, options, std::move(layout));
-  return resolved == Resolved::cuda ? detail::cuda_sequential_apply(cell, x, options, std::move(layout))
-                                    : detail::cpu_sequential_apply(cell, x, options, std::move(layout));
+  return family_entry(cell.spec().jacobian, resolved).sequential(cell, x, options, std::move(layout));
 }
 
 NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
@@ -342,9 +350,7 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
     forward.H = newton_apply(cell, x, config, options, &forward.stats);
     return forward;
   }
-  NewtonForward forward = backend == Resolved::cuda
-                              ? detail::cuda_newton_forward(cell, x, config, options, std::move(layout))
-                              : detail::cpu_newton_forward(cell, x, config, options, std::move(layout));
+  NewtonForward forward = family_entry(cell.spec().jacobian, backend).forward(cell, x, config, options, std::move(layout));
   detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
 }
@@ -368,9 +374,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
                             *where);
   if (config.chunk_len && *config.chunk_len < layout.time)
     return windowed_backward(cell, x, forward, grad_H, config, options, layout);
-  return backend == Resolved::cuda
-             ? detail::cuda_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout))
-             : detail::cpu_newton_backward(cell, x, forward, grad_H, config, options, std::move(layout));
+  return family_entry(cell.spec().jacobian, backend).backward(cell, x, forward, grad_H, config, options, std::move(layout));
 }
 
 void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
@@ -387,10 +391,7 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
   const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
-  if (is_linear_gu(cell)) return detail::rwkv7_max_residual(cell, x, H, options, std::move(layout));
-  if (is_dense(cell)) return detail::dense_max_residual(cell, x, H, options, std::move(layout));
-  if (is_matrix_map(cell)) return detail::m2rnn_max_residual(cell, x, H, options, std::move(layout));
-  return detail::cpu_max_residual(cell, x, H, options, std::move(layout));
+  return family_entry(cell.spec().jacobian, Resolved::cpu).max_residual(cell, x, H, options, std::move(layout));
 }
 
 }  // namespace pararnn

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pararnn/cells/cell_list.hpp"
 #include "pararnn/cells/cfc.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/cells/gru_head.hpp"
@@ -274,19 +275,11 @@ inline const CellSpec& cell_spec(std::string_view name, std::string_view mix,
 template <class F>
 decltype(auto) dispatch_cell(CellKind kind, F&& f) {
   switch (kind) {
-    case CellKind::gru: return f.template operator()<cells::GruDiagMath>();
-    case CellKind::lstm: return f.template operator()<cells::LstmMath>();
-    case CellKind::nlru: return f.template operator()<cells::NlruMath>();
-    case CellKind::slstm: return f.template operator()<cells::SlstmDiagMath>();
-    case CellKind::cfc: return f.template operator()<cells::CfcMath>();
-    case CellKind::cfc_diag_h: return f.template operator()<cells::CfcDiagHMath>();
-    case CellKind::titans: return f.template operator()<cells::TitansMath>();
-    case CellKind::gru_head:
-    case CellKind::hopfield:
-    case CellKind::slstm_head:
-    case CellKind::slstm_dense:
-    case CellKind::rwkv7:
-    case CellKind::m2rnn: break;
+#define PARARNN_DISPATCH_CELL(kind_name, Math, label) \
+  case CellKind::kind_name: return f.template operator()<cells::Math>();
+    PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_DISPATCH_CELL)
+#undef PARARNN_DISPATCH_CELL
+    default: break;
   }
   throw UnsupportedPath(fmt::format("cell '{}' (mix '{}') has a {} Jacobian: it has no per-channel math",
                                     cell_spec(kind).name, cell_spec(kind).mix,

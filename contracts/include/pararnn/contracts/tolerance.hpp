@@ -54,6 +54,25 @@ struct ToleranceQuery {
 
 Tolerance tolerance_for(const ToleranceQuery& query);
 
+// The oracle's internal bands, which its own tests hold it to (reference/tests): its working
+// types against each other, its automatic differentiation against central differences, the same
+// equations in another order. Each band's `source` says why it is that size (a few roundings of
+// the coarser type over the steps of the test cases); none is a product claim.
+enum class OracleBand {
+  double_vs_float128,              // one unroll, double vs float128 (states O(1), T <= 64)
+  float128_vs_bin50,               // float128 vs cpp_bin_float_50
+  same_math_in_double,             // the same equations in double, in another order
+  jacobian_vs_differences,         // AD Jacobian vs float128 central differences
+  continuation_from_rounded_state,  // an f64 unroll continued from its own rounded state
+  spec_jacobian_vs_ad,             // sLSTM's hand-written Jacobian (spec §1.4) vs AD, in double
+  gradient_double_vs_differences,  // BPTT by AD in double vs float128 differences (relative)
+  gradient_float128_vs_differences,  // BPTT by AD in float128 vs the differences (relative)
+  gradient_double_vs_float128,     // gradient certification, double primary vs float128
+  gradient_float128_vs_bin50,      // gradient certification, float128 vs cpp_bin_float_50
+  tie_vs_differences,              // the sLSTM max at its tie: the kink's central difference
+};
+Tolerance oracle_band(OracleBand band);
+
 // Registers an override for as long as the object lives (innermost wins); thread-safe.
 class ScopedToleranceOverride {
  public:

@@ -1,24 +1,17 @@
-// Which per-channel cell maths the Newton kernels (cell_residual.hpp, sequential.hpp) are
-// instantiated for: the one list the CUDA backend dispatches on and the CUDA tests select by.
-// Every per-channel cell is among them (sLSTM-diag: the 4x4 scan, S = 4).
+// Which per-channel cell maths the Newton kernels (cell_residual.hpp, sequential.hpp, cell_vjp.hpp,
+// decode.hpp) are instantiated for: every cell of the one list (cells/cell_list.hpp), which the
+// CUDA backend dispatches on and the CUDA tests select by.
 #pragma once
 
 #include <type_traits>
 
-#include "pararnn/cells/cfc.hpp"
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
-#include "pararnn/cells/nlru.hpp"
-#include "pararnn/cells/slstm_diag.hpp"
-#include "pararnn/cells/titans.hpp"
+#include "pararnn/cells/cell_list.hpp"
 
 namespace pararnn::kernels {
 
+#define PARARNN_IS_LISTED_CELL(kind, Math, label) || std::is_same_v<CellMath, cells::Math>
 template <class CellMath>
-inline constexpr bool kHasNewtonKernels =
-    std::is_same_v<CellMath, cells::GruDiagMath> || std::is_same_v<CellMath, cells::LstmMath> ||
-    std::is_same_v<CellMath, cells::NlruMath> || std::is_same_v<CellMath, cells::TitansMath> ||
-    std::is_same_v<CellMath, cells::CfcMath> || std::is_same_v<CellMath, cells::CfcDiagHMath> ||
-    std::is_same_v<CellMath, cells::SlstmDiagMath>;
+inline constexpr bool kHasNewtonKernels = false PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_IS_LISTED_CELL);
+#undef PARARNN_IS_LISTED_CELL
 
 }  // namespace pararnn::kernels

@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "newton_loop.hpp"
+#include "cpu/input_affine.hpp"
+#include "newton/driver.hpp"
 
 namespace pararnn::detail {
 namespace {
@@ -64,19 +65,6 @@ class M2rnnSolver {
   }
 
   std::vector<ComputeT> zeros() const { return std::vector<ComputeT>(static_cast<std::size_t>(L_.d_h)); }
-
-  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except h0 at t = 0.
-  std::vector<ComputeT> initial_guess() const {
-    std::vector<ComputeT> H(static_cast<std::size_t>(L_.batch * row_elems()));
-    parallel_rows([&](std::int64_t b) {
-      const std::vector<ComputeT> zero = zeros();
-      ComputeT* H_row = H.data() + b * row_elems();
-      for (std::int64_t t = 0; t < L_.time; ++t)
-        M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), prev_state(nullptr, b, t, zero),
-                        H_row + t * L_.d_h, static_cast<ComputeT*>(nullptr));
-    });
-    return H;
-  }
 
   // F = f(prepend(H)) − H and (optionally) the gains G; returns max|F| (NaN if any is NaN);
   // remembers max|F| per row for the sequential fallback.
@@ -136,17 +124,13 @@ class M2rnnSolver {
     return out;
   }
 
+  // The Newton solve (newton/driver.hpp), H* in the compute type; the "Jacobian" is the gains.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
-    const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(), L_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cpu";
-    std::vector<ComputeT> H = initial_guess();
-    std::vector<ComputeT> F(H.size()), G(H.size());
-    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, G, stats,
-                          fmt::format("batch row(s) of {}x{} states", K_, V_));
-    return H;
+    const auto size = static_cast<std::size_t>(L_.batch * row_elems());
+    HostIterate<M2rnnSolver, std::vector<ComputeT>> family(*this, size, size,
+                                                            fmt::format("batch row(s) of {}x{} states", K_, V_));
+    solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
+    return std::move(family.iterate());
   }
 
   // The sequential recurrence of row b, the state rounded to StoreT after every step.
@@ -179,16 +163,8 @@ class M2rnnSolver {
   // Replaces every row whose residual is not below `atol` by its sequential solution in the
   // compute type; returns the number of rows replaced.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
-    std::vector<std::int64_t> todo;
-    for (std::int64_t b = 0; b < L_.batch; ++b)
-      if (!(row_residual_[static_cast<std::size_t>(b)] < atol)) todo.push_back(b);
-    const auto count = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t b = todo[static_cast<std::size_t>(k)];
-      sequential_row<ComputeT>(b, H.data() + b * row_elems());
-    }
-    return count;
+    return host_fallback_units(row_residual_, atol,
+                               [&](std::int64_t b) { sequential_row<ComputeT>(b, H.data() + b * row_elems()); });
   }
 
   double residual_of(const TensorView& H_view) const {

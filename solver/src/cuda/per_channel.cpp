@@ -15,8 +15,8 @@
 // three-phase scan, the backward as J at H* and a reverse scan in f64 plus a per-element VJP
 // (adjoint_backward). CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the
 // caller's stream.
-#include "cuda_backend.hpp"
-#include "newton_loop.hpp"
+#include "cuda/runtime.hpp"
+#include "newton/driver.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -40,6 +40,7 @@
 #include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/newton_cells.hpp"
+#include "pararnn/kernels/newton_step.hpp"
 #include "pararnn/kernels/time_gate.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
@@ -63,10 +64,6 @@ decltype(auto) dispatch_cuda_cell(CellKind kind, F&& f) {
     }
   });
 }
-
-// The CPU backend counts its sequential fallback in tiles of this many channels; the CUDA
-// fallback (the whole problem) is reported in the same unit so that the stats compare.
-constexpr std::int64_t kFallbackTileChannels = 64;
 
 std::string where(const std::source_location& at) {
   std::string_view file = at.file_name();
@@ -300,15 +297,62 @@ void run_sequential(const DeviceProblem& p, T* H, HiddenInput<kernels::ComputeOf
   PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, kStream)));
 }
 
-// One Newton solve on the device (the CPU backend's newton_trajectory, step for step).
+// The per-channel family on the device (newton/family.hpp): the residual kernel for F, J and
+// max|F|, the affine scan and cuBLAS axpy for the update, the sequential kernel for the Picard
+// guess and the fallback; the iterate H [b][t][s][c] in the compute type.
 template <class CellMath, class ComputeT>
-class NewtonLoop {
+class CudaPerChannelFamily {
  public:
   static constexpr int S = CellMath::kSlots;
 
-  NewtonLoop(const DeviceProblem& problem, NewtonWorkspace& workspace, ComputeT* H)
-      : p_(problem), ws_(workspace), H_(H),
+  CudaPerChannelFamily(const DeviceProblem& problem, NewtonWorkspace& workspace, ComputeT* H)
+      : p_(problem), ws_(workspace), out_(H), H_(H),
         n_(problem.batch * problem.time * S * problem.channels) {}
+
+  // The fused strategy (NewtonWorkspace::fused): one kernel evaluates max|F| of H and computes
+  // the candidate H + ωδ into the other iterate buffer; the driver commits it or, on the seed's
+  // early stop, keeps H.
+  bool fused() const { return ws_.fused; }
+  double evaluate_and_step(double omega) {
+    ComputeT* next = H_ == out_ ? ws_.iterate.as<ComputeT>() : out_;
+    const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
+                                              .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+                                              .h0 = static_cast<const ComputeT*>(p_.h0),
+                                              .h0_row = p_.h0_row,
+                                              .head = p_.head,
+                                              .H_in = H_,
+                                              .H_out = next,
+                                              .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .batch = p_.batch,
+                                              .time = p_.time,
+                                              .channels = p_.channels,
+                                              .omega = omega};
+    PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
+        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
+    candidate_ = next;
+    ComputeT max_abs = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
+                                       cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return static_cast<double>(max_abs);
+  }
+  void commit_step() { H_ = candidate_; }
+  // The solve's result belongs in the caller's buffer.
+  void finish() {
+    if (H_ != out_) {
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out_, H_, bytes(), cudaMemcpyDeviceToDevice, kStream));
+      H_ = out_;
+    }
+  }
+
+  const char* backend_name() const { return "cuda"; }
+  std::string fallback_unit() const {
+    return fmt::format("chain tile(s) of {} channels", kFallbackTileChannels);
+  }
+  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void iterate_from_residual() {
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, ws_.residual.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+  }
 
   // F = f(prepend(H)) − H, J when asked, and max|F| read back when asked (else 0).
   double evaluate(bool with_jacobian, bool reduce) {
@@ -335,15 +379,7 @@ class NewtonLoop {
     return static_cast<double>(max_abs);
   }
 
-  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads; the residual of the
-  // zero trajectory is exactly that.
-  void initial_guess() {
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));
-    (void)evaluate(false, false);
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, ws_.residual.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
-  }
-
-  // sLSTM's guess (the CPU backend's picard_guess): a zero-hidden pass, then `passes` Picard
+  // sLSTM's guess (the CPU family's picard_guess): a zero-hidden pass, then `passes` Picard
   // passes, each the sequential kernel with the hidden slot frozen to the previous pass. The
   // passes alternate between H and the residual buffer (free until the first evaluation) so that
   // the last one lands in H.
@@ -377,41 +413,23 @@ class NewtonLoop {
     }
   }
 
-  // The shared K loop (newton_loop.hpp) drives the device state through this adapter: the
-  // trajectory, residual and Jacobian live on the device, so the loop's vectors are tokens.
-  struct DeviceState {};
-  struct Driver {
-    NewtonLoop& loop;
-    double residual(const DeviceState&, DeviceState&, DeviceState* J) const {
-      return loop.evaluate(J != nullptr, true);
-    }
-    void update(DeviceState&, const DeviceState&, DeviceState&, double omega) const {
-      loop.update(omega);
-    }
-    // Not converged by k_max: the whole problem is re-solved by the sequential kernel (the CPU
-    // backend does this per channel tile); counted in the CPU's tiles of 64 channels.
-    std::int64_t sequential_fallback(DeviceState&, double) const {
-      run_sequential<CellMath, ComputeT>(loop.p_, loop.H_);
-      return loop.p_.batch * ((loop.p_.channels + kFallbackTileChannels - 1) / kFallbackTileChannels);
-    }
-  };
-
-  void solve(const CellSpec& spec, DType storage, const NewtonConfig& config, NewtonStats& stats) {
-    const KResolution k = resolve_newton_iters(config, spec, storage, p_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, storage);
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cuda";
-    if (spec.picard) {
-      stats.picard_iters = picard_passes(config, p_.time);
-      picard_guess(stats.picard_iters);
-    } else {
-      initial_guess();
-    }
-    DeviceState H, F, J;
-    run_newton_iterations(Driver{*this}, spec.name, config, k, atol, p_.time, H, F, J, stats,
-                          fmt::format("chain tile(s) of {} channels (the whole problem, on the GPU)",
-                                      kFallbackTileChannels));
+  // The tiles (batch row, 64 channels) still at or above atol get the sequential solution.
+  std::int64_t sequential_fallback(double atol) {
+    const std::int64_t C = p_.channels, tiles = (C + kFallbackTileChannels - 1) / kFallbackTileChannels;
+    const std::int64_t row = p_.time * S * C;
+    return sequential_fallback_units<ComputeT>(
+        ws_.residual, n_, p_.batch * tiles, atol,
+        [&](std::int64_t i) { return (i / row) * tiles + (i % C) / kFallbackTileChannels; }, H_,
+        [&](ComputeT* target) { run_sequential<CellMath, ComputeT>(p_, target); },
+        [&](std::int64_t unit, const ComputeT* scratch) {
+          const std::int64_t b = unit / tiles, c0 = (unit % tiles) * kFallbackTileChannels;
+          const std::int64_t width = std::min(C, c0 + kFallbackTileChannels) - c0;
+          const std::size_t pitch = static_cast<std::size_t>(C) * sizeof(ComputeT);
+          PARARNN_CUDA_CHECK(cudaMemcpy2DAsync(H_ + b * row + c0, pitch, scratch + b * row + c0, pitch,
+                                               static_cast<std::size_t>(width) * sizeof(ComputeT),
+                                               static_cast<std::size_t>(p_.time * S), cudaMemcpyDeviceToDevice,
+                                               kStream));
+        });
   }
 
  private:
@@ -419,7 +437,9 @@ class NewtonLoop {
 
   const DeviceProblem& p_;
   NewtonWorkspace& ws_;
-  ComputeT* H_;
+  ComputeT* out_;                  // the caller's buffer
+  ComputeT* H_;                    // the current iterate: out_, or the workspace's second iterate
+  ComputeT* candidate_ = nullptr;  // fused: the iterate the last step computed
   std::int64_t n_;
 };
 
@@ -618,15 +638,23 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
-                                 std::int64_t time, std::int64_t channels, bool deterministic)
+                                 std::int64_t time, std::int64_t channels, bool deterministic,
+                                 NewtonStrategy strategy)
     : tiling{.algorithm = deterministic ? kernels::ScanAlgorithm::three_phase
-                                        : kernels::ScanAlgorithm::single_pass} {
+                                        : kernels::ScanAlgorithm::single_pass},
+      fused(strategy == NewtonStrategy::fused_step || (strategy == NewtonStrategy::automatic && !deterministic)) {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
       const std::int64_t n = batch * time * S * channels;
       residual = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "F"), "the residual F");
-      jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+      if (fused) {
+        iterate = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "H'"), "the second iterate H'");
+        step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(batch, time, channels),
+                                      "the fused Newton step workspace");
+      } else {
+        jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+      }
       scan_workspace = DeviceBuffer(
           kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels, tiling),
           "the scan workspace");
@@ -694,8 +722,8 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
                   NewtonStats& stats) {
   dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
-      NewtonLoop<CellMath, ComputeT>(problem, workspace, static_cast<ComputeT*>(H))
-          .solve(spec, storage, config, stats);
+      CudaPerChannelFamily<CellMath, ComputeT> family(problem, workspace, static_cast<ComputeT*>(H));
+      solve_newton(family, spec, storage, config, problem.time, stats);
     });
   });
 }

@@ -20,7 +20,8 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "newton_loop.hpp"
+#include "cpu/input_affine.hpp"
+#include "newton/driver.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {
@@ -104,20 +105,6 @@ class DenseSolver {
           work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n)))) {}
   };
 
-  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads.
-  std::vector<ComputeT> initial_guess() const {
-    std::vector<ComputeT> H(static_cast<std::size_t>(state_elems()));
-    parallel_chains([&](std::int64_t chain) {
-      Scratch s(n_);
-      ComputeT* H_chain = H.data() + chain * chain_elems();
-      for (std::int64_t t = 0; t < L_.time; ++t) {
-        prev_state(nullptr, chain, t, s.hp.data());
-        step_at(chain, t, s.hp.data(), H_chain + t * n_, nullptr, s.work.data());
-      }
-    });
-    return H;
-  }
-
   // sLSTM's guess (as the per-channel backend's): a zero-hidden pass (R h dropped: the hidden
   // slot entering each step is 0; c, n, m run from h0) and then `passes` Picard passes, each a
   // sequential recurrence of (c, n, m) with the hidden slot frozen to the previous pass.
@@ -200,23 +187,13 @@ class DenseSolver {
     return out;
   }
 
+  // The Newton solve (newton/driver.hpp), H* chain-major in the compute type.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
-    const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(), L_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cpu";
-    std::vector<ComputeT> H;
-    if (cell_.spec().picard) {
-      stats.picard_iters = picard_passes(config, L_.time);
-      H = picard_guess(stats.picard_iters);
-    } else {
-      H = initial_guess();
-    }
-    std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(chains() * jac_elems()));
-    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, J, stats,
-                          fmt::format("chain(s) of {} values", n_));
-    return H;
+    HostIterate<DenseSolver, std::vector<ComputeT>> family(
+        *this, static_cast<std::size_t>(state_elems()), static_cast<std::size_t>(chains() * jac_elems()),
+        fmt::format("chain(s) of {} values", n_));
+    solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
+    return std::move(family.iterate());
   }
 
   // The sequential recurrence of one chain; the state is rounded to StoreT after every step and
@@ -249,17 +226,10 @@ class DenseSolver {
   // Replaces every chain whose residual is not below `atol` by its sequential solution in the
   // compute type; returns the number of chains replaced.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
-    std::vector<std::int64_t> todo;
-    for (std::int64_t i = 0; i < chains(); ++i)
-      if (!(chain_residual_[static_cast<std::size_t>(i)] < atol)) todo.push_back(i);
-    const auto count = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t chain = todo[static_cast<std::size_t>(k)];
+    return host_fallback_units(chain_residual_, atol, [&](std::int64_t chain) {
       sequential_chain<ComputeT>(chain, H.data() + chain * chain_elems(),
                                  [&](std::int64_t t, std::int64_t i) { return t * n_ + i; });
-    }
-    return count;
+    });
   }
 
   double residual_of(const TensorView& H_view) const {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "newton_loop.hpp"
+#include "cpu/input_affine.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {

@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "newton_loop.hpp"
+#include "cpu/input_affine.hpp"
+#include "newton/driver.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {
 namespace {
 
-constexpr std::int64_t kChannelTile = 64;
+constexpr std::int64_t kChannelTile = kFallbackTileChannels;
 
 template <class CellMath, class StorageT>
 class CpuSolver {
@@ -96,22 +97,6 @@ class CpuSolver {
       const std::int64_t b = i / tiles, tile = i % tiles;
       body(b, tile * kChannelTile, std::min(L_.d_h, (tile + 1) * kChannelTile));
     }
-  }
-
-  // App. A: H_t = f(h̃_t, x_t), h̃ = 0 except the initial state at heads.
-  std::vector<ComputeT> initial_guess() const {
-    std::vector<ComputeT> H(static_cast<std::size_t>(L_.batch * row_elems()));
-    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
-      ComputeT* H_row = H.data() + b * row_elems();
-      for (std::int64_t t = 0; t < L_.time; ++t)
-        for (std::int64_t c = c0; c < c1; ++c) {
-          ComputeT hp[S], hn[S];
-          for (int s = 0; s < S; ++s) hp[s] = prev_state(nullptr, b, t, s, c);
-          step_at(b, t, c, hp, hn, nullptr);
-          for (int s = 0; s < S; ++s) H_row[(t * S + s) * L_.d_h + c] = hn[s];
-        }
-    });
-    return H;
   }
 
   // sLSTM's guess: a zero-hidden pass (R h dropped; c, n, m run from h0) and then P Picard
@@ -210,25 +195,14 @@ class CpuSolver {
     return to_storage(newton_trajectory(config, stats));
   }
 
-  // The Newton solve, H* in the compute type.
+  // The Newton solve (newton/driver.hpp), H* in the compute type.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
-    const KResolution k = resolve_newton_iters(config, cell_.spec(), cell_.dtype(),
-                                               L_.time);
-    const std::optional<double> atol = resolved_residual_atol(config, cell_.dtype());
-    stats = NewtonStats{};
-    stats.k = k;
-    stats.scan_backend = "cpu";
-    std::vector<ComputeT> H;
-    if (cell_.spec().picard) {
-      stats.picard_iters = picard_passes(config, L_.time);
-      H = picard_guess(stats.picard_iters);
-    } else {
-      H = initial_guess();
-    }
-    std::vector<ComputeT> F(H.size()), J(static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h));
-    run_newton_iterations(*this, cell_.name(), config, k, atol, L_.time, H, F, J, stats,
-                          fmt::format("chain tile(s) of {} channels", kChannelTile));
-    return H;
+    HostIterate<CpuSolver, std::vector<ComputeT>> family(
+        *this, static_cast<std::size_t>(L_.batch * row_elems()),
+        static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h),
+        fmt::format("chain tile(s) of {} channels", kChannelTile));
+    solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
+    return std::move(family.iterate());
   }
 
   // The implicit adjoint at H* (see training.hpp), one reverse walk per chain fused with the
@@ -379,17 +353,10 @@ class CpuSolver {
   // converge by k_max, so that the default path never returns a silently wrong trajectory.
   std::int64_t sequential_fallback(std::vector<ComputeT>& H, double atol) const {
     const std::int64_t tiles = (L_.d_h + kChannelTile - 1) / kChannelTile;
-    std::vector<std::int64_t> todo;
-    for (std::int64_t i = 0; i < L_.batch * tiles; ++i)
-      if (!(tile_residual_[static_cast<std::size_t>(i)] < atol)) todo.push_back(i);
-    const auto n = static_cast<std::int64_t>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const std::int64_t b = todo[static_cast<std::size_t>(k)] / tiles;
-      const std::int64_t c0 = (todo[static_cast<std::size_t>(k)] % tiles) * kChannelTile;
+    return host_fallback_units(tile_residual_, atol, [&](std::int64_t unit) {
+      const std::int64_t b = unit / tiles, c0 = (unit % tiles) * kChannelTile;
       sequential_tile<ComputeT>(b, c0, std::min(L_.d_h, c0 + kChannelTile), H.data() + b * row_elems());
-    }
-    return n;
+    });
   }
 
   double residual_of(const TensorView& H_view) const {

@@ -17,6 +17,9 @@
 //   cuda::newton_solve(cell_spec(CellKind::gru), DType::f32, p, {.max_iters = 3}, d_H, ws, stats);
 #pragma once
 
+#include <cmath>
+#include <vector>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -26,6 +29,7 @@
 #include <span>
 
 #include "backends.hpp"
+#include "newton/family.hpp"
 #include "pararnn/kernels/launch.hpp"
 #include "pararnn/kernels/scan.hpp"
 
@@ -139,12 +143,23 @@ struct DeviceProblem {
 // solve repeats bit for bit (training: recompute re-solves the forward's H*); otherwise the
 // single-pass scan, whose look-back may combine a chunk's predecessors differently from run to
 // run (the same sum, re-associated).
+//
+// The strategy of the per-channel solve (newton/driver.hpp runs either): `host_driven`, one
+// residual kernel, one scan and one axpy per iteration (F and J through memory); `fused_step`,
+// one fused kernel per iteration (kernels/newton_step.hpp: F, J in registers, the single-pass
+// scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step unless the solve
+// must be deterministic (the fused kernel's single-pass look-back re-associates from run to run;
+// training's recompute needs the three-phase scan's fixed association).
+enum class NewtonStrategy { automatic, host_driven, fused_step };
 class NewtonWorkspace {
  public:
   NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
-                  std::int64_t channels, bool deterministic = false);
+                  std::int64_t channels, bool deterministic = false,
+                  NewtonStrategy strategy = NewtonStrategy::automatic);
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
+  DeviceBuffer iterate, step_workspace;  // fused_step: the second iterate and the kernel's workspace
   kernels::ScanTiling tiling;
+  bool fused = false;
 };
 
 // One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to
@@ -178,5 +193,48 @@ void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem,
 
 // Waits for the device work queued by the functions above.
 void synchronize();
+
+// The device inputs the dense, matrix-state and exact linear families share (family_inputs.cpp):
+// UnsupportedPath naming `who` unless the CUDA backend can run; W_x x + b on the device,
+// [b][t][gate_width(cell)] in the compute type (the bias row, then one GEMM per affine block
+// onto its columns, as cpu/input_affine.hpp places them); h0 in the compute type (empty
+// without h0).
+void require_available(const char* who);
+DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L);
+DeviceBuffer device_h0(const ApplyOptions& options, DType compute);
+
+// The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
+// `F` holds the residual of the final iterate (`count` compute-type values on the device);
+// `unit_of(i)` is the fallback unit of element i, of `units` in all. Units whose max|F| is at or
+// above `atol` (NaN included) are re-solved: `solve(target)` writes the sequential solution of
+// the whole problem to `target`; it goes straight into H when every unit needs it, else into a
+// scratch buffer from which `copy_unit(unit, scratch)` copies each flagged unit into H. Returns
+// the number of units re-solved. The downloads and the per-unit maxima run on the host: this is
+// the rare path (adaptive Newton did not converge by k_max).
+template <class ComputeT, class UnitOf, class Solve, class CopyUnit>
+std::int64_t sequential_fallback_units(const DeviceBuffer& F, std::int64_t count, std::int64_t units,
+                                       double atol, UnitOf&& unit_of, ComputeT* H, Solve&& solve,
+                                       CopyUnit&& copy_unit) {
+  std::vector<ComputeT> host(static_cast<std::size_t>(count));
+  if (count > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(host.data(), F.get(), host.size() * sizeof(ComputeT), cudaMemcpyDeviceToHost));
+  std::vector<double> unit_max(static_cast<std::size_t>(units), 0.0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    double& m = unit_max[static_cast<std::size_t>(unit_of(i))];
+    m = nan_max(m, std::abs(static_cast<double>(host[static_cast<std::size_t>(i)])));
+  }
+  std::vector<std::int64_t> flagged;
+  for (std::int64_t u = 0; u < units; ++u)
+    if (!(unit_max[static_cast<std::size_t>(u)] < atol)) flagged.push_back(u);
+  if (flagged.empty()) return 0;
+  if (static_cast<std::int64_t>(flagged.size()) == units) {
+    solve(H);
+    return units;
+  }
+  DeviceBuffer scratch(checked_bytes(count, sizeof(ComputeT), "the fallback trajectory"), "the fallback trajectory");
+  solve(scratch.as<ComputeT>());
+  for (std::int64_t u : flagged) copy_unit(u, scratch.as<const ComputeT>());
+  return static_cast<std::int64_t>(flagged.size());
+}
 
 }  // namespace pararnn::detail::cuda

@@ -1,0 +1,119 @@
+// The Newton solve, written once for every cell family and backend (Ginkgo's one algorithm over
+// many executors): K resolution, the stats, the initial guess, the iterations with their K
+// semantics, the per-unit sequential fallback and the final residual. A family implementation
+// (family.hpp: per-channel, dense chain, matrix state; each on the CPU and on CUDA) supplies the
+// operations on its own iterate and never the loop, the schedule, the gate or the fallback rule.
+//
+// Guarantees (CONTRACT §3, §4):
+// - K: `resolve_newton_iters` (fixed `max_iters`, or the table's K as a minimum, f64 + 2);
+//   early stop on max|F| < residual_atol (`resolved_residual_atol`).
+// - The guess is the App. A guess for every family: the residual at H = 0, then H ← F (so
+//   H_t = f(h̃_t, x_t) with h̃ = 0 except h0 at heads); sLSTM's is the zero-hidden sequential pass
+//   and P Picard passes with the hidden input frozen to the previous pass (P = picard_passes).
+// - Fixed K: K evaluations, each followed by an update unless the residual is already below
+//   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
+//   k_max the cap; once the residual test passes after the minimum, one more update and stop.
+//   A non-finite residual stops the loop.
+// - Adaptive and not converged by k_max: every fallback unit (family.hpp: the same unit on both
+//   backends) whose residual is still at or above residual_atol is replaced by its sequential
+//   solution in the compute type; their count is `NewtonStats::fallback_tiles`; a
+//   `newton_residual_high` warning names the unit.
+// - `stats.max_residual` is the residual of the returned iterate (one more evaluation unless the
+//   last one already saw it). The residual gate (common.cpp) then judges it.
+// Example:
+//   CpuPerChannelFamily<GruMath, float> family(cell, x, options, layout);
+//   solve_newton(family, cell.spec(), cell.dtype(), config, layout.time, stats);
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "backends.hpp"
+#include "family.hpp"
+#include "pararnn/core/logging.hpp"
+
+namespace pararnn::detail {
+
+template <class Family>
+void solve_newton(Family& family, const CellSpec& spec, DType storage, const NewtonConfig& config,
+                  std::int64_t time, NewtonStats& stats) {
+  const KResolution k = resolve_newton_iters(config, spec, storage, time);
+  const std::optional<double> atol = resolved_residual_atol(config, storage);
+  stats = NewtonStats{};
+  stats.k = k;
+  stats.scan_backend = family.backend_name();
+
+  if (spec.picard) {
+    stats.picard_iters = picard_passes(config, time);
+    family.picard_guess(stats.picard_iters);
+  } else {  // App. A: the residual of the zero trajectory is the guess
+    family.zero_iterate();
+    (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
+    family.iterate_from_residual();
+  }
+
+  std::optional<double> final_residual;  // known when the last evaluation saw the final H
+  // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
+  const bool adaptive = k.adaptive && atol.has_value();
+  const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+  // A family with a fused strategy (family.hpp) evaluates and steps in one pass; the step is
+  // committed exactly where the host-driven strategy would update.
+  bool fused = false;
+  if constexpr (requires { family.fused(); }) fused = family.fused();
+  const auto evaluate_for_update = [&] {
+    if constexpr (requires { family.evaluate_and_step(config.omega); }) {
+      if (fused) return family.evaluate_and_step(config.omega);
+    }
+    return family.evaluate(/*jacobian=*/true, /*reduce=*/true);
+  };
+  const auto apply_update = [&] {
+    if constexpr (requires { family.commit_step(); }) {
+      if (fused) return family.commit_step();
+    }
+    family.update(config.omega);
+  };
+  for (std::int64_t it = 0; it < cap; ++it) {
+    const double res = evaluate_for_update();
+    ++stats.iters;
+    stats.residual_history.push_back(res);
+    if (!std::isfinite(res)) {
+      final_residual = res;
+      break;
+    }
+    const bool below = atol && res < *atol;
+    if (below && !adaptive) {  // seed's early stop: no update
+      stats.converged = true;
+      final_residual = res;
+      break;
+    }
+    apply_update();
+    ++stats.updates;
+    if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
+      stats.converged = true;      // and this was the one more update
+      break;
+    }
+  }
+  stats.max_residual = final_residual ? *final_residual : family.evaluate(false, true);
+  if (adaptive && !stats.converged) {
+    // Not converged by k_max (or a non-finite iterate): the units whose residual is still at or
+    // above residual_atol get the sequential answer instead of a silently wrong one.
+    const double before = stats.max_residual;
+    if (final_residual) (void)family.evaluate(false, true);  // per-unit maxima of the final H
+    stats.fallback_tiles = family.sequential_fallback(*atol);
+    stats.max_residual = family.evaluate(false, true);
+    emit_warning("newton_residual_high",
+                 fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
+                             "(max|F|={:.3e}); {} {} were solved sequentially",
+                             *atol, cap, before, stats.fallback_tiles, family.fallback_unit()),
+                 {{"k_max", cap}, {"max_residual", before}, {"reason", "k_max reached"},
+                  {"fallback_tiles", stats.fallback_tiles},
+                  {"cell", std::string(spec.name)}, {"T", time}});
+  }
+  if constexpr (requires { family.finish(); }) family.finish();
+}
+
+}  // namespace pararnn::detail

@@ -1,0 +1,115 @@
+// The family interface of the Newton driver (driver.hpp) and what every family shares.
+//
+// A family implementation (one per cell family x backend: cpu/per_channel.cpp, cpu/dense.cpp,
+// cpu/matrix_state.cpp, cuda/per_channel.cpp, cuda/dense.cpp, cuda/matrix_state.cpp; RWKV-7's
+// exact linear family, cpu/exact_linear.cpp and cuda/exact_linear.cpp, has no Newton) owns its
+// iterate H, residual F and Jacobian (M2RNN: gains) and supplies:
+//   const char* backend_name();                 // "cpu" or "cuda" (NewtonStats::scan_backend)
+//   std::string fallback_unit();                // what fallback_tiles counts, for the warning
+//   void zero_iterate();                        // H = 0
+//   double evaluate(bool jacobian, bool reduce); // F = f(prepend(H)) − H (J too); max|F| when
+//                                               // reduce (NaN wins), and the max per fallback unit
+//   void iterate_from_residual();               // H ← F (with zero_iterate: the App. A guess)
+//   void update(double omega);                  // δ from (J, F) by the family's linear step; H += ωδ
+//   void picard_guess(std::int64_t passes);     // sLSTM: zero-hidden pass + passes frozen passes
+//   std::int64_t sequential_fallback(double atol);  // units with max|F| >= atol (at the last
+//                                               // evaluation) replaced by their sequential
+//                                               // solution in the compute type; returns the count
+// The fallback unit of each family is the same on both backends: a per-channel chain tile (one
+// batch row x kFallbackTileChannels channels), a dense chain (a batch row, or a (row, head)), a
+// matrix-state batch row.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends.hpp"
+#include "pararnn/core/errors.hpp"
+#include "pararnn/core/logging.hpp"
+
+namespace pararnn::detail {
+
+// The fallback unit of the per-channel families: one batch row x this many channels.
+inline constexpr std::int64_t kFallbackTileChannels = 64;
+
+// max that lets NaN win (a NaN residual must never look small).
+inline double nan_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(a, b);
+}
+
+// sLSTM's Picard passes after its zero-hidden guess: config.picard_iters, or auto P by T
+// (T <= 64 -> 1, T <= 2048 -> 3, else 5; CONTRACT §1).
+inline std::int64_t picard_passes(const NewtonConfig& config, std::int64_t time) {
+  if (config.picard_iters) return *config.picard_iters;
+  return time <= 64 ? 1 : (time <= 2048 ? 3 : 5);
+}
+
+// Width of one step's gate inputs: Σ over the cell's affine blocks (gates·d_h, gates·d_h² for
+// square blocks, K + V + 1 for M2RNN's key-value block), plus derived gates (CfC's Δt) of d_h
+// each, i.e. spec.gates blocks of the first affine's block width.
+inline std::int64_t gate_width(const Cell& cell) {
+  const AffineBlock& first = cell.spec().affine.front();
+  return cell.spec().gates * (cell.affine_rows(first) / first.gates);
+}
+
+// The fallback of a CPU family (the CUDA one is cuda::sequential_fallback_units): every unit
+// whose max|F| at the last evaluation (`unit_max`) is at or above `atol` (NaN included) is
+// re-solved by `solve(unit)`, units in parallel; returns how many were.
+template <class Solve>
+std::int64_t host_fallback_units(const std::vector<double>& unit_max, double atol, Solve&& solve) {
+  std::vector<std::int64_t> flagged;
+  for (std::size_t u = 0; u < unit_max.size(); ++u)
+    if (!(unit_max[u] < atol)) flagged.push_back(static_cast<std::int64_t>(u));
+  const auto count = static_cast<std::int64_t>(flagged.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t k = 0; k < count; ++k) solve(flagged[static_cast<std::size_t>(k)]);
+  return count;
+}
+
+// The iterate of a CPU family in host vectors (the compute type): H, F and J (or M2RNN's
+// gains), owned here, with the family operations of the driver forwarded to a CPU solver that
+// supplies
+//   double residual(const Vec& H, Vec& F, Vec* J) const;   // max|F|, NaN wins; per-unit maxima
+//   void update(Vec& H, const Vec& J, Vec& F, double omega) const;
+//   std::int64_t sequential_fallback(Vec& H, double atol) const;  // units at/above atol re-solved
+//   Vec picard_guess(std::int64_t passes) const;             // cells with Picard passes
+template <class Solver, class Vec>
+class HostIterate {
+ public:
+  HostIterate(const Solver& solver, std::size_t state_size, std::size_t jacobian_size, std::string unit)
+      : solver_(solver), F_(state_size), J_(jacobian_size), state_size_(state_size), unit_(std::move(unit)) {}
+
+  const char* backend_name() const { return "cpu"; }
+  const std::string& fallback_unit() const { return unit_; }
+  void zero_iterate() { H_.assign(state_size_, typename Vec::value_type(0)); }
+  double evaluate(bool jacobian, bool /*reduce: free on the host*/) {
+    return solver_.residual(H_, F_, jacobian ? &J_ : nullptr);
+  }
+  void iterate_from_residual() { H_ = F_; }
+  void update(double omega) { solver_.update(H_, J_, F_, omega); }
+  void picard_guess(std::int64_t passes) {
+    if constexpr (requires { solver_.picard_guess(passes); }) {
+      H_ = solver_.picard_guess(passes);
+    } else {
+      throw Error("picard_guess: this family has no Picard passes");
+    }
+  }
+  std::int64_t sequential_fallback(double atol) { return solver_.sequential_fallback(H_, atol); }
+
+  Vec& iterate() { return H_; }
+
+ private:
+  const Solver& solver_;
+  Vec H_, F_, J_;
+  std::size_t state_size_;
+  std::string unit_;
+};
+
+}  // namespace pararnn::detail

@@ -1,0 +1,162 @@
+// Refactors of the solver change no result: every cell and variant in every storage dtype, on
+// the CPU backend, gives bit for bit the trajectories (default adaptive Newton, a fixed K, the
+// sequential loop, a forced k_max fallback) and, for the cells that train, the gradients that
+// were recorded in solver/tests/golden/ before the one-driver refactor, with the same iteration
+// counts. Set PARARNN_RECORD_GOLDEN=1 to re-record (only when a change of results is intended
+// and explained in the commit).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+
+#include "pararnn/core/case_file.hpp"
+#include "pararnn/core/logging.hpp"
+#include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
+
+namespace pararnn {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path golden_dir() { return fs::path(PARARNN_SOLVER_GOLDEN_DIR); }
+
+const std::vector<std::string> kLabels = {"gru",   "gru:head",    "lstm", "nlru",       "slstm",  "slstm:head",
+                                          "slstm:dense", "cfc", "cfc:diag_h", "titans", "hopfield",
+                                          "m2rnn", "rwkv7"};
+const std::vector<DType> kDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+
+struct GoldenCase {
+  Cell cell;
+  Tensor x;
+  std::optional<Tensor> h0;
+};
+
+GoldenCase make(const std::string& label, DType dtype, std::optional<double> weight_std) {
+  const auto colon = label.find(':');
+  const std::string name = label.substr(0, colon);
+  const std::string variant = colon == std::string::npos ? "" : label.substr(colon + 1);
+  CellOptions options{.cell = name, .d_in = 4, .d_h = 8, .weight_std = weight_std};
+  if (name == "cfc" && !variant.empty()) options.gate_mix = variant;
+  if (name != "cfc" && !variant.empty()) options.mix = variant;
+  if (variant == "head" || name == "rwkv7") options.n_heads = 2;
+  if (variant == "dense" || name == "hopfield") options.d_h = 4;
+  if (weight_std) options.max_recurrent_norm = std::nullopt;
+  if (name == "m2rnn") {
+    options.d_h = 0;
+    options.k_dim = 2;
+    options.v_dim = 3;
+  }
+  Cell cell = Cell::initialise(options, dtype, 11);
+  Tensor x = generated_case_input(dtype, 2, 48, 4, 12);
+  if (name == "cfc")  // Δt channel: positive steps
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t t = 0; t < 48; ++t) x.store({b, t, 3}, 0.05 + 0.01 * static_cast<double>(t % 5));
+  std::optional<Tensor> h0;
+  if (name != "rwkv7") {  // one carry per row: (B, *state_shape)
+    Shape shape = {2};
+    for (std::int64_t extent : cell.state_shape()) shape.push_back(extent);
+    Tensor h(dtype, shape);
+    std::mt19937_64 rng(13);
+    std::normal_distribution<double> normal(0.0, 0.3);
+    Tensor flat = h.reshaped({h.numel()});
+    for (std::int64_t i = 0; i < h.numel(); ++i) flat.store({i}, std::abs(normal(rng)));  // sLSTM n >= 0
+    h0 = h;
+  }
+  return {std::move(cell), std::move(x), std::move(h0)};
+}
+
+bool trains(const Cell& cell) {
+  return cell.spec().jacobian == JacobianClass::per_channel;
+}
+
+// Every recorded output of one (label, dtype), and the stats that must repeat.
+std::map<std::string, Tensor> outputs(const std::string& label, DType dtype,
+                                      std::map<std::string, std::string>& stats) {
+  const QuietWarnings quiet;
+  std::map<std::string, Tensor> out;
+  const GoldenCase c = make(label, dtype, std::nullopt);
+  ApplyOptions apply;
+  if (c.h0) apply.h0 = c.h0->view();
+  const auto record = [&](const std::string& name, const NewtonStats& s) {
+    stats[name + ".iters"] = std::to_string(s.iters);
+    stats[name + ".updates"] = std::to_string(s.updates);
+    stats[name + ".fallback_tiles"] = std::to_string(s.fallback_tiles);
+    stats[name + ".picard_iters"] = std::to_string(s.picard_iters);
+  };
+  NewtonStats s;
+  out["newton"] = newton_apply(c.cell, c.x, {.scan_backend = ScanBackend::cpu}, apply, &s);
+  record("newton", s);
+  out["fixed2"] = newton_apply(c.cell, c.x, {.max_iters = 2, .scan_backend = ScanBackend::cpu}, apply, &s);
+  record("fixed2", s);
+  out["sequential"] = sequential_apply(c.cell, c.x, ScanBackend::cpu, apply);
+  // Hard unclamped weights and k_max at the table's K: the adaptive path falls back.
+  const GoldenCase hard = make(label, dtype, 0.9);
+  ApplyOptions hard_apply;
+  if (hard.h0) hard_apply.h0 = hard.h0->view();
+  NewtonConfig fallback{.scan_backend = ScanBackend::cpu, .residual_fail = std::nullopt};
+  fallback.k_max = 1;
+  out["fallback"] = newton_apply(hard.cell, hard.x, fallback, hard_apply, &s);
+  record("fallback", s);
+  if (trains(c.cell)) {
+    const NewtonForward forward = newton_forward(c.cell, c.x, {.scan_backend = ScanBackend::cpu}, apply);
+    Tensor g(dtype, forward.H.shape());
+    Tensor flat = g.reshaped({g.numel()});
+    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0 + 0.01 * static_cast<double>(i % 7));
+    const NewtonGradients grads = newton_backward(c.cell, c.x, forward, g, {.scan_backend = ScanBackend::cpu}, apply);
+    out["grad.x"] = grads.x;
+    if (grads.h0) out["grad.h0"] = *grads.h0;
+    for (const auto& [name, grad] : grads.parameters) out["grad." + name] = grad;
+  }
+  return out;
+}
+
+std::string file_name(const std::string& label, DType dtype) {
+  std::string stem = label;
+  for (char& ch : stem)
+    if (ch == ':') ch = '_';
+  return stem + "_" + std::string(dtype_name(dtype)) + ".safetensors";
+}
+
+class SolverGolden : public ::testing::TestWithParam<std::tuple<std::string, DType>> {};
+
+TEST_P(SolverGolden, OutputsEqualTheRecordedOnesBitwise) {
+  const auto& [label, dtype] = GetParam();
+  std::map<std::string, std::string> stats;
+  const std::map<std::string, Tensor> now = outputs(label, dtype, stats);
+  const fs::path path = golden_dir() / file_name(label, dtype);
+  if (std::getenv("PARARNN_RECORD_GOLDEN")) {
+    fs::create_directories(golden_dir());
+    write_safetensors(path, now, stats);
+    GTEST_SKIP() << "recorded " << path;
+  }
+  ASSERT_TRUE(fs::exists(path)) << path << " is missing (record with PARARNN_RECORD_GOLDEN=1)";
+  const SafetensorsFile recorded = read_safetensors(path);
+  EXPECT_EQ(recorded.metadata, stats);
+  ASSERT_EQ(recorded.tensors.size(), now.size());
+  for (const auto& [name, tensor] : now) {
+    const auto it = recorded.tensors.find(name);
+    ASSERT_NE(it, recorded.tensors.end()) << name;
+    ASSERT_EQ(it->second.dtype(), tensor.dtype()) << name;
+    ASSERT_EQ(it->second.shape(), tensor.shape()) << name;
+    EXPECT_EQ(std::memcmp(it->second.data(), tensor.data(), tensor.nbytes()), 0)
+        << label << " " << dtype_name(dtype) << ": '" << name << "' differs from the recorded bits";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCellAndDtype, SolverGolden,
+                         ::testing::Combine(::testing::ValuesIn(kLabels), ::testing::ValuesIn(kDtypes)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              std::string(dtype_name(std::get<1>(info.param)));
+                           for (char& ch : name)
+                             if (ch == ':') ch = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace pararnn
