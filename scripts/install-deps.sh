@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev libboost-dev libmpfr-dev libgmp-dev
           librapidcheck-dev libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libdlpack-dev libspdlog-dev)
+          libdlpack-dev libspdlog-dev
+          gnuplot-nox fonts-liberation)  # report figures: gnuplot's svg and pngcairo terminals, a font
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 // Subcommand bodies: read a case, call the library, print, write outputs (atomically, through
 // write_safetensors), return the exit code.
 #include "commands.hpp"
+#include "env_line.hpp"
 
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string_view>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -24,6 +26,7 @@
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/reference/oracle.hpp"
+#include "pararnn/reports/bug_bundle.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -359,6 +362,11 @@ int verify(const SolveArgs& args) {
   if (report.verdict != Verdict::agree) std::cout << report.failure_message() << "\n";
   write_json(args.json, report.to_json());
   if (!args.json.empty()) std::cout << "report: " << args.json << "\n";
+  if (report.verdict == Verdict::disagree)
+    std::cout << fmt::format("bug bundle: pararnn bug-bundle {} --backend {} --max-iters {} --seed {}{}{} --out {}.bundle.tar.gz\n",
+                             args.case_path, args.backend, args.max_iters, args.seed,
+                             args.certify_budget ? fmt::format(" --certify-budget {}", *args.certify_budget) : "",
+                             args.grad ? " --grad" : "", std::filesystem::path(args.case_path).stem().string());
   return report.verdict == Verdict::agree      ? kExitAgree
          : report.verdict == Verdict::disagree ? kExitDisagree
                                                : kExitInconclusiveOrRefused;
@@ -385,6 +393,40 @@ int compare(const SolveArgs& args, const std::string& trajectory_path) {
   return report.verdict == Verdict::agree      ? kExitAgree
          : report.verdict == Verdict::disagree ? kExitDisagree
                                                : kExitInconclusiveOrRefused;
+}
+
+int bug_bundle(const BundleArgs& args) {
+  check_outputs({{"--out", &args.out}});
+  reports::BundleOptions options;
+  options.case_path = args.case_path;
+  if (!args.trajectory.empty()) options.trajectory = args.trajectory;
+  SolveArgs solve_args;
+  solve_args.backend = args.backend;
+  solve_args.max_iters = args.max_iters;
+  options.config = config_from(solve_args);
+  options.backend = args.backend;
+  options.max_iters = args.max_iters;
+  options.seed = args.seed;
+  options.certify_budget = args.certify_budget;
+  options.gradients = args.grad;
+  options.minimise = !args.no_minimise;
+  options.out = args.out;
+  options.max_bytes = args.max_bytes;
+  options.env_line = env_line();
+  options.command_line = fmt::format("pararnn bug-bundle {}{} --backend {} --max-iters {} --seed {}{}{} --out {}",
+                                     args.case_path, args.trajectory.empty() ? "" : " --trajectory " + args.trajectory,
+                                     args.backend, args.max_iters, args.seed,
+                                     args.certify_budget ? fmt::format(" --certify-budget {}", *args.certify_budget) : "",
+                                     args.grad ? " --grad" : "", args.out);
+  if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << "bug-bundle: " << line << "\n"; };
+  const reports::BundleResult r = reports::make_bug_bundle(options);
+  std::cout << fmt::format("wrote {} ({} bytes, folder {}/): verdict {}{}, minimised case verdict {}\n", r.out.string(),
+                           r.bytes, r.folder, verdict_name(r.verdict),
+                           r.compare_verdict ? fmt::format(", their trajectory {}", verdict_name(*r.compare_verdict)) : "",
+                           args.no_minimise ? "(not minimised)" : std::string(verdict_name(r.minimised_verdict)));
+  for (const auto& line : r.minimisation) std::cout << "  minimise: " << line << "\n";
+  std::cout << fmt::format("reproduce: tar -xzf {} && cd {} && see README.md\n", r.out.string(), r.folder);
+  return 0;
 }
 
 }  // namespace pararnn::tools

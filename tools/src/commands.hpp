@@ -50,6 +50,41 @@ struct KstarArgs {
   std::string max_recurrent_norm = "0.5";
 };
 
+// `pararnn report nightly|render|diff` and `pararnn bug-bundle` (report_commands.cpp).
+struct NightlyArgs {
+  std::string out, backends = "cpu", cells, dtypes, times, classes, max_iters = "none";
+  bool quick = false;
+  std::optional<std::int64_t> seeds;
+  std::optional<double> time_budget;
+  std::vector<std::string> argv;
+};
+
+struct RenderArgs {
+  std::string report, out;
+  bool no_plots = false;
+};
+
+struct DiffArgs {
+  std::string old_report, new_report, out;
+  double error_factor = 10.0;
+  double time_noise = 0.5;
+  double time_floor_ms = 5.0;
+};
+
+struct BundleArgs {
+  std::string case_path, trajectory, backend = "auto", max_iters = "none", out;
+  std::uint64_t seed = 0;
+  std::optional<std::int64_t> certify_budget;
+  std::int64_t max_bytes = 64 * 1024 * 1024;
+  bool grad = false;
+  bool no_minimise = false;
+};
+
+int report_nightly(const NightlyArgs& args);
+int report_render(const RenderArgs& args);
+int report_diff(const DiffArgs& args);
+int bug_bundle(const BundleArgs& args);
+
 int make_case(const MakeCaseArgs& args);
 int kstar(const KstarArgs& args);
 int oracle(const SolveArgs& args);

@@ -1,4 +1,4 @@
-// `pararnn`: make-case | oracle | solve | verify | compare | env. Thin: parses with CLI11,
+// `pararnn`: make-case | oracle | solve | verify | compare | kstar | report | bug-bundle | env. Thin: parses with CLI11,
 // calls the library, prints, and maps errors to exit codes (refused input: 2, with the
 // library's message naming the argument, the rule and the value).
 #include <CLI/CLI.hpp>
@@ -149,6 +149,49 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--json", ka.json);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 
+  auto* report_cmd = app.add_subcommand("report", "nightly campaign, rendering and diff of report.json");
+  report_cmd->require_subcommand(1);
+  NightlyArgs na;
+  for (int i = 0; i < argc; ++i) na.argv.emplace_back(argv[i]);
+  auto* nightly_cmd = report_cmd->add_subcommand("nightly", "run the campaign: DIR/report.json, DIR/cases/");
+  nightly_cmd->add_option("--out", na.out, "report folder (created if missing)")->required();
+  nightly_cmd->add_flag("--quick", na.quick, "every cell in f32, small sizes (<= 60 s on 2 cores)");
+  nightly_cmd->add_option("--backends", na.backends, "cpu,cuda (cuda is skipped, and recorded, without a GPU)");
+  nightly_cmd->add_option("--cells", na.cells, "variants, e.g. gru,gru-head,lstm (default: all)");
+  nightly_cmd->add_option("--dtypes", na.dtypes, "f64,f32,f16,bf16 (default: f32 quick, all four otherwise)");
+  nightly_cmd->add_option("--T", na.times, "comma-separated lengths (default: the ladder)");
+  nightly_cmd->add_option("--classes", na.classes, "init,hard,saturating,h0,packed (default: the plan's)");
+  nightly_cmd->add_option("--max-iters", na.max_iters, "a fixed K for every row, or none (default: K table + adaptive)");
+  nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
+  nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
+  RenderArgs ra;
+  auto* render_cmd = report_cmd->add_subcommand("render", "report.json -> DIR/report.md and DIR/plots/*.svg|png");
+  render_cmd->add_option("report", ra.report, "a report.json of `pararnn report nightly`")->required();
+  render_cmd->add_option("--out", ra.out, "output folder (created if missing)")->required();
+  render_cmd->add_flag("--no-plots", ra.no_plots, "the Markdown alone (no gnuplot needed)");
+  DiffArgs da;
+  auto* diff_cmd = report_cmd->add_subcommand("diff", "regressions from old.json to new.json: exit 1 on any, 0 on none");
+  diff_cmd->add_option("old", da.old_report)->required();
+  diff_cmd->add_option("new", da.new_report)->required();
+  diff_cmd->add_option("--out", da.out, "also write the Markdown here");
+  diff_cmd->add_option("--error-factor", da.error_factor, "error growth flagged beyond this factor (default 10)")->check(positive);
+  diff_cmd->add_option("--time-noise", da.time_noise, "relative noise band of timings (default 0.5)")->check(magnitude);
+  diff_cmd->add_option("--time-floor-ms", da.time_floor_ms, "time changes below this are noise (default 5)")->check(magnitude);
+
+  BundleArgs ba;
+  auto* bundle_cmd = app.add_subcommand("bug-bundle", "one .tar.gz to attach to a bug report: case, reports, plots, "
+                                                      "trajectories, a minimised case, README");
+  bundle_cmd->add_option("case", ba.case_path)->required();
+  bundle_cmd->add_option("--trajectory", ba.trajectory, "their trajectory (safetensors holding H): also compare");
+  bundle_cmd->add_option("--backend", ba.backend, "auto | eager | cpu | cuda");
+  bundle_cmd->add_option("--max-iters", ba.max_iters, "fixed K, or none (K table + adaptive)");
+  bundle_cmd->add_option("--seed", ba.seed, "seed of the oracle's certified-chain sample")->check(seed);
+  bundle_cmd->add_option("--certify-budget", ba.certify_budget, "chain-steps of the certifying unroll")->check(non_negative);
+  bundle_cmd->add_flag("--grad", ba.grad, "also judge gradients");
+  bundle_cmd->add_flag("--no-minimise", ba.no_minimise, "leave out the minimised case");
+  bundle_cmd->add_option("--max-bytes", ba.max_bytes, "size cap of the bundle's files (default 64 MiB)")->check(count);
+  bundle_cmd->add_option("--out", ba.out, "bundle.tar.gz")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +205,10 @@ int main(int argc, char** argv) {
     if (solve_cmd->parsed()) return solve(sa);
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory);
+    if (nightly_cmd->parsed()) return report_nightly(na);
+    if (render_cmd->parsed()) return report_render(ra);
+    if (diff_cmd->parsed()) return report_diff(da);
+    if (bundle_cmd->parsed()) return bug_bundle(ba);
     if (env_cmd->parsed()) {
       std::cout << env_line() << "\n";
       return 0;

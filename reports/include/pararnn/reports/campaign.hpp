@@ -1,0 +1,74 @@
+// The nightly campaign: every cell variant x dtype x backend x T ladder x conditioning class x
+// seed, each row judged by verify_agreement (solver vs the certified oracle, the same-dtype
+// sequential floor, the quality ratio, gradients where the cell has an adjoint), beside K*(T)
+// (measure_kstar) and the equivalences packed = per-sequence and GPU = CPU (compare() at the
+// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). The result is one report.json (report_json.hpp), the system of record.
+//
+// Guarantees:
+// - A row passes only when its AgreementReport says Agree. A row that throws is kept with
+//   outcome "Error" and its message; a gradient check the cell does not have is recorded as
+//   "not_applicable", never as a pass; a backend without a device, a class a cell has no
+//   parameter for, and an explicit path the solver refuses (UnsupportedPath) are listed under
+//   "skipped" with the reason.
+// - Every row whose outcome is not Agree keeps its case under <out>/cases/<row id>.safetensors
+//   (write_case) with a one-line repro (`pararnn verify cases/... ...`, run from <out>) and the
+//   `pararnn bug-bundle` command, plus the error of solver and sequential loop along t.
+// - <out>/cases/ holds this run's cases only: they are staged and replace the folder when the
+//   report is written; a run that fails leaves the previous report and cases as they were.
+// - report.json is written atomically (write_file_atomically), once, at the end; with a time
+//   budget the rows not started are counted (summary.rows_not_run), never reported as passing.
+// Example:
+//   CampaignResult r = run_campaign({.out_dir = "nightly", .quick = true});
+//   // nightly/report.json; r.exit_code: 0 all Agree, 1 a Disagree or Error, 2 an Inconclusive
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pararnn/reports/report_json.hpp"
+
+namespace pararnn::reports {
+
+struct CampaignProgress {
+  std::int64_t done = 0, total = 0;
+  double elapsed_s = 0.0, eta_s = 0.0;
+  std::string current;  // the task being started
+};
+
+struct CampaignOptions {
+  std::filesystem::path out_dir;                 // created if missing; report.json, cases/
+  bool quick = false;                            // <= 60 s on 2 cores: every variant in f32
+  std::vector<std::string> backends = {"cpu"};   // cpu, cuda
+  std::vector<std::string> variants;             // campaign_variants() names; empty: all
+  std::vector<std::string> dtypes;               // empty: f32 (quick) or f64, f32, f16, bf16
+  std::vector<std::int64_t> times;               // empty: the ladder of the backends
+  std::vector<std::string> classes;              // init, hard, saturating, h0, packed; empty: the plan's
+  std::optional<std::int64_t> seeds;             // per configuration; default 1 (quick) or 2
+  std::optional<std::int64_t> max_iters;         // a fixed K for every row (the seed's fixed-K
+                                                 // behaviour); default: the K table + adaptive
+  std::optional<double> time_budget_s;           // no task starts after it
+  BuildContext build;                            // from the caller (the CLI's env)
+  bool gpu_available = false;                    // a CUDA device answers (the CLI checks)
+  std::vector<std::string> argv;                 // recorded in the context block
+  std::function<void(const CampaignProgress&)> progress;  // once per task started and at the end
+};
+
+struct CampaignResult {
+  nlohmann::ordered_json report;
+  std::filesystem::path report_path;
+  int exit_code = 0;  // 0: every row and equivalence Agree; 1: any Disagree or Error; 2: else Inconclusive
+};
+
+// The names the campaign knows (`--cells`): gru, gru-head, lstm, nlru, slstm, slstm-head,
+// slstm-dense, cfc, cfc-diag-h, titans, hopfield, m2rnn, rwkv7.
+std::vector<std::string> campaign_variants();
+
+CampaignResult run_campaign(const CampaignOptions& options);
+
+}  // namespace pararnn::reports

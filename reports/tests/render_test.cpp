@@ -1,0 +1,119 @@
+// The renderers read the JSON only: the committed golden report renders to the committed
+// Markdown byte for byte, and its figures hold the report's numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "pararnn/reports/render.hpp"
+#include "test_support.hpp"
+
+namespace pararnn::reports {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const Series* find_series(const Figure& f, const std::string& title) {
+  for (const Panel& p : f.panels)
+    for (const Series& s : p.series)
+      if (s.title == title) return &s;
+  return nullptr;
+}
+
+TEST(Render, GoldenJsonRendersToTheGoldenMarkdown) {
+  const std::string expected = testing::read_text(testing::golden_dir() / "nightly.md");
+  const std::string actual = render_markdown(testing::golden_report(), true);
+  if (actual != expected) {
+    const auto out = testing::scratch("render") / "nightly.actual.md";
+    std::ofstream(out) << actual;
+    FAIL() << "report.md differs from reports/tests/golden/nightly.md; the actual text is in " << out
+           << " (update the golden file only for an intended change)";
+  }
+}
+
+TEST(Render, FailuresComeFirstWithTheirReplayLines) {
+  const Json r = testing::golden_report();
+  const std::string md = render_markdown(r, true);
+  const auto failures = md.find("## Failures");
+  ASSERT_NE(failures, std::string::npos);
+  EXPECT_LT(md.find("## Summary"), failures);
+  EXPECT_LT(failures, md.find("## Agreement by variant"));
+  for (const auto& row : r["rows"])
+    if (row["outcome"] != "Agree") {
+      EXPECT_NE(md.find(row["repro"].get<std::string>()), std::string::npos) << row["id"];
+      EXPECT_NE(md.find(row["bug_bundle"].get<std::string>()), std::string::npos) << row["id"];
+    }
+}
+
+TEST(Render, ChangingOneNumberOfTheJsonChangesTheMarkdown) {
+  Json r = testing::golden_report();
+  const std::string before = render_markdown(r, true);
+  r["rows"][0]["agreement"]["max_abs"] = 0.5;
+  EXPECT_NE(render_markdown(r, true), before);
+  EXPECT_NE(render_markdown(r, true).find("5.00e-01"), std::string::npos);
+}
+
+TEST(Render, ErrorFigureHoldsTheMaximumOfTheRowsAndTheFloor) {
+  const Json r = testing::golden_report();
+  const auto figures = report_figures(r);
+  const auto it = std::find_if(figures.begin(), figures.end(), [](const Figure& f) { return f.name == "error-f32-init"; });
+  ASSERT_NE(it, figures.end());
+  const Series* solver = find_series(*it, "gru");
+  const Series* floor = find_series(*it, "gru floor");
+  ASSERT_TRUE(solver && floor && find_series(*it, "tau (atol)"));
+  double e64 = 0.0, f64 = 0.0;
+  for (const auto& row : r["rows"])
+    if (row["variant"] == "gru" && row["class"] == "init" && row["T"] == 64 && row.contains("agreement")) {
+      e64 = std::max(e64, row["agreement"]["max_abs"].get<double>());
+      f64 = std::max(f64, row["agreement"]["sequential_max_abs"].get<double>());
+    }
+  ASSERT_FALSE(solver->points.empty());
+  EXPECT_EQ(solver->points.front(), std::make_pair(64.0, e64));
+  EXPECT_EQ(floor->points.front(), std::make_pair(64.0, f64));
+}
+
+TEST(Render, EveryFailingRowWithAProfileGetsAFigureUpToTheLimit) {
+  const Json r = testing::golden_report();
+  std::size_t with_profile = 0;
+  for (const auto& row : r["rows"])
+    if (row["outcome"] != "Agree" && row.contains("error_along_t") && row["error_along_t"].contains("t")) ++with_profile;
+  ASSERT_GT(with_profile, 0u);
+  std::size_t failure_figures = 0;
+  for (const Figure& f : report_figures(r))
+    if (f.name.rfind("failure-", 0) == 0) {
+      ++failure_figures;
+      ASSERT_EQ(f.panels.size(), 2u);
+      EXPECT_NE(find_series(f, "solver"), nullptr);
+      EXPECT_NE(find_series(f, "sequential loop (same dtype)"), nullptr);
+    }
+  EXPECT_EQ(failure_figures, std::min(with_profile, kMaxFailureFigures));
+}
+
+TEST(Render, KstarFigureLeavesOutUnreachedKstar) {
+  const Json r = testing::golden_report();
+  for (const Figure& f : report_figures(r))
+    if (f.name == "kstar-f32")
+      for (const Series& s : f.panels[0].series)
+        for (const auto& [t, k] : s.points) EXPECT_GE(k, 0.0) << s.title << " T=" << t;
+}
+
+TEST(Render, GnuplotProgramNamesEverySeriesAndBothTerminals) {
+  const Figure f{.name = "x", .title = "t",
+                 .panels = {{.title = "p", .logy = true,
+                             .series = {{.title = "it's one", .points = {{1, 1e-3}, {2, 0.0}}},
+                                        {.title = "never shown", .points = {{1, -1.0}}}}}}};
+  const std::string program = gnuplot_program(f, "data.txt", "x.svg", "x.png");
+  EXPECT_NE(program.find("title 'it''s one'"), std::string::npos) << program;
+  EXPECT_EQ(program.find("never shown"), std::string::npos) << "a series without a point a log axis can show is left out";
+  EXPECT_NE(program.find("set terminal svg"), std::string::npos);
+  EXPECT_NE(program.find("set terminal pngcairo"), std::string::npos);
+}
+
+TEST(Render, NaNIsWrittenAsNaNNeverAsANumber) {
+  EXPECT_EQ(sci(Json(nullptr)), "NaN");
+  EXPECT_EQ(sci(NAN), "NaN");
+  EXPECT_EQ(sci(1.5e-7), "1.50e-07");
+}
+
+}  // namespace
+}  // namespace pararnn::reports

@@ -1,0 +1,91 @@
+// report.json is ours or refused: another schema version, a truncated file, a document that is
+// not a pararnn nightly report, and missing keys are refused naming the file and the key.
+#include <gtest/gtest.h>
+
+#include "pararnn/core/errors.hpp"
+#include "pararnn/reports/report_json.hpp"
+#include "test_support.hpp"
+
+namespace pararnn::reports {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Writes `text` to a file and returns the ContractViolation load_report raises for it.
+ContractViolation refusal_of(const std::string& name, const std::string& text) {
+  const auto path = testing::scratch("report_json") / name;
+  std::ofstream(path, std::ios::binary) << text;
+  try {
+    (void)load_report(path);
+  } catch (const ContractViolation& e) {
+    EXPECT_NE(std::string(e.argument()).find(path.string()), std::string::npos) << e.what();
+    return e;
+  }
+  ADD_FAILURE() << "load_report accepted " << name;
+  return ContractViolation("none", "none", "none");
+}
+
+TEST(ReportJson, GoldenReportIsAcceptedWithItsSchema) {
+  const Json r = testing::golden_report();
+  EXPECT_EQ(r["format"], kReportFormat);
+  EXPECT_EQ(r["schema_version"], kNightlySchemaVersion);
+  EXPECT_EQ(r["summary"]["rows"].get<std::size_t>(), r["rows"].size());
+}
+
+TEST(ReportJson, AnotherSchemaVersionIsRefusedNamingTheKey) {
+  Json r = testing::golden_report();
+  r["schema_version"] = kNightlySchemaVersion + 1;
+  const ContractViolation e = refusal_of("v2.json", r.dump());
+  EXPECT_NE(e.argument().find("'schema_version'"), std::string::npos) << e.what();
+  EXPECT_NE(e.value().find(std::to_string(kNightlySchemaVersion + 1)), std::string::npos) << e.what();
+}
+
+TEST(ReportJson, TruncatedFileIsRefused) {
+  const std::string text = testing::golden_report().dump(2);
+  const ContractViolation e = refusal_of("truncated.json", text.substr(0, text.size() / 2));
+  EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  EXPECT_NE(e.value().find("parse error at byte"), std::string::npos) << e.what();
+}
+
+TEST(ReportJson, DocumentThatIsNotOursIsRefused) {
+  const ContractViolation agreement = refusal_of("agreement.json", R"({"ok": true, "schema_version": 1})");
+  EXPECT_NE(agreement.argument().find("'format'"), std::string::npos) << agreement.what();
+  Json r = testing::golden_report();
+  r["format"] = "google-benchmark";
+  const ContractViolation other = refusal_of("other.json", r.dump());
+  EXPECT_NE(other.argument().find("'format'"), std::string::npos) << other.what();
+  const ContractViolation array = refusal_of("array.json", "[1, 2, 3]");
+  EXPECT_NE(array.argument().find("(document)"), std::string::npos) << array.what();
+}
+
+TEST(ReportJson, RowWithoutItsAgreementIsRefusedNamingThePath) {
+  Json r = testing::golden_report();
+  ASSERT_EQ(r["rows"][0]["outcome"], "Disagree");
+  r["rows"][0].erase("agreement");
+  const ContractViolation e = refusal_of("no_agreement.json", r.dump());
+  EXPECT_NE(e.argument().find("'rows[0].agreement'"), std::string::npos) << e.what();
+}
+
+TEST(ReportJson, OutcomeThatContradictsItsVerdictIsRefused) {
+  Json r = testing::golden_report();
+  r["rows"][0]["outcome"] = "Agree";  // the AgreementReport says Disagree: never a pass
+  const ContractViolation e = refusal_of("contradiction.json", r.dump());
+  EXPECT_NE(e.argument().find("rows[0].agreement.verdict"), std::string::npos) << e.what();
+}
+
+TEST(ReportJson, SummaryMustCountTheRows) {
+  Json r = testing::golden_report();
+  r["rows"].erase(r["rows"].begin());
+  const ContractViolation e = refusal_of("count.json", r.dump());
+  EXPECT_NE(e.argument().find("'summary.rows'"), std::string::npos) << e.what();
+}
+
+TEST(ReportJson, NonFiniteNumbersReadBackAsNaN) {
+  EXPECT_TRUE(std::isnan(number_or_nan(Json(nullptr))));
+  EXPECT_EQ(number_or_nan(Json(0.25)), 0.25);
+  Json j = {{"x", NAN}};
+  EXPECT_TRUE(j.dump().find("null") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace pararnn::reports

@@ -1,0 +1,141 @@
+// `pararnn report nightly|render|diff` and `pararnn bug-bundle`: parse the CLI's strings, call
+// pararnn::reports, print, return the exit code.
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <charconv>
+#include <filesystem>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "env_line.hpp"
+#include "pararnn/core/errors.hpp"
+#include "pararnn/core/case_file.hpp"
+#include "pararnn/reports/campaign.hpp"
+#include "pararnn/reports/diff.hpp"
+#include "pararnn/reports/render.hpp"
+#include "pararnn/reports/report_json.hpp"
+
+namespace pararnn::tools {
+namespace {
+
+std::vector<std::string> split_list(const std::string& text, const char* argument) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty())
+      throw ContractViolation(argument, fmt::format("must be a comma-separated list without empty items (item {})",
+                                                    out.size()),
+                              text);
+    out.push_back(item);
+    if (comma == text.size()) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> split_ints(const std::string& text, const char* argument) {
+  std::vector<std::int64_t> out;
+  for (const std::string& item : split_list(text, argument)) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size())
+      throw ContractViolation(argument, fmt::format("must be a comma-separated list of integers (item {} is '{}')",
+                                                    out.size(), item),
+                              text);
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string duration(double s) { return s < 120 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} min", s / 60.0); }
+
+}  // namespace
+
+int report_nightly(const NightlyArgs& args) {
+  reports::CampaignOptions options;
+  options.out_dir = args.out;
+  options.quick = args.quick;
+  options.backends = split_list(args.backends, "--backends");
+  options.variants = split_list(args.cells, "--cells");
+  options.dtypes = split_list(args.dtypes, "--dtypes");
+  options.times = split_ints(args.times, "--T");
+  options.classes = split_list(args.classes, "--classes");
+  if (args.max_iters != "none" && args.max_iters != "None") {
+    const auto k = split_ints(args.max_iters, "--max-iters");
+    if (k.size() != 1 || k[0] < 0)
+      throw ContractViolation("--max-iters", "must be a non-negative integer or 'none'", args.max_iters);
+    options.max_iters = k[0];
+  }
+  options.seeds = args.seeds;
+  options.time_budget_s = args.time_budget;
+  options.build = build_context();
+  options.gpu_available = cuda_device_available();
+  options.argv = args.argv;
+  const bool terminal = isatty(fileno(stderr));
+  if (terminal)
+    options.progress = [](const reports::CampaignProgress& p) {
+      if (p.current.empty()) {
+        std::cerr << fmt::format("\r\033[K{}/{} tasks in {}\n", p.done, p.total, duration(p.elapsed_s));
+        return;
+      }
+      std::cerr << fmt::format("\r\033[K[{}/{}] {} elapsed, ETA {}  {}", p.done, p.total, duration(p.elapsed_s),
+                               p.done > 0 ? duration(p.eta_s) : std::string("?"), p.current)
+                << std::flush;
+    };
+  const reports::CampaignResult result = reports::run_campaign(options);
+  const auto& summary = result.report["summary"];
+  const auto& by = summary["by_outcome"];
+  std::cout << fmt::format("rows {}: Agree {}, Disagree {}, Inconclusive {}, Error {}; equivalences: {}; "
+                           "K* measurements {}; skipped {}; {} s\n",
+                           summary["rows"].get<std::int64_t>(), by["Agree"].get<std::int64_t>(),
+                           by["Disagree"].get<std::int64_t>(), by["Inconclusive"].get<std::int64_t>(),
+                           by["Error"].get<std::int64_t>(), summary["equivalences"].dump(),
+                           summary["kstar_measurements"].get<std::int64_t>(), summary["skipped"].get<std::int64_t>(),
+                           summary["duration_s"].dump());
+  if (summary["budget_exhausted"].get<bool>())
+    std::cout << fmt::format("time budget exhausted: {} tasks not run\n", summary["rows_not_run"].get<std::int64_t>());
+  for (const auto& row : result.report["rows"])
+    if (row["outcome"] != "Agree")
+      std::cout << fmt::format("{} {}: {}\n", row["outcome"].get<std::string>(), row["id"].get<std::string>(),
+                               row["repro"].get<std::string>());
+  std::cout << "report: " << result.report_path.string() << "\n";
+  return result.exit_code;
+}
+
+}  // namespace pararnn::tools
+
+namespace pararnn::tools {
+
+int report_render(const RenderArgs& args) {
+  const auto report = reports::load_report(args.report);
+  if (args.out.empty()) throw ContractViolation("--out", "needs a directory", "(empty)");
+  if (std::filesystem::exists(args.out) && !std::filesystem::is_directory(args.out))
+    throw ContractViolation("--out", "must be a directory (report.md and plots/ are written there)", args.out);
+  const auto written = reports::render_report(report, args.out, {.plots = !args.no_plots});
+  for (const auto& path : written) std::cout << "wrote " << path.string() << "\n";
+  return 0;
+}
+
+int report_diff(const DiffArgs& args) {
+  if (!args.out.empty()) check_output_path(args.out, "--out");
+  const auto old_report = reports::load_report(args.old_report);
+  const auto new_report = reports::load_report(args.new_report);
+  const reports::DiffResult d = reports::diff_reports(old_report, new_report,
+                                                      {.error_factor = args.error_factor,
+                                                       .time_noise = args.time_noise,
+                                                       .time_floor_ms = args.time_floor_ms,
+                                                       .old_name = args.old_report,
+                                                       .new_name = args.new_report});
+  std::cout << d.markdown;
+  if (!args.out.empty())
+    write_file_atomically(args.out, [&](std::ostream& out) { out << d.markdown; });
+  return d.regressions.empty() ? 0 : 1;
+}
+
+}  // namespace pararnn::tools

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# End-to-end claims of `pararnn report nightly|render|diff` and `pararnn bug-bundle` (ctest runs
+# one claim per test: reports_cli.sh PARARNN WORK CLAIM [GOLDEN_DIR]).
+set -u
+pararnn=$1
+work=$2/$3
+claim=$3
+golden=${4:-}
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL [$claim]: $*"; exit 1; }
+expect_rc() {
+  local want=$1; shift
+  out=$("$@" 2>&1); local rc=$?
+  [ "$rc" -eq "$want" ] || fail "expected exit $want, got $rc: $*
+$out"
+}
+check_png() { python3 "$here/check_figures.py" png "$@" || fail "PNG check: $*"; }
+check_svg() { python3 "$here/check_figures.py" svg "$@" || fail "SVG check: $*"; }
+
+case "$claim" in
+quick_campaign_covers_every_cell)
+  # --quick: every variant in f32, report.json valid, every row Agree; then it renders and diffs
+  # against itself with no regression.
+  start=$(date +%s.%N)
+  expect_rc 0 "$pararnn" report nightly --quick --out "$work/quick"
+  end=$(date +%s.%N)
+  echo "report nightly --quick took $(python3 -c "print(round($end - $start, 1))") s"
+  python3 - "$work/quick/report.json" "$("$pararnn" report nightly --help | tr -d '\n' | grep -o 'gru,gru-head' | head -1)" <<'PY' || fail "quick report content"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["format"] == "pararnn-nightly-report" and r["schema_version"] == 1
+variants = r["plan"]["variants"]
+assert len(variants) == 13, variants
+covered = {row["variant"] for row in r["rows"] if row["dtype"] == "f32"}
+assert covered == set(variants), set(variants) - covered
+assert r["summary"]["rows"] == len(r["rows"])
+assert all(row["outcome"] == "Agree" for row in r["rows"]), [row["id"] for row in r["rows"] if row["outcome"] != "Agree"]
+assert all(row["agreement"]["verdict"] == "Agree" for row in r["rows"])
+judged = [row for row in r["rows"] if row["gradients"] == "judged"]
+assert judged and all("gradients" in row["agreement"] for row in judged)
+assert all(row["gradients"] != "judged" for row in r["rows"] if row["variant"] in ("hopfield", "rwkv7", "m2rnn", "gru-head"))
+assert r["kstar"] and r["equivalences"]
+assert all(e["verdict"] == "Agree" for e in r["equivalences"])
+PY
+  expect_rc 0 "$pararnn" report render "$work/quick/report.json" --out "$work/quick/rendered"
+  grep -q "^## Summary" "$work/quick/rendered/report.md" || fail "no summary in report.md"
+  check_png "$work/quick/rendered/plots/error-f32-init.png"
+  expect_rc 0 "$pararnn" report diff "$work/quick/report.json" "$work/quick/report.json"
+  ;;
+cuda_is_skipped_and_recorded_without_a_gpu)
+  expect_rc 0 "$pararnn" report nightly --backends cpu,cuda --cells gru --T 64 --classes init --out "$work/r"
+  gpu=$(python3 -c "import json; print(json.load(open('$work/r/report.json'))['context']['gpu'])")
+  python3 - "$work/r/report.json" "$gpu" <<'PY' || fail "cuda skip record"
+import json, sys
+r, gpu = json.load(open(sys.argv[1])), sys.argv[2]
+backends = {row["backend"] for row in r["rows"]}
+if gpu == "cpu":
+    assert backends == {"cpu"}, backends
+    assert any(s["what"] == "backend cuda" and "no CUDA device" in s["reason"] for s in r["skipped"]), r["skipped"]
+    assert r["plan"]["requested_backends"] == ["cpu", "cuda"] and r["plan"]["backends"] == ["cpu"]
+else:
+    assert backends == {"cpu", "cuda"}, backends
+    assert any(e["name"] == "gpu_vs_cpu" for e in r["equivalences"])
+PY
+  expect_rc 2 "$pararnn" report nightly --backends cpu,tpu --out "$work/bad"
+  grep -q -- "--backends" <<<"$out" || fail "the refusal does not name --backends: $out"
+  expect_rc 2 "$pararnn" report nightly --cells gru,grue --out "$work/bad"
+  grep -q "grue" <<<"$out" || fail "the refusal does not name the value: $out"
+  [ ! -e "$work/bad/report.json" ] || fail "a refused campaign wrote report.json"
+  ;;
+failing_rows_keep_their_case_and_repro)
+  # A fixed K = 1 on hard weights: Disagree rows whose cases replay with the same exit code.
+  expect_rc 1 "$pararnn" report nightly --cells gru --T 256 --classes hard --seeds 1 --max-iters 1 --out "$work/r"
+  python3 - "$work/r/report.json" > "$work/repro.txt" <<'PY' || fail "failing rows"
+import json, sys, os
+r = json.load(open(sys.argv[1]))
+bad = [row for row in r["rows"] if row["outcome"] != "Agree"]
+assert bad, "no failing row"
+for row in bad:
+    assert os.path.exists(os.path.join(os.path.dirname(sys.argv[1]), row["case_file"])), row["case_file"]
+    assert row["agreement"]["repro"] == row["repro"]
+    assert "first_failing_t" in row["error_along_t"]
+    print(row["repro"])
+PY
+  while read -r line; do
+    (cd "$work/r" && ${line/pararnn/$pararnn} > /dev/null 2>&1); rc=$?
+    [ "$rc" -eq 1 ] || fail "repro '$line' exited $rc, not 1"
+  done < "$work/repro.txt"
+  # f16 sLSTM gradients overflow to inf at T = 512 (docs/choices.md): the row is Disagree and the
+  # bitwise recompute = stored equivalence, which compare() cannot pass on infinities, is
+  # Inconclusive with the count, never Agree.
+  expect_rc 1 "$pararnn" report nightly --cells slstm --dtypes f16 --T 512 --classes init --seeds 1 --out "$work/f16"
+  python3 - "$work/f16/report.json" <<'PY' || fail "non-finite equivalence"
+import json, sys
+r = json.load(open(sys.argv[1]))
+e = next(e for e in r["equivalences"] if e["name"] == "recompute_vs_stored")
+assert e["verdict"] == "Inconclusive" and "infinite" in e["reason"], e
+assert r["rows"][0]["outcome"] == "Disagree", r["rows"][0]["outcome"]
+PY
+  # A later run into the same folder replaces cases/: it never mixes runs.
+  expect_rc 0 "$pararnn" report nightly --cells gru --T 256 --classes hard --seeds 1 --out "$work/r"
+  [ -z "$(ls -A "$work/r/cases")" ] || fail "cases of the previous run remain: $(ls "$work/r/cases")"
+  ls -a "$work/r" | grep -q '^\.cases' && fail "a staging folder was left behind"
+  ;;
+golden_report_renders_to_golden_outputs)
+  expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/out"
+  cmp -s "$golden/nightly.md" "$work/out/report.md" || fail "report.md differs from $golden/nightly.md: $(diff "$golden/nightly.md" "$work/out/report.md" | head -20)"
+  check_svg "$work/out/plots/error-f32-init.svg" "gru" "gru floor" "slstm" "slstm floor" "hopfield" "tau (atol)"
+  check_svg "$work/out/plots/error-f32-hard.svg" "gru" "gru floor" "slstm" "slstm floor" "tau (atol)"
+  check_svg "$work/out/plots/kstar-f32.svg" "gru init" "gru hard" "hopfield init"
+  check_svg "$work/out/plots/timings-cpu-f32.svg" "gru newton" "gru sequential"
+  check_svg "$work/out/plots/failure-gru.f32.T64.init.s1.cpu.svg" "solver" "sequential loop (same dtype)" "tau (atol)"
+  for png in "$work"/out/plots/*.png; do check_png "$png"; done
+  grep -q "plots/error-f32-init.png" "$work/out/report.md" || fail "report.md does not link its figures"
+  expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/noplots" --no-plots
+  [ ! -e "$work/noplots/plots" ] || fail "--no-plots drew plots"
+  grep -q "every number plotted is in the tables" "$work/noplots/report.md" || fail "--no-plots text"
+  ;;
+render_refuses_reports_that_are_not_ours)
+  python3 - "$golden/nightly.json" "$work" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = dict(r); v["schema_version"] = 2
+json.dump(v, open(sys.argv[2] + "/v2.json", "w"))
+text = open(sys.argv[1]).read()
+open(sys.argv[2] + "/truncated.json", "w").write(text[: len(text) // 3])
+json.dump({"ok": True, "max_abs": 0.0, "schema_version": 1}, open(sys.argv[2] + "/agreement.json", "w"))
+PY
+  for f in v2:schema_version truncated:document agreement:format; do
+    name=${f%%:*}; key=${f##*:}
+    expect_rc 2 "$pararnn" report render "$work/$name.json" --out "$work/out-$name"
+    grep -q "$work/$name.json" <<<"$out" || fail "the refusal of $name does not name the file: $out"
+    grep -q "$key" <<<"$out" || fail "the refusal of $name does not name the key $key: $out"
+    [ ! -e "$work/out-$name/report.md" ] || fail "a refused render wrote report.md"
+    expect_rc 2 "$pararnn" report diff "$golden/nightly.json" "$work/$name.json"
+  done
+  ;;
+diff_names_a_planted_regression)
+  python3 - "$golden/nightly.json" "$work/planted.json" > "$work/planted_id.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+row = next(x for x in r["rows"] if x["outcome"] == "Agree")
+row["outcome"] = row["agreement"]["verdict"] = "Disagree"
+row["agreement"]["ok"] = False
+r["summary"]["by_outcome"]["Agree"] -= 1
+r["summary"]["by_outcome"]["Disagree"] += 1
+json.dump(r, open(sys.argv[2], "w"))
+print(row["id"])
+PY
+  id=$(cat "$work/planted_id.txt")
+  expect_rc 1 "$pararnn" report diff "$golden/nightly.json" "$work/planted.json" --out "$work/diff.md"
+  grep -q "$id" <<<"$out" || fail "the diff does not name $id: $out"
+  grep -q "New failures" "$work/diff.md" || fail "diff.md has no 'New failures'"
+  expect_rc 0 "$pararnn" report diff "$golden/nightly.json" "$golden/nightly.json"
+  grep -q "No regression" <<<"$out" || fail "no 'No regression': $out"
+  ;;
+bundle_round_trip_replays_its_verdict)
+  expect_rc 0 "$pararnn" make-case --cell gru --batch 2 --time 256 --d-in 8 --d-h 16 --weight-std 0.7 \
+    --max-recurrent-norm none --seed 3 --out "$work/hard.safetensors"
+  expect_rc 1 "$pararnn" verify "$work/hard.safetensors" --max-iters 1
+  grep -q "pararnn bug-bundle $work/hard.safetensors" <<<"$out" || fail "verify did not print the bug-bundle command: $out"
+  # Their trajectory: our own adaptive solve (within τ, errors of the f32 rounding: visible on a log axis).
+  expect_rc 0 "$pararnn" solve "$work/hard.safetensors" --out "$work/theirs.safetensors"
+  expect_rc 0 "$pararnn" bug-bundle "$work/hard.safetensors" --max-iters 1 --trajectory "$work/theirs.safetensors" \
+    --out "$work/hard.bundle.tar.gz"
+  tar -tzf "$work/hard.bundle.tar.gz" | grep -v '^hard\.bundle/' && fail "an entry outside hard.bundle/"
+  mkdir -p "$work/unpacked" && tar -xzf "$work/hard.bundle.tar.gz" -C "$work/unpacked" || fail "unpack"
+  b="$work/unpacked/hard.bundle"
+  for f in README.md case.safetensors case.min.safetensors env.txt verify.json verify.md compare.json compare.md \
+           oracle.safetensors solver.safetensors theirs.safetensors minimised.json plots/failure.png plots/failure.svg; do
+    [ -f "$b/$f" ] || fail "the bundle has no $f"
+  done
+  check_png "$b/plots/failure.png"
+  check_svg "$b/plots/failure.svg" "solver" "theirs" "tau (atol)"
+  # Every command of the README's reproduce block gives the exit code it promises.
+  python3 - "$b/README.md" > "$work/commands.txt" <<'PY' || fail "README has no reproduce block"
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+start = lines.index("<!-- reproduce: every line is a command and the exit code it must give -->")
+assert lines[start + 1] == "```bash"
+block = lines[start + 2 : lines.index("```", start + 2)]
+assert len(block) >= 3, block
+for line in block:
+    command, expect = line.split("# expect exit ")
+    print(expect.strip(), command.strip())
+PY
+  verdict=$(python3 -c "import json; print(json.load(open('$b/verify.json'))['verdict'])")
+  [ "$verdict" = Disagree ] || fail "verify.json verdict $verdict"
+  n=0
+  while read -r want command; do
+    (cd "$b" && PATH="$(dirname "$pararnn"):$PATH" bash -c "$command" > /dev/null 2>&1); rc=$?
+    [ "$rc" -eq "$want" ] || fail "'$command' exited $rc, the README says $want"
+    n=$((n + 1))
+  done < "$work/commands.txt"
+  head -1 "$work/commands.txt" | grep -q "^1 pararnn verify case.safetensors" || fail "the first command is not verify: exit 1"
+  grep -q "^0 pararnn compare" "$work/commands.txt" || fail "the adaptive solve's trajectory must compare Agree"
+  # The minimised case is smaller and keeps the verdict.
+  python3 "$here/safetensors_tool.py" shape "$b/case.min.safetensors" x > "$work/min_shape.txt" 2>/dev/null ||
+    python3 -c "
+import json,struct,sys
+d=open('$b/case.min.safetensors','rb').read(); n=struct.unpack('<Q',d[:8])[0]
+print(json.loads(d[8:8+n])['x']['shape'])" > "$work/min_shape.txt"
+  grep -q "^\[1, " "$work/min_shape.txt" || fail "the minimised case keeps the batch: $(cat "$work/min_shape.txt")"
+  # Size cap: refused with the sizes, nothing written.
+  expect_rc 2 "$pararnn" bug-bundle "$work/hard.safetensors" --max-iters 1 --max-bytes 10000 --out "$work/capped.tar.gz"
+  grep -q -- "--max-bytes" <<<"$out" || fail "the cap refusal does not name --max-bytes: $out"
+  [ ! -e "$work/capped.tar.gz" ] || fail "a capped bundle was written"
+  ls -a "$work" | grep -q '^\.bundle-' && fail "a scratch folder was left behind"
+  expect_rc 2 "$pararnn" bug-bundle "$work/hard.safetensors" --out "$work/bundle.zip"
+  ;;
+nightly_full_campaign)
+  # The full campaign (ctest -L nightly with PARARNN_NIGHTLY=1; backends from PARARNN_NIGHTLY_BACKENDS).
+  if [ "${PARARNN_NIGHTLY:-0}" != 1 ]; then echo "skipped: set PARARNN_NIGHTLY=1 to run the full campaign"; exit 77; fi
+  "$pararnn" report nightly --out "$work/nightly" --backends "${PARARNN_NIGHTLY_BACKENDS:-cpu}" \
+    --time-budget "${PARARNN_NIGHTLY_BUDGET:-1800}"; rc=$?
+  [ -f "$work/nightly/report.json" ] || fail "no report.json"
+  "$pararnn" report render "$work/nightly/report.json" --out "$work/nightly/rendered" || fail "render"
+  echo "report: $work/nightly/rendered/report.md (campaign exit $rc)"
+  exit $rc
+  ;;
+*)
+  fail "unknown claim"
+  ;;
+esac
+echo "PASS [$claim]"
