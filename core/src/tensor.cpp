@@ -580,8 +580,21 @@ DLManagedTensor* Tensor::to_dlpack_managed() const {
   return managed.release();
 }
 
+bool all_finite(const TensorView& view) {
+  if (view.empty() || !is_floating(view.dtype()) || view.device() != Device::cpu) return true;
+  if (!view.is_contiguous()) return !describe_first_non_finite(view, "tensor");
+  const std::int64_t n = view.numel();
+  bool finite = true;
+  dispatch_any_dtype(view.dtype(), [&]<class T>() {
+    const T* p = view.data_as<T>();
+    for (std::int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(to_double(p[i]));
+  });
+  return finite;
+}
+
 std::optional<std::string> describe_first_non_finite(const TensorView& view, std::string_view name) {
   if (view.empty() || !is_floating(view.dtype()) || view.device() != Device::cpu) return std::nullopt;
+  if (view.is_contiguous() && all_finite(view)) return std::nullopt;  // the common case, one pass
   const std::int64_t n = view.numel();
   Shape index(view.shape().size(), 0);
   for (std::int64_t flat = 0; flat < n; ++flat) {

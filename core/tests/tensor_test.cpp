@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -420,6 +421,23 @@ TEST(Rounding, IntegerStoreRefusesUnrepresentableValues) {
   EXPECT_EQ(t.load({0}), -0x1p31);
   const Tensor big = Tensor::from_values(DType::i64, {1}, std::vector<double>{0x1p40});
   EXPECT_THROW(Tensor::converted(big, DType::i32), ContractViolation);
+}
+
+TEST(NonFinite, FirstNonFiniteIsNamedWithItsIndexOnContiguousAndStridedViews) {
+  for (DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    Tensor t(dtype, {2, 3, 4});
+    EXPECT_TRUE(all_finite(t)) << dtype_name(dtype);
+    EXPECT_EQ(describe_first_non_finite(t, "x"), std::nullopt);
+    t.store({1, 2, 3}, std::numeric_limits<double>::infinity());
+    t.store({1, 0, 1}, std::nan(""));
+    EXPECT_FALSE(all_finite(t)) << dtype_name(dtype);
+    EXPECT_EQ(describe_first_non_finite(t, "x"), "x holds nan at index (1, 0, 1)") << dtype_name(dtype);
+    // A strided view that skips the NaN still sees the infinity, at its own index.
+    const TensorView odd = t.view().slice(1, 2, 3);
+    EXPECT_FALSE(all_finite(odd));
+    EXPECT_EQ(describe_first_non_finite(odd, "v"), "v holds inf at index (1, 0, 3)");
+  }
+  EXPECT_TRUE(all_finite(Tensor(DType::i64, {3})));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Device side of kernels/dense_chain.hpp (nvcc only): the state entering a step and one step of
-// a dense chain, written as solver/src/dense_backend.cpp's prev_state and step_at, and the
+// a dense chain, written as solver/src/cpu/dense.cpp's prev_state and step_at, and the
 // launcher checks the dense kernels share.
 #pragma once
 

@@ -1,6 +1,6 @@
 // launch_dense_residual and launch_dense_sequential against host loops running the same dense
 // math (cells/hopfield.hpp, gru_head.hpp, slstm_head.hpp) in the CPU dense backend's layouts
-// (solver/src/dense_backend.cpp: prev_state, step_at, sequential_chain, picard_guess), so that a
+// (solver/src/cpu/dense.cpp: prev_state, step_at, sequential_chain, picard_guess), so that a
 // difference can only come from the kernels' indexing or from device-vs-host libm rounding:
 // several chains per row, h0 gathered through the element offsets, packed segments with one h0
 // row each, T = 1, the App. A guess (H = 0), NaN propagation of max|F|, sLSTM's Picard guess.
@@ -64,7 +64,7 @@ struct DenseProblem {
             .width = width, .slot_width = config.slot_width, .d_h = d_h,
             .state_row = state_row};
   }
-  // dense_backend.cpp's prev_state (h_chain null: zeros off heads).
+  // cpu/dense.cpp's prev_state (h_chain null: zeros off heads).
   void prev_state(const ComputeT* H_chain, std::int64_t chain, std::int64_t t,
                   ComputeT* out) const {
     const std::int64_t b = chain / config.heads, q = chain % config.heads;
@@ -78,7 +78,7 @@ struct DenseProblem {
     }
     for (std::int64_t i = 0; i < n; ++i) out[i] = H_chain ? H_chain[(t - 1) * n + i] : ComputeT(0);
   }
-  // dense_backend.cpp's step_at.
+  // cpu/dense.cpp's step_at.
   void step_at(std::int64_t chain, std::int64_t t, const ComputeT* h_prev, ComputeT* h_new,
                ComputeT* jac) const {
     const std::int64_t b = chain / config.heads, q = chain % config.heads;
@@ -303,7 +303,7 @@ template <class Case>
 class DenseSequentialKernel : public ::testing::Test {};
 TYPED_TEST_SUITE(DenseSequentialKernel, DenseCases, DenseCaseName);
 
-// dense_backend.cpp's sequential_chain into the trajectory [b][t][slot][d_h], state rounded to
+// cpu/dense.cpp's sequential_chain into the trajectory [b][t][slot][d_h], state rounded to
 // StorageT every step.
 template <class StorageT, class DenseMath, class ComputeT>
 std::vector<StorageT> host_dense_sequential(const DenseProblem<DenseMath, ComputeT>& p) {
@@ -326,7 +326,7 @@ std::vector<StorageT> host_dense_sequential(const DenseProblem<DenseMath, Comput
   return out;
 }
 
-// dense_backend.cpp's picard_guess, chain-major in the compute type.
+// cpu/dense.cpp's picard_guess, chain-major in the compute type.
 template <class DenseMath, class ComputeT>
 std::vector<ComputeT> host_picard(const DenseProblem<DenseMath, ComputeT>& p, std::int64_t passes,
                                   std::int64_t frozen_begin) {

@@ -1,4 +1,4 @@
-// launch_rwkv7_elements against the host preparation of solver/src/rwkv7_backend.cpp's scan()
+// launch_rwkv7_elements against the host preparation of solver/src/cpu/exact_linear.cpp's scan()
 // (the same cells/rwkv7.hpp math: J_t = G_tᵀ, drive rows, S_0 = step(S0)), and the full device
 // path (elements, then launch_scan_dense with RWKV-7's addressing) against the factorized step
 // loop on the host within the contract's RWKV-7 linear_scan band.

@@ -315,9 +315,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   if (is_linear_gu(cell)) {
     // The exact scan has no iteration to leave its basin; what the gate can catch is a
     // non-finite state (NaN input, or an overflow from finite input): that raises.
-    const std::vector<double> values = H.to_f64_vector();
-    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }))
-      s.max_residual = std::numeric_limits<double>::infinity();
+    if (!all_finite(H)) s.max_residual = std::numeric_limits<double>::infinity();
   }
   detail::residual_gate(cell, config, s, x, options);
   return H;

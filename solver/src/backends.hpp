@@ -31,7 +31,7 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
 // " The input is not finite: x holds nan at index (0, 3, 2)." or "" (host tensors only).
 std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options);
 
-// CPU backend (cpu_backend.cpp).
+// CPU per-channel family (cpu/per_channel.cpp).
 Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                         const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -52,7 +52,7 @@ double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView&
 Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values);
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums);
 
-// CPU backend of dense-Jacobian cells (dense_backend.cpp; forward only).
+// CPU backend of dense-Jacobian cells (cpu/dense.cpp; forward only).
 Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -60,7 +60,7 @@ Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const Apply
 double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
 
-// CPU backend of ParaRWKV7, the linear (G, U) cell (rwkv7_backend.cpp; forward only, no
+// CPU backend of ParaRWKV7, the linear (G, U) cell (cpu/exact_linear.cpp; forward only, no
 // Newton): `use_scan` = the exact (G, U) scan, else the sequential step loop; stats: iters 0,
 // max_residual 0, scan_backend "rwkv7_scan" / "rwkv7_sequential", K 0.
 Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
@@ -69,7 +69,7 @@ Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const Apply
                               Layout layout);
 double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
-// CPU backend of ParaM2RNN (m2rnn_backend.cpp; forward only, rectangular batches).
+// CPU backend of ParaM2RNN (cpu/matrix_state.cpp; forward only, rectangular batches).
 Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -77,7 +77,7 @@ Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const Apply
 double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
 
-// CUDA backend (cuda_backend.cpp; without CUDA in the build, `cuda_backend_available` is false
+// CUDA per-channel family (cuda/per_channel.cpp; without CUDA in the build, `cuda_backend_available` is false
 // with the reason and the others throw UnsupportedPath).
 bool cuda_backend_available(std::string* why_not = nullptr);
 Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
@@ -92,7 +92,7 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
                                      Layout layout);
 
 // CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32) and of
-// ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64), forward only (cuda_dense_backend.cpp):
+// ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64), forward only (cuda/dense.cpp, cuda/exact_linear.cpp):
 // the CPU dense / RWKV-7 backends' algorithms with the residual, the dense scan, the update and
 // the sequential loop on the device. The public routing (api.cpp) refuses wider chains.
 inline constexpr std::int64_t kCudaDenseMaxChainWidth = 32;
@@ -107,7 +107,7 @@ Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOption
 // The factorized step loop on the device (a block per (b, head), a thread per row of S).
 Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout);
-// CUDA backend of ParaM2RNN (cuda_dense_backend.cpp), forward only: the CPU M2RNN backend's
+// CUDA backend of ParaM2RNN (cuda/matrix_state.cpp), forward only: the CPU M2RNN backend's
 // algorithm with the residual, the factorized walk and the sequential loop on the device, for
 // K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one
 // block's shared memory (kCudaM2rnnSharedBytes, kernels/m2rnn.hpp's limit); api.cpp refuses

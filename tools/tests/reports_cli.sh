@@ -8,13 +8,7 @@ claim=$3
 golden=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL [$claim]: $*"; exit 1; }
-expect_rc() {
-  local want=$1; shift
-  out=$("$@" 2>&1); local rc=$?
-  [ "$rc" -eq "$want" ] || fail "expected exit $want, got $rc: $*
-$out"
-}
+. "$here/claim_lib.sh"
 check_png() { python3 "$here/check_figures.py" png "$@" || fail "PNG check: $*"; }
 check_svg() { python3 "$here/check_figures.py" svg "$@" || fail "SVG check: $*"; }
 

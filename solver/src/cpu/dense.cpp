@@ -2,7 +2,8 @@
 // ParaSLSTM mix='head', ParaSLSTM mix='dense'), forward only: the initial guess (App. A, or
 // sLSTM's zero-hidden pass plus Picard passes), Newton iterations whose linear step
 // δ_t = J_t δ_{t−1} + F_t is a dense scan per chain (chains in parallel), the adaptive/fixed K
-// loop, stats and sequential fallback of newton_loop.hpp, and the same-dtype sequential loop.
+// loop, stats and sequential fallback of the one driver (newton/driver.hpp), and the same-dtype
+// sequential loop.
 // One template per (dense-chain math, storage dtype); the math lives in cells/.
 //
 // A chain is a batch row (Hopfield, sLSTM dense) or a (batch row, head) (head mixes) with

@@ -2,7 +2,7 @@
 // Newton iterations whose linear step δ_t = J_t[δ_{t−1}] + F_t is the sequential factorized walk
 // of the seed library (not an associative scan: composing the maps would materialise K·V x K·V
 // matrices), one walk per batch row with the rows in parallel, driven by the shared K loop of
-// newton_loop.hpp (fixed K; adaptive K with the residual_atol early stop, one more update and
+// newton/driver.hpp (fixed K; adaptive K with the residual_atol early stop, one more update and
 // the sequential fallback of unconverged rows; stats), and the same-dtype sequential loop.
 // The math (step, J[Δ]) is cells/m2rnn.hpp.
 //

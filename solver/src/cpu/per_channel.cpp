@@ -101,7 +101,7 @@ class CpuSolver {
 
   // sLSTM's guess: a zero-hidden pass (R h dropped; c, n, m run from h0) and then P Picard
   // passes, each a sequential recurrence of (c, n, m) with the hidden input frozen to the
-  // previous pass (passes: picard_passes of newton_loop.hpp).
+  // previous pass (passes: picard_passes of newton/family.hpp).
 
   std::vector<ComputeT> picard_guess(std::int64_t passes) const {
     const std::int64_t D = L_.d_h;

@@ -18,7 +18,7 @@ void require_available(const char* who) {
 }
 
 // W_x x + b on the device, [b][t][gate_width(cell)] in the compute type: the bias row, then one
-// GEMM per affine block onto its columns (first_gate times the block width, as newton_loop.hpp's
+// GEMM per affine block onto its columns (first_gate times the block width, as cpu/input_affine.hpp's
 // input_affine places them on the CPU).
 DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L) {
   const DType compute = compute_dtype(cell.dtype());

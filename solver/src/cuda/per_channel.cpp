@@ -1,7 +1,9 @@
 // The CUDA backend (host orchestration; the kernels live in pararnn::kernels): inputs brought to
 // the device once and made contiguous there, the input affine W_x x + b by cuBLAS in the compute
-// type, then the CPU backend's Newton loop with the residual (F, J and max|F|), the scan and the
-// update H += ωδ on the device, one host read of max|F| per iteration. Returns host tensors in
+// type, then the one Newton driver (newton/driver.hpp) over the per-channel family on the device:
+// by default the fused step (kernels/newton_step.hpp: F, J, the scan and H += ωδ in one kernel),
+// or for deterministic solves the residual kernel, the three-phase scan and an axpy; one host
+// read of max|F| per iteration. Returns host tensors in
 // the storage dtype, like every public entry point.
 //
 // Dtypes: f64 computes in f64, f32/f16/bf16 in f32. Newton runs for all four (the f16/bf16
@@ -10,7 +12,7 @@
 // storage dtype every step (__half / __nv_bfloat16 kernels for f16 / bf16), as the CPU's does.
 // Cells: those with Newton kernels (kernels/newton_cells.hpp: every per-channel cell; CfC's Δt
 // gate is filled on the device, sLSTM's Picard guess runs the sequential kernel with the hidden
-// slot frozen); the dense, RWKV-7 and M2RNN cells run in cuda_dense_backend.cpp.
+// slot frozen); the dense, RWKV-7 and M2RNN cells run in cuda/dense.cpp, cuda/exact_linear.cpp and cuda/matrix_state.cpp.
 // Training (training.hpp) for the per-channel cells: the forward with the deterministic
 // three-phase scan, the backward as J at H* and a reverse scan in f64 plus a per-element VJP
 // (adjoint_backward). CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the

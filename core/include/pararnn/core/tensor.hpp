@@ -140,5 +140,8 @@ class Tensor {
 // is finite (integer tensors always are). Error messages use it to say which input made a
 // result non-finite (CONTRACT §3).
 std::optional<std::string> describe_first_non_finite(const TensorView& view, std::string_view name);
+// Whether every element of a host tensor is finite (one typed pass over contiguous data);
+// integer tensors and device views count as finite (nothing here can read a device view).
+bool all_finite(const TensorView& view);
 
 }  // namespace pararnn

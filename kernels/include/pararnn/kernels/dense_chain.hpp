@@ -1,6 +1,6 @@
 // What the dense-chain kernels (dense_residual.hpp, dense_sequential.hpp) read: the inputs of
 // dense-Jacobian cells (ParaHopfield, ParaGRU and ParaSLSTM mix='head', ParaSLSTM mix='dense')
-// in the CPU dense backend's layouts (solver/src/dense_backend.cpp), and where a kernel writes
+// in the CPU dense backend's layouts (solver/src/cpu/dense.cpp), and where a kernel writes
 // a chain's state. Host-compilable; device code in src/dense_chain.cuh.
 //
 // A chain is a batch row or a (batch row, head): chain = b · chains_per_row + q, N = n state

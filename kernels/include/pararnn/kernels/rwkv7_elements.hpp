@@ -1,7 +1,7 @@
 // The (G, U) elements of ParaRWKV7's linear recurrence on the GPU (and, at the end, its step
 // loop), written where
 // launch_scan_dense (kernels/scan_dense.hpp, RWKV-7 addressing) reads them, so that the scan then
-// leaves the matrix-state trajectory S in place: the device twin of solver/src/rwkv7_backend.cpp's
+// leaves the matrix-state trajectory S in place: the device twin of solver/src/cpu/exact_linear.cpp's
 // scan() before its scan_dense calls. One thread per (b, head, t), cells/rwkv7.hpp's math:
 //   g = Rwkv7Math::gates(raw of (b, t, head));
 //   t ≥ 1:  J_t = Rwkv7Math::transition(g) (= G_tᵀ),  row i of S[b][t][head] = drive_row(g, i);
