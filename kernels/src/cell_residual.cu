@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kResidualThreads)
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       const ComputeT f = h_new[s] - static_cast<ComputeT>(a.H[(bt * S + s) * D + c]);
-      a.residual[(bt * S + s) * D + c] = f;
+      if (a.residual != nullptr) a.residual[(bt * S + s) * D + c] = f;
       local = detail::nan_max(local, fabs(f));
     }
     if (a.jac != nullptr) {
@@ -83,7 +83,8 @@ cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& a, void* work
   using ComputeT = ComputeOf<StorageT>;
   if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
   const int64_t n = a.batch * a.time * a.channels;
-  if (n != 0 && (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.residual == nullptr))
+  if (n != 0 && (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr ||
+                 (a.residual == nullptr && a.max_abs_residual == nullptr)))
     return cudaErrorInvalidValue;
   return detail::launch_with_max_abs<kResidualThreads>(
       n, a.max_abs_residual, workspace, workspace_bytes, stream, [&](int blocks, ComputeT* partials) {

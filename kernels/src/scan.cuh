@@ -40,12 +40,19 @@ struct ScanGeometry {
   int groups = 0;        // single pass: time groups per block (blockDim.y)
 };
 
-template <int S>
-struct SinglePassLimits {
-  static constexpr int kSteps = scan_max_steps_per_thread(S);
-  static constexpr int kGroups = scan_max_time_groups(S);
-  static constexpr int kThreads = 32 * kGroups;
+// The register shape of one single-pass launch: at most kStepsT steps per thread held in
+// registers, at most kGroupsT warps (time groups) per block, and kMinBlocksT blocks per SM asked
+// of the register allocator (__launch_bounds__). The plain scan uses SinglePassLimits<S>; the
+// fused Newton step (newton_step.cu) picks its own, measured, shape.
+template <int kStepsT, int kGroupsT, int kMinBlocksT = 1>
+struct SinglePassShape {
+  static constexpr int kSteps = kStepsT;
+  static constexpr int kGroups = kGroupsT;
+  static constexpr int kThreads = 32 * kGroupsT;
+  static constexpr int kMinBlocks = kMinBlocksT;
 };
+template <int S>
+using SinglePassLimits = SinglePassShape<scan_max_steps_per_thread(S), scan_max_time_groups(S)>;
 
 inline constexpr unsigned kFlagAggregate = 1;  // a chunk's aggregate is published
 inline constexpr unsigned kFlagInclusive = 2;  // the state at a chunk's end is published
@@ -119,18 +126,21 @@ __device__ __forceinline__ void store_state(T* delta, int64_t b, int64_t t, int6
 // Where the single-pass scan reads its elements and writes its states: the Source of
 // scan_single_pass_kernel. BufferSource is the scan of kernels/scan.hpp (J and r from memory,
 // δ in place of r); the fused Newton step (newton_step.cu) computes its elements from the cell
-// instead. A Source supplies load(b, t, c0, restart, e) (J is not read at a restart),
-// store(b, t, c0, x) and finish() (called once by every thread at the end of the kernel).
+// instead. A Source supplies load(b, t, c0, restart, u, e) (J is not read at a restart),
+// store(b, t, c0, u, x) and finish() (called once by every thread at the end of the kernel).
+// u = 0 .. steps−1 is the step's place in the thread's run of consecutive scan positions (a
+// compile-time constant after unrolling): loads come in increasing u, so a source may keep
+// what step u loaded for step u + 1 and for the store of step u.
 template <int S, class T, int V, bool kReverse>
 struct BufferSource {
   const T* __restrict__ jac;
   T* delta;
   int64_t time, channels;
-  __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart,
+  __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart, int /*u*/,
                                        cells::AffineElement<S, T> (&e)[V]) {
     load_element<S, T, V, kReverse>(jac, delta, b, t, time, channels, c0, restart, e);
   }
-  __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, const T (&x)[V][S]) {
+  __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int /*u*/, const T (&x)[V][S]) {
     store_state<S, T, V>(delta, b, t, time, channels, c0, x);
   }
   __device__ __forceinline__ void finish() {}
@@ -213,13 +223,13 @@ __device__ __forceinline__ void publish_flag(unsigned* flag, unsigned value) {
   }
 }
 
-template <int S, class T, int V, bool kReverse, class Source>
-__global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
+template <int S, class T, int V, bool kReverse, class Source, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     scan_single_pass_kernel(Source src, const std::uint8_t* __restrict__ head, ScanGeometry g,
                             unsigned* ticket, unsigned* flags, T* aggregates, T* inclusives) {
   using Elem = cells::AffineElement<S, T>;
-  constexpr int kSteps = SinglePassLimits<S>::kSteps;
-  constexpr int kGroups = SinglePassLimits<S>::kGroups;
+  constexpr int kSteps = Shape::kSteps;
+  constexpr int kGroups = Shape::kGroups;
   constexpr int kElem = S * S + S;
   constexpr int kWidth = 32 * V;
   constexpr unsigned kFull = 0xffffffffu;
@@ -259,7 +269,7 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       const int64_t t = time_at<kReverse>(group_start + u, g.time);
       restart[u] = is_restart<kReverse>(head, t, g.time);
       if (active) {
-        src.load(b, t, c0, restart[u], e[u]);
+        src.load(b, t, c0, restart[u], u, e[u]);
       } else {
 #pragma unroll
         for (int v = 0; v < V; ++v) e[u][v] = Elem::identity();
@@ -477,7 +487,7 @@ __global__ void __launch_bounds__(SinglePassLimits<S>::kThreads)
       if (u < n_valid) {
 #pragma unroll
         for (int v = 0; v < V; ++v) advance(e[u][v], restart[u], prev[v]);
-        src.store(b, time_at<kReverse>(group_start + u, g.time), c0, prev);
+        src.store(b, time_at<kReverse>(group_start + u, g.time), c0, u, prev);
       }
     }
   }
@@ -670,8 +680,9 @@ inline bool aligned_to(const void* p, std::size_t a) {
   return reinterpret_cast<std::uintptr_t>(p) % a == 0;
 }
 
-// One single-pass launch over `source`'s elements (the workspace of single_pass_layout).
-template <int S, class T, int V, bool kReverse, class Source>
+// One single-pass launch over `source`'s elements (the workspace of single_pass_layout), with
+// the register shape `Shape` (SinglePassShape).
+template <int S, class T, int V, bool kReverse, class Shape = SinglePassLimits<S>, class Source>
 cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int64_t batch, int64_t time,
                             int64_t channels, int64_t chunk, void* workspace, std::size_t workspace_bytes,
                             cudaStream_t stream) {
@@ -689,8 +700,8 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   if (l.n_blocks > INT_MAX) return cudaErrorInvalidValue;
   // Largest steps per thread that divides the chunk within the group limit.
   int steps = 0;
-  for (int s = SinglePassLimits<S>::kSteps; s >= 1; --s)
-    if (chunk % s == 0 && chunk / s <= SinglePassLimits<S>::kGroups) {
+  for (int s = Shape::kSteps; s >= 1; --s)
+    if (chunk % s == 0 && chunk / s <= Shape::kGroups) {
       steps = s;
       break;
     }
@@ -699,7 +710,7 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   g.groups = static_cast<int>(chunk / steps);
   if (cudaError_t e = cudaMemsetAsync(base, 0, l.zeroed, stream); e != cudaSuccess) return e;
   const std::size_t smem = static_cast<std::size_t>(g.groups) * (S * S + S) * 32 * V * sizeof(T);
-  scan_single_pass_kernel<S, T, V, kReverse, Source>
+  scan_single_pass_kernel<S, T, V, kReverse, Source, Shape>
       <<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
           source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
           reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));

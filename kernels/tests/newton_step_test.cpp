@@ -1,7 +1,8 @@
 // launch_newton_step (the fused Newton iteration) against its slow twin on the host: F and J of
 // the iterate from the same cell math, sequential substitution δ_t = J_t δ_{t−1} + F_t with
 // restarts at heads, H_out = H_in + ω δ; max|F| equal to the host's within τ and NaN when any F
-// is NaN; H_in untouched; and the argument checks.
+// is NaN; H_in untouched; from the App. A guess (H_in not read) equal to the host's guess pass
+// followed by the same step; and the argument checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,24 +76,45 @@ struct StepRun {
   T max_abs = T(0);
 };
 
+// The App. A guess on the host: H_t = f(h̃_t, x_t), h̃ = the head state at heads, else 0.
+template <class CellMath, class T>
+std::vector<T> host_guess(const CellProblem<CellMath, T>& p) {
+  constexpr int S = CellMath::kSlots;
+  const std::int64_t D = p.channels;
+  std::vector<T> H(static_cast<std::size_t>(p.batch * p.time * S * D));
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t t = 0; t < p.time; ++t)
+      for (std::int64_t c = 0; c < D; ++c) {
+        T h_prev[S], h_new[S], jac[S * S];
+        for (int s = 0; s < S; ++s) h_prev[s] = p.is_head(t) ? p.head_state(b, t, s, c) : T(0);
+        p.step(b, t, c, h_prev, h_new, jac);
+        for (int s = 0; s < S; ++s) H[static_cast<std::size_t>(((b * p.time + t) * S + s) * D + c)] = h_new[s];
+      }
+  return H;
+}
+
+// One launch; an empty H runs the step from the guess (from_guess, H_in null).
 template <class CellMath, class T>
 StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vector<T>& H, double omega) {
+  const bool from_guess = H.empty();
+  const std::size_t n = static_cast<std::size_t>(p.batch * p.time * CellMath::kSlots * p.channels);
   StepRun<CellMath, T> out;
   DeviceCellInputs<CellMath, T> in(p);
   EXPECT_EQ(in.upload(p), cudaSuccess);
-  DeviceBuffer<T> d_in(H.size()), d_out(H.size()), d_max(1);
+  DeviceBuffer<T> d_in(n), d_out(n), d_max(1);
   DeviceBuffer<unsigned char> d_ws(newton_step_workspace_bytes<CellMath, T>(p.batch, p.time, p.channels));
   for (cudaError_t e : {d_in.status(), d_out.status(), d_max.status(), d_ws.status()}) EXPECT_EQ(e, cudaSuccess);
-  EXPECT_EQ(d_in.upload(H), cudaSuccess);
+  if (!from_guess) EXPECT_EQ(d_in.upload(H), cudaSuccess);
   EXPECT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);  // poison: NaN until written
   const NewtonStepArgs<T> args{.wx = in.wx.get(),
                                .recurrent = in.recurrent.get(),
                                .h0 = p.h0.empty() ? nullptr : in.h0.get(),
                                .h0_row = p.h0_row.empty() ? nullptr : in.h0_row.get(),
                                .head = p.head.empty() ? nullptr : in.head.get(),
-                               .H_in = d_in.get(),
+                               .H_in = from_guess ? nullptr : d_in.get(),
                                .H_out = d_out.get(),
                                .max_abs_residual = d_max.get(),
+                               .from_guess = from_guess,
                                .batch = p.batch,
                                .time = p.time,
                                .channels = p.channels,
@@ -136,6 +158,31 @@ TYPED_TEST(NewtonStepKernel, EqualsResidualThenSubstitutionThenUpdateOnTheHost) 
   }
 }
 
+TYPED_TEST(NewtonStepKernel, FromTheGuessEqualsTheGuessPassThenTheStep) {
+  using CellMath = typename TypeParam::CellMath;
+  using T = typename TypeParam::StorageT;
+  std::uint64_t seed = test_seed(20261203);
+  struct Variant {
+    std::int64_t batch, time, channels;
+    bool with_h0, packed;
+  };
+  // A partial lane tile, packed heads with h0 rows (the guess at t − 1 of a run's first step
+  // crosses a head), a lone step.
+  for (const Variant& v : {Variant{2, 129, 37, true, false}, Variant{1, 1500, 33, true, true},
+                           Variant{1, 1, 5, false, false}, Variant{3, 700, 64, false, false}}) {
+    const std::int64_t T_len = std::min(v.time, kComparableTime<CellMath>);
+    SCOPED_TRACE("B=" + std::to_string(v.batch) + " T=" + std::to_string(T_len) + " D=" + std::to_string(v.channels) +
+                 (v.packed ? " packed" : "") + (v.with_h0 ? " h0" : ""));
+    const auto p = make_cell_problem<CellMath, T>(v.batch, T_len, v.channels, v.with_h0, v.packed, ++seed);
+    const StepRun<CellMath, T> run = run_step(p, std::vector<T>{}, 1.0);
+    if (::testing::Test::HasFailure()) return;
+    T host_max = T(0);
+    const std::vector<T> expected = host_newton_step(p, host_guess(p), 1.0, host_max);
+    expect_close(expected, run.H_out, kKernelVsHostTau<T>, "H_out from the guess");
+    EXPECT_NEAR(static_cast<double>(run.max_abs), static_cast<double>(host_max), kKernelVsHostTau<T>);
+  }
+}
+
 TYPED_TEST(NewtonStepKernel, AnyNanResidualMakesTheMaximumNan) {
   using CellMath = typename TypeParam::CellMath;
   using T = typename TypeParam::StorageT;
@@ -155,6 +202,10 @@ TEST(NewtonStepKernelArguments, AliasedOrMissingBuffersAreRefused) {
   EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
             cudaErrorInvalidValue);  // H_in and H_out alias
   a.H_out = nullptr;
+  EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
+            cudaErrorInvalidValue);
+  a.H_out = m.get();
+  a.from_guess = true;  // from the guess H_in must be null
   EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
             cudaErrorInvalidValue);
 }

@@ -313,8 +313,16 @@ class CudaPerChannelFamily {
 
   // The fused strategy (NewtonWorkspace::fused): one kernel evaluates max|F| of H and computes
   // the candidate H + ωδ into the other iterate buffer; the driver commits it or, on the seed's
-  // early stop, keeps H.
+  // early stop, keeps H. The App. A guess is deferred into the first step (`from_guess`: no pass
+  // of its own) and written out only if a later operation needs it as H; the buffers alternate
+  // so that `expected_updates` commits end in the caller's buffer (no final copy).
   bool fused() const { return ws_.fused; }
+  bool defer_guess(std::int64_t expected_updates) {
+    if (!ws_.fused) return false;
+    guess_pending_ = true;
+    H_ = expected_updates % 2 == 1 ? ws_.iterate.as<ComputeT>() : out_;
+    return true;
+  }
   double evaluate_and_step(double omega) {
     ComputeT* next = H_ == out_ ? ws_.iterate.as<ComputeT>() : out_;
     const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
@@ -322,9 +330,10 @@ class CudaPerChannelFamily {
                                               .h0 = static_cast<const ComputeT*>(p_.h0),
                                               .h0_row = p_.h0_row,
                                               .head = p_.head,
-                                              .H_in = H_,
+                                              .H_in = guess_pending_ ? nullptr : H_,
                                               .H_out = next,
                                               .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .from_guess = guess_pending_,
                                               .batch = p_.batch,
                                               .time = p_.time,
                                               .channels = p_.channels,
@@ -332,15 +341,15 @@ class CudaPerChannelFamily {
     PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
         a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
     candidate_ = next;
-    ComputeT max_abs = 0;
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
-                                       cudaMemcpyDeviceToHost, kStream));
-    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
-    return static_cast<double>(max_abs);
+    return read_max_abs();
   }
-  void commit_step() { H_ = candidate_; }
+  void commit_step() {
+    H_ = candidate_;
+    guess_pending_ = false;
+  }
   // The solve's result belongs in the caller's buffer.
   void finish() {
+    materialize_guess();
     if (H_ != out_) {
       PARARNN_CUDA_CHECK(cudaMemcpyAsync(out_, H_, bytes(), cudaMemcpyDeviceToDevice, kStream));
       H_ = out_;
@@ -353,40 +362,20 @@ class CudaPerChannelFamily {
   }
   void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
   void iterate_from_residual() {
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, ws_.residual.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, residual(), bytes(), cudaMemcpyDeviceToDevice, kStream));
   }
 
   // F = f(prepend(H)) − H, J when asked, and max|F| read back when asked (else 0).
-  double evaluate(bool with_jacobian, bool reduce) {
-    kernels::CellResidualArgs<ComputeT> a{
-        .wx = static_cast<const ComputeT*>(p_.wx),
-        .recurrent = static_cast<const ComputeT*>(p_.recurrent),
-        .h0 = static_cast<const ComputeT*>(p_.h0),
-        .h0_row = p_.h0_row,
-        .head = p_.head,
-        .H = H_,
-        .residual = ws_.residual.as<ComputeT>(),
-        .jac = with_jacobian ? ws_.jacobian.as<ComputeT>() : nullptr,
-        .max_abs_residual = reduce ? ws_.max_abs.as<ComputeT>() : nullptr,
-        .batch = p_.batch,
-        .time = p_.time,
-        .channels = p_.channels};
-    PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
-        a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), kStream)));
-    if (!reduce) return 0.0;
-    ComputeT max_abs = 0;
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
-                                       cudaMemcpyDeviceToHost, kStream));
-    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
-    return static_cast<double>(max_abs);
-  }
+  double evaluate(bool with_jacobian, bool reduce) { return residual_pass(with_jacobian, reduce, true); }
+  // max|F| of H without writing F (the final residual of a solve).
+  double residual_max() { return residual_pass(false, true, false); }
 
   // sLSTM's guess (the CPU family's picard_guess): a zero-hidden pass, then `passes` Picard
   // passes, each the sequential kernel with the hidden slot frozen to the previous pass. The
   // passes alternate between H and the residual buffer (free until the first evaluation) so that
   // the last one lands in H.
   void picard_guess(std::int64_t passes) {
-    ComputeT* buffers[2] = {H_, ws_.residual.as<ComputeT>()};
+    ComputeT* buffers[2] = {H_, residual()};
     const ComputeT* previous = nullptr;
     for (std::int64_t pass = 0; pass <= passes; ++pass) {
       ComputeT* target = buffers[(passes - pass) % 2];
@@ -398,7 +387,7 @@ class CudaPerChannelFamily {
   // δ from (J, F) in place on F, then H += ω δ.
   void update(double omega) {
     kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
-                                  .delta = ws_.residual.as<ComputeT>(),
+                                  .delta = residual(),
                                   .head = p_.head,
                                   .batch = p_.batch,
                                   .time = p_.time,
@@ -409,9 +398,9 @@ class CudaPerChannelFamily {
     const ComputeT w = static_cast<ComputeT>(omega);
     cublasHandle_t handle = cublas_handle();
     if constexpr (std::is_same_v<ComputeT, double>) {
-      PARARNN_CUBLAS_CHECK(cublasDaxpy_64(handle, n_, &w, ws_.residual.as<double>(), 1, H_, 1));
+      PARARNN_CUBLAS_CHECK(cublasDaxpy_64(handle, n_, &w, residual(), 1, H_, 1));
     } else {
-      PARARNN_CUBLAS_CHECK(cublasSaxpy_64(handle, n_, &w, ws_.residual.as<float>(), 1, H_, 1));
+      PARARNN_CUBLAS_CHECK(cublasSaxpy_64(handle, n_, &w, residual(), 1, H_, 1));
     }
   }
 
@@ -419,6 +408,8 @@ class CudaPerChannelFamily {
   std::int64_t sequential_fallback(double atol) {
     const std::int64_t C = p_.channels, tiles = (C + kFallbackTileChannels - 1) / kFallbackTileChannels;
     const std::int64_t row = p_.time * S * C;
+    materialize_guess();
+    (void)residual();
     return sequential_fallback_units<ComputeT>(
         ws_.residual, n_, p_.batch * tiles, atol,
         [&](std::int64_t i) { return (i / row) * tiles + (i % C) / kFallbackTileChannels; }, H_,
@@ -436,12 +427,54 @@ class CudaPerChannelFamily {
 
  private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
+  // F's buffer, allocated on first use (the fused strategy needs it only to write out a
+  // deferred guess, for sLSTM's Picard guess or for the fallback).
+  ComputeT* residual() {
+    if (ws_.residual.bytes() == 0) ws_.residual = DeviceBuffer(bytes(), "the residual F");
+    return ws_.residual.as<ComputeT>();
+  }
+  double read_max_abs() {
+    ComputeT max_abs = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, ws_.max_abs.get(), sizeof(ComputeT),
+                                       cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return static_cast<double>(max_abs);
+  }
+  // The App. A guess into H_ when it was deferred and something other than a fused step needs
+  // the iterate (the early stop at the guess, the final residual, the fallback).
+  void materialize_guess() {
+    if (!guess_pending_) return;
+    guess_pending_ = false;
+    zero_iterate();
+    (void)residual_pass(false, false, true);
+    iterate_from_residual();
+  }
+  double residual_pass(bool with_jacobian, bool reduce, bool write_residual) {
+    materialize_guess();
+    kernels::CellResidualArgs<ComputeT> a{
+        .wx = static_cast<const ComputeT*>(p_.wx),
+        .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+        .h0 = static_cast<const ComputeT*>(p_.h0),
+        .h0_row = p_.h0_row,
+        .head = p_.head,
+        .H = H_,
+        .residual = write_residual ? residual() : nullptr,
+        .jac = with_jacobian ? ws_.jacobian.as<ComputeT>() : nullptr,
+        .max_abs_residual = reduce ? ws_.max_abs.as<ComputeT>() : nullptr,
+        .batch = p_.batch,
+        .time = p_.time,
+        .channels = p_.channels};
+    PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
+        a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), kStream)));
+    return reduce ? read_max_abs() : 0.0;
+  }
 
   const DeviceProblem& p_;
   NewtonWorkspace& ws_;
   ComputeT* out_;                  // the caller's buffer
   ComputeT* H_;                    // the current iterate: out_, or the workspace's second iterate
   ComputeT* candidate_ = nullptr;  // fused: the iterate the last step computed
+  bool guess_pending_ = false;     // fused: H_ is the App. A guess, not yet written
   std::int64_t n_;
 };
 
@@ -649,9 +682,10 @@ NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batc
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
       const std::int64_t n = batch * time * S * channels;
-      residual = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "F"), "the residual F");
+      const std::size_t iterate_bytes = checked_bytes(n, sizeof(ComputeT), "H");
+      if (!fused) residual = DeviceBuffer(iterate_bytes, "the residual F");  // fused: on first use
       if (fused) {
-        iterate = DeviceBuffer(checked_bytes(n, sizeof(ComputeT), "H'"), "the second iterate H'");
+        iterate = DeviceBuffer(iterate_bytes, "the second iterate H'");
         step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(batch, time, channels),
                                       "the fused Newton step workspace");
       } else {

@@ -51,9 +51,15 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     stats.picard_iters = picard_passes(config, time);
     family.picard_guess(stats.picard_iters);
   } else {  // App. A: the residual of the zero trajectory is the guess
-    family.zero_iterate();
-    (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
-    family.iterate_from_residual();
+    // A fused family may evaluate the guess inside its first step instead (it writes the guess
+    // out if anything else needs it); `k.k` is the number of updates it should expect.
+    bool deferred = false;
+    if constexpr (requires { family.defer_guess(k.k); }) deferred = family.defer_guess(k.k);
+    if (!deferred) {
+      family.zero_iterate();
+      (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
+      family.iterate_from_residual();
+    }
   }
 
   std::optional<double> final_residual;  // known when the last evaluation saw the final H
@@ -97,14 +103,23 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       break;
     }
   }
-  stats.max_residual = final_residual ? *final_residual : family.evaluate(false, true);
+  // max|F| of the current iterate; a family may compute it without writing F.
+  const auto residual_max = [&] {
+    if constexpr (requires { family.residual_max(); }) {
+      return family.residual_max();
+    } else {
+      return family.evaluate(false, true);
+    }
+  };
+  stats.max_residual = final_residual ? *final_residual : residual_max();
   if (adaptive && !stats.converged) {
     // Not converged by k_max (or a non-finite iterate): the units whose residual is still at or
     // above residual_atol get the sequential answer instead of a silently wrong one.
     const double before = stats.max_residual;
-    if (final_residual) (void)family.evaluate(false, true);  // per-unit maxima of the final H
+    constexpr bool kResidualWritten = !requires { family.residual_max(); };
+    if (final_residual || !kResidualWritten) (void)family.evaluate(false, true);  // per-unit maxima of the final H
     stats.fallback_tiles = family.sequential_fallback(*atol);
-    stats.max_residual = family.evaluate(false, true);
+    stats.max_residual = residual_max();
     emit_warning("newton_residual_high",
                  fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "
                              "(max|F|={:.3e}); {} {} were solved sequentially",

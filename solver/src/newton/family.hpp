@@ -15,6 +15,14 @@
 //   std::int64_t sequential_fallback(double atol);  // units with max|F| >= atol (at the last
 //                                               // evaluation) replaced by their sequential
 //                                               // solution in the compute type; returns the count
+// Optional hooks (the driver uses them when present):
+//   bool fused(); double evaluate_and_step(double omega); void commit_step();
+//                                               // fused strategy: max|F| of H and the candidate
+//                                               // H + ωδ in one pass; commit makes it H
+//   bool defer_guess(std::int64_t updates);     // true: the App. A guess is evaluated inside
+//                                               // the first fused step (written out on demand)
+//   double residual_max();                      // max|F| without writing F (the final residual)
+//   void finish();                              // after the solve (the result in place)
 // The fallback unit of each family is the same on both backends: a per-channel chain tile (one
 // batch row x kFallbackTileChannels channels), a dense chain (a batch row, or a (row, head)), a
 // matrix-state batch row.

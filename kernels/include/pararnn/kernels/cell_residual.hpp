@@ -8,7 +8,8 @@
 // Layout and head/h0 conventions are those of kernels/sequential.hpp (wx, recurrent, h0, h0_row,
 // head in ComputeT / int64 / bytes; H in StorageT). J is written at heads too (it is ∂h_t/∂h0 there,
 // which the backward pass needs); the scan does not read it. `jac` may be null (residual only),
-// `max_abs_residual` may be null (no reduction; no workspace needed then).
+// `max_abs_residual` may be null (no reduction; no workspace needed then), `residual` may be
+// null when `max_abs_residual` is not (max|F| only: the final residual of a solve).
 //
 // Guarantees: max|F| ranks NaN above every number, so any NaN in F makes the scalar NaN; an
 // Inf makes it Inf. The reduction is a per-block partial into the workspace followed by one

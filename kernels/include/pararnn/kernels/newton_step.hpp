@@ -10,7 +10,10 @@
 // H_out written once (20 bytes), against 48 for the residual kernel + scan + axpy sequence; F and
 // J never reach memory. H_in[t−1] is read again from cache. Same arithmetic as that sequence
 // (the same step, the same monoid), so the result differs from it by the scan's re-association
-// only: within τ, not bitwise. H_in and H_out must not overlap.
+// only: within τ, not bitwise. H_in and H_out must not overlap. With `from_guess` H_in is not
+// read: the iterate is the App. A guess, evaluated on the fly (two cell evaluations per element
+// instead of one, no pass of its own), and the result equals the guess pass followed by this
+// step on its output up to the same re-association.
 //
 // Layout (the residual kernel's, kernels/cell_residual.hpp): wx [b][t][g·D + c], recurrent
 // [k][c] (clamped entries, then constants), h0 [row][s][c] (optional; zeros), h0_row [t] and
@@ -36,9 +39,12 @@ struct NewtonStepArgs {
   const T* h0 = nullptr;
   const std::int64_t* h0_row = nullptr;
   const std::uint8_t* head = nullptr;
-  const T* H_in = nullptr;
+  const T* H_in = nullptr;  // null exactly when from_guess
   T* H_out = nullptr;
   T* max_abs_residual = nullptr;  // one device scalar (required): max|F(H_in)|
+  // The iterate entering this iteration is the App. A guess H_t = f(h̃_t, x_t) (h̃ = h0 at heads,
+  // else 0), computed in registers: the first iteration without the guess's own pass.
+  bool from_guess = false;
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;

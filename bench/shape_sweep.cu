@@ -1,0 +1,292 @@
+// pararnn_bench_shapes: the register shapes of the single-pass scan kernel (kernels/src/scan.cuh,
+// SinglePassShape: channels per lane V, steps per thread, warps per block, blocks per SM asked of
+// the register allocator), measured at the reference shape S1 (GRU-diag f32, B 8, T 65536,
+// d_h 256) for the fused Newton step (from an iterate, and from the guess) and for the plain
+// diagonal scan. Each shape's result is checked in the same run against the production launcher
+// (launch_newton_step, launch_scan_affine): the difference is the scan's re-association only.
+// This is how the production shapes (newton_step.cu StepShape, scan.cuh SinglePassLimits) are
+// chosen; docs/cuda.md records the table. Prints one JSON object on stdout.
+//
+// Method: CUDA events around the launch (flags reset and max|F| zeroing included, as production
+// pays them), 3 warm-up runs, median of --runs (default 20); bytes per token-channel: step 20
+// (W_x x 12, H 4, H' 4), step from the guess 16, scan 12 (J, r, δ).
+//
+// Usage: pararnn_bench_shapes [--runs 20]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "newton_step.cuh"
+#include "sequential.cuh"
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/kernels/newton_step.hpp"
+#include "pararnn/kernels/scan.hpp"
+#include "pararnn/kernels/sequential.hpp"
+
+namespace {
+
+using namespace pararnn::kernels;
+using Gru = pararnn::cells::GruDiagMath;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "pararnn_bench_shapes: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+struct Buffer {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  explicit Buffer(std::size_t n) : bytes(n) {
+    if (n > 0) check(cudaMalloc(&p, n), "cudaMalloc");
+  }
+  ~Buffer() {
+    if (p != nullptr) cudaFree(p);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+};
+
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform(float* out, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ULL + i);
+    out[i] = lo + (hi - lo) * (static_cast<float>(h >> 40) * 0x1.0p-24f);
+  }
+}
+
+void fill(const Buffer& b, std::uint64_t seed, float lo, float hi) {
+  fill_uniform<<<1024, 256>>>(b.f(), b.bytes / sizeof(float), seed, lo, hi);
+  check(cudaGetLastError(), "fill_uniform");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double time_ms(int runs, F&& launch) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    check(cudaEventRecord(a), "record");
+    launch();
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(ms);
+}
+
+std::vector<float> download(const Buffer& b) {
+  std::vector<float> h(b.bytes / sizeof(float));
+  check(cudaMemcpy(h.data(), b.p, b.bytes, cudaMemcpyDeviceToHost), "download");
+  return h;
+}
+
+double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y) {
+  double m = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(x[i]) - static_cast<double>(y[i]));
+    if (!(d <= m)) m = d;  // NaN wins
+  }
+  return m;
+}
+
+struct Shape {
+  const char* name;
+  int lanes, steps, groups, min_blocks;
+  cudaError_t (*step)(const NewtonStepArgs<float>&, void*, std::size_t, cudaStream_t);
+  std::size_t (*step_bytes)(std::int64_t, std::int64_t, std::int64_t);
+  cudaError_t (*scan)(const ScanArgs<float>&, void*, std::size_t, cudaStream_t);
+};
+
+template <int V, int kSteps, int kGroups, int kMinBlocks>
+cudaError_t step_at(const NewtonStepArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
+  if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, sizeof(float), s); e != cudaSuccess) return e;
+  return detail::run_newton_step<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks>>(a, w, bytes, s);
+}
+template <int V, int kSteps, int kGroups, int kMinBlocks>
+std::size_t step_bytes_at(std::int64_t b, std::int64_t t, std::int64_t c) {
+  return detail::newton_step_shape_bytes<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks>>(b, t, c);
+}
+template <int V, int kSteps, int kGroups, int kMinBlocks>
+cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
+  using Sh = detail::SinglePassShape<kSteps, kGroups, kMinBlocks>;
+  return detail::run_single_pass<1, float, V, false, Sh>(
+      detail::BufferSource<1, float, V, false>{a.jac, a.delta, a.time, a.channels}, a.head, a.batch, a.time,
+      a.channels, static_cast<std::int64_t>(kSteps) * kGroups, w, bytes, s);
+}
+
+#define PARARNN_SHAPE(V, ST, GR, MB)                                                                  \
+  Shape{"v" #V "_s" #ST "_g" #GR "_b" #MB, V, ST, GR, MB, &step_at<V, ST, GR, MB>, &step_bytes_at<V, ST, GR, MB>, \
+        &scan_at<V, ST, GR, MB>}
+
+const Shape kShapes[] = {
+    PARARNN_SHAPE(4, 8, 8, 1), PARARNN_SHAPE(4, 4, 8, 1),  PARARNN_SHAPE(4, 4, 8, 2),
+    PARARNN_SHAPE(2, 8, 8, 1), PARARNN_SHAPE(2, 8, 8, 2),  PARARNN_SHAPE(2, 4, 16, 2),
+    PARARNN_SHAPE(1, 8, 8, 1), PARARNN_SHAPE(1, 8, 8, 3),  PARARNN_SHAPE(1, 8, 16, 2),
+    PARARNN_SHAPE(1, 4, 16, 3), PARARNN_SHAPE(1, 8, 4, 6), PARARNN_SHAPE(1, 16, 4, 3),
+};
+
+template <int kPrefetch>
+cudaError_t sequential_at(const SequentialArgs<float>& a, cudaStream_t s) {
+  const std::int64_t blocks = (a.batch * a.channels + detail::kSequentialThreads - 1) / detail::kSequentialThreads;
+  detail::sequential_kernel<Gru, float, kPrefetch>
+      <<<static_cast<unsigned>(blocks), detail::kSequentialThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+struct Prefetch {
+  int distance;
+  cudaError_t (*run)(const SequentialArgs<float>&, cudaStream_t);
+};
+const Prefetch kPrefetches[] = {{4, &sequential_at<4>}, {8, &sequential_at<8>}, {16, &sequential_at<16>},
+                                {24, &sequential_at<24>}, {32, &sequential_at<32>}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      runs = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N]\n");
+      return 2;
+    }
+  }
+  const std::int64_t B = 8, T = 65536, D = 256, G = 3;
+  const std::size_t n = static_cast<std::size_t>(B * T * D);
+  Buffer wx(n * G * sizeof(float)), rec(G * D * sizeof(float)), H(n * sizeof(float)), H_ref(n * sizeof(float)),
+      H_out(n * sizeof(float)), max_abs(sizeof(float)), jac(n * sizeof(float)), r(n * sizeof(float)),
+      delta(n * sizeof(float)), delta_ref(n * sizeof(float));
+  fill(wx, 1, -2.0f, 2.0f);
+  fill(rec, 2, -0.9f, 0.9f);
+  fill(H, 3, -1.0f, 1.0f);
+  fill(jac, 4, 0.0f, 0.99f);
+  fill(r, 5, -1.0f, 1.0f);
+  check(cudaDeviceSynchronize(), "fill");
+
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  int clock_khz = 0, mem_clock_khz = 0;
+  (void)cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  (void)cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
+
+  // Production references, same inputs.
+  std::size_t prod_bytes = newton_step_workspace_bytes<Gru, float>(B, T, D);
+  std::size_t ws_bytes = std::max(prod_bytes, scan_affine_workspace_bytes<1, float>(B, T, D));
+  for (const Shape& s : kShapes) ws_bytes = std::max(ws_bytes, s.step_bytes(B, T, D));
+  Buffer ws(ws_bytes);
+  const NewtonStepArgs<float> step_args{.wx = wx.f(), .recurrent = rec.f(), .H_in = H.f(), .H_out = H_ref.f(),
+                                        .max_abs_residual = max_abs.f(), .batch = B, .time = T, .channels = D};
+  NewtonStepArgs<float> guess_args = step_args;
+  guess_args.H_in = nullptr;
+  guess_args.from_guess = true;
+  check(launch_newton_step<Gru, float>(step_args, ws.p, ws.bytes, nullptr), "production step");
+  const std::vector<float> ref_step = download(H_ref);
+  check(launch_newton_step<Gru, float>(guess_args, ws.p, ws.bytes, nullptr), "production step from the guess");
+  const std::vector<float> ref_guess = download(H_ref);
+  auto scan_reset = [&] {
+    check(cudaMemcpyAsync(delta.p, r.p, r.bytes, cudaMemcpyDeviceToDevice), "reset");
+  };
+  scan_reset();
+  const ScanArgs<float> prod_scan{.jac = jac.f(), .delta = delta.f(), .batch = B, .time = T, .channels = D};
+  check(launch_scan_affine<1, float>(prod_scan, ws.p, ws.bytes, nullptr), "production scan");
+  check(cudaDeviceSynchronize(), "production scan");
+  const std::vector<float> ref_scan = download(delta);
+
+  const double tokens = static_cast<double>(n);
+  std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+  std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"sm_clock_mhz\": %d, \"memory_clock_mhz\": %d, "
+              "\"runs\": %d},\n",
+              prop.name, prop.multiProcessorCount, clock_khz / 1000, mem_clock_khz / 1000, runs);
+  std::printf("  \"shape\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"batch\": %lld, \"time\": %lld, \"d_h\": %lld},\n",
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(D));
+  const double prod_step_ms = time_ms(runs, [&] {
+    check(launch_newton_step<Gru, float>(step_args, ws.p, ws.bytes, nullptr), "step");
+  });
+  const double prod_scan_ms = time_ms(runs, [&] {
+    check(launch_scan_affine<1, float>(prod_scan, ws.p, ws.bytes, nullptr), "scan");
+  });
+  std::printf("  \"production\": {\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f},\n",
+              prod_step_ms, tokens * 20 / (prod_step_ms * 1e-3) / 1e12, prod_scan_ms,
+              tokens * 12 / (prod_scan_ms * 1e-3) / 1e12);
+  std::printf("  \"shapes\": [\n");
+  bool first = true;
+  for (const Shape& s : kShapes) {
+    if (D % s.lanes != 0) continue;
+    NewtonStepArgs<float> a = step_args;
+    a.H_out = H_out.f();
+    check(s.step(a, ws.p, ws.bytes, nullptr), s.name);
+    check(cudaDeviceSynchronize(), s.name);
+    const double step_err = max_abs_diff(download(H_out), ref_step);
+    const double step_ms = time_ms(runs, [&] { check(s.step(a, ws.p, ws.bytes, nullptr), s.name); });
+    NewtonStepArgs<float> g = guess_args;
+    g.H_out = H_out.f();
+    check(s.step(g, ws.p, ws.bytes, nullptr), s.name);
+    check(cudaDeviceSynchronize(), s.name);
+    const double guess_err = max_abs_diff(download(H_out), ref_guess);
+    const double guess_ms = time_ms(runs, [&] { check(s.step(g, ws.p, ws.bytes, nullptr), s.name); });
+    scan_reset();
+    check(s.scan(prod_scan, ws.p, ws.bytes, nullptr), s.name);
+    check(cudaDeviceSynchronize(), s.name);
+    const double scan_err = max_abs_diff(download(delta), ref_scan);
+    // Timed in place on δ (values grow bounded: |J| < 1); the result above is the checked one.
+    const double scan_ms = time_ms(runs, [&] { check(s.scan(prod_scan, ws.p, ws.bytes, nullptr), s.name); });
+    std::printf("%s    {\"name\": \"%s\", \"lanes\": %d, \"steps\": %d, \"groups\": %d, \"min_blocks\": %d, "
+                "\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"step_max_abs_vs_production\": %.3e, "
+                "\"guess_step_ms\": %.5f, \"guess_step_tb_per_s\": %.4f, \"guess_max_abs_vs_production\": %.3e, "
+                "\"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f, \"scan_max_abs_vs_production\": %.3e}",
+                first ? "" : ",\n", s.name, s.lanes, s.steps, s.groups, s.min_blocks, step_ms,
+                tokens * 20 / (step_ms * 1e-3) / 1e12, step_err, guess_ms, tokens * 16 / (guess_ms * 1e-3) / 1e12,
+                guess_err, scan_ms, tokens * 12 / (scan_ms * 1e-3) / 1e12, scan_err);
+    first = false;
+  }
+  std::printf("\n  ],\n");
+
+  // The sequential kernel's prefetch distance (bitwise: the same arithmetic in the same order).
+  const SequentialArgs<float> seq{.wx = wx.f(), .recurrent = rec.f(), .H = H_ref.f(), .batch = B, .time = T, .channels = D};
+  check(launch_sequential_apply<Gru, float>(seq, nullptr), "production sequential");
+  check(cudaDeviceSynchronize(), "production sequential");
+  const std::vector<float> ref_seq = download(H_ref);
+  const double prod_seq_ms = time_ms(runs, [&] { check(launch_sequential_apply<Gru, float>(seq, nullptr), "seq"); });
+  std::printf("  \"sequential_production_ms\": %.4f,\n  \"sequential\": [\n", prod_seq_ms);
+  first = true;
+  for (const Prefetch& p : kPrefetches) {
+    SequentialArgs<float> a = seq;
+    a.H = H_out.f();
+    check(p.run(a, nullptr), "sequential");
+    check(cudaDeviceSynchronize(), "sequential");
+    const double err = max_abs_diff(download(H_out), ref_seq);
+    const double ms = time_ms(runs, [&] { check(p.run(a, nullptr), "sequential"); });
+    std::printf("%s    {\"prefetch\": %d, \"ms\": %.4f, \"max_abs_vs_production\": %.3e}", first ? "" : ",\n",
+                p.distance, ms, err);
+    first = false;
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}

@@ -1,0 +1,220 @@
+// Device side of launch_newton_step (kernels/newton_step.hpp): the element source of one fused
+// Newton iteration for the single-pass scan of scan.cuh, and `run_newton_step`, its launch at a
+// given register shape. Included by newton_step.cu (the production shape) and by the benchmark
+// that measures the shapes (bench/newton_step_sweep.cu), so both run the same code.
+//
+// Per thread the source keeps, for its run of consecutive steps u = 0 .. kSteps−1, the iterate
+// entering the step (h_run[u], the value H_in[t] or, from the guess, f(h̃_t, x_t)) in registers:
+// step u + 1 takes its h_prev from step u, and the store of step u writes h_run[u] + ω δ_t
+// without reading H_in again. Only the first step of a run reads H_in[t − 1] (or, from the
+// guess, evaluates the guess at t − 1 once more).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "nan_max_reduce.cuh"
+#include "pararnn/kernels/newton_step.hpp"
+#include "scan.cuh"
+
+namespace pararnn::kernels::detail {
+
+template <class T>
+struct BitsOf;
+template <>
+struct BitsOf<float> {
+  using type = unsigned int;
+};
+template <>
+struct BitsOf<double> {
+  using type = unsigned long long;
+};
+
+__device__ __forceinline__ unsigned int bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned long long bits_of(double v) {
+  return static_cast<unsigned long long>(__double_as_longlong(v));
+}
+
+template <class CellMath, class T, int V, int kSteps, bool kFromGuess>
+struct NewtonStepSource {
+  static constexpr int S = CellMath::kSlots;
+  static constexpr int G = CellMath::kGates;
+  static constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;
+  NewtonStepArgs<T> a;
+  T omega;
+  T local_max;             // this thread's max|F|, reduced in finish()
+  T rec[RC][V];            // the channel values, loaded by step 0
+  T h_run[kSteps][S][V];   // the iterate entering each step of this thread's run
+
+  __device__ __forceinline__ bool is_head(int64_t t) const {
+    return t == 0 || (a.head != nullptr && a.head[t] != 0);
+  }
+  // h̃ at a head: h0 of its row (zeros without h0).
+  __device__ __forceinline__ void initial_state(int64_t b, int64_t t, int64_t c0, T (&h)[S][V]) const {
+    const int64_t row = a.h0_row != nullptr ? a.h0_row[t] : b;
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (a.h0 != nullptr) {
+        const Pack<T, V> p = load_pack<T, V>(a.h0 + (row * S + s) * a.channels + c0);
+#pragma unroll
+        for (int v = 0; v < V; ++v) h[s][v] = p.v[v];
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) h[s][v] = T(0);
+      }
+    }
+  }
+  __device__ __forceinline__ void load_gates(int64_t bt, int64_t c0, T (&w)[G][V]) const {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const Pack<T, V> p = load_pack<T, V>(a.wx + bt * G * a.channels + g * a.channels + c0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) w[g][v] = p.v[v];
+    }
+  }
+  __device__ __forceinline__ void load_iterate(int64_t bt, int64_t c0, T (&h)[S][V]) const {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const Pack<T, V> p = load_pack<T, V>(a.H_in + (bt * S + s) * a.channels + c0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) h[s][v] = p.v[v];
+    }
+  }
+  // The App. A guess at t: f(h̃_t, x_t), h̃_t = h0 at a head, else 0.
+  __device__ __forceinline__ void guess_at(int64_t b, int64_t t, int64_t c0, T (&h)[S][V]) const {
+    T w[G][V], from[S][V];
+    load_gates(b * a.time + t, c0, w);
+    if (is_head(t)) {
+      initial_state(b, t, c0, from);
+    } else {
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int v = 0; v < V; ++v) from[s][v] = T(0);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      T r[RC], wv[G], hp[S], hn[S];
+#pragma unroll
+      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
+#pragma unroll
+      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
+#pragma unroll
+      for (int s = 0; s < S; ++s) hp[s] = from[s][v];
+      CellMath::step(r, wv, hp, hn, static_cast<T*>(nullptr));
+#pragma unroll
+      for (int s = 0; s < S; ++s) h[s][v] = hn[s];
+    }
+  }
+
+  __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart, int u,
+                                       cells::AffineElement<S, T> (&e)[V]) {
+    const int64_t bt = b * a.time + t;
+    if (u == 0) {
+#pragma unroll
+      for (int k = 0; k < RC; ++k) {
+        const Pack<T, V> p = load_pack<T, V>(a.recurrent + k * a.channels + c0);
+#pragma unroll
+        for (int v = 0; v < V; ++v) rec[k][v] = p.v[v];
+      }
+    }
+    T w[G][V], hp[S][V];
+    if constexpr (kFromGuess) {
+      guess_at(b, t, c0, h_run[u]);
+    } else {
+      load_iterate(bt, c0, h_run[u]);
+    }
+    load_gates(bt, c0, w);
+    if (restart) {
+      initial_state(b, t, c0, hp);
+    } else if (u > 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int v = 0; v < V; ++v) hp[s][v] = h_run[u > 0 ? u - 1 : 0][s][v];
+    } else if constexpr (kFromGuess) {
+      guess_at(b, t - 1, c0, hp);
+    } else {
+      load_iterate(bt - 1, c0, hp);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      T r[RC], wv[G], h_prev[S], h_new[S], jac[S * S];
+#pragma unroll
+      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
+#pragma unroll
+      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
+#pragma unroll
+      for (int s = 0; s < S; ++s) h_prev[s] = hp[s][v];
+      CellMath::step(r, wv, h_prev, h_new, jac);
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const T f = h_new[s] - h_run[u][s][v];
+        e[v].r[s] = f;
+        local_max = nan_max(local_max, fabs(f));
+      }
+#pragma unroll
+      for (int q = 0; q < S * S; ++q) e[v].J[q] = restart ? T(0) : jac[q];
+    }
+  }
+
+  __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int u, const T (&x)[V][S]) {
+    const int64_t bt = b * a.time + t;
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      Pack<T, V> out;
+#pragma unroll
+      for (int v = 0; v < V; ++v) out.v[v] = h_run[u][s][v] + omega * x[v][s];
+      store_pack<T, V>(a.H_out + (bt * S + s) * a.channels + c0, out);
+    }
+  }
+
+  __device__ __forceinline__ void finish() {
+    T m = local_max;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if ((threadIdx.x & 31) == 0) {
+      using Bits = typename BitsOf<T>::type;
+      atomicMax(reinterpret_cast<Bits*>(a.max_abs_residual), bits_of(m));
+    }
+  }
+};
+
+// The chunk of a shape: every thread of every group full.
+template <class Shape>
+constexpr int64_t shape_chunk() {
+  return static_cast<int64_t>(Shape::kSteps) * Shape::kGroups;
+}
+
+template <class T>
+bool newton_step_aligned(const NewtonStepArgs<T>& a, std::size_t bytes) {
+  return aligned_to(a.wx, bytes) && aligned_to(a.recurrent, bytes) &&
+         (a.from_guess || aligned_to(a.H_in, bytes)) && aligned_to(a.H_out, bytes) &&
+         (a.h0 == nullptr || aligned_to(a.h0, bytes));
+}
+
+// Workspace of one launch at (V, Shape).
+template <class CellMath, class T, int V, class Shape>
+std::size_t newton_step_shape_bytes(int64_t batch, int64_t time, int64_t channels) {
+  return single_pass_layout(CellMath::kSlots, sizeof(T), V, batch, time, channels, shape_chunk<Shape>()).total;
+}
+
+// One fused iteration at (V channels per lane, Shape); the caller checked the arguments, that
+// V divides the channels and that the pointers are aligned to V values.
+template <class CellMath, class T, int V, class Shape>
+cudaError_t run_newton_step(const NewtonStepArgs<T>& a, void* workspace, std::size_t workspace_bytes,
+                            cudaStream_t stream) {
+  constexpr int S = CellMath::kSlots;
+  const int64_t chunk = shape_chunk<Shape>();
+  if (a.from_guess) {
+    const NewtonStepSource<CellMath, T, V, Shape::kSteps, true> source{a, static_cast<T>(a.omega), T(0), {}, {}};
+    return run_single_pass<S, T, V, false, Shape>(source, a.head, a.batch, a.time, a.channels, chunk, workspace,
+                                                  workspace_bytes, stream);
+  }
+  const NewtonStepSource<CellMath, T, V, Shape::kSteps, false> source{a, static_cast<T>(a.omega), T(0), {}, {}};
+  return run_single_pass<S, T, V, false, Shape>(source, a.head, a.batch, a.time, a.channels, chunk, workspace,
+                                                workspace_bytes, stream);
+}
+
+}  // namespace pararnn::kernels::detail
