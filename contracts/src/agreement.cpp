@@ -18,10 +18,26 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// The host view the oracle reads of a solver input: the input itself on the host, its host copy
+// (`twin`) when it lives on a device.
+const TensorView& host_view(const TensorView& input, const std::optional<TensorView>& twin,
+                            std::string_view argument, std::string_view twin_name) {
+  if (input.device() == Device::cpu) return input;
+  if (!twin)
+    throw ContractViolation(argument, fmt::format("is on a CUDA device: the oracle needs its host copy in VerifyOptions::{}",
+                                                  twin_name), "cuda");
+  if (twin->device() != Device::cpu || twin->shape() != input.shape() || twin->dtype() != input.dtype())
+    throw ContractViolation(twin_name, fmt::format("must be a host tensor of {}'s shape {} and dtype {}", argument,
+                                                   shape_string(input.shape()), dtype_name(input.dtype())),
+                            fmt::format("{} {} on {}", shape_string(twin->shape()), dtype_name(twin->dtype()),
+                                        twin->device() == Device::cpu ? "cpu" : "cuda"));
+  return *twin;
+}
+
 Case case_for(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
   std::optional<Tensor> h0;
-  if (options.h0) h0 = Tensor::copy_of(*options.h0);
-  Case problem = cell.make_case(Tensor::copy_of(x), std::move(h0));
+  if (options.h0) h0 = Tensor::copy_of(host_view(*options.h0, options.host_h0, "h0", "host_h0"));
+  Case problem = cell.make_case(Tensor::copy_of(host_view(x, options.host_x, "x", "host_x")), std::move(h0));
   if (options.cu_seqlens) problem.cu_seqlens = Tensor::copy_of(*options.cu_seqlens);
   return problem;
 }
