@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Python packages the `pararnn` module builds and tests against, from PyPI through
 # pip, into the interpreter that builds it ($PARARNN_PYTHON, default python3): nanobind (the
-# binding library, never vendored), numpy (the CPU tests; they are unittest tests, no pytest needed). Idempotent: pip runs only
-# when one is missing. Offline machines: PARARNN_WHEELS=<folder of .whl files> installs from
+# binding library, never vendored) and numpy (the CPU tests, written with unittest: no pytest).
+# Idempotent: pip runs only when one is missing. Offline machines: PARARNN_WHEELS=<folder of .whl files> installs from
 # that folder without an index (pip download nanobind numpy -d <folder> makes one).
 set -euo pipefail
 python=${PARARNN_PYTHON:-python3}

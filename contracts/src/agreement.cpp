@@ -193,6 +193,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.repro_command = options.repro_command;
   const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
 
+  const auto phase = [&](std::string_view name) {
+    if (options.progress) options.progress(name);
+  };
+  phase("newton");
   auto start = Clock::now();
   NewtonStats stats;
   const Tensor H = newton_apply(cell, x, options.config, apply, &stats);
@@ -204,10 +208,12 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.k_source = stats.k.source;
   r.k_min = stats.k.k;
 
+  phase("sequential");
   start = Clock::now();
   const Tensor H_seq = sequential_apply(cell, x, apply);
   r.timings_ms["sequential"] = ms_since(start);
 
+  phase("oracle");
   start = Clock::now();
   const Case problem = case_for(cell, x, options);
   const reference::OracleResult oracle = reference::oracle_sequential(
@@ -220,7 +226,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
   apply_ill_conditioned_rule(r, H_seq, oracle, tau);
-  if (options.gradients) judge_gradients(r, cell, x, problem, options);
+  if (options.gradients) {
+    phase("gradients");
+    judge_gradients(r, cell, x, problem, options);
+  }
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
 }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -57,6 +58,9 @@ struct VerifyOptions {
   // oracle (host code) reads these (same shape and dtype, else ContractViolation).
   std::optional<TensorView> host_x;
   std::optional<TensorView> host_h0;
+  // Called as each phase starts ("newton", "sequential", "oracle", then "gradients" when asked):
+  // the CLI's progress (core/progress.hpp).
+  std::function<void(std::string_view phase)> progress;
 };
 
 struct AgreementReport {
