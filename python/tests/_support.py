@@ -4,8 +4,6 @@ import os
 import subprocess
 import tempfile
 
-import numpy as np
-
 CLI = os.environ.get("PARARNN_CLI", "pararnn")
 SOURCE_DIR = os.environ.get("PARARNN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 SEED = int(os.environ.get("PARARNN_TEST_SEED", "1"))
@@ -19,7 +17,8 @@ def scratch():
     return tempfile.mkdtemp(prefix="pararnn-python-", dir=root)
 
 
-def normal_input(shape, dtype=np.float32, seed=SEED):
+def normal_input(shape, dtype="float32", seed=SEED):
+    import numpy as np  # lazily: the torch tests run without numpy
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
