@@ -18,10 +18,26 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// The host view the oracle reads of a solver input: the input itself on the host, its host copy
+// (`twin`) when it lives on a device.
+const TensorView& host_view(const TensorView& input, const std::optional<TensorView>& twin,
+                            std::string_view argument, std::string_view twin_name) {
+  if (input.device() == Device::cpu) return input;
+  if (!twin)
+    throw ContractViolation(argument, fmt::format("is on a CUDA device: the oracle needs its host copy in VerifyOptions::{}",
+                                                  twin_name), "cuda");
+  if (twin->device() != Device::cpu || twin->shape() != input.shape() || twin->dtype() != input.dtype())
+    throw ContractViolation(twin_name, fmt::format("must be a host tensor of {}'s shape {} and dtype {}", argument,
+                                                   shape_string(input.shape()), dtype_name(input.dtype())),
+                            fmt::format("{} {} on {}", shape_string(twin->shape()), dtype_name(twin->dtype()),
+                                        twin->device() == Device::cpu ? "cpu" : "cuda"));
+  return *twin;
+}
+
 Case case_for(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
   std::optional<Tensor> h0;
-  if (options.h0) h0 = Tensor::copy_of(*options.h0);
-  Case problem = cell.make_case(Tensor::copy_of(x), std::move(h0));
+  if (options.h0) h0 = Tensor::copy_of(host_view(*options.h0, options.host_h0, "h0", "host_h0"));
+  Case problem = cell.make_case(Tensor::copy_of(host_view(x, options.host_x, "x", "host_x")), std::move(h0));
   if (options.cu_seqlens) problem.cu_seqlens = Tensor::copy_of(*options.cu_seqlens);
   return problem;
 }
@@ -177,6 +193,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.repro_command = options.repro_command;
   const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
 
+  const auto phase = [&](std::string_view name) {
+    if (options.progress) options.progress(name);
+  };
+  phase("newton");
   auto start = Clock::now();
   NewtonStats stats;
   const Tensor H = newton_apply(cell, x, options.config, apply, &stats);
@@ -188,10 +208,12 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.k_source = stats.k.source;
   r.k_min = stats.k.k;
 
+  phase("sequential");
   start = Clock::now();
   const Tensor H_seq = sequential_apply(cell, x, apply);
   r.timings_ms["sequential"] = ms_since(start);
 
+  phase("oracle");
   start = Clock::now();
   const Case problem = case_for(cell, x, options);
   const reference::OracleResult oracle = reference::oracle_sequential(
@@ -204,7 +226,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
   apply_ill_conditioned_rule(r, H_seq, oracle, tau);
-  if (options.gradients) judge_gradients(r, cell, x, problem, options);
+  if (options.gradients) {
+    phase("gradients");
+    judge_gradients(r, cell, x, problem, options);
+  }
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
 }

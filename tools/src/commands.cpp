@@ -25,6 +25,7 @@
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
+#include "pararnn/core/progress.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/reports/bug_bundle.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -243,8 +244,10 @@ int kstar(const KstarArgs& args) {
   options.k_limit = args.k_limit;
   options.weight_std = args.weight_std;
   options.max_recurrent_norm = parse_cap(args.max_recurrent_norm);
-  if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  Progress progress("kstar", static_cast<std::int64_t>(options.times.size()) * options.seeds, "cases");
+  options.progress = [&](const std::string& line) { progress.advance(line); };
   const KstarTable table = measure_kstar(options);
+  progress.finish();
   std::cout << fmt::format("K*(T) for {} {} (tau {:g}, {} seeds, B={} d_in={} {}):\n", args.cell,
                            args.dtype, table.tau, args.seeds, args.batch, args.d_in,
                            args.k_dim ? fmt::format("k_dim={} v_dim={}", *args.k_dim, args.v_dim.value_or(0))
@@ -265,7 +268,10 @@ int oracle(const SolveArgs& args) {
       .certify = true,
       .certify_budget = args.certify_budget.value_or(default_certify_budget(problem.dtype())),
       .seed = args.seed};
+  Progress progress("oracle", args.grad ? 2 : 1, "phases");
+  progress.update(0, "unroll and certify");
   const auto result = reference::oracle_sequential(problem, options);
+  progress.advance(args.grad ? "gradients" : "");
   // The certification rule of verify: an uncertified oracle is no answer, and nothing is written.
   const auto refuse = [&](const std::string& why) {
     std::cerr << fmt::format("pararnn: oracle: {}; {} not written\n", why, args.out);
@@ -285,6 +291,7 @@ int oracle(const SolveArgs& args) {
   if (const auto version = problem.meta("cell_version")) metadata["cell_version"] = *version;
   if (args.grad) {
     const auto grads = reference::oracle_gradients(problem, options);
+    progress.advance();
     if (const auto why = certification_failure(grads.finite, grads.self_check_delta, grads.certified_chain_steps,
                                                problem, "gradients"))
       return refuse(*why);
@@ -357,7 +364,12 @@ int verify(const SolveArgs& args) {
   options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}{}",
                                       args.case_path, args.backend, args.max_iters,
                                       args.grad ? " --grad" : "");
+  Progress progress("verify", args.grad ? 4 : 3, "phases");
+  std::int64_t phases_done = 0;
+  options.progress = [&](std::string_view phase) { progress.update(phases_done++, phase); };
   const AgreementReport report = verify_agreement(cell, problem.x, options);
+  progress.update(phases_done);
+  progress.finish();
   std::cout << report.summary() << "\n";
   if (report.verdict != Verdict::agree) std::cout << report.failure_message() << "\n";
   write_json(args.json, report.to_json());
@@ -418,8 +430,10 @@ int bug_bundle(const BundleArgs& args) {
                                      args.backend, args.max_iters, args.seed,
                                      args.certify_budget ? fmt::format(" --certify-budget {}", *args.certify_budget) : "",
                                      args.grad ? " --grad" : "", args.out);
-  if (isatty(fileno(stderr))) options.progress = [](const std::string& line) { std::cerr << "bug-bundle: " << line << "\n"; };
+  Progress progress("bug-bundle", 0, "steps");
+  options.progress = [&](const std::string& line) { progress.advance(line); };
   const reports::BundleResult r = reports::make_bug_bundle(options);
+  progress.finish();
   std::cout << fmt::format("wrote {} ({} bytes, folder {}/): verdict {}{}, minimised case verdict {}\n", r.out.string(),
                            r.bytes, r.folder, verdict_name(r.verdict),
                            r.compare_verdict ? fmt::format(", their trajectory {}", verdict_name(*r.compare_verdict)) : "",

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
+#include "pararnn/core/progress.hpp"
 
 namespace {
 
@@ -72,6 +73,12 @@ int main(int argc, char** argv) {
   const CLI::Validator magnitude = finite_number(true), positive = finite_number(false);
   CLI::App app{"pararnn: parallel Newton RNN solver and its independent oracle"};
   app.require_subcommand(1);
+  // Progress on stderr (core/progress.hpp): drawn on a terminal unless --quiet; --verbose writes
+  // it as plain lines even when stderr is piped. Accepted before or after the subcommand.
+  bool quiet = false, verbose = false;
+  auto* quiet_flag = app.add_flag("--quiet", quiet, "no progress on stderr");
+  app.add_flag("--verbose", verbose, "progress as plain lines on stderr, terminal or not")->excludes(quiet_flag);
+  app.fallthrough();
 
   MakeCaseArgs mk;
   auto* make = app.add_subcommand("make-case", "generate a case file (cell parameters + input)");
@@ -198,6 +205,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitInconclusiveOrRefused;
   }
+  pararnn::set_verbosity(quiet ? pararnn::Verbosity::quiet
+                               : verbose ? pararnn::Verbosity::verbose : pararnn::Verbosity::normal);
   try {
     if (make->parsed()) return make_case(mk);
     if (kstar_cmd->parsed()) return kstar(ka);

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "pararnn/core/progress.hpp"
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/core/case_file.hpp"
@@ -53,8 +54,6 @@ std::vector<std::int64_t> split_ints(const std::string& text, const char* argume
   return out;
 }
 
-std::string duration(double s) { return s < 120 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} min", s / 60.0); }
-
 }  // namespace
 
 int report_nightly(const NightlyArgs& args) {
@@ -77,18 +76,13 @@ int report_nightly(const NightlyArgs& args) {
   options.build = build_context();
   options.gpu_available = cuda_device_available();
   options.argv = args.argv;
-  const bool terminal = isatty(fileno(stderr));
-  if (terminal)
-    options.progress = [](const reports::CampaignProgress& p) {
-      if (p.current.empty()) {
-        std::cerr << fmt::format("\r\033[K{}/{} tasks in {}\n", p.done, p.total, duration(p.elapsed_s));
-        return;
-      }
-      std::cerr << fmt::format("\r\033[K[{}/{}] {} elapsed, ETA {}  {}", p.done, p.total, duration(p.elapsed_s),
-                               p.done > 0 ? duration(p.eta_s) : std::string("?"), p.current)
-                << std::flush;
-    };
+  Progress progress("nightly", 0, "tasks");
+  options.progress = [&](const reports::CampaignProgress& p) {
+    progress.set_total(p.total);
+    progress.update(p.done, p.current);
+  };
   const reports::CampaignResult result = reports::run_campaign(options);
+  progress.finish();
   const auto& summary = result.report["summary"];
   const auto& by = summary["by_outcome"];
   std::cout << fmt::format("rows {}: Agree {}, Disagree {}, Inconclusive {}, Error {}; equivalences: {}; "

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -53,6 +54,13 @@ struct VerifyOptions {
   std::optional<TensorView> grad_H;
   std::string repro_command;           // shown in failure messages ("pararnn verify case...")
   std::string cell_version;            // recorded: the case's metadata "cell_version", if any
+  // Host copies of an x / h0 that live on a CUDA device: the solver reads x where it lives, the
+  // oracle (host code) reads these (same shape and dtype, else ContractViolation).
+  std::optional<TensorView> host_x;
+  std::optional<TensorView> host_h0;
+  // Called as each phase starts ("newton", "sequential", "oracle", then "gradients" when asked):
+  // the CLI's progress (core/progress.hpp).
+  std::function<void(std::string_view phase)> progress;
 };
 
 struct AgreementReport {

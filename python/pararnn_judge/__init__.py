@@ -1,0 +1,216 @@
+"""pararnn_judge: the pararnn library (parallel Newton solving of nonlinear RNNs, judged by an independent oracle)
+in Python. Not named `pararnn`: that is pararnn-torch's import name, and both must live in
+one interpreter (docs/choices.md).
+
+The library's own entry points on live arrays (numpy, torch, anything speaking DLPack); arrays
+are viewed, never copied, on the way in (``_last_views()`` shows the pointers the C++ side saw)
+and results come back without a copy, as numpy arrays (torch tensors when ``x`` is one).
+Guarantees: ``AgreementReport.ok`` is True only for the verdict Agree (a non-finite result or
+an uncertified oracle is never ok); ``to_dict()`` has exactly the keys of ``pararnn verify
+--json`` (the same C++ rendering). Errors are the library's, under the same names:
+``ContractViolation`` (a ValueError) names the argument, the rule and the value.
+
+Example::
+
+    import numpy as np, pararnn_judge as pj
+    cell = pj.Cell.initialise("gru", d_in=8, d_h=16, dtype="f32", seed=1)
+    x = np.random.default_rng(7).standard_normal((2, 256, 8), dtype=np.float32)
+    report = pj.verify_agreement(cell, x, seed=1)
+    assert report.ok, report.failure_message()
+"""
+import json as _json
+
+from . import _pararnn
+from ._pararnn import (AgreementError, AgreementReport, CaseFileError, CertificationError,
+                       ContractViolation, Error, NewtonDivergenceError, UnsupportedPath,
+                       cuda_backend_built)
+
+__all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
+           "sequential_apply", "oracle", "read_case", "write_case", "Error", "ContractViolation",
+           "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
+           "CertificationError", "cuda_backend_built"]
+
+
+def _argument_string(value):
+    """A constructor argument as a case file's metadata holds it: str() of the Python value."""
+    return str(value)
+
+
+def _dlpack_source(value, argument):
+    """What the binding can view: numpy arrays and DLPack objects pass as they are."""
+    if value is None:
+        return None
+    if hasattr(value, "__dlpack__"):
+        return value
+    raise ContractViolation(f"{argument}: must be an array speaking DLPack (numpy, torch, CuPy, JAX) "
+                            f"(got {type(value).__name__})")
+
+
+class _HostResult:
+    """A C++ result's DLPack capsule (host memory, owning a share of the Tensor) as the object
+    numpy.from_dlpack / torch.from_dlpack take."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def _to_numpy(array):
+    """A host result as numpy without a copy; numpy has no bfloat16, so those come back as
+    DLPack objects (torch.from_dlpack takes them)."""
+    import numpy
+    try:
+        return numpy.from_dlpack(_HostResult(array))
+    except (TypeError, BufferError, ValueError, RuntimeError):
+        return _HostResult(array)
+
+
+def _like(reference, array):
+    """A result (a host ndarray owning a share of a C++ Tensor) in the framework of the input."""
+    module = type(reference).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+        return torch.from_dlpack(_HostResult(array))
+    return _to_numpy(array)
+
+
+class Cell:
+    """A production cell: its kind, sizes and parameters under pararnn-torch's state_dict names.
+
+    ``Cell.from_state_dict(name, state_dict, **constructor_args)`` and ``Cell.from_case(path)``
+    read a cell exactly as ``pararnn verify`` reads a case (both the solver's and the oracle's
+    readings must accept it); ``Cell.initialise`` draws the library's initialisation.
+    """
+
+    def __init__(self, native):
+        self._native = native
+
+    @classmethod
+    def initialise(cls, name, *, d_in, d_h=0, dtype="f32", seed=0, mix="diag", n_heads=None,
+                   k_dim=None, v_dim=None, weight_std=None):
+        return cls(_pararnn._cell_initialise(name, d_in, d_h, dtype, seed, mix, n_heads, k_dim,
+                                             v_dim, weight_std))
+
+    @classmethod
+    def from_state_dict(cls, name, state_dict, **constructor_args):
+        """name: the case-file cell name ('gru', 'lstm', ..., 'rwkv7'); constructor_args: the
+        arguments a state_dict cannot carry (mix, n_heads, max_recurrent_norm, eps, beta,
+        gate_mix, time_bias_init, k_dim, v_dim), under their Python names."""
+        tensors = {}
+        for key, value in state_dict.items():
+            if hasattr(value, "detach"):  # a torch tensor: host memory for the parameters
+                value = value.detach().cpu()
+            tensors[key] = _dlpack_source(value, f"state_dict['{key}']")
+        arguments = {key: _argument_string(value) for key, value in constructor_args.items()}
+        return cls(_pararnn._cell_from_state_dict(name, tensors, arguments))
+
+    @classmethod
+    def from_case(cls, path):
+        return cls(_pararnn._cell_from_case(str(path)))
+
+    name = property(lambda self: self._native.name)
+    python_class = property(lambda self: self._native.python_class)
+    d_in = property(lambda self: self._native.d_in)
+    d_h = property(lambda self: self._native.d_h)
+    slots = property(lambda self: self._native.slots)
+    dtype = property(lambda self: self._native.dtype)
+    state_shape = property(lambda self: tuple(self._native.state_shape))
+    metadata = property(lambda self: dict(self._native.metadata))
+
+    def state_dict(self):
+        return {k: _to_numpy(v) for k, v in self._native._state_dict().items()}
+
+    def __repr__(self):
+        return repr(self._native)
+
+
+def _report_to_dict(self):
+    """The report as the CLI's JSON report (AgreementReport::to_json, the same keys)."""
+    return _json.loads(self.to_json())
+
+
+AgreementReport.to_dict = _report_to_dict
+
+
+def _native(cell):
+    if not isinstance(cell, Cell):
+        raise ContractViolation(f"cell: must be a pararnn_judge.Cell (Cell.from_state_dict / Cell.from_case;"
+                                f" pararnn_judge.torch for a live pararnn-torch cell) (got {type(cell).__name__})")
+    return cell._native
+
+
+def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
+                 return_stats=False):
+    """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict)."""
+    H, stats = _pararnn._newton_apply(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
+                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters)
+    H = _like(x, H)
+    return (H, stats) if return_stats else H
+
+
+def sequential_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto"):
+    """The same-dtype sequential loop (the floor any implementation in this dtype pays)."""
+    return _like(x, _pararnn._sequential_apply(_native(cell), _dlpack_source(x, "x"),
+                                               _dlpack_source(h0, "h0"),
+                                               _dlpack_source(cu_seqlens, "cu_seqlens"), backend))
+
+
+def verify_agreement(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
+                     atol=None, seed=0, certify_budget=None, gradients=False, grad_H=None,
+                     raise_on_fail=False):
+    """Solver vs the independent oracle on exactly these bits: an AgreementReport. The solver
+    reads x (and h0) where they live, CUDA tensors included; the oracle runs on the host and
+    reads a host copy of a device tensor (the one copy, made here)."""
+    host_x, host_h0 = _host_twin(x), _host_twin(h0)
+    return _pararnn._verify_agreement(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
+                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters,
+                                      atol, seed, certify_budget, gradients,
+                                      _dlpack_source(grad_H, "grad_H"), raise_on_fail, host_x, host_h0)
+
+
+def _host_twin(array):
+    """The host copy of a device tensor (for the oracle), or None for a host one."""
+    device = getattr(array, "device", None)
+    if array is None or device is None or getattr(device, "type", "cpu") == "cpu":
+        return None
+    return array.detach().cpu() if hasattr(array, "detach") else array.get()  # torch / CuPy
+
+
+def compare(cell, x, H, *, h0=None, cu_seqlens=None, atol=None, seed=0, certify_budget=None,
+            raise_on_fail=False):
+    """Judges any solver's trajectory H (the solver's layout) against the oracle."""
+    return _pararnn._compare(_native(cell), _dlpack_source(x, "x"), _dlpack_source(H, "H"),
+                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
+                             atol, seed, certify_budget, raise_on_fail)
+
+
+def oracle(cell, x, *, h0=None, cu_seqlens=None, seed=0, certify_budget=None):
+    """The oracle's trajectory (f64) and its certification facts, as (H, info). Raises
+    CertificationError when the answer is not certified (as `pararnn oracle` exits 2)."""
+    H, info = _pararnn._oracle(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
+                               _dlpack_source(cu_seqlens, "cu_seqlens"), seed, certify_budget)
+    return _like(x, H), info
+
+
+def read_case(path):
+    """A case file as {'cell': Cell, 'x': ..., 'h0'?, 'cu_seqlens'?, 'grad_H'?, 'metadata'}."""
+    raw = _pararnn._read_case(str(path))
+    out = {"cell": Cell(raw.pop("cell")), "metadata": raw.pop("metadata")}
+    for key, value in raw.items():
+        out[key] = _to_numpy(value)
+    return out
+
+
+def write_case(path, tensors, metadata):
+    """Writes a case file (safetensors) after the judge's own reading accepted it."""
+    _pararnn._write_case(str(path), {k: _dlpack_source(v, k) for k, v in tensors.items()},
+                         {k: str(v) for k, v in metadata.items()})
+
+
+def _last_views():
+    return _pararnn._last_views()

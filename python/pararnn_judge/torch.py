@@ -1,0 +1,156 @@
+"""pararnn_judge.torch: pararnn-torch cells (0.17.4 and 0.17.5) straight into the judge.
+
+``dump_case(cell, x, path)`` writes the case file of docs/pararnn-torch-cases.md: the cell's
+state_dict under its own names, x (h0, cu_seqlens), and metadata naming the cell and every
+constructor argument the state_dict cannot carry, under its Python name (str() of the value,
+"None" where unset). ``verify(cell, x, **kw)`` and ``compare(cell, x, H, **kw)`` judge a live
+cell in one call, reading it exactly as the case file would be read (``case_from_file``: a
+0.17.4 ParaCfC without W_b is completed with W_b = 0 and reports say so; a ParaRWKV7 always
+carries n_heads). torch is imported only when a function here runs.
+
+Guarantees: the same cell gives the same problem through ``dump_case`` + ``pararnn verify`` and
+through ``verify`` (both build one metadata map, ``case_metadata``); a constructor argument that
+cannot be read from the cell and was not passed is left to the case reader's default, with a
+warning naming it. Example::
+
+    from pararnn import ParaGRU                # pararnn-torch (its import name is `pararnn`)
+    import torch, pararnn_judge.torch as pt
+    cell = ParaGRU(input_size=8, hidden_size=16)
+    x = torch.randn(2, 256, 8)
+    report = pt.verify(cell, x, seed=1)        # solver vs oracle on x's own memory
+    pt.dump_case(cell, x, "case.safetensors")  # the same problem for `pararnn verify`
+"""
+import warnings
+
+import pararnn_judge as _pararnn
+
+# pararnn-torch class -> case-file cell name.
+CELL_NAMES = {"ParaGRU": "gru", "ParaLSTM": "lstm", "ParaSLSTM": "slstm", "ParaNLRU": "nlru",
+              "ParaCfC": "cfc", "ParaTitans": "titans", "ParaHopfield": "hopfield",
+              "ParaM2RNN": "m2rnn", "ParaRWKV7": "rwkv7"}
+# The constructor arguments each class takes that a state_dict cannot carry (Python names;
+# shared/reference/pararnn-torch-cells.md). An argument of another class would be refused.
+ARGUMENTS = {"ParaGRU": ("mix", "n_heads", "max_recurrent_norm"),
+             "ParaLSTM": ("max_recurrent_norm",),
+             "ParaSLSTM": ("mix", "n_heads", "max_recurrent_norm", "eps"),
+             "ParaNLRU": ("max_recurrent_norm",),
+             "ParaCfC": ("gate_mix", "time_bias_init", "max_recurrent_norm"),
+             "ParaTitans": ("max_recurrent_norm",),
+             "ParaHopfield": ("beta",),
+             "ParaM2RNN": ("k_dim", "v_dim"),
+             "ParaRWKV7": ("n_heads",)}
+
+
+def _class_name(cell):
+    name = type(cell).__name__
+    if name not in CELL_NAMES:
+        raise _pararnn.ContractViolation(
+            f"cell: must be a pararnn-torch cell ({', '.join(CELL_NAMES)}) (got {name})")
+    return name
+
+
+def case_metadata(cell, **constructor_args):
+    """The metadata of a case for this live cell: 'cell', 'python_class', the pararnn-torch
+    version when known, and each constructor argument of the class: the value passed here,
+    else the cell's attribute of that name (str(), "None" for None)."""
+    class_name = _class_name(cell)
+    allowed = ARGUMENTS[class_name]
+    for key in constructor_args:
+        if key not in allowed:
+            raise _pararnn.ContractViolation(
+                f"{key}: is not a constructor argument of {class_name} that a case carries "
+                f"(its arguments: {', '.join(allowed)}) (got {constructor_args[key]!r})")
+    meta = {"cell": CELL_NAMES[class_name], "python_class": class_name}
+    version = _pararnn_torch_version(cell)
+    if version:
+        meta["pararnn_torch_version"] = version
+    for key in allowed:
+        if key in constructor_args:
+            meta[key] = str(constructor_args[key])
+        elif hasattr(cell, key):
+            meta[key] = str(getattr(cell, key))
+        elif key == "n_heads" and class_name == "ParaRWKV7":
+            raise _pararnn.ContractViolation(
+                "n_heads: is required for ParaRWKV7 (W_x's shape is the same for every head count) "
+                "and the cell has no n_heads attribute; pass n_heads=... (got <absent>)")
+        elif key == "max_recurrent_norm":
+            warnings.warn(f"pararnn.torch: {class_name} has no attribute max_recurrent_norm; the case "
+                          f"records none, so the reader takes the class default; pass "
+                          f"max_recurrent_norm=... if the cell was built with another value",
+                          stacklevel=3)
+    return meta
+
+
+def _pararnn_torch_version(cell):
+    module = type(cell).__module__.split(".")[0]
+    try:
+        import importlib.metadata as metadata
+        for distribution in (module.replace("_", "-"), module):
+            try:
+                return metadata.version(distribution)
+            except metadata.PackageNotFoundError:
+                continue
+    except ImportError:
+        pass
+    return None
+
+
+def _host(tensor):
+    """A host, contiguous tensor (torch) or array (numpy stand-ins in the CPU tests)."""
+    if hasattr(tensor, "detach"):
+        return tensor.detach().contiguous().cpu()
+    import numpy
+    return numpy.ascontiguousarray(tensor)
+
+
+def dump_case(cell, x, path, h0=None, cu_seqlens=None, grad_H=None, **constructor_args):
+    """Writes the case file of (cell, x[, h0, cu_seqlens, grad_H]) for `pararnn verify` /
+    `pararnn compare`. Every tensor is written in its own dtype (a case holds x's dtype: call
+    cell.to(x.dtype) first); the file is refused, naming the problem, unless the judge reads it."""
+    meta = case_metadata(cell, **constructor_args)
+    tensors = {k: _host(v) for k, v in cell.state_dict().items()}
+    tensors["x"] = _host(x)
+    if h0 is not None:
+        tensors["h0"] = _host(h0)
+    if cu_seqlens is not None:
+        cu = _host(cu_seqlens)
+        tensors["cu_seqlens"] = cu.long() if hasattr(cu, "long") else cu.astype("int64")
+    if grad_H is not None:
+        tensors["grad.H"] = _host(grad_H)
+    _pararnn.write_case(path, tensors, meta)
+
+
+def cell_of(cell, **constructor_args):
+    """The pararnn_judge.Cell of a live pararnn-torch cell (its state_dict read as a case would be)."""
+    meta = case_metadata(cell, **constructor_args)
+    name = meta.pop("cell")
+    return _pararnn.Cell.from_state_dict(name, cell.state_dict(), **meta)
+
+
+_CONSTRUCTOR_KEYS = {key for keys in ARGUMENTS.values() for key in keys}
+
+
+def _split(kw):
+    constructor = {k: kw.pop(k) for k in list(kw) if k in _CONSTRUCTOR_KEYS}
+    return constructor, kw
+
+
+def verify(cell, x, **kw):
+    """pararnn_judge.verify_agreement on a live cell: x (h0, cu_seqlens, CUDA tensors with the CUDA
+    backend) is viewed where it lives. Constructor arguments (max_recurrent_norm=...) may be
+    passed beside verify_agreement's keywords."""
+    constructor, options = _split(dict(kw))
+    return _pararnn.verify_agreement(cell_of(cell, **constructor), x, **options)
+
+
+def compare(cell, x, H, **kw):
+    """pararnn_judge.compare on a live cell: judges the trajectory H (e.g. cell(x)'s) against the oracle."""
+    constructor, options = _split(dict(kw))
+    return _pararnn.compare(cell_of(cell, **constructor), _host(x), _host(H), **options)
+
+
+def bug_report(cell, x, path, **kw):
+    """The one-line bug report: writes the case and returns the report of verifying it."""
+    constructor, options = _split(dict(kw))
+    dump_case(cell, x, path, h0=options.get("h0"), cu_seqlens=options.get("cu_seqlens"), **constructor)
+    return verify(cell, x, **constructor, **options)

@@ -1,0 +1,191 @@
+"""The pararnn_judge module on numpy arrays: views not copies, the CLI's verdicts and report keys,
+the judge's honesty, and errors under the library's names."""
+import math
+import os
+import unittest
+
+import numpy as np
+
+import pararnn_judge as pararnn
+from _support import SEED, cli, cli_report, normal_input, scratch
+
+
+def gru(dtype="f32", d_in=8, d_h=16):
+    return pararnn.Cell.initialise("gru", d_in=d_in, d_h=d_h, dtype=dtype, seed=SEED)
+
+
+class ArraysAreViewedNotCopied(unittest.TestCase):
+    def test_solver_sees_the_callers_pointer_and_strides(self):
+        cell = gru()
+        base = normal_input((2, 128, 8))
+        x = base[:, ::2, :]  # strided: a copy would be contiguous
+        pararnn._pararnn._clear_last_views()
+        H = pararnn.newton_apply(cell, x)
+        seen = pararnn._last_views()["x"]
+        self.assertEqual(seen["data"], x.__array_interface__["data"][0])
+        self.assertEqual(seen["data"], base.__array_interface__["data"][0])
+        self.assertEqual(tuple(seen["strides"]), tuple(s // x.itemsize for s in x.strides))
+        self.assertEqual(tuple(seen["shape"]), x.shape)
+        self.assertEqual(H.shape, (2, 64, 16))
+        self.assertTrue(np.array_equal(H, pararnn.newton_apply(cell, np.ascontiguousarray(x))))
+
+    def test_verify_and_h0_are_viewed(self):
+        cell = gru()
+        x = normal_input((2, 32, 8))
+        h0 = normal_input((2, 16), seed=SEED + 1)
+        pararnn._pararnn._clear_last_views()
+        pararnn.verify_agreement(cell, x, h0=h0, seed=SEED)
+        views = pararnn._last_views()
+        self.assertEqual(views["x"]["data"], x.ctypes.data)
+        self.assertEqual(views["h0"]["data"], h0.ctypes.data)
+
+    def test_results_share_the_tensor_storage(self):
+        H = pararnn.newton_apply(gru(), normal_input((1, 16, 8)))
+        self.assertIsInstance(H, np.ndarray)
+        self.assertFalse(H.flags.owndata)  # owned by the C++ Tensor, not a numpy copy
+        self.assertFalse(H.flags.writeable)
+
+
+class VerdictsAreTheCLIs(unittest.TestCase):
+    def test_verify_agrees_with_the_cli_on_the_same_case(self):
+        folder = scratch()
+        case = os.path.join(folder, "gru.safetensors")
+        code, text = cli("make-case", "--cell", "gru", "--seed", str(SEED), "--batch", "2", "--time", "64",
+                         "--d-in", "8", "--d-h", "16", "--out", case)
+        self.assertEqual(code, 0, text)
+        cli_code, cli_json = cli_report(case, "--seed", str(SEED))
+        loaded = pararnn.read_case(case)
+        report = pararnn.verify_agreement(loaded["cell"], loaded["x"], seed=SEED)
+        ours = report.to_dict()
+        self.assertEqual(list(ours.keys()), list(cli_json.keys()))
+        self.assertEqual(ours["verdict"], cli_json["verdict"])
+        self.assertEqual(ours["max_abs"], cli_json["max_abs"])
+        self.assertEqual(ours["residual_history"], cli_json["residual_history"])
+        self.assertEqual(report.verdict, "Agree")
+        self.assertEqual(cli_code, 0)
+        self.assertTrue(report.ok)
+        self.assertLessEqual(report.max_abs, report.atol)
+
+    def test_compare_judges_a_planted_error_at_its_index(self):
+        cell = gru()
+        x = normal_input((2, 48, 8))
+        H = pararnn.newton_apply(cell, x)
+        good = pararnn.compare(cell, x, H, seed=SEED)
+        self.assertEqual(good.verdict, "Agree", good.failure_message())
+        planted = H.copy()
+        planted[1, 10, 3] += 1000 * good.atol  # far outside the case's tau, whatever it is
+        bad = pararnn.compare(cell, x, planted, seed=SEED)
+        self.assertEqual(bad.verdict, "Disagree")
+        self.assertFalse(bad.ok)
+        self.assertEqual(bad.to_dict()["worst_index"], {"b": 1, "t": 10, "slot": 0, "channel": 3})
+
+    def test_sequential_and_oracle_answers(self):
+        cell = gru()
+        x = normal_input((1, 32, 8))
+        H_seq = pararnn.sequential_apply(cell, x)
+        H_oracle, info = pararnn.oracle(cell, x, seed=SEED)
+        self.assertEqual(H_oracle.dtype, np.float64)
+        self.assertEqual(H_seq.shape, H_oracle.shape)
+        self.assertTrue(info["certified_all_chains"])
+        report = pararnn.compare(cell, x, H_seq, seed=SEED)
+        self.assertEqual(report.max_abs, float(np.max(np.abs(H_seq.astype(np.float64) - H_oracle))))
+
+
+class TheJudgeIsHonest(unittest.TestCase):
+    def test_non_finite_input_raises_newton_divergence_naming_the_index(self):
+        x = normal_input((1, 16, 8))
+        x[0, 3, 2] = np.nan
+        with self.assertRaises(pararnn.NewtonDivergenceError) as caught:
+            pararnn.verify_agreement(gru(), x, seed=SEED)
+        self.assertIn("(0, 3, 2)", str(caught.exception))
+
+    def test_an_uncertified_oracle_is_never_ok(self):
+        report = pararnn.verify_agreement(gru(), normal_input((1, 16, 8)), seed=SEED, certify_budget=0)
+        self.assertEqual(report.verdict, "Inconclusive")
+        self.assertFalse(report.ok)
+        self.assertFalse(report.to_dict()["ok"])
+        with self.assertRaises(pararnn.CertificationError):
+            pararnn.oracle(gru(), normal_input((1, 16, 8)), certify_budget=0)
+
+    def test_a_non_finite_trajectory_is_never_ok(self):
+        cell = gru()
+        x = normal_input((1, 16, 8))
+        H = pararnn.newton_apply(cell, x).copy()  # results are read-only views of the C++ Tensor
+        H[0, 5, 1] = np.inf
+        report = pararnn.compare(cell, x, H, seed=SEED)
+        self.assertNotEqual(report.verdict, "Agree")
+        self.assertFalse(report.ok)
+        self.assertFalse(math.isfinite(report.max_abs) and report.max_abs <= report.atol)
+
+    def test_raise_on_fail_raises_agreement_error(self):
+        cell = gru()
+        x = normal_input((1, 16, 8))
+        H = pararnn.newton_apply(cell, x) + np.float32(1.0)
+        with self.assertRaises(pararnn.AgreementError):
+            pararnn.compare(cell, x, H, raise_on_fail=True)
+
+
+class CellsComeFromStateDictsAndCases(unittest.TestCase):
+    def test_state_dict_round_trip_is_bitwise(self):
+        cell = gru()
+        again = pararnn.Cell.from_state_dict("gru", cell.state_dict(), max_recurrent_norm=0.5)
+        x = normal_input((2, 32, 8))
+        self.assertTrue(np.array_equal(pararnn.newton_apply(cell, x), pararnn.newton_apply(again, x)))
+
+    def test_cfc_0_17_4_is_completed_and_recorded(self):
+        cfc = pararnn.Cell.initialise("cfc", d_in=5, d_h=8, dtype="f32", seed=SEED)
+        old = {k: v for k, v in cfc.state_dict().items() if not k.startswith("W_b.")}
+        cell = pararnn.Cell.from_state_dict("cfc", old, max_recurrent_norm=0.5)
+        self.assertIn("0.17.4", cell.metadata["cell_version"])
+        x = np.abs(normal_input((1, 16, 5)))
+        self.assertIn("0.17.4", pararnn.verify_agreement(cell, x, seed=SEED).to_dict()["cell_version"])
+
+    def test_rwkv7_without_n_heads_is_refused_by_name(self):
+        rwkv = pararnn.Cell.initialise("rwkv7", d_in=8, d_h=8, dtype="f32", seed=SEED, n_heads=2)
+        with self.assertRaises(pararnn.ContractViolation) as caught:
+            pararnn.Cell.from_state_dict("rwkv7", rwkv.state_dict())
+        self.assertIn("n_heads", str(caught.exception))
+
+    def test_a_tensor_the_cell_does_not_have_is_refused(self):
+        sd = gru().state_dict()
+        sd["H"] = np.zeros((2, 2), np.float32)
+        with self.assertRaises(pararnn.ContractViolation) as caught:
+            pararnn.Cell.from_state_dict("gru", sd)
+        self.assertIn("H", str(caught.exception))
+
+    def test_from_case_reads_what_write_case_wrote(self):
+        cell = gru()
+        x = normal_input((1, 16, 8))
+        path = os.path.join(scratch(), "written.safetensors")
+        pararnn.write_case(path, {**cell.state_dict(), "x": x}, {"cell": "gru", "max_recurrent_norm": 0.5})
+        again = pararnn.Cell.from_case(path)
+        self.assertTrue(np.array_equal(pararnn.newton_apply(again, x), pararnn.newton_apply(cell, x)))
+
+
+class ErrorsNameTheArgument(unittest.TestCase):
+    def test_contract_violation_is_a_value_error_naming_the_argument(self):
+        self.assertTrue(issubclass(pararnn.ContractViolation, ValueError))
+        self.assertTrue(issubclass(pararnn.ContractViolation, pararnn.Error))
+        with self.assertRaises(ValueError) as caught:
+            pararnn.newton_apply(gru(), normal_input((16, 8)))
+        self.assertIsInstance(caught.exception, pararnn.ContractViolation)
+        self.assertTrue(str(caught.exception).startswith("x"), str(caught.exception))
+
+    def test_bad_options_name_themselves(self):
+        x = normal_input((1, 8, 8))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "max_iters.*-1"):
+            pararnn.newton_apply(gru(), x, max_iters=-1)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "warp"):
+            pararnn.newton_apply(gru(), x, backend="warp")
+        with self.assertRaisesRegex(pararnn.ContractViolation, "cell"):
+            pararnn.newton_apply("gru", x)
+
+    def test_cuda_without_the_backend_is_an_unsupported_path(self):
+        if pararnn.cuda_backend_built:
+            self.skipTest("the CUDA backend is built: backend='cuda' may run here")
+        with self.assertRaises(pararnn.UnsupportedPath):
+            pararnn.newton_apply(gru(), normal_input((1, 8, 8)), backend="cuda")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,101 @@
+"""pararnn_judge and pararnn_judge.torch with a live torch: torch tensors are viewed (CPU, and CUDA with the
+CUDA backend on a GPU), and every pararnn-torch cell is verified in one call with the verdict the
+CLI gives on its dumped case. Parts that need pararnn-torch or a GPU skip when those are absent
+(PARARNN_REQUIRE_CUDA=1 makes a missing GPU a failure)."""
+import importlib.util
+import os
+import unittest
+
+import torch
+
+import pararnn_judge as judge
+import pararnn_judge.torch as pt
+from _support import SEED, cli_report, scratch
+from test_docs import doc_blocks
+
+REQUIRE_CUDA = os.environ.get("PARARNN_REQUIRE_CUDA") == "1"
+HAVE_PARARNN_TORCH = importlib.util.find_spec("pararnn") is not None  # pararnn-torch's import name
+HAVE_GPU = torch.cuda.is_available() and judge.cuda_backend_built
+
+
+def gru():
+    return judge.Cell.initialise("gru", d_in=8, d_h=16, dtype="f32", seed=SEED)
+
+
+class TorchTensorsAreViewed(unittest.TestCase):
+    def test_cpu_tensor_pointer_is_the_solvers(self):
+        x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED))[:, ::2]
+        H = judge.newton_apply(gru(), x)
+        seen = judge._last_views()["x"]
+        self.assertEqual(seen["data"], x.data_ptr())
+        self.assertEqual(tuple(seen["strides"]), tuple(x.stride()))
+        self.assertIsInstance(H, torch.Tensor)
+
+    def test_cuda_tensor_is_solved_where_it_lives(self):
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        x = torch.randn(2, 256, 8, generator=torch.Generator().manual_seed(SEED)).cuda()
+        report = judge.verify_agreement(gru(), x, seed=SEED)
+        seen = judge._last_views()["x"]
+        self.assertEqual((seen["data"], seen["device"]), (x.data_ptr(), "cuda"))
+        self.assertEqual(report.backend, "cuda")
+        self.assertEqual(report.verdict, "Agree", report.failure_message())
+        self.assertEqual(report.verdict, judge.verify_agreement(gru(), x.cpu(), seed=SEED).verdict)
+
+
+@unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
+class PararnnTorchCellsVerifyInOneCall(unittest.TestCase):
+    def cells(self):
+        import pararnn as P
+        yield P.ParaGRU(input_size=8, hidden_size=16), {}
+        yield P.ParaGRU(input_size=8, hidden_size=16, mix="head", n_heads=4), {}
+        yield P.ParaLSTM(input_size=8, hidden_size=16), {}
+        yield P.ParaSLSTM(input_size=8, hidden_size=16), {}
+        yield P.ParaNLRU(input_size=8, hidden_size=16), {}
+        yield P.ParaCfC(input_size=8, hidden_size=16), {}
+        yield P.ParaTitans(input_size=8, hidden_size=16), {}
+        yield P.ParaHopfield(input_size=8, hidden_size=8), {}
+        yield P.ParaM2RNN(input_size=8, k_dim=4, v_dim=4), {}
+        yield P.ParaRWKV7(input_size=8, hidden_size=16, n_heads=2), {}
+
+    def test_verdict_equals_the_clis_on_the_dumped_case(self):
+        folder = scratch()
+        devices = ["cpu"] + (["cuda"] if HAVE_GPU else [])
+        for cell, args in self.cells():
+            name = type(cell).__name__
+            for device in devices:
+                with self.subTest(cell=name, device=device):
+                    cell = cell.to(device)
+                    x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED)).to(device)
+                    if name == "ParaCfC":
+                        x[..., -1] = x[..., -1].abs()  # Δt
+                    path = os.path.join(folder, f"{name}_{device}_{getattr(cell, 'mix', 'diag')}.safetensors")
+                    pt.dump_case(cell, x, path, **args)
+                    code, cli_json = cli_report(path, "--seed", str(SEED))
+                    ours = pt.verify(cell, x, seed=SEED, **args)
+                    self.assertEqual(ours.verdict, cli_json["verdict"])
+                    self.assertEqual(ours.verdict, "Agree", ours.failure_message())
+                    self.assertEqual(judge._last_views()["x"]["data"], x.data_ptr())
+
+    def test_compare_judges_the_cells_own_trajectory(self):
+        import pararnn as P
+        cell = P.ParaGRU(input_size=8, hidden_size=16)
+        x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED))
+        with torch.no_grad():
+            H = P.sequential_apply(cell, x)  # pararnn-torch's own loop
+        self.assertEqual(pt.compare(cell, x, H, seed=SEED).verdict, "Agree")
+
+    def test_the_torch_quick_start_of_the_docs_runs(self):
+        cwd = os.getcwd()
+        os.chdir(scratch())
+        try:
+            for block in doc_blocks(needs_torch=True):
+                exec(compile(block, "docs/python.md", "exec"), {})
+        finally:
+            os.chdir(cwd)
+
+
+if __name__ == "__main__":
+    unittest.main()
