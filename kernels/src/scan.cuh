@@ -44,12 +44,14 @@ struct ScanGeometry {
 // registers, at most kGroupsT warps (time groups) per block, and kMinBlocksT blocks per SM asked
 // of the register allocator (__launch_bounds__). The plain scan uses SinglePassLimits<S>; the
 // fused Newton step (newton_step.cu) picks its own, measured, shape.
-template <int kStepsT, int kGroupsT, int kMinBlocksT = 1>
+// kWindowT predecessors are examined per look-back round trip (1: one at a time).
+template <int kStepsT, int kGroupsT, int kMinBlocksT = 1, int kWindowT = 1>
 struct SinglePassShape {
   static constexpr int kSteps = kStepsT;
   static constexpr int kGroups = kGroupsT;
   static constexpr int kThreads = 32 * kGroupsT;
   static constexpr int kMinBlocks = kMinBlocksT;
+  static constexpr int kWindow = kWindowT;
 };
 template <int S>
 using SinglePassLimits = SinglePassShape<scan_max_steps_per_thread(S), scan_max_time_groups(S)>;
@@ -374,30 +376,81 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
       for (int s = 0; s < S; ++s) carry[v][s] = T(0);
     if (k > 0) {
+      // The look-back examines a window of up to kWindow predecessors per round trip (the shape's): every lane
+      // reads every flag of the window (independent loads, in flight together), the warp agrees
+      // on the smallest flag each lane saw per predecessor (so every lane acquired what it then
+      // reads), and the window's aggregates, up to the first inclusive state, are loaded together
+      // and composed in order (later ∘ earlier).
+      constexpr int kWindow = Shape::kWindow;
       Elem acc[V];  // composite of the predecessors passed so far (later ∘ earlier)
       bool have = false;
-      for (int64_t j = k - 1;; --j) {
-        const int64_t jl = j * g.n_tiles + tile;
-        unsigned f = 0;
+      for (int64_t j = k - 1;; j -= kWindow) {
+        const int n_win = j + 1 < kWindow ? static_cast<int>(j + 1) : kWindow;  // >= 1
+        unsigned f[kWindow];
+        int first_inclusive = -1;  // window position of the nearest inclusive state
+        int usable = 0;            // window positions 0 .. usable−1 are published
         for (unsigned spins = 0;; ++spins) {
-          f = load_flag_acquire(flags + jl);
-          if (__all_sync(kFull, f != 0)) break;
+#pragma unroll
+          for (int w = 0; w < kWindow; ++w)
+            f[w] = w < n_win ? load_flag_acquire(flags + (j - w) * g.n_tiles + tile) : 0u;
+          first_inclusive = -1;
+          usable = 0;
+#pragma unroll
+          for (int w = 0; w < kWindow; ++w) {
+            if (w < n_win) f[w] = __reduce_min_sync(kFull, f[w]);
+            if (w < n_win && usable == w && first_inclusive < 0 && f[w] != 0) {
+              usable = w + 1;
+              if (f[w] == kFlagInclusive) first_inclusive = w;
+            }
+          }
+          // Progress: an inclusive state within the published prefix, or the whole window
+          // published as aggregates (then the look-back continues before it).
+          if (first_inclusive >= 0 || usable == n_win) break;
           // A predecessor silent for seconds means a broken invariant: fail the launch
           // (cudaErrorLaunchFailure) rather than hang the device.
           if (spins > kMaxSpins) __trap();
           __nanosleep(40);
         }
-        // Every lane acquired at least the smallest flag any lane saw.
-        f = __reduce_min_sync(kFull, f);
-        if (f == kFlagInclusive) {
-          if (active) {
-            T x[S][V];
+        const int n_agg = first_inclusive >= 0 ? first_inclusive : n_win;
+        if (active) {
+          Elem a[kWindow][V];
+#pragma unroll
+          for (int w = 0; w < kWindow; ++w) {
+            if (w < n_agg) {
+              const int64_t jl = (j - w) * g.n_tiles + tile;
+#pragma unroll
+              for (int m = 0; m < kElem; ++m) {
+                const Pack<T, V> p = load_pack_cg<T, V>(aggregates + (jl * kElem + m) * kWidth + lane * V);
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                  if (m < S * S) {
+                    a[w][v].J[m] = p.v[v];
+                  } else {
+                    a[w][v].r[m - S * S] = p.v[v];
+                  }
+                }
+              }
+            }
+          }
+          T x[S][V];
+          if (first_inclusive >= 0) {
+            const int64_t jl = (j - first_inclusive) * g.n_tiles + tile;
 #pragma unroll
             for (int s = 0; s < S; ++s) {
               const Pack<T, V> p = load_pack_cg<T, V>(inclusives + (jl * S + s) * kWidth + lane * V);
 #pragma unroll
               for (int v = 0; v < V; ++v) x[s][v] = p.v[v];
             }
+          }
+#pragma unroll
+          for (int w = 0; w < kWindow; ++w) {
+            if (w < n_agg) {
+#pragma unroll
+              for (int v = 0; v < V; ++v) acc[v] = have ? cells::compose(acc[v], a[w][v]) : a[w][v];
+              have = true;
+            }
+          }
+          if (first_inclusive >= 0) {
 #pragma unroll
             for (int v = 0; v < V; ++v) {
               if (have) {
@@ -413,32 +466,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
               }
             }
           }
-          break;
         }
-        if (active) {
-          Elem a[V];
-#pragma unroll
-          for (int m = 0; m < kElem; ++m) {
-            const Pack<T, V> p = load_pack_cg<T, V>(aggregates + (jl * kElem + m) * kWidth + lane * V);
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-              if (m < S * S) {
-                a[v].J[m] = p.v[v];
-              } else {
-                a[v].r[m - S * S] = p.v[v];
-              }
-            }
-          }
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            if (have) {
-              acc[v] = cells::compose(acc[v], a[v]);
-            } else {
-              acc[v] = a[v];
-            }
-          }
-        }
-        have = true;
+        if (first_inclusive >= 0) break;
       }
     }
 

@@ -21,9 +21,12 @@ using std::int64_t;
 // 32 threads a block: a few thousand chains then spread over as many multiprocessors as possible
 // (each chain is a latency-bound dependency chain).
 constexpr int kSequentialThreads = 32;
-constexpr int kSequentialPrefetch = 8;  // production distance (bench/shape_sweep.cu measures others)
+// The production prefetch distance in steps: 24 for cells of up to three gates (GRU-diag at S1:
+// 18.8 ms against 20.7 ms at 8, bitwise the same result; bench/shape_sweep.cu), 8 for wider
+// cells (their register arrays grow with the gates; not measured yet).
+constexpr int sequential_prefetch(int gates) { return gates <= 3 ? 24 : 8; }
 
-template <class CellMath, class StorageT, int kPrefetch = kSequentialPrefetch>
+template <class CellMath, class StorageT, int kPrefetch = sequential_prefetch(CellMath::kGates)>
 __global__ void __launch_bounds__(kSequentialThreads)
     sequential_kernel(SequentialArgs<StorageT> a) {
   using ComputeT = ComputeOf<StorageT>;

@@ -8,7 +8,8 @@
 //
 // Traffic per token-channel and iteration (f32 GRU-diag): W_x x (G values) and H_in read once,
 // H_out written once (20 bytes), against 48 for the residual kernel + scan + axpy sequence; F and
-// J never reach memory. H_in[t−1] is read again from cache. Same arithmetic as that sequence
+// J never reach memory. A thread keeps the iterate of its run of steps in registers, so only a
+// run's first step reads H_in[t−1] again (from cache). Same arithmetic as that sequence
 // (the same step, the same monoid), so the result differs from it by the scan's re-association
 // only: within τ, not bitwise. H_in and H_out must not overlap. With `from_guess` H_in is not
 // read: the iterate is the App. A guess, evaluated on the fly (two cell evaluations per element
