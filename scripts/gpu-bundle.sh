@@ -35,8 +35,10 @@ rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # co
 # GPU machine into the same absolute path.
 carry="$root/build-carry"
 mkdir -p "$carry"
-tar -C "$root" -cJf "$carry/build-gpu.tar.xz" --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' \
-  --exclude='test-artifacts' build-gpu
+# ctest needs the CTestTestfile.cmake files and the discovered-test includes beside them, not
+# CMakeFiles/ (object files, dependency scans).
+XZ_OPT="-9 -T2" tar -C "$root" -cJf "$carry/build-gpu.tar.xz" --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' \
+  --exclude='test-artifacts' --exclude='CMakeFiles' build-gpu
 du -sh "$build" "$carry/build-gpu.tar.xz"
 size_mib=$(du -sm "$carry/build-gpu.tar.xz" | cut -f1)
 if [ "$size_mib" -gt 64 ]; then
