@@ -90,6 +90,9 @@ def main():
                          newton["newton_apply_end_to_end"]["ms"]), date)
     t["P16"] = entry(None, "us", 2.6, "lower", None, peers_src,
                      "not measured by our benchmarks (CudaDecoder graph replay is tested, not timed)", date)
+    if peers:
+        out["peer_versions"] = dict(peers.get("peers", {}))
+        out["peer_environment"] = {"torch": peers.get("torch"), "triton": peers.get("triton")}
     if shapes:
         out["fused_step_shapes"] = {"production_step_ms": shapes["production"]["step_ms"],
                                     "source": "pararnn_bench_shapes"}

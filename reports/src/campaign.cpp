@@ -802,6 +802,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   report["equivalences"] = equivalences;
   report["kstar"] = kstar_rows;
   report["summary"] = summary;
+  if (options.performance) {
+    report["performance"] = *options.performance;
+    if (options.performance->contains("peer_versions") && (*options.performance)["peer_versions"].is_object())
+      for (const auto& [peer, version] : (*options.performance)["peer_versions"].items())
+        report["context"]["peers"][peer] = version;
+  }
   validate_report(report, report_path.string());  // never write what render would refuse
   const std::filesystem::path cases = options.out_dir / "cases", old_cases = options.out_dir / ".cases-previous";
   std::filesystem::remove_all(old_cases);

@@ -534,6 +534,27 @@ std::string render_markdown(const Json& report, bool plots) {
     md += "\n";
   }
 
+  // Performance: the bench summary, when the run embedded one (report nightly --bench-summary).
+  if (report.contains("performance")) {
+    const Json& perf = report["performance"];
+    const Json& targets = perf["targets"];
+    std::int64_t met = 0, measured = 0;
+    for (const auto& [id, t] : targets.items()) {
+      met += t["met"].get<bool>() ? 1 : 0;
+      measured += t["value"].is_null() ? 0 : 1;
+    }
+    md += fmt::format("## Performance ({}, {}: {} targets, {} measured, {} met)\n\n", str(perf["gpu"]),
+                      str(perf.value("date", Json("undated"))), targets.size(), measured, met);
+    md += "| target | value | unit | goal | met | peer | note |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& [id, t] : targets.items()) {
+      const std::string goal = fmt::format("{} {}", t.value("better", Json("lower")) == "higher" ? ">=" : "<=", sci(t["target"]));
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", id, t["value"].is_null() ? "not measured" : sci(t["value"]),
+                        md_escape(str(t["unit"])), goal, t["met"].get<bool>() ? "yes" : "**no**",
+                        t.value("peer", Json()).is_null() ? "-" : sci(t["peer"]), md_escape(str(t.value("note", Json("")))));
+    }
+    md += "\n";
+  }
+
   // Skipped.
   md += "## Skipped\n\n";
   if (report["skipped"].empty()) md += "Nothing.\n\n";

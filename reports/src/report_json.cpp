@@ -35,13 +35,14 @@ std::string shown(const Json& v) {
 
 struct Checker {
   std::string_view file;
+  std::string_view kind = "a pararnn nightly report";
 
   [[noreturn]] void refuse(const std::string& key, const std::string& rule, const std::string& value) const {
     throw ContractViolation(fmt::format("{}: key '{}'", file, key), rule, value);
   }
   const Json& member(const Json& object, const std::string& path, const std::string& key) const {
     const std::string where = path.empty() ? key : path + "." + key;
-    if (!object.contains(key)) refuse(where, "is required in a pararnn nightly report", "missing");
+    if (!object.contains(key)) refuse(where, fmt::format("is required in {}", kind), "missing");
     return object.at(key);
   }
   const Json& object(const Json& parent, const std::string& path, const std::string& key) const {
@@ -175,6 +176,7 @@ void validate_report(const Json& report, std::string_view file) {
     for (const char* key : {"T", "max_kstar", "shipped_k"}) c.integer(k, path, key);
     c.array(k, path, "kstar_by_seed");
   }
+  if (report.contains("performance")) validate_bench_summary(report.at("performance"), std::string(file) + " (performance)");
   const Json& summary = c.object(report, "", "summary");
   c.object(summary, "summary", "by_outcome");
   c.integer(summary, "summary", "rows");
@@ -182,6 +184,41 @@ void validate_report(const Json& report, std::string_view file) {
   c.number(summary, "summary", "duration_s");
   if (summary.at("rows").get<std::int64_t>() != static_cast<std::int64_t>(rows.size()))
     c.refuse("summary.rows", fmt::format("must equal the number of rows ({})", rows.size()), shown(summary.at("rows")));
+}
+
+void validate_bench_summary(const Json& summary, std::string_view file) {
+  const Checker c{file, "a bench summary (bench/summarize.py)"};
+  if (!summary.is_object()) c.refuse("(document)", "must be a JSON object (a bench summary)", shown(summary));
+  c.integer(summary, "", "schema_version");
+  c.string(summary, "", "gpu");
+  const Json& targets = c.object(summary, "", "targets");
+  for (const auto& [id, t] : targets.items()) {
+    const std::string path = "targets." + id;
+    if (!t.is_object()) c.refuse(path, "must be an object", shown(t));
+    c.number(t, path, "value");
+    c.number(t, path, "target");
+    c.string(t, path, "unit");
+    const Json& met = c.member(t, path, "met");
+    if (!met.is_boolean()) c.refuse(path + ".met", "must be a boolean", shown(met));
+    // Honest: a target without a value is never met.
+    if (met.get<bool>() && t.at("value").is_null()) c.refuse(path + ".met", "must be false when value is null", "true");
+  }
+}
+
+Json load_bench_summary(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ContractViolation("--bench-summary", "must be a readable bench summary JSON", path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  Json summary;
+  try {
+    summary = Json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ContractViolation(fmt::format("{}: key '(document)'", path.string()), "must be complete JSON",
+                            fmt::format("parse error at byte {} of {}: {}", e.byte, text.str().size(), e.what()));
+  }
+  validate_bench_summary(summary, path.string());
+  return summary;
 }
 
 Json load_report(const std::filesystem::path& path) {

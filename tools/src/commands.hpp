@@ -53,6 +53,7 @@ struct KstarArgs {
 // `pararnn report nightly|render|diff` and `pararnn bug-bundle` (report_commands.cpp).
 struct NightlyArgs {
   std::string out, backends = "cpu", cells, dtypes, times, classes, max_iters = "none";
+  std::string bench_summary;  // bench/results/h200-summary.json, embedded as "performance"
   bool quick = false;
   std::optional<std::int64_t> seeds;
   std::optional<double> time_budget;

@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   nightly_cmd->add_option("--max-iters", na.max_iters, "a fixed K for every row, or none (default: K table + adaptive)");
   nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
   nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
+  nightly_cmd->add_option("--bench-summary", na.bench_summary,
+                          "a bench summary (bench/results/h200-summary.json) to embed as the report's performance");
   RenderArgs ra;
   auto* render_cmd = report_cmd->add_subcommand("render", "report.json -> DIR/report.md and DIR/plots/*.svg|png");
   render_cmd->add_option("report", ra.report, "a report.json of `pararnn report nightly`")->required();

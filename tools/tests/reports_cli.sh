@@ -203,6 +203,34 @@ print(json.loads(d[8:8+n])['x']['shape'])" > "$work/min_shape.txt"
   ls -a "$work" | grep -q '^\.bundle-' && fail "a scratch folder was left behind"
   expect_rc 2 "$pararnn" bug-bundle "$work/hard.safetensors" --out "$work/bundle.zip"
   ;;
+bench_summary_is_embedded_and_rendered)
+  # report nightly --bench-summary: the committed H200 summary becomes the report's performance
+  # (its peer versions the context's), rendered as a table; a summary claiming a target met
+  # without a value, or a missing file, is refused before any work and writes nothing.
+  summary="$here/../../bench/results/h200-summary.json"
+  expect_rc 0 "$pararnn" report nightly --cells gru --T 64 --classes init --seeds 1 --bench-summary "$summary" --out "$work/r"
+  python3 - "$work/r/report.json" "$summary" <<'PY' || fail "performance block"
+import json, sys
+r, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert r["performance"] == s, "the summary is not embedded verbatim"
+for peer, version in s.get("peer_versions", {}).items():
+    assert r["context"]["peers"][peer] == version, (peer, r["context"]["peers"])
+PY
+  expect_rc 0 "$pararnn" report render "$work/r/report.json" --out "$work/r/out" --no-plots
+  grep -q "^## Performance" "$work/r/out/report.md" || fail "no performance section"
+  grep -q "^| P1 |" "$work/r/out/report.md" || fail "no P1 row"
+  python3 - "$summary" "$work/lying.json" <<'PY' || fail "writing the lying summary"
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["targets"]["P2"]["met"] = True  # P2 has no value
+json.dump(s, open(sys.argv[2], "w"))
+PY
+  expect_rc 2 "$pararnn" report nightly --cells gru --T 64 --bench-summary "$work/lying.json" --out "$work/bad"
+  grep -q "targets.P2.met" <<<"$out" || fail "the refusal does not name targets.P2.met: $out"
+  expect_rc 2 "$pararnn" report nightly --cells gru --T 64 --bench-summary "$work/missing.json" --out "$work/bad"
+  grep -q -- "--bench-summary" <<<"$out" || fail "the refusal does not name --bench-summary: $out"
+  [ ! -e "$work/bad/report.json" ] || fail "a refused campaign wrote report.json"
+  ;;
 nightly_full_campaign)
   # The full campaign (ctest -L nightly with PARARNN_NIGHTLY=1; backends from PARARNN_NIGHTLY_BACKENDS).
   if [ "${PARARNN_NIGHTLY:-0}" != 1 ]; then echo "skipped: set PARARNN_NIGHTLY=1 to run the full campaign"; exit 77; fi

@@ -56,6 +56,8 @@ struct CampaignOptions {
   BuildContext build;                            // from the caller (the CLI's env)
   bool gpu_available = false;                    // a CUDA device answers (the CLI checks)
   std::vector<std::string> argv;                 // recorded in the context block
+  std::optional<nlohmann::ordered_json> performance;  // a validated bench summary: the report's
+                                                 // "performance", its peer_versions the context's peers
   std::function<void(const CampaignProgress&)> progress;  // once per task started and at the end
 };
 

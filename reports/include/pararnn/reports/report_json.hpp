@@ -16,7 +16,10 @@
 //     "kstar": [ { variant, cell, mix, dtype, class, T, kstar_by_seed, max_kstar, shipped_k,
 //                  sequential_max_abs, tau } ],
 //     "summary": { rows, by_outcome, equivalences, gradients, failures, worst, duration_s,
-//                  budget_exhausted, rows_not_run } }
+//                  budget_exhausted, rows_not_run },
+//     "performance": (optional) the bench summary of `report nightly --bench-summary`
+//                    (bench/results/h200-summary.json: { schema_version, gpu, date, targets:
+//                    { "P1": { value, unit, target, met, peer, note, ... } }, peer_versions }) }
 //
 // Guarantees: `load_report` returns only a document that is ours and of this schema version,
 // with every key the renderers and the diff read present and of the right type; anything else is
@@ -62,6 +65,12 @@ std::string utc_now();
 
 // Checks a parsed document against the schema (see above); `file` names it in messages.
 void validate_report(const nlohmann::ordered_json& report, std::string_view file);
+
+// A bench summary (bench/summarize.py's output): an object with schema_version, gpu and
+// targets, each target with value (number or null), target, unit and met (a boolean, false
+// whenever value is null). Refusals as for the report.
+void validate_bench_summary(const nlohmann::ordered_json& summary, std::string_view file);
+nlohmann::ordered_json load_bench_summary(const std::filesystem::path& path);
 
 // Reads, parses and validates report.json.
 nlohmann::ordered_json load_report(const std::filesystem::path& path);
