@@ -232,7 +232,27 @@ std::optional<std::string> gradient_unsupported(const Variant& v, DType dtype, c
 struct Task {
   std::string label;
   std::function<void()> run;
+  std::string group;  // the variant: the run order interleaves variants (interleaved())
 };
+
+// The tasks in run order: one task of each variant in turn, each variant's own tasks in the
+// order they were planned, so a time budget cuts every variant short instead of leaving the
+// variants planned last unvisited.
+std::vector<const Task*> interleaved(const std::vector<Task>& tasks) {
+  std::vector<std::string> groups;
+  std::map<std::string, std::vector<const Task*>> by_group;
+  for (const Task& t : tasks) {
+    auto [it, fresh] = by_group.try_emplace(t.group);
+    if (fresh) groups.push_back(t.group);
+    it->second.push_back(&t);
+  }
+  std::vector<const Task*> order;
+  order.reserve(tasks.size());
+  for (std::size_t round = 0; order.size() < tasks.size(); ++round)
+    for (const std::string& g : groups)
+      if (round < by_group[g].size()) order.push_back(by_group[g][round]);
+  return order;
+}
 
 Json worst_index_json(const Shape& index) { return Json(index); }
 
@@ -490,7 +510,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   row["newton_ms_repeats"] = repeats;
                 }
                 rows.push_back(std::move(row));
-              }});
+              }, key.variant->name});
             }
             // Packed = each segment alone, per backend.
             if (cls == "packed")
@@ -530,7 +550,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   equivalences.push_back(std::move(e));
-                }});
+                }, key.variant->name});
               }
             // Strided ≡ contiguous (class init): x read through a time-skipping view.
             if (cls == "init")
@@ -565,7 +585,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   equivalences.push_back(std::move(e));
-                }});
+                }, key.variant->name});
               }
             // Recompute ≡ stored (rows whose gradients are judged): outputs and every gradient.
             if (time <= plan.gradient_max_t &&
@@ -611,7 +631,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   equivalences.push_back(std::move(e));
-                }});
+                }, key.variant->name});
               }
             // GPU = CPU.
             if (gpu && std::find(plan.gpu_cpu_classes.begin(), plan.gpu_cpu_classes.end(), cls) != plan.gpu_cpu_classes.end()) {
@@ -638,7 +658,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   e["error"] = ex.what();
                 }
                 equivalences.push_back(std::move(e));
-              }});
+              }, key.variant->name});
             }
           }
         }
@@ -699,13 +719,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
             skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype_name(dtype), cls)},
                                {"reason", std::string("measure_kstar failed: ") + e.what()}});
           }
-        }});
+        }, vp->name});
       }
 
   // Run, under the budget.
   std::int64_t done = 0, not_run = 0;
   bool budget_exhausted = false;
-  for (const Task& task : tasks) {
+  for (const Task* next : interleaved(tasks)) {
+    const Task& task = *next;
     if (options.time_budget_s && elapsed() > *options.time_budget_s) {
       budget_exhausted = true;
       ++not_run;
