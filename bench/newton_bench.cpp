@@ -16,7 +16,11 @@
 // traffic of the unfused loop (per token-channel: guess 32 B, an iteration with its update 48 B,
 // a residual evaluation without update 20 B).
 //
+// Then the fused strategy for LSTM at S1 (P7) and sLSTM-diag at B 8, T 4096, d 256 (P8), checked
+// against the sequential kernel (cell_figures).
+//
 // Usage: pararnn_bench_newton [--batch 8] [--channels 256] [--time 65536] [--d-in 256] [--runs 20]
+//                             [--skip-cells]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -84,6 +88,68 @@ std::vector<float> download(const DeviceBuffer& buffer) {
   std::vector<float> host(buffer.bytes() / sizeof(float));
   check(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
   return host;
+}
+
+// The fused strategy for another per-channel cell (P7: LSTM at S1, P8: sLSTM-diag at B 8,
+// T 4096): K = 3 fixed and the default adaptive K, the sequential kernel at the same shape, and
+// the fused K = 3 trajectory (every slot) against the sequential kernel's, judged at the cell's
+// f32 τ. W_x x + b by the backend's own GEMM (untimed).
+nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64_t T, std::int64_t D,
+                                    std::int64_t d_in, int warmup, int runs, std::uint64_t seed) {
+  using namespace pararnn;
+  const Cell cell = Cell::initialise({.cell = name, .d_in = d_in, .d_h = D}, DType::f32, seed);
+  const int S = cell.spec().slots;
+  Tensor x(DType::f32, {B, T, d_in});
+  {
+    std::uint64_t state = seed + 1;
+    float* p = x.data_as<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
+    }
+  }
+  DeviceBuffer d_x(x.nbytes());
+  check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
+  const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, 0);
+  const detail::Layout layout{.batch = B, .time = T, .d_h = D, .d_in = d_in};
+  const DeviceBuffer wx = cuda::device_input_affine(cell, x_device, layout);
+  const std::vector<double> values = cell.channel_values();
+  const std::vector<float> rec(values.begin(), values.end());
+  DeviceBuffer d_rec(rec.size() * sizeof(float));
+  check(cudaMemcpy(d_rec.get(), rec.data(), d_rec.bytes(), cudaMemcpyHostToDevice), "upload rec");
+  const cuda::DeviceProblem problem{.wx = wx.get(), .recurrent = d_rec.get(), .batch = B, .time = T, .channels = D};
+  cuda::NewtonWorkspace ws(cell.kind(), DType::f32, B, T, D, false, cuda::NewtonStrategy::fused_step);
+  const std::size_t bytes = static_cast<std::size_t>(B * T * S * D) * sizeof(float);
+  DeviceBuffer H(bytes), H_seq(bytes);
+  nlohmann::ordered_json out = {{"cell", name}, {"batch", B}, {"time", T}, {"d_h", D}, {"d_in", d_in}, {"slots", S}};
+  for (const auto& [label, config] : {std::pair{"fused_k3_fixed", NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}},
+                                      std::pair{"fused_adaptive_default", NewtonConfig{}}}) {
+    NewtonStats stats;
+    const double ms = median_ms(warmup, runs, [&] {
+      cuda::newton_solve(cell.spec(), DType::f32, problem, config, H.get(), ws, stats);
+    });
+    out[label] = {{"ms", ms}, {"k", stats.k.k}, {"iters", stats.iters}, {"updates", stats.updates},
+                  {"converged", stats.converged}, {"max_residual", stats.max_residual},
+                  {"picard_iters", stats.picard_iters}, {"fallback_tiles", stats.fallback_tiles}};
+  }
+  NewtonStats stats;
+  cuda::newton_solve(cell.spec(), DType::f32, problem, NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt},
+                     H.get(), ws, stats);
+  out["sequential_kernel_ms"] =
+      median_ms(warmup, runs, [&] { cuda::sequential_solve(cell.kind(), DType::f32, problem, H_seq.get()); });
+  check(cudaDeviceSynchronize(), "sync");
+  const std::vector<float> a = download(H), b = download(H_seq);
+  double err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+  }
+  const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = name, .backend = "cuda"});
+  out["fused_k3_vs_sequential_kernel"] = {{"max_abs", err}, {"tau_atol", tau.atol}, {"within_tau", err <= tau.atol}};
+  return out;
 }
 
 }  // namespace
@@ -282,6 +348,13 @@ int main(int argc, char** argv) {
                                       {"all_within_tau", err_k3 <= tau.atol && err_adaptive <= tau.atol &&
                                                              err_seq <= tau.atol && err_fused_k3 <= tau.atol &&
                                                              err_fused_adaptive <= tau.atol}};
+  }
+  // P7 and P8 (`--skip-cells` leaves them out).
+  bool skip_cells = false;
+  for (int i = 1; i < argc; ++i) skip_cells = skip_cells || std::strcmp(argv[i], "--skip-cells") == 0;
+  if (!skip_cells) {
+    out["P7_lstm_s1"] = cell_figures("lstm", B, T, D, d_in, warmup, runs, seed);
+    out["P8_slstm"] = cell_figures("slstm", 8, 4096, 256, 256, warmup, runs, seed);
   }
   std::cout << out.dump(2) << std::endl;
   return 0;
