@@ -90,6 +90,21 @@ std::vector<float> download(const DeviceBuffer& buffer) {
   return host;
 }
 
+// x [B, T, d_in] in f32, uniform in [-1, 1) (SplitMix64 from `seed`).
+pararnn::Tensor uniform_input(std::int64_t B, std::int64_t T, std::int64_t d_in, std::uint64_t seed) {
+  pararnn::Tensor x(pararnn::DType::f32, {B, T, d_in});
+  std::uint64_t state = seed;
+  float* p = x.data_as<float>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
+  }
+  return x;
+}
+
 // The fused strategy for another per-channel cell (P7: LSTM at S1, P8: sLSTM-diag at B 8,
 // T 4096): K = 3 fixed and the default adaptive K, the sequential kernel at the same shape, and
 // the fused K = 3 trajectory (every slot) against the sequential kernel's, judged at the cell's
@@ -99,18 +114,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
   using namespace pararnn;
   const Cell cell = Cell::initialise({.cell = name, .d_in = d_in, .d_h = D}, DType::f32, seed);
   const int S = cell.spec().slots;
-  Tensor x(DType::f32, {B, T, d_in});
-  {
-    std::uint64_t state = seed + 1;
-    float* p = x.data_as<float>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      z ^= z >> 31;
-      p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-    }
-  }
+  const Tensor x = uniform_input(B, T, d_in, seed + 1);
   DeviceBuffer d_x(x.nbytes());
   check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
   const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, 0);
@@ -211,18 +215,7 @@ int main(int argc, char** argv) {
 
   // The problem: App. C.1 cell, x uniform in [-1, 1).
   const Cell cell = Cell::initialise({.cell = "gru", .d_in = d_in, .d_h = D}, DType::f32, seed);
-  Tensor x(DType::f32, {B, T, d_in});
-  {
-    std::uint64_t state = seed;
-    float* p = x.data_as<float>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      z ^= z >> 31;
-      p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-    }
-  }
+  const Tensor x = uniform_input(B, T, d_in, seed);
   const std::vector<double> channel_values = cell.channel_values();  // clamped (App. C.1)
   const std::vector<float> rec(channel_values.begin(), channel_values.end());
   const Tensor bias = Tensor::converted(cell.parameter("W_x.bias"), DType::f32);
