@@ -43,7 +43,10 @@ KstarTable measure_kstar(const KstarOptions& options) {
       row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;
       for (std::int64_t k = 0; k <= options.k_limit; ++k) {
         const Tensor H = newton_apply(cell, x, {.max_iters = k, .residual_atol = std::nullopt,
-                                                .residual_fail = std::nullopt});
+                                                .residual_fail = std::nullopt,
+                                                .picard_iters = options.picard_iters,
+                                                .picard_adapt = options.picard_adapt,
+                                                .newton_backtrack = options.newton_backtrack});
         const ComparisonResult c = compare(H, oracle.H, tau);
         row.max_abs_by_k.push_back(c.max_abs);
         if (c.ok()) {
@@ -78,6 +81,9 @@ nlohmann::ordered_json KstarTable::to_json() const {
   j["max_recurrent_norm"] = options.max_recurrent_norm ? nlohmann::ordered_json(*options.max_recurrent_norm)
                                                        : nlohmann::ordered_json("none");
   j["seeds"] = options.seeds;
+  j["picard_iters"] = options.picard_iters ? nlohmann::ordered_json(*options.picard_iters) : nlohmann::ordered_json("auto");
+  j["picard_adapt"] = options.picard_adapt ? nlohmann::ordered_json(*options.picard_adapt) : nlohmann::ordered_json("auto");
+  j["newton_backtrack"] = options.newton_backtrack;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : this->rows)
     rows.push_back({{"T", r.time}, {"seed", r.seed}, {"kstar", r.kstar},

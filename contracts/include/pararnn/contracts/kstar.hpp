@@ -28,6 +28,9 @@ struct KstarOptions {
   std::optional<std::int64_t> k_dim, v_dim;         // ParaM2RNN (then d_h = k_dim·v_dim)
   std::optional<double> weight_std;                 // recurrent std (hard cases); default init
   std::optional<double> max_recurrent_norm = 0.5;
+  std::optional<std::int64_t> picard_iters;         // sLSTM P (NewtonConfig::picard_iters)
+  std::optional<bool> picard_adapt;                 // NewtonConfig::picard_adapt (nullopt: default)
+  bool newton_backtrack = false;                    // M2RNN (NewtonConfig::newton_backtrack)
   std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)
   std::function<void(const std::string&)> progress;  // optional progress lines
 };
