@@ -175,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_
 
 #if !PARARNN_TEST_ON_CUDA
 // The dense-Jacobian cells (one adjoint mechanism: cpu/dense.cpp's reverse walk with dual VJPs)
-// and M2RNN (cpu/matrix_state.cpp's reverse walk with its closed-form VJP); host only: the CUDA
+// M2RNN (cpu/matrix_state.cpp's reverse walk with its closed-form VJP) and RWKV-7
+// (cpu/exact_linear.cpp's exact reverse walk, closed-form gate VJP); host only: the CUDA
 // backend refuses their gradients (UnsupportedPath).
 struct DenseVariant {
   const char* name;
@@ -190,7 +191,8 @@ const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", std::nul
                                        {"gru_head", "gru", "head", 2, 4},
                                        {"slstm_head", "slstm", "head", 2, 4},
                                        {"slstm_dense", "slstm", "dense", std::nullopt, 3},
-                                       {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false}};
+                                       {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
+                                       {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
 
 class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
  protected:
@@ -200,17 +202,24 @@ class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
     if (v.k_dim)  // ParaM2RNN: no cap; weight_std perturbs W off the identity
       return {.cell = v.cell, .d_in = d_in, .max_recurrent_norm = std::nullopt, .weight_std = weight_std,
               .k_dim = v.k_dim, .v_dim = v.v_dim};
+    if (std::string(v.cell) == "rwkv7")  // no recurrent parameter, no cap
+      return {.cell = v.cell, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads, .max_recurrent_norm = std::nullopt};
     return {.cell = v.cell, .mix = v.mix, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads,
             .max_recurrent_norm = cap, .weight_std = weight_std};
   }
-  std::int64_t state_width() const { return GetParam().d_h; }
+  // h0 of B rows: the trajectory shape of one step without its time axis.
+  static Shape h0_shape(const Cell& cell, std::int64_t batch) {
+    Shape s = cell.trajectory_shape(batch, 1);
+    s.erase(s.begin() + 1);
+    return s;
+  }
 };
 
 TEST_P(EveryDenseCell, AdjointEqualsCentralFiniteDifferences) {
   // No clamp: the clamp's kink at |a| = cap is not differentiable.
   Cell cell = Cell::initialise(options(2, 0.6, std::nullopt), DType::f64, 3);
   Tensor x = normal(DType::f64, {2, 6, 2}, 4);
-  Tensor h0 = normal(DType::f64, {2, cell.slots(), state_width()}, 5, 0.5);
+  Tensor h0 = normal(DType::f64, h0_shape(cell, 2), 5, 0.5);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
   expect_adjoint_equals_finite_differences(cell, x, h0, g);
 }

@@ -328,14 +328,11 @@ OracleGradients oracle_gradients(const Case& problem, const OracleOptions& optio
                             std::to_string(options.certify_budget));
   }
   const detail::PreparedCase prepared = detail::prepare_case(problem);
-  if (!detail::channels_independent(prepared.kind)) {
-    throw ContractViolation("cell",
-                            "oracle_gradients does not yet implement cells whose Jacobian is not "
-                            "diagonal (gru and slstm mix 'head', slstm mix 'dense', hopfield, rwkv7, "
-                            "m2rnn); the forward oracle does",
-                            problem.cell);
-  }
   const detail::GradientCase gc{prepared, detail::checked_cotangent(problem, prepared)};
+  if (!detail::channels_independent(prepared.kind)) {
+    // Channels mix (head and dense mixes, Hopfield, M2RNN, RWKV-7): whole-chain AD.
+    return detail::oracle_gradients_whole_chains(problem, gc, options);
+  }
   if (prepared.dtype == DType::f64) {
     return detail::gradients_in<detail::Float128, detail::Bin50>(problem, gc, options);
   }

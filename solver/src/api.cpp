@@ -76,7 +76,8 @@ const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
                          detail::cpu_newton_backward, detail::cpu_max_residual},
       /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, detail::dense_newton_forward,
                    detail::dense_newton_backward, detail::dense_max_residual},
-      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, nullptr, nullptr, detail::rwkv7_max_residual},
+      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, detail::rwkv7_newton_forward,
+                       detail::rwkv7_newton_backward, detail::rwkv7_max_residual},
       /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, detail::m2rnn_newton_forward,
                         detail::m2rnn_newton_backward, detail::m2rnn_max_residual}};
   static const FamilyEntry kCuda[] = {
@@ -142,8 +143,8 @@ void refuse_missing_gradients(const Cell& cell, Resolved backend, const char* wh
                                       "(cell '{}', mix '{}'); use scan_backend=cpu with host tensors",
                                       who, cell.name(), cell.spec().mix));
   if (is_linear_gu(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for linear (G, U) cells are not built yet (cell '{}')",
-                                      who, cell.name()));
+    throw UnsupportedPath(fmt::format("{}: gradients for linear (G, U) cells are built on the cpu backend only "
+                                      "(cell '{}'); use scan_backend=cpu with host tensors", who, cell.name()));
   if (is_matrix_map(cell))
     throw UnsupportedPath(fmt::format("{}: gradients for {} are built on the cpu backend only; use "
                                       "scan_backend=cpu with host tensors", who, cell.spec().python_class));
@@ -354,6 +355,8 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_forward");
+  check_matrix_map_inputs(cell, &config, options, "newton_forward");
+  check_linear_gu(cell, backend, options, &config, "newton_forward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward", device_of(backend));
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
@@ -373,6 +376,8 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_backward");
+  check_matrix_map_inputs(cell, &config, options, "newton_backward");
+  check_linear_gu(cell, backend, options, &config, "newton_backward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));
   const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
   if (grad_H.shape() != trajectory)

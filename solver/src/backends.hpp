@@ -68,6 +68,11 @@ double dense_max_residual(const Cell& cell, const TensorView& x, const TensorVie
 // CPU backend of ParaRWKV7, the linear (G, U) cell (cpu/exact_linear.cpp; forward only, no
 // Newton): `use_scan` = the exact (G, U) scan, else the sequential step loop; stats: iters 0,
 // max_residual 0, scan_backend "rwkv7_scan" / "rwkv7_sequential", K 0.
+NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout);
+NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout);
 Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                    bool use_scan, NewtonStats& stats);
 Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
