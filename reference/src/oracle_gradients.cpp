@@ -56,7 +56,8 @@ std::vector<double> checked_cotangent(const Case& problem, const PreparedCase& p
                                ? Shape{prepared.batch, prepared.time, prepared.d_h}
                                : Shape{prepared.batch, prepared.time, prepared.slots, prepared.d_h};
   const Shape with_slot_axis{prepared.batch, prepared.time, prepared.slots, prepared.d_h};
-  if (g.shape() != trajectory && g.shape() != with_slot_axis) {
+  // M2RNN's (B, T, K, V) and RWKV-7's (B, T, H, d, d): the same bytes as the slot layout.
+  if (g.shape() != trajectory && g.shape() != with_slot_axis && g.shape() != prepared.trajectory_shape()) {
     throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
                             shape_string(g.shape()));
   }
