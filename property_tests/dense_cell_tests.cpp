@@ -4,7 +4,7 @@
 // within τ (f32, f64, bf16; with and without h0; hard, unclamped head weights too); T = 1 is one
 // step exactly; packing equals solving each sequence alone; sLSTM's Picard guess. Host only: the
 // analytic dense Jacobian equals the oracle's AD Jacobian; the construction rules and warnings;
-// the K table; gradients refused. On the GPU only: GPU ≡ CPU within the cuda τ (Newton and the
+// the K table; gradients (cpu) exist. On the GPU only: GPU ≡ CPU within the cuda τ (Newton and the
 // sequential loop), a device x under `auto`, and chains wider than N = 32 refused naming the
 // limit. Every case names its seed; tolerances come from the contract table.
 #include <gtest/gtest.h>
@@ -384,9 +384,10 @@ TEST(DenseCells, KTableAndRefusals) {
   EXPECT_EQ(resolve_newton_iters({}, hop, DType::f64, 1).k, 4);
   const Cell cell = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 4}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 5, 3});
-  EXPECT_THROW((void)newton_forward(cell, x), UnsupportedPath);
+  // Gradients exist on the cpu since issue 16 (checked in gradient_tests_host and verify --grad).
+  EXPECT_NO_THROW((void)newton_forward(cell, x));
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
-  EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
+  EXPECT_EQ(reference::oracle_gradients(cell.make_case(x)).tensors.count("W_x.weight"), 1u);
 }
 
 #if PARARNN_TEST_ON_CUDA

@@ -50,14 +50,9 @@ class EveryCell : public ::testing::TestWithParam<std::string> {
   }
 };
 
-TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
-  // No clamp: the clamp's kink at |a| = cap is not differentiable.
-  Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 3,
-                                         .max_recurrent_norm = std::nullopt, .weight_std = 0.6}),
-                               DType::f64, 3);
-  Tensor x = normal(DType::f64, {2, 6, 2}, 4);
-  Tensor h0 = normal(DType::f64, {2, cell.slots(), 3}, 5, 0.5);
-  const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
+// Every element of x, h0 and every parameter: the adjoint equals the central finite difference
+// of the f64 sequential loss Σ g ⊙ H (the gradcheck band of the contract table).
+void expect_adjoint_equals_finite_differences(Cell& cell, Tensor& x, Tensor& h0, const Tensor& g) {
   const NewtonConfig config = on_backend();
   const ApplyOptions options{.h0 = h0.view()};
   const NewtonForward forward = newton_forward(cell, x, config, options);
@@ -82,6 +77,9 @@ TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
   check("x", x, grads.x);
   ASSERT_TRUE(grads.h0.has_value());
   check("h0", h0, *grads.h0);
+  // Every trainable tensor of the cell has a gradient (the affines and the recurrent ones).
+  for (const ParameterSpec& p : cell.spec().parameters)
+    EXPECT_TRUE(grads.parameters.contains(std::string(p.name))) << "no gradient for " << p.name;
   for (const auto& [name, grad] : grads.parameters) {
     Tensor param = Tensor::copy_of(cell.parameter(name));
     // Perturb through the cell: swap the parameter in, evaluate, restore.
@@ -102,6 +100,17 @@ TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
           << name << "[" << i << "]: adjoint " << adj.load({i}) << " vs finite difference " << fd;
     }
   }
+}
+
+TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
+  // No clamp: the clamp's kink at |a| = cap is not differentiable.
+  Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 3,
+                                         .max_recurrent_norm = std::nullopt, .weight_std = 0.6}),
+                               DType::f64, 3);
+  Tensor x = normal(DType::f64, {2, 6, 2}, 4);
+  Tensor h0 = normal(DType::f64, {2, cell.slots(), 3}, 5, 0.5);
+  const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
+  expect_adjoint_equals_finite_differences(cell, x, h0, g);
 }
 
 TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
@@ -163,6 +172,104 @@ INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_
                            std::replace(name.begin(), name.end(), ':', '_');
                            return name;
                          });
+
+#if !PARARNN_TEST_ON_CUDA
+// The dense-Jacobian cells (one adjoint mechanism: cpu/dense.cpp's reverse walk with dual VJPs)
+// M2RNN (cpu/matrix_state.cpp's reverse walk with its closed-form VJP) and RWKV-7
+// (cpu/exact_linear.cpp's exact reverse walk, closed-form gate VJP); host only: the CUDA
+// backend refuses their gradients (UnsupportedPath).
+struct DenseVariant {
+  const char* name;
+  const char* cell;
+  const char* mix;
+  std::optional<std::int64_t> n_heads;
+  std::int64_t d_h;  // M2RNN: K·V
+  std::optional<std::int64_t> k_dim = std::nullopt, v_dim = std::nullopt;
+  bool packs = true;  // M2RNN refuses cu_seqlens
+};
+const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", std::nullopt, 3},
+                                       {"gru_head", "gru", "head", 2, 4},
+                                       {"slstm_head", "slstm", "head", 2, 4},
+                                       {"slstm_dense", "slstm", "dense", std::nullopt, 3},
+                                       {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
+                                       {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
+
+class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
+ protected:
+  CellOptions options(std::int64_t d_in, std::optional<double> weight_std = std::nullopt,
+                      std::optional<double> cap = 0.5) const {
+    const DenseVariant& v = GetParam();
+    if (v.k_dim)  // ParaM2RNN: no cap; weight_std perturbs W off the identity
+      return {.cell = v.cell, .d_in = d_in, .max_recurrent_norm = std::nullopt, .weight_std = weight_std,
+              .k_dim = v.k_dim, .v_dim = v.v_dim};
+    if (std::string(v.cell) == "rwkv7")  // no recurrent parameter, no cap
+      return {.cell = v.cell, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads, .max_recurrent_norm = std::nullopt};
+    return {.cell = v.cell, .mix = v.mix, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads,
+            .max_recurrent_norm = cap, .weight_std = weight_std};
+  }
+  // h0 of B rows: the trajectory shape of one step without its time axis.
+  static Shape h0_shape(const Cell& cell, std::int64_t batch) {
+    Shape s = cell.trajectory_shape(batch, 1);
+    s.erase(s.begin() + 1);
+    return s;
+  }
+};
+
+TEST_P(EveryDenseCell, AdjointEqualsCentralFiniteDifferences) {
+  // No clamp: the clamp's kink at |a| = cap is not differentiable.
+  Cell cell = Cell::initialise(options(2, 0.6, std::nullopt), DType::f64, 3);
+  Tensor x = normal(DType::f64, {2, 6, 2}, 4);
+  Tensor h0 = normal(DType::f64, h0_shape(cell, 2), 5, 0.5);
+  const Tensor g = normal(DType::f64, cell.trajectory_shape(2, 6), 6);
+  expect_adjoint_equals_finite_differences(cell, x, h0, g);
+}
+
+TEST_P(EveryDenseCell, RecomputeIsBitwiseEqual) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Cell cell = Cell::initialise(options(3), dtype, 7);
+    const Tensor x = normal(dtype, {2, 40, 3}, 8);
+    const Tensor g = normal(dtype, cell.trajectory_shape(2, 40), 9);
+    const NewtonForward kept = newton_forward(cell, x, on_backend({.recompute = false}));
+    const NewtonForward dropped = newton_forward(cell, x, on_backend({.recompute = true}));
+    EXPECT_GT(kept.saved_bytes(), 0u);
+    EXPECT_EQ(dropped.saved_bytes(), 0u);
+    ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
+    const NewtonGradients a = newton_backward(cell, x, kept, g, on_backend({.recompute = false}));
+    const NewtonGradients b = newton_backward(cell, x, dropped, g, on_backend({.recompute = true}));
+    EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector()) << dtype_name(dtype);
+    for (const auto& [name, grad] : a.parameters)
+      EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
+  }
+}
+
+TEST_P(EveryDenseCell, PackedGradientsArePerSegment) {
+  // Two segments packed ≡ the second alone: its ∇x and its ∇h0 row.
+  if (!GetParam().packs) GTEST_SKIP() << GetParam().name << " refuses cu_seqlens";
+  const Cell cell = Cell::initialise(options(2), DType::f64, 1);
+  const std::int64_t d_h = GetParam().d_h;
+  const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
+  const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
+  const Tensor h0 = normal(DType::f64, {2, cell.slots(), d_h}, 4, 0.5);
+  const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
+  const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
+  const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
+  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
+  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
+  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
+  const ApplyOptions alone{.h0 = h02.view()};
+  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
+  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
+  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
+  const auto b = second.x.to_f64_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
+  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
+  const auto d = second.h0->to_f64_vector();
+  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(kDenseVariants),
+                         [](const auto& info) { return std::string(info.param.name); });
+#endif
 
 }  // namespace
 }  // namespace pararnn

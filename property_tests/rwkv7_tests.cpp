@@ -388,9 +388,14 @@ TEST(Rwkv7, RefusesPackingWindowsAndGradients) {
   EXPECT_THROW((void)sequential_apply(cell, x, {.cu_seqlens = cu.view()}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .chunk_len = 2}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .picard_iters = 1}), ContractViolation);
-  EXPECT_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}), UnsupportedPath);
+  // Gradients: on the cpu since issue 16; the cuda backend refuses them.
+  if (PARARNN_TEST_ON_CUDA) {
+    EXPECT_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}), UnsupportedPath);
+  } else {
+    EXPECT_NO_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}));
+  }
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
-  EXPECT_THROW((void)reference::oracle_gradients(cell.make_case(x)), ContractViolation);
+  EXPECT_EQ(reference::oracle_gradients(cell.make_case(x)).tensors.count("W_x.weight"), 1u);
   Case packed = cell.make_case(x);
   packed.cu_seqlens = cu;
   EXPECT_THROW((void)reference::oracle_sequential(packed), ContractViolation);

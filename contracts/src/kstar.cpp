@@ -41,9 +41,26 @@ KstarTable measure_kstar(const KstarOptions& options) {
       const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false});
       KstarRow row{.time = time, .seed = seed};
       row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;
+      {
+        NewtonStats stats;
+        const Tensor H = newton_apply(cell, x, {.residual_fail = std::nullopt,
+                                                .picard_iters = options.picard_iters,
+                                                .picard_adapt = options.picard_adapt,
+                                                .newton_backtrack = options.newton_backtrack},
+                                      {}, &stats);
+        row.default_converged = stats.converged;
+        row.default_fallback_units = stats.fallback_tiles;
+        row.default_picard_retries = stats.picard_retries;
+        row.default_picard_iters = stats.picard_iters;
+        row.default_updates = stats.updates;
+        row.default_max_abs = compare(H, oracle.H, tau).max_abs;
+      }
       for (std::int64_t k = 0; k <= options.k_limit; ++k) {
         const Tensor H = newton_apply(cell, x, {.max_iters = k, .residual_atol = std::nullopt,
-                                                .residual_fail = std::nullopt});
+                                                .residual_fail = std::nullopt,
+                                                .picard_iters = options.picard_iters,
+                                                .picard_adapt = options.picard_adapt,
+                                                .newton_backtrack = options.newton_backtrack});
         const ComparisonResult c = compare(H, oracle.H, tau);
         row.max_abs_by_k.push_back(c.max_abs);
         if (c.ok()) {
@@ -53,7 +70,10 @@ KstarTable measure_kstar(const KstarOptions& options) {
       }
       worst = row.kstar < 0 || worst < 0 ? -1 : std::max(worst, row.kstar);
       if (options.progress)
-        options.progress(fmt::format("T={} seed={} K*={} (errors by K: {})", time, seed, row.kstar,
+        options.progress(fmt::format("T={} seed={} K*={} default: converged={} fallback={} P={} "
+                                     "retries={} (errors by K: {})",
+                                     time, seed, row.kstar, row.default_converged, row.default_fallback_units,
+                                     row.default_picard_iters, row.default_picard_retries,
                                      nlohmann::json(row.max_abs_by_k).dump()));
       table.rows.push_back(std::move(row));
     }
@@ -78,10 +98,17 @@ nlohmann::ordered_json KstarTable::to_json() const {
   j["max_recurrent_norm"] = options.max_recurrent_norm ? nlohmann::ordered_json(*options.max_recurrent_norm)
                                                        : nlohmann::ordered_json("none");
   j["seeds"] = options.seeds;
+  j["picard_iters"] = options.picard_iters ? nlohmann::ordered_json(*options.picard_iters) : nlohmann::ordered_json("auto");
+  j["picard_adapt"] = options.picard_adapt ? nlohmann::ordered_json(*options.picard_adapt) : nlohmann::ordered_json("auto");
+  j["newton_backtrack"] = options.newton_backtrack;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : this->rows)
     rows.push_back({{"T", r.time}, {"seed", r.seed}, {"kstar", r.kstar},
-                    {"max_abs_by_k", r.max_abs_by_k}, {"sequential_max_abs", r.sequential_max_abs}});
+                    {"max_abs_by_k", r.max_abs_by_k}, {"sequential_max_abs", r.sequential_max_abs},
+                    {"default", {{"converged", r.default_converged}, {"fallback_units", r.default_fallback_units},
+                                 {"picard_retries", r.default_picard_retries},
+                                 {"picard_iters", r.default_picard_iters}, {"updates", r.default_updates},
+                                 {"max_abs", r.default_max_abs}}}});
   j["rows"] = rows;
   nlohmann::ordered_json table = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < max_kstar_by_t.size(); ++i)

@@ -350,6 +350,7 @@ PreparedCase prepare_case(const Case& problem) {
     out.k_dim = problem.meta_int("k_dim", 0);
     out.v_dim = problem.meta_int("v_dim", 0);
     out.d_h = out.k_dim * out.v_dim;
+    out.matrix_parameter_shapes["W"] = {out.v_dim, out.v_dim};
     out.value_matrix = lift_vector(
         checked_parameter(problem, spec, "W", {out.v_dim, out.v_dim},
                           fmt::format(" (v_dim = {}; W multiplies the state on the right)", out.v_dim))
@@ -439,12 +440,18 @@ PreparedCase prepare_case(const Case& problem) {
                             fmt::format(" (n_heads = {}, d_head = {}; stored (in, out))", heads, m))
               .reshaped({heads * m * m})));
     }
+    const char* names[] = {"A_z", "A_r", "A_n"};
+    for (const char* name : names) out.matrix_parameter_shapes[name] = {heads, m, m};
     for (std::int64_t hd = 0; hd < heads; ++hd) {
-      for (const auto& a : lifted) {
+      for (std::size_t gate = 0; gate < lifted.size(); ++gate) {
+        const auto& a = lifted[gate];
         for (std::int64_t i = 0; i < m * m; ++i) {
-          double v = a[static_cast<std::size_t>(hd * m * m + i)];
+          const double raw = a[static_cast<std::size_t>(hd * m * m + i)];
+          double v = raw;
           if (head_cap) v = std::min(std::max(v, -head_cap_s), head_cap_s);
           out.head_matrices.push_back(v);
+          out.head_matrix_sources.push_back(
+              {names[gate], hd * m * m + i, !head_cap || std::abs(raw) <= head_cap_s ? 1.0 : 0.0});
         }
       }
     }
@@ -462,10 +469,12 @@ PreparedCase prepare_case(const Case& problem) {
       const std::vector<double> r = lift_vector(
           checked_parameter(problem, spec, "R_dense.weight", {4 * m, m}, " (Linear(d_h, 4 d_h))")
               .reshaped({4 * m * m}));
+      out.matrix_parameter_shapes["R_dense.weight"] = {4 * m, m};
       for (std::int64_t g = 0; g < 4; ++g) {
         for (std::int64_t i = 0; i < m; ++i) {
           for (std::int64_t j = 0; j < m; ++j) {
             out.head_matrices.push_back(r[static_cast<std::size_t>((g * m + j) * m + i)]);
+            out.head_matrix_sources.push_back({"R_dense.weight", (g * m + j) * m + i, 1.0});
           }
         }
       }
@@ -474,12 +483,16 @@ PreparedCase prepare_case(const Case& problem) {
           checked_parameter(problem, spec, "R_head", {4, heads, m, m},
                             fmt::format(" (n_heads = {}, d_head = {}; [gate, head, in, out])", heads, m))
               .reshaped({4 * heads * m * m}));
+      out.matrix_parameter_shapes["R_head"] = {4, heads, m, m};
       for (std::int64_t hd = 0; hd < heads; ++hd) {
         for (std::int64_t g = 0; g < 4; ++g) {
           for (std::int64_t i = 0; i < m * m; ++i) {
-            double v = r[static_cast<std::size_t>((g * heads + hd) * m * m + i)];
+            const std::int64_t flat = (g * heads + hd) * m * m + i;
+            const double raw = r[static_cast<std::size_t>(flat)];
+            double v = raw;
             if (cap) v = std::min(std::max(v, -cap_s), cap_s);
             out.head_matrices.push_back(v);
+            out.head_matrix_sources.push_back({"R_head", flat, !cap || std::abs(raw) <= cap_s ? 1.0 : 0.0});
           }
         }
       }

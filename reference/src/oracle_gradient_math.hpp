@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "oracle_math.hpp"
+#include "pararnn/reference/oracle.hpp"
 
 namespace pararnn::reference::detail {
 
@@ -322,6 +323,11 @@ InputAffineGradients<Real> input_affine_gradients(const PreparedCase& problem,
 #define PARARNN_ORACLE_PRIMARY_GRADIENT_TEMPLATES(EXTERN, Real) \
   EXTERN template InputAffineGradients<Real> input_affine_gradients<Real>( \
       const PreparedCase&, const ColMajorMatrix<Real>&);
+
+// The cells whose channels mix (oracle_gradients_chain.cpp): BPTT of whole row chains by
+// forward-mode AD over every state value, gate input and recurrent matrix entry.
+OracleGradients oracle_gradients_whole_chains(const Case& problem, const GradientCase& gc,
+                                              const OracleOptions& options);
 
 PARARNN_ORACLE_GRADIENT_TEMPLATES(extern, double)
 PARARNN_ORACLE_GRADIENT_TEMPLATES(extern, Float128)

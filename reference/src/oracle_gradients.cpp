@@ -56,7 +56,8 @@ std::vector<double> checked_cotangent(const Case& problem, const PreparedCase& p
                                ? Shape{prepared.batch, prepared.time, prepared.d_h}
                                : Shape{prepared.batch, prepared.time, prepared.slots, prepared.d_h};
   const Shape with_slot_axis{prepared.batch, prepared.time, prepared.slots, prepared.d_h};
-  if (g.shape() != trajectory && g.shape() != with_slot_axis) {
+  // M2RNN's (B, T, K, V) and RWKV-7's (B, T, H, d, d): the same bytes as the slot layout.
+  if (g.shape() != trajectory && g.shape() != with_slot_axis && g.shape() != prepared.trajectory_shape()) {
     throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
                             shape_string(g.shape()));
   }
@@ -328,14 +329,11 @@ OracleGradients oracle_gradients(const Case& problem, const OracleOptions& optio
                             std::to_string(options.certify_budget));
   }
   const detail::PreparedCase prepared = detail::prepare_case(problem);
-  if (!detail::channels_independent(prepared.kind)) {
-    throw ContractViolation("cell",
-                            "oracle_gradients does not yet implement cells whose Jacobian is not "
-                            "diagonal (gru and slstm mix 'head', slstm mix 'dense', hopfield, rwkv7, "
-                            "m2rnn); the forward oracle does",
-                            problem.cell);
-  }
   const detail::GradientCase gc{prepared, detail::checked_cotangent(problem, prepared)};
+  if (!detail::channels_independent(prepared.kind)) {
+    // Channels mix (head and dense mixes, Hopfield, M2RNN, RWKV-7): whole-chain AD.
+    return detail::oracle_gradients_whole_chains(problem, gc, options);
+  }
   if (prepared.dtype == DType::f64) {
     return detail::gradients_in<detail::Float128, detail::Bin50>(problem, gc, options);
   }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <map>
 #include <vector>
 
 #include "pararnn/core/case_file.hpp"
@@ -91,6 +92,15 @@ struct PreparedCase {
   // (one head), R_dense.weight transposed per gate (not clamped).
   std::int64_t n_heads = 1;
   std::vector<double> head_matrices;
+  // For gradients: the state_dict entry each head_matrices value came from (tensor, flat index
+  // into it) and its clamp mask (1 where |raw| <= cap or no cap, else 0); the tensors' shapes.
+  struct MatrixSource {
+    std::string tensor;
+    std::int64_t flat = 0;
+    double mask = 1.0;
+  };
+  std::vector<MatrixSource> head_matrix_sources;
+  std::map<std::string, Shape> matrix_parameter_shapes;  // also m2rnn's "W" 
   // hopfield: β (metadata "beta", default 1/√d_h). The affine's 2 d_h² rows are counted as
   // affine_gates = 2 d_h blocks of d_h rows: K = rows [0, d_h²), V = rows [d_h², 2 d_h²),
   // each row-major (K[i][j] = wx[i d_h + j]).

@@ -74,11 +74,12 @@ const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
   static const FamilyEntry kCpu[] = {
       /* per_channel */ {detail::cpu_newton_apply, detail::cpu_sequential_apply, detail::cpu_newton_forward,
                          detail::cpu_newton_backward, detail::cpu_max_residual},
-      /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, nullptr, nullptr,
-                   detail::dense_max_residual},
-      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, nullptr, nullptr, detail::rwkv7_max_residual},
-      /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, nullptr, nullptr,
-                        detail::m2rnn_max_residual}};
+      /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, detail::dense_newton_forward,
+                   detail::dense_newton_backward, detail::dense_max_residual},
+      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, detail::rwkv7_newton_forward,
+                       detail::rwkv7_newton_backward, detail::rwkv7_max_residual},
+      /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, detail::m2rnn_newton_forward,
+                        detail::m2rnn_newton_backward, detail::m2rnn_max_residual}};
   static const FamilyEntry kCuda[] = {
       /* per_channel */ {detail::cuda_newton_apply, detail::cuda_sequential_apply, detail::cuda_newton_forward,
                          detail::cuda_newton_backward, nullptr},
@@ -133,14 +134,21 @@ void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
                                       detail::kCudaM2rnnSharedBytes));
 }
 
-void refuse_dense_gradients(const Cell& cell, const char* who) {
-  if (is_dense(cell) || is_linear_gu(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian and linear (G, U) cells are not built yet "
-                                      "(cell '{}', mix '{}')",
+// Gradients exist where the backend's family entry has a forward and a backward.
+void refuse_missing_gradients(const Cell& cell, Resolved backend, const char* who) {
+  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
+  if (entry.forward != nullptr && entry.backward != nullptr) return;
+  if (is_dense(cell))
+    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian cells are built on the cpu backend only "
+                                      "(cell '{}', mix '{}'); use scan_backend=cpu with host tensors",
                                       who, cell.name(), cell.spec().mix));
+  if (is_linear_gu(cell))
+    throw UnsupportedPath(fmt::format("{}: gradients for linear (G, U) cells are built on the cpu backend only "
+                                      "(cell '{}'); use scan_backend=cpu with host tensors", who, cell.name()));
   if (is_matrix_map(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for {} (the reverse Jᵀ walk) are not built yet",
-                                      who, cell.spec().python_class));
+    throw UnsupportedPath(fmt::format("{}: gradients for {} are built on the cpu backend only; use "
+                                      "scan_backend=cpu with host tensors", who, cell.spec().python_class));
+  throw UnsupportedPath(fmt::format("{}: gradients for cell '{}' are not built on this backend", who, cell.name()));
 }
 
 // ParaM2RNN takes rectangular batches only (pararnn-torch raises ValueError for cu_seqlens and
@@ -205,6 +213,9 @@ void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
   total.updates = std::max(total.updates, window.updates);
   total.converged = total.converged && window.converged;
   total.fallback_tiles += window.fallback_tiles;
+  total.picard_retries += window.picard_retries;
+  total.backtracks += window.backtracks;
+  total.picard_iters = std::max(total.picard_iters, window.picard_iters);
   total.residual_history.insert(total.residual_history.end(), window.residual_history.begin(),
                                 window.residual_history.end());
 }
@@ -280,6 +291,9 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   check_dense_backend(cell, backend, "newton_apply");
+  if (config.newton_backtrack && backend == Resolved::cuda)
+    throw UnsupportedPath("newton_apply: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
+                          "has no per-row backtracking); use scan_backend=cpu with host tensors");
   check_linear_gu(cell, backend, options, &config, "newton_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
   if (!is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time) {
@@ -339,8 +353,10 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
                              const ApplyOptions& options) {
   validate(config, cell.spec());
   check_windowed(config, options);
-  refuse_dense_gradients(cell, "newton_forward");
   const Resolved backend = resolve_backend(config.scan_backend, x);
+  refuse_missing_gradients(cell, backend, "newton_forward");
+  check_matrix_map_inputs(cell, &config, options, "newton_forward");
+  check_linear_gu(cell, backend, options, &config, "newton_forward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward", device_of(backend));
   if (config.chunk_len && *config.chunk_len < layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
@@ -358,8 +374,10 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
                                 const ApplyOptions& options) {
   validate(config, cell.spec());
   check_windowed(config, options);
-  refuse_dense_gradients(cell, "newton_backward");
   const Resolved backend = resolve_backend(config.scan_backend, x);
+  refuse_missing_gradients(cell, backend, "newton_backward");
+  check_matrix_map_inputs(cell, &config, options, "newton_backward");
+  check_linear_gu(cell, backend, options, &config, "newton_backward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));
   const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
   if (grad_H.shape() != trajectory)

@@ -53,6 +53,11 @@ Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const dou
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums);
 
 // CPU backend of dense-Jacobian cells (cpu/dense.cpp; forward only).
+NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout);
+NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout);
 Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -63,6 +68,11 @@ double dense_max_residual(const Cell& cell, const TensorView& x, const TensorVie
 // CPU backend of ParaRWKV7, the linear (G, U) cell (cpu/exact_linear.cpp; forward only, no
 // Newton): `use_scan` = the exact (G, U) scan, else the sequential step loop; stats: iters 0,
 // max_residual 0, scan_backend "rwkv7_scan" / "rwkv7_sequential", K 0.
+NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout);
+NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout);
 Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                    bool use_scan, NewtonStats& stats);
 Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -70,6 +80,11 @@ Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const Apply
 double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                           const ApplyOptions& options, Layout layout);
 // CPU backend of ParaM2RNN (cpu/matrix_state.cpp; forward only, rectangular batches).
+NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout);
+NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout);
 Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,

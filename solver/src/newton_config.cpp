@@ -55,6 +55,15 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
       throw ContractViolation("picard_iters", "is ParaSLSTM / ParaM2RNN only",
                               fmt::format("{} on {}", *config.picard_iters, cell.python_class));
   }
+  if (config.picard_retry_atol && !(*config.picard_retry_atol >= 0.0))
+    throw ContractViolation("picard_retry_atol", "must be >= 0 or unset (None)",
+                            fmt::format("{}", *config.picard_retry_atol));
+  if (config.picard_adapt.value_or(false) && !cell.picard)
+    throw ContractViolation("picard_adapt", "is ParaSLSTM only (the cells with Picard passes)",
+                            fmt::format("true on {}", cell.python_class));
+  if (config.newton_backtrack && cell.kind != CellKind::m2rnn)
+    throw ContractViolation("newton_backtrack", "is ParaM2RNN only",
+                            fmt::format("true on {}", cell.python_class));
   if (!config.newton_iters_by_t.empty()) {
     if (config.max_iters)
       throw ContractViolation("newton_iters_by_t", "requires max_iters unset (None)",
@@ -69,6 +78,11 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
   }
   if (config.chunk_len && *config.chunk_len < 1)
     throw ContractViolation("chunk_len", "must be >= 1 or unset", std::to_string(*config.chunk_len));
+}
+
+bool picard_adapt_enabled(const NewtonConfig& config, const CellSpec& cell) {
+  if (!cell.picard) return false;
+  return config.picard_adapt.value_or(!config.picard_iters.has_value());
 }
 
 KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,

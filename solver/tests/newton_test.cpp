@@ -260,3 +260,46 @@ TEST(SlstmPicard, ZeroPicardPassesOnAWideLongCellDivergesAndTheGateRaises) {
 
 }  // namespace
 }  // namespace pararnn
+
+namespace pararnn {
+namespace {
+
+TEST(SlstmPicard, AdaptRetriesWithMorePassesWhereThreeDiverge) {
+  // The kstar seed that diverged with P = 3 at T = 2048 (docs/kstar.md): one fixed Newton step
+  // from the P = 3 guess ends far above picard_retry_atol; adapt redoes the solve with P = 5.
+  const std::uint64_t seed = 2048002;
+  const Cell cell = Cell::initialise({.cell = "slstm", .d_in = 16, .d_h = 64}, DType::f32, seed);
+  const Tensor x = generated_case_input(DType::f32, 1, 2048, 16, seed);
+  const NewtonConfig fixed{.max_iters = 1, .residual_atol = std::nullopt, .residual_fail = std::nullopt};
+  NewtonConfig off = fixed;
+  off.picard_adapt = false;
+  NewtonStats plain, adapted;
+  (void)newton_apply(cell, x, off, {}, &plain);
+  (void)newton_apply(cell, x, fixed, {}, &adapted);
+  EXPECT_EQ(plain.picard_iters, 3);
+  EXPECT_EQ(plain.picard_retries, 0);
+  EXPECT_GT(plain.max_residual, *fixed.picard_retry_atol);
+  EXPECT_EQ(adapted.picard_iters, 5);
+  EXPECT_EQ(adapted.picard_retries, 1);
+  EXPECT_LT(adapted.max_residual, plain.max_residual);
+}
+
+TEST(SlstmPicard, AdaptAndBacktrackOptionsAreRefusedWhereTheyDoNotApply) {
+  const Cell gru = Cell::initialise({.cell = "gru", .d_in = 2, .d_h = 4}, DType::f32, 1);
+  const Tensor x = generated_case_input(DType::f32, 1, 8, 2, 1);
+  const auto refusal = [&](const NewtonConfig& config) -> std::string {
+    try {
+      (void)newton_apply(gru, x, config);
+    } catch (const ContractViolation& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_NE(refusal({.picard_adapt = true}).find("picard_adapt"), std::string::npos);
+  EXPECT_NE(refusal({.picard_retry_atol = -1.0}).find("picard_retry_atol"), std::string::npos);
+  EXPECT_NE(refusal({.newton_backtrack = true}).find("newton_backtrack"), std::string::npos);
+  EXPECT_EQ(refusal({.picard_adapt = false}), "(accepted)");
+}
+
+}  // namespace
+}  // namespace pararnn

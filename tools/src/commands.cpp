@@ -51,8 +51,28 @@ std::optional<std::int64_t> whole_integer(std::string_view text) {
   return value;
 }
 
+// --picard-adapt: auto (nullopt: on iff auto P), on, off.
+std::optional<bool> parse_picard_adapt(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  if (text == "on") return true;
+  if (text == "off") return false;
+  throw ContractViolation("--picard-adapt", "must be auto, on or off", text);
+}
+
 NewtonConfig config_from(const SolveArgs& args) {
   NewtonConfig config;
+  config.picard_adapt = parse_picard_adapt(args.picard_adapt);
+  if (args.picard_retry_atol == "none" || args.picard_retry_atol == "None") {
+    config.picard_retry_atol.reset();
+  } else {
+    double v = 0.0;
+    const std::string& t = args.picard_retry_atol;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || end != t.data() + t.size() || !std::isfinite(v) || v < 0.0)
+      throw ContractViolation("--picard-retry-atol", "must be a finite number >= 0 or 'none'", t);
+    config.picard_retry_atol = v;
+  }
+  config.newton_backtrack = args.newton_backtrack;
   config.scan_backend = parse_scan_backend(args.backend);
   config.recompute = args.recompute;
   if (args.max_iters != "none" && args.max_iters != "None") {
@@ -244,6 +264,9 @@ int kstar(const KstarArgs& args) {
   options.k_limit = args.k_limit;
   options.weight_std = args.weight_std;
   options.max_recurrent_norm = parse_cap(args.max_recurrent_norm);
+  options.picard_iters = args.picard_iters;
+  options.picard_adapt = parse_picard_adapt(args.picard_adapt);
+  options.newton_backtrack = args.newton_backtrack;
   Progress progress("kstar", static_cast<std::int64_t>(options.times.size()) * options.seeds, "cases");
   options.progress = [&](const std::string& line) { progress.advance(line); };
   const KstarTable table = measure_kstar(options);

@@ -39,6 +39,9 @@ struct SolveArgs {
   std::uint64_t seed = 0;
   std::optional<std::int64_t> certify_budget;  // default: default_certify_budget(dtype)
   std::optional<double> atol;
+  // NewtonConfig's sLSTM / M2RNN options (spec §2.3, §1.9).
+  std::string picard_adapt = "auto", picard_retry_atol = "1e-3";
+  bool newton_backtrack = false;
 };
 
 struct KstarArgs {
@@ -48,6 +51,9 @@ struct KstarArgs {
   std::optional<std::int64_t> n_heads;
   std::optional<double> weight_std;
   std::string max_recurrent_norm = "0.5";
+  std::optional<std::int64_t> picard_iters;  // sLSTM P (default auto)
+  std::string picard_adapt = "auto";         // auto | on | off
+  bool newton_backtrack = false;             // M2RNN
 };
 
 // `pararnn report nightly|render|diff` and `pararnn bug-bundle` (report_commands.cpp).

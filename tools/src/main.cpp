@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
   auto add_solver = [&](CLI::App* cmd) {
     cmd->add_option("--backend", sa.backend, "auto | eager | cpu | cuda");
     cmd->add_option("--max-iters", sa.max_iters, "fixed K, or none (K table + adaptive)");
+    cmd->add_option("--picard-adapt", sa.picard_adapt, "sLSTM: auto (on iff auto P) | on | off");
+    cmd->add_option("--picard-retry-atol", sa.picard_retry_atol, "sLSTM adapt retry threshold, or none (default 1e-3)");
+    cmd->add_flag("--newton-backtrack", sa.newton_backtrack, "M2RNN: reject steps that increase a row's max|F|");
   };
   auto add_judge = [&](CLI::App* cmd) {
     cmd->add_option("--json", sa.json, "write the report as JSON");
@@ -153,6 +156,9 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--k-limit", ka.k_limit)->check(non_negative);
   kstar_cmd->add_option("--weight-std", ka.weight_std)->check(magnitude);
   kstar_cmd->add_option("--max-recurrent-norm", ka.max_recurrent_norm);
+  kstar_cmd->add_option("--picard-iters", ka.picard_iters, "slstm: Picard passes P (default auto)")->check(non_negative);
+  kstar_cmd->add_option("--picard-adapt", ka.picard_adapt, "slstm: auto (on iff auto P) | on | off");
+  kstar_cmd->add_flag("--newton-backtrack", ka.newton_backtrack, "m2rnn: newton_backtrack");
   kstar_cmd->add_option("--json", ka.json);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 

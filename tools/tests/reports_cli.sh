@@ -35,7 +35,8 @@ assert all(row["outcome"] == "Agree" for row in r["rows"]), [row["id"] for row i
 assert all(row["agreement"]["verdict"] == "Agree" for row in r["rows"])
 judged = [row for row in r["rows"] if row["gradients"] == "judged"]
 assert judged and all("gradients" in row["agreement"] for row in judged)
-assert all(row["gradients"] != "judged" for row in r["rows"] if row["variant"] in ("hopfield", "rwkv7", "m2rnn", "gru-head"))
+# Every variant trains on the cpu since issue 16: the non-diagonal ones are judged too.
+assert {"hopfield", "rwkv7", "m2rnn", "gru-head"} <= {row["variant"] for row in judged}, {row["variant"] for row in judged}
 assert r["kstar"] and r["equivalences"]
 assert all(e["verdict"] == "Agree" for e in r["equivalences"])
 PY

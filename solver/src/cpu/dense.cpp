@@ -1,9 +1,12 @@
 // The CPU backend of dense-Jacobian cells (JacobianClass::dense: ParaHopfield, ParaGRU and
-// ParaSLSTM mix='head', ParaSLSTM mix='dense'), forward only: the initial guess (App. A, or
+// ParaSLSTM mix='head', ParaSLSTM mix='dense'): the initial guess (App. A, or
 // sLSTM's zero-hidden pass plus Picard passes), Newton iterations whose linear step
 // δ_t = J_t δ_{t−1} + F_t is a dense scan per chain (chains in parallel), the adaptive/fixed K
 // loop, stats and sequential fallback of the one driver (newton/driver.hpp), and the same-dtype
-// sequential loop.
+// sequential loop; and the implicit adjoint (training.hpp): at H*, per chain, the reverse walk
+// μ_t = g_t + J_{t+1}ᵀ μ_{t+1} (nothing across segment heads; ∇h0 = J_headᵀ μ_head) in double,
+// with the cell's VJP with respect to its gate inputs and dense-chain parameters formed by
+// forward-mode duals through the same step template (cpu/dual.hpp: one evaluation per input).
 // One template per (dense-chain math, storage dtype); the math lives in cells/.
 //
 // A chain is a batch row (Hopfield, sLSTM dense) or a (batch row, head) (head mixes) with
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "cpu/dual.hpp"
 #include "cpu/input_affine.hpp"
 #include "newton/driver.hpp"
 #include "pararnn/solver/scan.hpp"
@@ -197,6 +201,108 @@ class DenseSolver {
     return std::move(family.iterate());
   }
 
+  // H* chain-major in the compute type, as a tensor (the forward's saved trajectory) and back.
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
+    Tensor out(kComputeDType, {static_cast<std::int64_t>(H.size())});
+    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
+    return out;
+  }
+  std::vector<ComputeT> from_saved(const Tensor& saved) const {
+    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
+  }
+
+  // The implicit adjoint at H* (chain-major, the compute type), everything in double: the reverse
+  // walk per chain (chains in parallel), the VJP of each step by duals, then the parameter sums
+  // over batch rows in a fixed order and the input affine's backward.
+  NewtonGradients backward(const std::vector<ComputeT>& H_star, const TensorView& grad_H, const TensorView& x,
+                           const ApplyOptions& options) const {
+    using D = Dual<double>;
+    const std::int64_t T = L_.time, n = n_;
+    const bool square = DenseMath::kSquareGates;
+    const std::int64_t gate_stride = square ? n * n : slot_width_;  // of the chain's local gate copy
+    const std::int64_t gate_count = DenseMath::kGates * gate_stride;
+    const std::int64_t param_count = DenseMath::params_size(static_cast<int>(n));
+    const Tensor g_tensor = Tensor::converted(grad_H, DType::f64);
+    const double* g_all = g_tensor.data_as<double>();
+    const std::vector<double> wx = input_affine<double>(cell_, x, L_);
+    const std::vector<double> params = cell_.dense_chain_parameters();
+    std::vector<double> h0;
+    if (options.h0) h0 = Tensor::converted(*options.h0, DType::f64).to_f64_vector();
+    std::vector<double> d_wx(static_cast<std::size_t>(L_.batch * T * width_), 0.0);
+    std::vector<double> d_params(static_cast<std::size_t>(chains() * param_count), 0.0);
+    std::vector<double> d_h0(h0.size(), 0.0);
+    parallel_chains([&](std::int64_t chain) {
+      const std::int64_t b = chain / per_row_, q = chain % per_row_;
+      const auto offset = [&](std::int64_t i) { return offsets_[static_cast<std::size_t>(q * n + i)]; };
+      const ComputeT* H_chain = H_star.data() + chain * chain_elems();
+      const double* p = params.data() + q * param_count;
+      std::vector<double> mu(static_cast<std::size_t>(n)), carry(mu.size(), 0.0), hp(mu.size()), hn(mu.size()),
+          J(static_cast<std::size_t>(n * n)), work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n))));
+      std::vector<D> pd(p, p + param_count), gd(static_cast<std::size_t>(gate_count)), hpd(mu.size()), hnd(mu.size()),
+          workd(work.size());
+      for (std::int64_t t = T - 1; t >= 0; --t) {
+        const bool head = L_.heads[static_cast<std::size_t>(t)];
+        const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
+        for (std::int64_t i = 0; i < n; ++i) {
+          mu[static_cast<std::size_t>(i)] = g_all[(b * T + t) * state_row_ + offset(i)] + carry[static_cast<std::size_t>(i)];
+          hp[static_cast<std::size_t>(i)] =
+              head ? (h0.empty() ? 0.0 : h0[static_cast<std::size_t>(row * state_row_ + offset(i))])
+                   : static_cast<double>(H_chain[(t - 1) * n + i]);
+        }
+        // The chain's gate inputs at t, copied with a local stride (the layout of step_at).
+        const double* wx_t = wx.data() + (b * T + t) * width_;
+        for (std::int64_t g = 0; g < DenseMath::kGates; ++g)
+          for (std::int64_t e = 0; e < gate_stride; ++e)
+            gd[static_cast<std::size_t>(g * gate_stride + e)] =
+                D(square ? wx_t[g * gate_stride + e] : wx_t[g * L_.d_h + q * slot_width_ + e]);
+        DenseMath::step(static_cast<int>(n), p, square ? wx_t : wx_t + q * slot_width_, square ? n * n : L_.d_h,
+                        hp.data(), hn.data(), J.data(), work.data());
+        for (std::int64_t i = 0; i < n; ++i) hpd[static_cast<std::size_t>(i)] = D(hp[static_cast<std::size_t>(i)]);
+        // μᵀ ∂h'/∂u for one input u: seed its tangent, step, project on μ.
+        const auto vjp = [&](D& input) {
+          input.d = 1.0;
+          DenseMath::step(static_cast<int>(n), pd.data(), gd.data(), gate_stride, hpd.data(), hnd.data(),
+                          static_cast<D*>(nullptr), workd.data());
+          input.d = 0.0;
+          double sum = 0.0;
+          for (std::int64_t i = 0; i < n; ++i) sum += mu[static_cast<std::size_t>(i)] * hnd[static_cast<std::size_t>(i)].d;
+          return sum;
+        };
+        double* dwx_t = d_wx.data() + (b * T + t) * width_;
+        for (std::int64_t g = 0; g < DenseMath::kGates; ++g)
+          for (std::int64_t e = 0; e < gate_stride; ++e)
+            dwx_t[square ? g * gate_stride + e : g * L_.d_h + q * slot_width_ + e] =
+                vjp(gd[static_cast<std::size_t>(g * gate_stride + e)]);
+        double* dp = d_params.data() + chain * param_count;
+        for (std::int64_t k = 0; k < param_count; ++k) dp[k] += vjp(pd[static_cast<std::size_t>(k)]);
+        // d h_prev = J_tᵀ μ_t (J stored [out][in]).
+        for (std::int64_t k = 0; k < n; ++k) {
+          double acc = 0.0;
+          for (std::int64_t i = 0; i < n; ++i) acc += J[static_cast<std::size_t>(i * n + k)] * mu[static_cast<std::size_t>(i)];
+          carry[static_cast<std::size_t>(k)] = acc;
+        }
+        if (head) {  // a head reads h0 (or zeros): its d h_prev is ∇h0, nothing flows further back
+          if (!d_h0.empty())
+            for (std::int64_t i = 0; i < n; ++i)
+              d_h0[static_cast<std::size_t>(row * state_row_ + offset(i))] = carry[static_cast<std::size_t>(i)];
+          std::fill(carry.begin(), carry.end(), 0.0);
+        }
+      }
+    });
+    NewtonGradients out;
+    // Dense-chain parameters: per chain of a row, Σ over batch rows in a fixed order.
+    std::vector<double> sums(static_cast<std::size_t>(per_row_ * param_count), 0.0);
+    for (std::int64_t b = 0; b < L_.batch; ++b)
+      for (std::int64_t k = 0; k < per_row_ * param_count; ++k)
+        sums[static_cast<std::size_t>(k)] += d_params[static_cast<std::size_t>(b * per_row_ * param_count + k)];
+    for (const auto& [name, values] : cell_.dense_chain_parameter_gradients(sums, param_count))
+      out.parameters.emplace(name, gradient_tensor(cell_, cell_.parameter(name).shape(), values));
+    const auto dx_all = input_affine_backward<double>(cell_, x, L_, d_wx, out.parameters);
+    out.x = gradient_tensor(cell_, {L_.batch, T, L_.d_in}, std::span<const double>(dx_all.data(), dx_all.size()));
+    if (options.h0) out.h0 = gradient_tensor(cell_, options.h0->shape(), d_h0);
+    return out;
+  }
+
   // The sequential recurrence of one chain; the state is rounded to StoreT after every step and
   // element i at time t goes to out[index(t, i)].
   template <class StoreT, class Index>
@@ -280,6 +386,32 @@ Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const Apply
                               Layout layout) {
   return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
     return DenseSolver<DenseMath, StorageT>(cell, x, options, std::move(layout)).sequential();
+  });
+}
+
+NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout) {
+  NewtonForward forward;
+  dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
+    const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
+    const auto H = solver.newton_trajectory(config, forward.stats);
+    forward.H = solver.to_storage(H);
+    if (!config.recompute)
+      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+  });
+  return forward;
+}
+
+NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout) {
+  return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
+    const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
+    if (forward.saved_trajectory)
+      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+    // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
+    NewtonStats stats;
+    return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
 }
 

@@ -1,4 +1,4 @@
-// The CPU backend of ParaRWKV7 (JacobianClass::linear_gu), forward only. The recurrence is
+// The CPU backend of ParaRWKV7 (JacobianClass::linear_gu). The recurrence is
 // linear in the state, S_t = S_{t−1} G_t + U_t, so there is no Newton: `newton_apply` is an
 // exact scan of the (G, U) elements and `sequential_apply` the factorized step loop
 // (cells/rwkv7.hpp holds both pieces of math).
@@ -16,6 +16,12 @@
 // f32/f16/bf16, f64 for f64). The scan runs in the compute type and rounds to storage once;
 // the sequential loop rounds the state to storage after every step. Chains (b, head) run in
 // parallel.
+//
+// Gradients: the recurrence is linear in S, so the adjoint is exact: per chain (b, head), in
+// double, μ_t = g_t + μ_{t+1} G_{t+1}ᵀ (i.e. dS_prev = μ ⊙ w_col − (μ (a⊙κ̂)) κ̂ᵀ), with the
+// closed-form VJP of the gates at every step: dw = Σ_i μ ⊙ S_prev, d(a⊙κ̂) = −μᵀ(S_prev κ̂),
+// dκ̂ = −S_prevᵀ (μ (a⊙κ̂)) + a ⊙ d(a⊙κ̂), dv = μ k, dk = μᵀ v, through σ and the L2
+// normalisation max(‖raw2‖, eps) to the raw gate inputs; the readout block r gets none.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -100,6 +106,114 @@ class Rwkv7Solver {
     return S;
   }
 
+  Tensor to_compute_tensor(const std::vector<ComputeT>& S) const {
+    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
+    std::copy(S.begin(), S.end(), out.data_as<ComputeT>());
+    return out;
+  }
+  // The sequential loop in the compute type (scan_backend=eager's trajectory, unrounded).
+  std::vector<ComputeT> sequential_compute() const {
+    std::vector<ComputeT> S(static_cast<std::size_t>(L_.batch * L_.time * step_elems()));
+    const int d = static_cast<int>(d_);
+    parallel_chains([&](std::int64_t b, std::int64_t head) {
+      std::vector<ComputeT> g(static_cast<std::size_t>(Rwkv7Math::gates_size(d))), S0(static_cast<std::size_t>(head_elems()));
+      initial_state(b, head, S0.data());
+      for (std::int64_t t = 0; t < L_.time; ++t) {
+        gates_at(b, head, t, g.data());
+        Rwkv7Math::step(d, g.data(), t == 0 ? S0.data() : S.data() + offset(b, t - 1, head), S.data() + offset(b, t, head));
+      }
+    });
+    return S;
+  }
+
+  // The exact adjoint at the trajectory S (compute type, [b][t][head][i][j]), in double.
+  NewtonGradients backward(const std::vector<ComputeT>& S, const TensorView& grad_H, const TensorView& x,
+                           const ApplyOptions& options) const {
+    const std::int64_t d = d_, T = L_.time, D = L_.d_h;
+    const Tensor g_tensor = Tensor::converted(grad_H, DType::f64);
+    const double* g_all = g_tensor.data_as<double>();
+    const std::vector<double> wx = input_affine<double>(cell_, x, L_);
+    std::vector<double> h0;
+    if (options.h0) h0 = Tensor::converted(*options.h0, DType::f64).to_f64_vector();
+    std::vector<double> d_wx(wx.size(), 0.0), d_h0(h0.size(), 0.0);
+    parallel_chains([&](std::int64_t b, std::int64_t head) {
+      const auto n = static_cast<std::size_t>(d * d);
+      std::vector<double> mu(n), carry(n, 0.0), prev(n), gates(static_cast<std::size_t>(5 * d)), sk(static_cast<std::size_t>(d)),
+          mak(static_cast<std::size_t>(d)), dw(static_cast<std::size_t>(d)), dak(static_cast<std::size_t>(d)),
+          dkappa(static_cast<std::size_t>(d));
+      for (std::int64_t t = T - 1; t >= 0; --t) {
+        const std::int64_t at = offset(b, t, head);
+        for (std::size_t e = 0; e < n; ++e) {
+          mu[e] = g_all[at + static_cast<std::int64_t>(e)] + carry[e];
+          prev[e] = t == 0 ? (h0.empty() ? 0.0 : h0[static_cast<std::size_t>(b * step_elems() + head * head_elems()) + e])
+                           : static_cast<double>(S[static_cast<std::size_t>(offset(b, t - 1, head)) + e]);
+        }
+        const double* raw = wx.data() + (b * T + t) * width_ + head * d;
+        Rwkv7Math::gates(static_cast<int>(d), raw, D, gates.data());
+        const double* w = gates.data();
+        const double* kappa = w + d;
+        const double* ak = w + 2 * d;
+        const double* v = w + 3 * d;
+        const double* k = w + 4 * d;
+        for (std::int64_t i = 0; i < d; ++i) {
+          double acc_s = 0.0, acc_m = 0.0;
+          for (std::int64_t l = 0; l < d; ++l) {
+            acc_s += prev[static_cast<std::size_t>(i * d + l)] * kappa[l];
+            acc_m += mu[static_cast<std::size_t>(i * d + l)] * ak[l];
+          }
+          sk[static_cast<std::size_t>(i)] = acc_s;   // (S κ̂)_i
+          mak[static_cast<std::size_t>(i)] = acc_m;  // (μ (a⊙κ̂))_i
+        }
+        double* dr = d_wx.data() + (b * T + t) * width_ + head * d;
+        for (std::int64_t j = 0; j < d; ++j) {
+          double acc_w = 0.0, acc_ak = 0.0, acc_kappa = 0.0, acc_k = 0.0;
+          for (std::int64_t i = 0; i < d; ++i) {
+            const double m = mu[static_cast<std::size_t>(i * d + j)];
+            acc_w += m * prev[static_cast<std::size_t>(i * d + j)];
+            acc_ak -= m * sk[static_cast<std::size_t>(i)];
+            acc_kappa -= prev[static_cast<std::size_t>(i * d + j)] * mak[static_cast<std::size_t>(i)];
+            acc_k += m * v[i];
+          }
+          dw[static_cast<std::size_t>(j)] = acc_w;
+          dak[static_cast<std::size_t>(j)] = acc_ak;
+          dkappa[static_cast<std::size_t>(j)] = acc_kappa;
+          dr[4 * D + j] = acc_k;  // dk
+          double acc_v = 0.0;
+          for (std::int64_t l = 0; l < d; ++l) acc_v += mu[static_cast<std::size_t>(j * d + l)] * k[l];
+          dr[3 * D + j] = acc_v;  // dv_j (row j of μ against k)
+        }
+        double norm_sq = 0.0;
+        for (std::int64_t j = 0; j < d; ++j) norm_sq += raw[2 * D + j] * raw[2 * D + j];
+        const double norm = std::sqrt(norm_sq);
+        const bool floored = norm < Rwkv7Math::kNormalizeEps;
+        const double denominator = floored ? Rwkv7Math::kNormalizeEps : norm;
+        double kappa_dot = 0.0;
+        for (std::int64_t j = 0; j < d; ++j) {
+          const double wj = w[j], aj = cells::sigmoid(raw[D + j]);
+          dr[j] = dw[static_cast<std::size_t>(j)] * wj * (1.0 - wj);
+          dr[D + j] = dak[static_cast<std::size_t>(j)] * kappa[j] * aj * (1.0 - aj);
+          dkappa[static_cast<std::size_t>(j)] += dak[static_cast<std::size_t>(j)] * aj;
+          kappa_dot += kappa[j] * dkappa[static_cast<std::size_t>(j)];
+        }
+        for (std::int64_t j = 0; j < d; ++j)
+          dr[2 * D + j] = floored ? dkappa[static_cast<std::size_t>(j)] / denominator
+                                  : (dkappa[static_cast<std::size_t>(j)] - kappa[j] * kappa_dot) / denominator;
+        // dS_prev = μ ⊙ w_col − (μ (a⊙κ̂)) κ̂ᵀ.
+        for (std::int64_t i = 0; i < d; ++i)
+          for (std::int64_t l = 0; l < d; ++l)
+            carry[static_cast<std::size_t>(i * d + l)] =
+                mu[static_cast<std::size_t>(i * d + l)] * w[l] - mak[static_cast<std::size_t>(i)] * kappa[l];
+      }
+      if (!d_h0.empty())
+        std::copy(carry.begin(), carry.end(), d_h0.begin() + b * step_elems() + head * head_elems());
+    });
+    NewtonGradients out;
+    const auto dx_all = input_affine_backward<double>(cell_, x, L_, d_wx, out.parameters);
+    out.x = gradient_tensor(cell_, {L_.batch, T, L_.d_in}, std::span<const double>(dx_all.data(), dx_all.size()));
+    if (options.h0) out.h0 = gradient_tensor(cell_, options.h0->shape(), d_h0);
+    return out;
+  }
+
   Tensor to_storage(const std::vector<ComputeT>& S) const {
     Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
     StorageT* dst = out.data_as<StorageT>();
@@ -173,6 +287,39 @@ Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& op
   return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
     return use_scan ? solver.to_storage(solver.scan()) : solver.sequential();
+  });
+}
+
+NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout) {
+  NewtonForward forward;
+  forward.stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
+  const bool use_scan = config.scan_backend != ScanBackend::eager;
+  forward.stats.scan_backend = use_scan ? "rwkv7_scan" : "rwkv7_sequential";
+  forward.stats.converged = true;
+  dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
+    const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
+    const auto S = use_scan ? solver.scan() : solver.sequential_compute();
+    forward.H = solver.to_storage(S);
+    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(S));
+  });
+  return forward;
+}
+
+NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout) {
+  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
+    const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
+    if (forward.saved_trajectory) {
+      const Tensor& saved = *forward.saved_trajectory;
+      using ComputeT = ComputeOf<StorageT>;
+      const std::vector<ComputeT> S(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
+      return solver.backward(S, grad_H, x, options);
+    }
+    // recompute: the same trajectory again (deterministic)
+    return solver.backward(config.scan_backend != ScanBackend::eager ? solver.scan() : solver.sequential_compute(),
+                           grad_H, x, options);
   });
 }
 

@@ -1,9 +1,12 @@
-// The CPU backend of ParaM2RNN (JacobianClass::matrix_map), forward only: App. A initial guess,
+// The CPU backend of ParaM2RNN (JacobianClass::matrix_map): App. A initial guess,
 // Newton iterations whose linear step δ_t = J_t[δ_{t−1}] + F_t is the sequential factorized walk
 // of the seed library (not an associative scan: composing the maps would materialise K·V x K·V
 // matrices), one walk per batch row with the rows in parallel, driven by the shared K loop of
 // newton/driver.hpp (fixed K; adaptive K with the residual_atol early stop, one more update and
-// the sequential fallback of unconverged rows; stats), and the same-dtype sequential loop.
+// the sequential fallback of unconverged rows; stats; newton_backtrack), the same-dtype
+// sequential loop, and the implicit adjoint: per batch row the reverse walk
+// μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] fused with the step's closed-form VJP (M2rnnMath::vjp, whose
+// d h_prev is J_tᵀ[μ_t]), in double; ∇h0 = J_0ᵀ[μ_0].
 // The math (step, J[Δ]) is cells/m2rnn.hpp.
 //
 // Layout: H and F [b][t][K·V] (the trajectory (B, T, K, V), row-major); the "Jacobian" a Newton
@@ -66,29 +69,34 @@ class M2rnnSolver {
 
   std::vector<ComputeT> zeros() const { return std::vector<ComputeT>(static_cast<std::size_t>(L_.d_h)); }
 
+  // F = f(prepend(H)) − H and (optionally) the gains G of row b; returns the row's max|F| (NaN
+  // if any is NaN).
+  double row_residual(std::int64_t b, const ComputeT* H_row, ComputeT* F_row, ComputeT* G_row) const {
+    const std::vector<ComputeT> zero = zeros();
+    std::vector<ComputeT> h_new(static_cast<std::size_t>(L_.d_h));
+    double local = 0.0;
+    for (std::int64_t t = 0; t < L_.time; ++t) {
+      M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), prev_state(H_row, b, t, zero), h_new.data(),
+                      G_row ? G_row + t * L_.d_h : nullptr);
+      for (std::int64_t i = 0; i < L_.d_h; ++i) {
+        const std::int64_t at = t * L_.d_h + i;
+        const ComputeT f = h_new[static_cast<std::size_t>(i)] - H_row[at];
+        F_row[at] = f;
+        local = nan_max(local, std::abs(static_cast<double>(f)));
+      }
+    }
+    return local;
+  }
+
   // F = f(prepend(H)) − H and (optionally) the gains G; returns max|F| (NaN if any is NaN);
-  // remembers max|F| per row for the sequential fallback.
+  // remembers max|F| per row for the sequential fallback and the backtracking.
   double residual(const std::vector<ComputeT>& H, std::vector<ComputeT>& F,
                   std::vector<ComputeT>* G) const {
     row_residual_.assign(static_cast<std::size_t>(L_.batch), 0.0);
     parallel_rows([&](std::int64_t b) {
-      const std::vector<ComputeT> zero = zeros();
-      std::vector<ComputeT> h_new(static_cast<std::size_t>(L_.d_h));
-      const ComputeT* H_row = H.data() + b * row_elems();
-      ComputeT* F_row = F.data() + b * row_elems();
-      ComputeT* G_row = G ? G->data() + b * row_elems() : nullptr;
-      double local = 0.0;
-      for (std::int64_t t = 0; t < L_.time; ++t) {
-        M2rnnMath::step(K_, V_, W_.data(), raw_at(b, t), prev_state(H_row, b, t, zero), h_new.data(),
-                        G_row ? G_row + t * L_.d_h : nullptr);
-        for (std::int64_t i = 0; i < L_.d_h; ++i) {
-          const std::int64_t at = t * L_.d_h + i;
-          const ComputeT f = h_new[static_cast<std::size_t>(i)] - H_row[at];
-          F_row[at] = f;
-          local = nan_max(local, std::abs(static_cast<double>(f)));
-        }
-      }
-      row_residual_[static_cast<std::size_t>(b)] = local;
+      row_residual_[static_cast<std::size_t>(b)] =
+          row_residual(b, H.data() + b * row_elems(), F.data() + b * row_elems(),
+                       G ? G->data() + b * row_elems() : nullptr);
     });
     double result = 0.0;
     for (double v : row_residual_) result = nan_max(result, v);
@@ -96,7 +104,10 @@ class M2rnnSolver {
   }
 
   // δ in place on F by the sequential factorized walk δ_t = J_t[δ_{t−1}] + F_t (δ_{−1} = 0, so
-  // δ_0 = F_0 and h0 stays fixed), then H += ω δ.
+  // δ_0 = F_0 and h0 stays fixed), then H += ω δ. With newton_backtrack, a row whose candidate
+  // H + ωδ has a larger max|F| than H (the last evaluation) retries with ω halved, at most
+  // kBacktrackHalvings times; the last candidate is then taken (a step along δ, never none,
+  // so the loop cannot stall on one iterate).
   void update(std::vector<ComputeT>& H, const std::vector<ComputeT>& G, std::vector<ComputeT>& F,
               double omega) const {
     const ComputeT w = static_cast<ComputeT>(omega);
@@ -112,9 +123,72 @@ class M2rnnSolver {
         for (std::int64_t i = 0; i < L_.d_h; ++i) delta_t[i] += carried[static_cast<std::size_t>(i)];
       }
       ComputeT* H_row = H.data() + b * row_elems();
-      for (std::int64_t i = 0; i < row_elems(); ++i)
-        H_row[i] = omega == 1.0 ? H_row[i] + F_row[i] : H_row[i] + w * F_row[i];
+      if (!backtrack_) {
+        for (std::int64_t i = 0; i < row_elems(); ++i)
+          H_row[i] = omega == 1.0 ? H_row[i] + F_row[i] : H_row[i] + w * F_row[i];
+        return;
+      }
+      const double before = row_residual_[static_cast<std::size_t>(b)];
+      std::vector<ComputeT> candidate(static_cast<std::size_t>(row_elems())), scratch(candidate.size());
+      ComputeT step = w;
+      for (int halving = 0;; ++halving) {
+        for (std::int64_t i = 0; i < row_elems(); ++i)
+          candidate[static_cast<std::size_t>(i)] = H_row[i] + step * F_row[i];
+        const double after = row_residual(b, candidate.data(), scratch.data(), nullptr);
+        if (after <= before || !std::isfinite(before) || halving == kBacktrackHalvings) break;
+        step /= ComputeT(2);
+#pragma omp atomic
+        ++backtracks_;
+      }
+      std::copy(candidate.begin(), candidate.end(), H_row);
     });
+  }
+
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
+    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
+    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
+    return out;
+  }
+  std::vector<ComputeT> from_saved(const Tensor& saved) const {
+    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
+  }
+
+  // The implicit adjoint at H* (training.hpp), in double: rows in parallel, ∇W summed over rows
+  // in a fixed order, then the input affine's backward.
+  NewtonGradients backward(const std::vector<ComputeT>& H_star, const TensorView& grad_H, const TensorView& x,
+                           const ApplyOptions& options) const {
+    const std::int64_t T = L_.time, N = L_.d_h;
+    const Tensor g_tensor = Tensor::converted(grad_H, DType::f64);
+    const double* g_all = g_tensor.data_as<double>();
+    const std::vector<double> wx = input_affine<double>(cell_, x, L_);
+    const std::vector<double> W(W_.begin(), W_.end());
+    std::vector<double> h0;
+    if (options.h0) h0 = Tensor::converted(*options.h0, DType::f64).to_f64_vector();
+    std::vector<double> d_wx(wx.size(), 0.0), dW_rows(static_cast<std::size_t>(L_.batch * V_ * V_), 0.0);
+    std::vector<double> d_h0(h0.size(), 0.0);
+    parallel_rows([&](std::int64_t b) {
+      std::vector<double> mu(static_cast<std::size_t>(N)), carry(mu.size(), 0.0), hp(mu.size()), dA(mu.size());
+      const ComputeT* H_row = H_star.data() + b * row_elems();
+      for (std::int64_t t = T - 1; t >= 0; --t) {
+        for (std::int64_t i = 0; i < N; ++i) {
+          mu[static_cast<std::size_t>(i)] = g_all[(b * T + t) * N + i] + carry[static_cast<std::size_t>(i)];
+          hp[static_cast<std::size_t>(i)] = t == 0 ? (h0.empty() ? 0.0 : h0[static_cast<std::size_t>(b * N + i)])
+                                                   : static_cast<double>(H_row[(t - 1) * N + i]);
+        }
+        M2rnnMath::vjp(K_, V_, W.data(), wx.data() + (b * T + t) * width_, hp.data(), mu.data(),
+                       d_wx.data() + (b * T + t) * width_, dW_rows.data() + b * V_ * V_, carry.data(), dA.data());
+      }
+      if (!d_h0.empty()) std::copy(carry.begin(), carry.end(), d_h0.begin() + b * N);
+    });
+    NewtonGradients out;
+    std::vector<double> dW(static_cast<std::size_t>(V_ * V_), 0.0);
+    for (std::int64_t b = 0; b < L_.batch; ++b)
+      for (std::size_t k = 0; k < dW.size(); ++k) dW[k] += dW_rows[static_cast<std::size_t>(b * V_ * V_) + k];
+    out.parameters.emplace("W", gradient_tensor(cell_, cell_.parameter("W").shape(), dW));
+    const auto dx_all = input_affine_backward<double>(cell_, x, L_, d_wx, out.parameters);
+    out.x = gradient_tensor(cell_, {L_.batch, T, L_.d_in}, std::span<const double>(dx_all.data(), dx_all.size()));
+    if (options.h0) out.h0 = gradient_tensor(cell_, options.h0->shape(), d_h0);
+    return out;
   }
 
   Tensor to_storage(const std::vector<ComputeT>& H) const {
@@ -126,10 +200,13 @@ class M2rnnSolver {
 
   // The Newton solve (newton/driver.hpp), H* in the compute type; the "Jacobian" is the gains.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
+    backtrack_ = config.newton_backtrack;
+    backtracks_ = 0;
     const auto size = static_cast<std::size_t>(L_.batch * row_elems());
     HostIterate<M2rnnSolver, std::vector<ComputeT>> family(*this, size, size,
                                                             fmt::format("batch row(s) of {}x{} states", K_, V_));
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
+    stats.backtracks = backtracks_;
     return std::move(family.iterate());
   }
 
@@ -183,6 +260,8 @@ class M2rnnSolver {
   std::vector<ComputeT> wx_;  // [b][t][K + V + 1]
   std::vector<ComputeT> h0_;  // [b][K·V]
   mutable std::vector<double> row_residual_;  // max|F| per row, last evaluation
+  mutable bool backtrack_ = false;            // newton_backtrack of the solve under way
+  mutable std::int64_t backtracks_ = 0;       // rejected (row, step) trials of that solve
 };
 
 template <class F>
@@ -206,6 +285,32 @@ Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const Apply
                               Layout layout) {
   return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
     return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).sequential();
+  });
+}
+
+NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                   const ApplyOptions& options, Layout layout) {
+  NewtonForward forward;
+  dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
+    const auto H = solver.newton_trajectory(config, forward.stats);
+    forward.H = solver.to_storage(H);
+    if (!config.recompute)
+      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+  });
+  return forward;
+}
+
+NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                      const TensorView& grad_H, const NewtonConfig& config,
+                                      const ApplyOptions& options, Layout layout) {
+  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
+    if (forward.saved_trajectory)
+      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+    // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
+    NewtonStats stats;
+    return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
 }
 

@@ -262,45 +262,8 @@ class CpuSolver {
         for (std::int64_t b = 0; b < B; ++b)
           d_rec[static_cast<std::size_t>(k * D + c)] += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
     out.parameters = recurrent_gradients(cell_, d_rec);
-    // Input affines: ∇W = Σ_b d_wxᵀ in, ∇b = Σ d_wx, ∇in = d_wx W (one GEMM each per batch row);
-    // Δt (CfC): Σ over channels of its gate's cotangent, zero where the floor clamped it.
-    using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using Stride = Eigen::OuterStride<Eigen::Dynamic>;
-    const Tensor xc = Tensor::converted(x, kComputeDType);
-    RowMatrix dx_all = RowMatrix::Zero(B * T, L_.d_in);
-    for (const AffineBlock& block : cell_.spec().affine) {
-      const std::int64_t inputs = cell_.affine_inputs(block);
-      const std::int64_t rows = block.gates * D;
-      const Tensor w = Tensor::converted(cell_.parameter(std::string(block.weight)), kComputeDType);
-      Eigen::Map<const RowMatrix> W(w.data_as<ComputeT>(), rows, inputs);
-      RowMatrixD dW = RowMatrixD::Zero(rows, inputs);
-      Eigen::Matrix<double, 1, Eigen::Dynamic> db = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(rows);
-      for (std::int64_t b = 0; b < B; ++b) {
-        Eigen::Map<const RowMatrix, 0, Stride> X(xc.data_as<ComputeT>() + b * T * L_.d_in, T, inputs,
-                                                 Stride(L_.d_in));
-        Eigen::Map<const RowMatrix, 0, Stride> dWX(d_wx.data() + b * T * G * D + block.first_gate * D, T,
-                                                   rows, Stride(G * D));
-        dW += (dWX.transpose() * X).template cast<double>();
-        db += dWX.template cast<double>().colwise().sum();
-        dx_all.block(b * T, 0, T, inputs).noalias() += dWX * W;
-      }
-      out.parameters.emplace(std::string(block.weight),
-                             gradient_tensor(cell_, {rows, inputs}, std::span<const double>(dW.data(), dW.size())));
-      out.parameters.emplace(std::string(block.bias),
-                             gradient_tensor(cell_, {rows}, std::span<const double>(db.data(), db.size())));
-    }
-    if (cell_.spec().dt_gate >= 0) {
-      const std::int64_t g = cell_.spec().dt_gate;
-      for (std::int64_t bt = 0; bt < B * T; ++bt) {
-        const ComputeT raw = xc.data_as<ComputeT>()[bt * L_.d_in + L_.d_in - 1];
-        if (raw < static_cast<ComputeT>(cells::kCfcDtFloor)) continue;
-        double sum = 0.0;
-        const ComputeT* dwx_t = d_wx.data() + bt * G * D + g * D;
-        for (std::int64_t c = 0; c < D; ++c) sum += static_cast<double>(dwx_t[c]);
-        dx_all(bt, L_.d_in - 1) += static_cast<ComputeT>(sum);
-      }
-    }
+    // Input affines (and CfC's Δt): cpu/input_affine.hpp.
+    const auto dx_all = input_affine_backward<ComputeT>(cell_, x, L_, d_wx, out.parameters);
     Tensor dx(cell_.dtype(), {B, T, L_.d_in});
     for (std::int64_t i = 0; i < B * T * L_.d_in; ++i)
       dx.data_as<StorageT>()[i] = static_cast<StorageT>(dx_all.data()[i]);

@@ -10,6 +10,9 @@
 // - The guess is the App. A guess for every family: the residual at H = 0, then H ← F (so
 //   H_t = f(h̃_t, x_t) with h̃ = 0 except h0 at heads); sLSTM's is the zero-hidden sequential pass
 //   and P Picard passes with the hidden input frozen to the previous pass (P = picard_passes).
+// - sLSTM Picard adapt (`picard_adapt_enabled`): a solve that ends with max|F| non-finite, above
+//   picard_retry_atol or above residual_fail is redone from a guess with the next rung of
+//   kPicardRungs passes (NewtonStats::picard_retries), before the fallback below.
 // - Fixed K: K evaluations, each followed by an update unless the residual is already below
 //   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
 //   k_max the cap; once the residual test passes after the minimum, one more update and stop.
@@ -47,22 +50,6 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
   stats.k = k;
   stats.scan_backend = family.backend_name();
 
-  if (spec.picard) {
-    stats.picard_iters = picard_passes(config, time);
-    family.picard_guess(stats.picard_iters);
-  } else {  // App. A: the residual of the zero trajectory is the guess
-    // A fused family may evaluate the guess inside its first step instead (it writes the guess
-    // out if anything else needs it); `k.k` is the number of updates it should expect.
-    bool deferred = false;
-    if constexpr (requires { family.defer_guess(k.k); }) deferred = family.defer_guess(k.k);
-    if (!deferred) {
-      family.zero_iterate();
-      (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
-      family.iterate_from_residual();
-    }
-  }
-
-  std::optional<double> final_residual;  // known when the last evaluation saw the final H
   // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
   const bool adaptive = k.adaptive && atol.has_value();
   const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
@@ -82,27 +69,6 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     }
     family.update(config.omega);
   };
-  for (std::int64_t it = 0; it < cap; ++it) {
-    const double res = evaluate_for_update();
-    ++stats.iters;
-    stats.residual_history.push_back(res);
-    if (!std::isfinite(res)) {
-      final_residual = res;
-      break;
-    }
-    const bool below = atol && res < *atol;
-    if (below && !adaptive) {  // seed's early stop: no update
-      stats.converged = true;
-      final_residual = res;
-      break;
-    }
-    apply_update();
-    ++stats.updates;
-    if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
-      stats.converged = true;      // and this was the one more update
-      break;
-    }
-  }
   // max|F| of the current iterate; a family may compute it without writing F.
   const auto residual_max = [&] {
     if constexpr (requires { family.residual_max(); }) {
@@ -111,7 +77,67 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       return family.evaluate(false, true);
     }
   };
-  stats.max_residual = final_residual ? *final_residual : residual_max();
+  std::optional<double> final_residual;  // known when the last evaluation saw the final H
+  // One solve from the guess: the guess, the iterations, the final residual.
+  const auto attempt = [&](std::int64_t passes) {
+    stats.iters = stats.updates = 0;
+    stats.converged = false;
+    stats.residual_history.clear();
+    final_residual.reset();
+    if (spec.picard) {
+      stats.picard_iters = passes;
+      family.picard_guess(passes);
+    } else {  // App. A: the residual of the zero trajectory is the guess
+      // A fused family may evaluate the guess inside its first step instead (it writes the
+      // guess out if anything else needs it); `k.k` is the number of updates it should expect.
+      bool deferred = false;
+      if constexpr (requires { family.defer_guess(k.k); }) deferred = family.defer_guess(k.k);
+      if (!deferred) {
+        family.zero_iterate();
+        (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
+        family.iterate_from_residual();
+      }
+    }
+    for (std::int64_t it = 0; it < cap; ++it) {
+      const double res = evaluate_for_update();
+      ++stats.iters;
+      stats.residual_history.push_back(res);
+      if (!std::isfinite(res)) {
+        final_residual = res;
+        break;
+      }
+      const bool below = atol && res < *atol;
+      if (below && !adaptive) {  // seed's early stop: no update
+        stats.converged = true;
+        final_residual = res;
+        break;
+      }
+      apply_update();
+      ++stats.updates;
+      if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
+        stats.converged = true;      // and this was the one more update
+        break;
+      }
+    }
+    stats.max_residual = final_residual ? *final_residual : residual_max();
+  };
+  std::int64_t passes = spec.picard ? picard_passes(config, time) : 0;
+  attempt(passes);
+  // Picard adapt (spec §2.3): raise P, not K, while the solve ends above picard_retry_atol (or
+  // residual_fail, or non-finite) and a higher rung exists; before any sequential fallback.
+  if (picard_adapt_enabled(config, spec)) {
+    for (;;) {
+      const double res = stats.max_residual;
+      const bool retry = !std::isfinite(res) || (config.picard_retry_atol && res > *config.picard_retry_atol) ||
+                         (config.residual_fail && res > *config.residual_fail);
+      const auto* rung = std::find_if(std::begin(kPicardRungs), std::end(kPicardRungs),
+                                      [&](std::int64_t r) { return r > passes; });
+      if (!retry || rung == std::end(kPicardRungs)) break;
+      passes = *rung;
+      ++stats.picard_retries;
+      attempt(passes);
+    }
+  }
   if (adaptive && !stats.converged) {
     // Not converged by k_max (or a non-finite iterate): the units whose residual is still at or
     // above residual_atol get the sequential answer instead of a silently wrong one.

@@ -585,6 +585,52 @@ class Cell {
     return out;
   }
 
+  // The inverse of dense_chain_parameters for gradients: `sums` holds, per chain of a row (head),
+  // the cotangent of each of that chain's dense-chain parameters (params_size values, summed
+  // over batch rows); returns the state_dict gradients, each entry zero where the clamp cut the
+  // raw value (|raw| > cap: the clamped value does not move with it). Hopfield's β and sLSTM's
+  // eps are constructor constants: no gradient.
+  std::map<std::string, std::vector<double>> dense_chain_parameter_gradients(const std::vector<double>& sums,
+                                                                             std::int64_t params_per_chain) const {
+    std::map<std::string, std::vector<double>> out;
+    if (kind() == CellKind::hopfield) return out;
+    const std::int64_t w = chain_slot_width();
+    const auto masked = [&](double raw, double g) { return cap_ && std::abs(raw) > *cap_ ? 0.0 : g; };
+    for (std::int64_t head = 0; head < chains_per_row(); ++head) {
+      const double* chain = sums.data() + head * params_per_chain;
+      std::int64_t k = 0;
+      if (kind() == CellKind::gru_head) {
+        for (const char* name : {"A_z", "A_r", "A_n"}) {
+          const Tensor& a = parameter(name);
+          auto& g = out[name];
+          g.resize(static_cast<std::size_t>(a.numel()), 0.0);
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j, ++k)
+              g[static_cast<std::size_t>((head * w + i) * w + j)] = masked(a.load({head, i, j}), chain[k]);
+        }
+      } else if (kind() == CellKind::slstm_head) {
+        const Tensor& r = parameter("R_head");
+        auto& g = out["R_head"];
+        g.resize(static_cast<std::size_t>(r.numel()), 0.0);
+        const std::int64_t heads = chains_per_row();
+        for (std::int64_t gate = 0; gate < 4; ++gate)
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j, ++k)
+              g[static_cast<std::size_t>(((gate * heads + head) * w + i) * w + j)] =
+                  masked(r.load({gate, head, i, j}), chain[k]);
+      } else if (kind() == CellKind::slstm_dense) {  // not clamped (spec §1.4)
+        const Tensor& r = parameter("R_dense.weight");
+        auto& g = out["R_dense.weight"];
+        g.resize(static_cast<std::size_t>(r.numel()), 0.0);
+        for (std::int64_t gate = 0; gate < 4; ++gate)
+          for (std::int64_t i = 0; i < w; ++i)
+            for (std::int64_t j = 0; j < w; ++j, ++k)
+              g[static_cast<std::size_t>((gate * d_h_ + j) * d_h_ + i)] = chain[k];
+      }
+    }
+    return out;
+  }
+
   // Case-file metadata: cell, mix, max_recurrent_norm, the Python constructor arguments.
   std::map<std::string, std::string> metadata() const {
     std::map<std::string, std::string> m = {

@@ -15,6 +15,9 @@
 //   float h_new[K * V], gain[K * V];
 //   M2rnnMath::step(K, V, W, raw_t, h_prev, h_new, gain);
 //   M2rnnMath::apply_jacobian(K, V, W, M2rnnMath::forget(K, V, raw_t), gain, delta, out);
+// `vjp` is the step's closed-form vector-Jacobian product (the backward's): with A = H W + k vᵀ
+// and dA = (1 − f)(1 − Z²) ⊙ μ, d f_logit = f(1 − f) Σ μ ⊙ (H − Z), dk = dA v, dv = dAᵀ k,
+// dW += Hᵀ dA, d H = f μ + dA Wᵀ (= Jᵀ[μ]).
 #pragma once
 
 #include "pararnn/cells/cell_math.hpp"
@@ -89,6 +92,48 @@ struct M2rnnMath {
         out[i * V + j] = f * m_row[j] + acc;
       }
     }
+  }
+
+  // The VJP of one step at (h_prev, raw) for the cotangent μ of H′: d_raw (K + V + 1 values:
+  // dk, dv, d f_logit), dW (V·V, accumulated), d_prev = Jᵀ[μ]; `dA` is K·V scratch.
+  template <class ComputeT>
+  PARARNN_HD static void vjp(int K, int V, const ComputeT* W, const ComputeT* raw, const ComputeT* h_prev,
+                             const ComputeT* mu, ComputeT* d_raw, ComputeT* dW, ComputeT* d_prev, ComputeT* dA) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT f = forget(K, V, raw);
+    ComputeT df = ComputeT(0);
+    for (int i = 0; i < K; ++i)
+      for (int e = 0; e < V; ++e) {
+        ComputeT s = raw[i] * raw[K + e];
+        for (int j = 0; j < V; ++j) s += h_prev[i * V + j] * W[j * V + e];
+        const ComputeT z = tanh_of(s);
+        const ComputeT m = mu[i * V + e];
+        dA[i * V + e] = (one - f) * (one - z * z) * m;
+        df += m * (h_prev[i * V + e] - z);
+      }
+    d_raw[K + V] = df * f * (one - f);
+    for (int i = 0; i < K; ++i) {
+      ComputeT acc = ComputeT(0);
+      for (int e = 0; e < V; ++e) acc += dA[i * V + e] * raw[K + e];
+      d_raw[i] = acc;
+    }
+    for (int e = 0; e < V; ++e) {
+      ComputeT acc = ComputeT(0);
+      for (int i = 0; i < K; ++i) acc += dA[i * V + e] * raw[i];
+      d_raw[K + e] = acc;
+    }
+    for (int j = 0; j < V; ++j)
+      for (int e = 0; e < V; ++e) {
+        ComputeT acc = ComputeT(0);
+        for (int i = 0; i < K; ++i) acc += h_prev[i * V + j] * dA[i * V + e];
+        dW[j * V + e] += acc;
+      }
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < V; ++j) {
+        ComputeT acc = ComputeT(0);
+        for (int e = 0; e < V; ++e) acc += dA[i * V + e] * W[j * V + e];
+        d_prev[i * V + j] = f * mu[i * V + j] + acc;
+      }
   }
 };
 

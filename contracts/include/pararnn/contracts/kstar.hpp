@@ -28,6 +28,9 @@ struct KstarOptions {
   std::optional<std::int64_t> k_dim, v_dim;         // ParaM2RNN (then d_h = k_dim·v_dim)
   std::optional<double> weight_std;                 // recurrent std (hard cases); default init
   std::optional<double> max_recurrent_norm = 0.5;
+  std::optional<std::int64_t> picard_iters;         // sLSTM P (NewtonConfig::picard_iters)
+  std::optional<bool> picard_adapt;                 // NewtonConfig::picard_adapt (nullopt: default)
+  bool newton_backtrack = false;                    // M2RNN (NewtonConfig::newton_backtrack)
   std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)
   std::function<void(const std::string&)> progress;  // optional progress lines
 };
@@ -38,6 +41,13 @@ struct KstarRow {
   std::int64_t kstar = -1;               // -1: no K <= k_limit agreed
   std::vector<double> max_abs_by_k;      // error vs the oracle for K = 0, 1, ...
   double sequential_max_abs = 0.0;       // same-dtype sequential vs oracle (floor of any solver)
+  // One solve with the default adaptive K (max_iters unset, residual_atol of the dtype) and the
+  // options' Picard / backtracking settings: did Newton converge, how many fallback units got
+  // the sequential answer, Picard retries, updates, and its error vs the oracle.
+  bool default_converged = false;
+  std::int64_t default_fallback_units = 0, default_picard_retries = 0, default_updates = 0;
+  std::int64_t default_picard_iters = 0;
+  double default_max_abs = 0.0;
 };
 
 struct KstarTable {

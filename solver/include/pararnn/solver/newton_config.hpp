@@ -36,6 +36,16 @@ struct NewtonConfig {
   std::optional<double> residual_fail = 1.0;   // nullopt disables the divergence gate
   std::int64_t k_max = 16;                     // cap of the adaptive loop
   std::optional<std::int64_t> picard_iters;    // sLSTM / M2RNN only
+  // sLSTM Picard adapt (spec §2.3): when a solve ends with max|F| non-finite, above
+  // picard_retry_atol or above residual_fail, it is redone from a guess with the next rung of
+  // kPicardRungs passes (before any sequential fallback). nullopt = on iff the cell has Picard
+  // passes and picard_iters is unset (auto P); true on a cell without Picard passes is refused.
+  std::optional<bool> picard_adapt;
+  std::optional<double> picard_retry_atol = 1e-3;  // nullopt: retry only on non-finite / > fail
+  // M2RNN host backtracking (0.17.5): a Newton step that increases a batch row's max|F| is
+  // rejected and retried with ω halved for that row, at most kBacktrackHalvings times.
+  // ParaM2RNN only.
+  bool newton_backtrack = false;
   std::map<std::int64_t, std::int64_t> newton_iters_by_t;  // left-step K(T); needs max_iters unset
   // Windowed Newton (spec §2.8): consecutive windows of chunk_len steps, each a full solve whose
   // h0 is the previous window's last state; K is resolved on the full T. A different fixed
@@ -44,6 +54,16 @@ struct NewtonConfig {
   std::optional<std::int64_t> chunk_len;
   bool recompute = false;
 };
+
+// Picard rungs of the adapt loop (spec §2.3, `_PICARD_RUNGS`): a retry moves to the smallest
+// rung above the passes just used; none above it ends the adapt.
+inline constexpr std::int64_t kPicardRungs[] = {1, 3, 5};
+
+// newton_backtrack: halvings of ω per (row, step) before the last candidate is taken anyway.
+inline constexpr int kBacktrackHalvings = 10;
+
+// Whether the Picard adapt loop runs for this cell and config (spec §2.3).
+bool picard_adapt_enabled(const NewtonConfig& config, const CellSpec& cell);
 
 // The default early-stop threshold for a storage dtype.
 double default_residual_atol(DType dtype);
@@ -66,7 +86,9 @@ struct NewtonStats {
   std::int64_t iters = 0;                 // residual evaluations inside the loop
   std::int64_t updates = 0;               // Newton updates applied
   std::string scan_backend;               // resolved backend
-  std::int64_t picard_iters = 0;
+  std::int64_t picard_iters = 0;          // passes of the solve returned (after any adapt)
+  std::int64_t picard_retries = 0;        // adapt retries (solves redone with more passes)
+  std::int64_t backtracks = 0;            // newton_backtrack: rejected (row, step) trials
   std::vector<double> residual_history;   // max|F| at every evaluation
   KResolution k;
   bool converged = false;                 // residual test passed (adaptive or early stop)
