@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends.hpp"
+#include "pararnn/core/fault.hpp"
 #include "pararnn/core/logging.hpp"
 
 namespace pararnn {
@@ -52,8 +53,9 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
     const auto starts = validate_cu_seqlens(*options.cu_seqlens, layout.time);
     layout.packed = true;
     for (std::size_t s = 0; s < starts.size(); ++s) {
-      layout.heads[static_cast<std::size_t>(starts[s])] = 1;
-      layout.state_index[static_cast<std::size_t>(starts[s])] = static_cast<std::int64_t>(s);
+      const auto start = static_cast<std::size_t>(starts[s] - (s > 0 && PARARNN_FAULT_POINT("cu_seqlens_off_by_one") ? 1 : 0));
+      layout.heads[start] = 1;
+      layout.state_index[start] = static_cast<std::int64_t>(s);
     }
     states = static_cast<std::int64_t>(starts.size());
   }
