@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
@@ -75,13 +76,17 @@ RC_GTEST_PROP(Schedule, AdaptiveStopIsTheFirstResidualBelowAtol, ()) {
   RC_ASSERT(!history.empty());
   // Every evaluation from the minimum K on but the last is at or above atol ...
   for (std::size_t j = static_cast<std::size_t>(std::max<std::int64_t>(s.stats.k.k - 1, 0)); j + 1 < history.size(); ++j)
-    if (!(history[j] >= atol))
-      RC_FAIL(fmt::format("{}: residual {:.3e} < atol {:.1e} at evaluation {} but the loop went on to {}",
-                          p.describe(), history[j], atol, j, history.size()));
+    if (!(history[j] >= atol)) {
+      const std::string why = fmt::format("{}: residual {:.3e} < atol {:.1e} at evaluation {} but the loop went on to {}",
+                                          p.describe(), history[j], atol, j, history.size());
+      RC_FAIL(why);
+    }
   // ... and a converged loop stopped on one below it, with one more update.
   if (s.stats.converged) {
-    if (!(history.back() < atol))
-      RC_FAIL(fmt::format("{}: converged on residual {:.3e} >= atol {:.1e}", p.describe(), history.back(), atol));
+    if (!(history.back() < atol)) {
+      const std::string why = fmt::format("{}: converged on residual {:.3e} >= atol {:.1e}", p.describe(), history.back(), atol);
+      RC_FAIL(why);
+    }
     RC_ASSERT(s.stats.updates == s.stats.iters);
   }
 }
