@@ -110,8 +110,8 @@ def main():
            "negative": cu(True, 5, [0, -3, 5])}
     for name, data in cus.items():
         (corpus / "fuzz_cu_seqlens" / name).write_bytes(data)
-    # Reports: the committed example with every list cut to its first two entries (small seeds),
-    # the whole golden report once, and malformed edits.
+    # Reports: the committed example with every list cut to its first two entries (small seeds)
+    # and malformed edits.
     def trimmed(value):
         if isinstance(value, list):
             return [trimmed(v) for v in value[:2]]
@@ -122,8 +122,6 @@ def main():
     text = json.dumps(report, separators=(",", ":")).encode()
     out = corpus / "fuzz_report_json"
     (out / "cpu_quick_trimmed.json").write_bytes(text)
-    (out / "nightly_golden.json").write_bytes(
-        json.dumps(json.loads((ROOT / "reports/tests/golden/nightly.json").read_text()), separators=(",", ":")).encode())
     (out / "truncated.json").write_bytes(text[: len(text) // 2])
     for key in list(report)[:4]:
         edited = dict(report)

@@ -16,7 +16,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DPARARNN_FUZZ=ON -DPARARNN_CUDA=OFF -DPARARNN_PYTHON=OFF -DPARARNN_BUILD_TESTS=OFF -DPARARNN_BUILD_BENCH=OFF >/dev/null
+  -DPARARNN_FUZZ=ON -DPARARNN_CUDA=OFF -DPARARNN_PYTHON=OFF -DPARARNN_BUILD_BENCH=OFF >/dev/null
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_case_readings fuzz_cu_seqlens fuzz_metadata fuzz_trajectory fuzz_report_json)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
