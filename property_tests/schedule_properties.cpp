@@ -9,7 +9,8 @@
 // - an adaptive solve that is not converged by k_max returns units below residual_atol (the
 //   sequential fallback), never the unconverged iterate;
 // - Newton agrees with the oracle on cells with trained (non-zero) input biases: the library
-//   initialisation sets every W_x bias to 0, so no other generated problem exercises them;
+//   initialisation sets every W_x bias to 0, so no other generated problem exercises them, and
+//   on well-conditioned cases Agree is the only acceptable verdict;
 // - the recompute (level 2) backward re-solves the forward's problem, h0 and packing included:
 //   its gradients are bitwise those of the saved trajectory.
 // Found missing by the fault catalog (docs/faults/catalog.json): each of these caught a fault the
@@ -137,8 +138,24 @@ TEST(Fallback, UnconvergedAdaptiveSolveReturnsUnitsBelowAtol) {
   EXPECT_GT(fallbacks, 0) << "no unconverged case found: the fallback is untested";
 }
 
+// The well-conditioned classes only (clamped recurrent weights; titans, whose memory grows
+// without bound with its biases, left out): there every verdict but Agree is a failure. The
+// excuses of the other agreement properties (Inconclusive when the same-dtype loop is itself
+// outside τ; the f32 floor) would hide a bug shared by Newton and the sequential loop, such as a
+// wrong input affine, because both then leave the oracle together.
+std::vector<std::string> bounded_cells() {
+  std::vector<std::string> out;
+  for (const std::string& label : testing::kPerChannelCellLabels)
+    if (testing::label_options(label).cell != "titans") out.push_back(label);
+  return out;
+}
+
 RC_GTEST_PROP(Biases, NewtonAgreesWithOracleOnTrainedBiases, ()) {
-  const auto p = *gen_problem(300, testing::kPerChannelCellLabels, testing::kNewtonDtypes);
+  auto p = *gen_problem(300, bounded_cells(), testing::kNewtonDtypes);
+  if (!p.clamped) {  // the hard class, clamped: conditioning is not what this property is about
+    p.clamped = true;
+    p.weight_std = 0.5;
+  }
   Cell cell = p.make_cell();
   std::mt19937_64 rng(p.seed * 31 + 7);
   std::normal_distribution<double> normal(0.0, 0.5);
@@ -153,14 +170,8 @@ RC_GTEST_PROP(Biases, NewtonAgreesWithOracleOnTrainedBiases, ()) {
   if (h0) options.h0 = h0->view();
   options.repro_command = "property: " + p.describe() + " (biases N(0, 0.5))";
   const AgreementReport r = verify_agreement(cell, x, options);
-  // As in Agreement.NewtonAgreesWithOracleWithinTau: an f32 case whose own sequential loop is
-  // outside τ is judged against that floor, not against τ.
-  const bool floor_outside_tau = p.dtype == DType::f32 && r.sequential_max_abs > r.atol;
-  RC_CLASSIFY(floor_outside_tau, "f32 sequential floor outside tau");
-  // Inconclusive (an ill-conditioned case whose own f64 loop is outside τ: titans' memory grows
-  // with its biases) judges nothing; the harness reports it, the claim is "never Disagree".
-  RC_CLASSIFY(r.verdict == Verdict::inconclusive, "inconclusive");
-  if (r.verdict == Verdict::disagree && !floor_outside_tau) RC_FAIL(p.describe() + ": " + r.failure_message());
+  RC_TAG(std::string(dtype_name(p.dtype)));
+  if (r.verdict != Verdict::agree) RC_FAIL(p.describe() + ": " + r.failure_message());
 }
 
 RC_GTEST_PROP(Recompute, GradientsWithInitialStateAndPackingAreBitwiseThoseOfTheSavedTrajectory, ()) {
