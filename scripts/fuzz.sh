@@ -11,7 +11,11 @@ seconds=${1:-60}
 shift || true
 build=${PARARNN_FUZZ_BUILD_DIR:-$root/build-fuzz}
 PARARNN_DEPS_FUZZ=1 "$root/scripts/install-deps.sh"
-flags="-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=undefined -g -O1"
+# clang finds GCC's libquadmath (Boost's float128 in the oracle) but not its header: lend it alone.
+quadmath=$(find /usr/lib/gcc -name quadmath.h | sort | tail -1)
+mkdir -p "$build/quadmath-include"
+ln -sf "$quadmath" "$build/quadmath-include/quadmath.h"
+flags="-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=undefined -g -O1 -isystem $build/quadmath-include"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
