@@ -9,6 +9,7 @@ one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
 
   scripts/fault-catalog.py --build build-faults --fault clamp_skipped --out f.json  # one (ctest)
   scripts/fault-catalog.py --build build-faults --all --out docs/faults/catalog.json
+  scripts/fault-catalog.py --render docs/faults/catalog.json > docs/faults/README.md
 Exit status: 0 when every fault run was detected, 1 otherwise.
 """
 import argparse
@@ -98,7 +99,29 @@ def run_fault(build, entry, timeout):
     return result
 
 
+def render(report):
+    """The catalog table in Markdown, from a catalog JSON."""
+    ran = [f for f in report["faults"] if f["detected"] is not None]
+    lines = ["# Fault catalog: the last run", "",
+             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render) of commit "
+             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}. "
+             f"Detected: {sum(1 for f in ran if f['detected'])} of {len(ran)} CPU faults "
+             f"({100 * report['detected_share']:.0f} %).", "",
+             "| fault | models | detected | caught by | shrunk (B, T, channels) | repro | seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for f in report["faults"]:
+        shrunk = f["shrunk"]
+        size = f"{shrunk['B']}, {shrunk['T']}, {shrunk['channels']}" if shrunk else "fixed case"
+        detected = {True: "yes", False: "**no**", None: "GPU only, not run"}[f["detected"]]
+        repro = f"`{f['repro']}`" if f["repro"] else ""
+        lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--render":
+        sys.stdout.write(render(json.loads(pathlib.Path(sys.argv[2]).read_text())))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", required=True, type=pathlib.Path, help="a PARARNN_FAULTS=ON build folder")
     which = parser.add_mutually_exclusive_group(required=True)
