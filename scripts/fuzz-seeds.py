@@ -73,7 +73,7 @@ def main():
                 subprocess.run(cmd, check=True, capture_output=True)
                 data = path.read_bytes()
                 for target in ["fuzz_safetensors", "fuzz_case_readings"]:
-                    (corpus / target / f"{label}-{dtype}.safetensors").write_bytes(data)
+                    (corpus / target / f"{label}-{dtype}.case").write_bytes(data)
                 if dtype == "f32":
                     for kind, bad in malformed(data).items():
                         (corpus / "fuzz_safetensors" / f"{label}-{kind}").write_bytes(bad)
@@ -82,7 +82,7 @@ def main():
         path = pathlib.Path(tmp) / "packed.safetensors"
         subprocess.run([str(cli), "make-case", "--cell", "gru", "--batch", "1", "--time", "5", "--d-in", "3", "--d-h", "4",
                         "--cu-seqlens", "0,2,5", "--out", str(path)], check=True, capture_output=True)
-        (corpus / "fuzz_case_readings" / "gru-packed.safetensors").write_bytes(path.read_bytes())
+        (corpus / "fuzz_case_readings" / "gru-packed.case").write_bytes(path.read_bytes())
     # Trajectories for the fixed case of fuzz_trajectory: lstm, B = 1, T = 4, 2 slots, d_h = 3.
     def trajectory(dtype, shape, fill):
         size = {"F32": 4, "F64": 8, "BF16": 2}[dtype]
