@@ -38,7 +38,7 @@ def malformed(data):
     first = tensors[0]
     out = {"truncated": data[: len(data) // 2], "header_past_end": struct.pack("<Q", len(data) * 4) + data[8:],
            "header_not_json": data[:8] + b"{" * (len(data[8:16])) + data[16:],
-           "header_not_object": join([1, 2, 3], body) if False else struct.pack("<Q", 8) + b"[1,2,3] " + body,
+           "header_not_object": struct.pack("<Q", 8) + b"[1,2,3] " + body,
            "empty": b"", "short": data[:5]}
     h = json.loads(json.dumps(header)); h[first]["dtype"] = "Q7"; out["unknown_dtype"] = join(h, body)
     h = json.loads(json.dumps(header)); h[first]["data_offsets"] = [0, len(body) + 8]; out["offset_past_end"] = join(h, body)
