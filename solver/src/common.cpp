@@ -171,9 +171,11 @@ std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
                             shape_string(cu_seqlens.shape()));
   if (cu_seqlens.device() != Device::cpu)
     throw UnsupportedPath("cu_seqlens: the cpu backend needs a host tensor");
-  std::vector<std::int64_t> values(static_cast<std::size_t>(cu_seqlens.size(0)));
-  for (std::int64_t i = 0; i < cu_seqlens.size(0); ++i)
-    values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(cu_seqlens.load({i}));
+  // Read as integers (exact, strides honoured): through double, int64 entries above 2^53 lost
+  // their low bits and entries near 2^63 overflowed the conversion back (found by fuzzing).
+  const Tensor exact = Tensor::converted(cu_seqlens, DType::i64);
+  const std::int64_t* entries = exact.data_as<std::int64_t>();
+  std::vector<std::int64_t> values(entries, entries + exact.numel());
   if (values.front() != 0)
     throw ContractViolation("cu_seqlens", "must start at 0 (cu_seqlens[0] == 0)",
                             std::to_string(values.front()));
