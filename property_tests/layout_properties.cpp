@@ -79,12 +79,12 @@ RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
     const NewtonForward f = newton_forward(cell, xs, {}, alone);
     const NewtonGradients gr = newton_backward(cell, xs, f, gs, {}, alone);
     expect_within(Tensor::copy_of(fwd.H.view().slice(1, start, end)), f.H, tau,
-                  fmt::format("H of segment {}", s));
+                  fmt::format("H of segment {} ({})", s, p.describe()));
     expect_within(Tensor::copy_of(grads.x.view().slice(1, start, end)), gr.x, grad_tol,
-                  fmt::format("grad x of segment {}", s));
+                  fmt::format("grad x of segment {} ({})", s, p.describe()));
     if (h0)
       expect_within(Tensor::copy_of(grads.h0->view().slice(0, s, s + 1)), *gr.h0, grad_tol,
-                    fmt::format("grad h0 of segment {}", s));
+                    fmt::format("grad h0 of segment {} ({})", s, p.describe()));
     start = end;
   }
 }

@@ -6,6 +6,8 @@ packages=(cmake ninja-build g++ pkg-config libeigen3-dev libboost-dev libmpfr-de
           librapidcheck-dev libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           libdlpack-dev libspdlog-dev
           gnuplot-nox fonts-liberation)  # report figures: gnuplot's svg and pngcairo terminals, a font
+# The fuzz build (scripts/fuzz.sh) also needs clang-14 and its libFuzzer/sanitizer runtimes.
+[ "${PARARNN_DEPS_FUZZ:-0}" = 1 ] && packages+=(clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

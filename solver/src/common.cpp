@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends.hpp"
+#include "pararnn/core/fault.hpp"
 #include "pararnn/core/logging.hpp"
 
 namespace pararnn {
@@ -52,8 +53,9 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
     const auto starts = validate_cu_seqlens(*options.cu_seqlens, layout.time);
     layout.packed = true;
     for (std::size_t s = 0; s < starts.size(); ++s) {
-      layout.heads[static_cast<std::size_t>(starts[s])] = 1;
-      layout.state_index[static_cast<std::size_t>(starts[s])] = static_cast<std::int64_t>(s);
+      const auto start = static_cast<std::size_t>(starts[s] - (s > 0 && PARARNN_FAULT_POINT("cu_seqlens_off_by_one") ? 1 : 0));
+      layout.heads[start] = 1;
+      layout.state_index[start] = static_cast<std::int64_t>(s);
     }
     states = static_cast<std::int64_t>(starts.size());
   }
@@ -169,9 +171,11 @@ std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
                             shape_string(cu_seqlens.shape()));
   if (cu_seqlens.device() != Device::cpu)
     throw UnsupportedPath("cu_seqlens: the cpu backend needs a host tensor");
-  std::vector<std::int64_t> values(static_cast<std::size_t>(cu_seqlens.size(0)));
-  for (std::int64_t i = 0; i < cu_seqlens.size(0); ++i)
-    values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(cu_seqlens.load({i}));
+  // Read as integers (exact, strides honoured): through double, int64 entries above 2^53 lost
+  // their low bits and entries near 2^63 overflowed the conversion back (found by fuzzing).
+  const Tensor exact = Tensor::converted(cu_seqlens, DType::i64);
+  const std::int64_t* entries = exact.data_as<std::int64_t>();
+  std::vector<std::int64_t> values(entries, entries + exact.numel());
   if (values.front() != 0)
     throw ContractViolation("cu_seqlens", "must start at 0 (cu_seqlens[0] == 0)",
                             std::to_string(values.front()));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pararnn/cells/affine_monoid.hpp"
+#include "pararnn/core/fault.hpp"
 
 namespace pararnn {
 namespace {
@@ -33,7 +34,9 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
   const std::int64_t channels = shape.channels;
   const std::int64_t stride = shape.channel_stride > 0 ? shape.channel_stride : channels;
   if (time <= 1 || channels <= 0) return;
-  auto is_head = [&](std::int64_t t) { return t == 0 || (!heads.empty() && heads[t] != 0); };
+  auto is_head = [&](std::int64_t t) {
+    return t == 0 || (!heads.empty() && heads[t] != 0 && !PARARNN_FAULT_POINT("head_jacobian_nonzero"));
+  };
   const std::int64_t chunk =
       shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
 
@@ -64,7 +67,8 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
   for (std::int64_t c = 0; c < channels; ++c) {
     for (std::int64_t q = 0; q < n_chunks; ++q) {
       const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
-      auto acc = element_at<S>(J, r, begin, c, stride, is_head(begin));
+      const bool cut = is_head(begin) || (q > 0 && PARARNN_FAULT_POINT("block_boundary_jacobian_zero"));
+      auto acc = element_at<S>(J, r, begin, c, stride, cut);
       for (std::int64_t t = begin + 1; t < end; ++t)
         acc = cells::compose(element_at<S>(J, r, t, c, stride, is_head(t)), acc);
       aggregates[static_cast<std::size_t>(q)] = acc;
@@ -77,10 +81,11 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
     for (std::int64_t q = 0; q < n_chunks; ++q) {
       const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
       ComputeT prev[S];
-      for (int s = 0; s < S; ++s) prev[s] = carries[static_cast<std::size_t>(q * S + s)];
+      const std::int64_t from = q > 0 && PARARNN_FAULT_POINT("scan_carry_off_by_one") ? q - 1 : q;
+      for (int s = 0; s < S; ++s) prev[s] = carries[static_cast<std::size_t>(from * S + s)];
       for (std::int64_t t = begin; t < end; ++t) {
         ComputeT out[S];
-        if (is_head(t)) {
+        if (is_head(t) || (t == begin && q > 0 && PARARNN_FAULT_POINT("block_boundary_jacobian_zero"))) {
           for (int s = 0; s < S; ++s) out[s] = r[(t * S + s) * stride + c];
         } else {
           cells::apply(element_at<S>(J, r, t, c, stride, false), prev, out);
@@ -102,7 +107,9 @@ void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
   const std::int64_t stride = shape.r_stride > 0 ? shape.r_stride : shape.n;
   if (time <= 1 || n <= 0) return;
   const std::int64_t nn = shape.n * shape.n;
-  auto is_head = [&](std::int64_t t) { return t == 0 || (!heads.empty() && heads[t] != 0); };
+  auto is_head = [&](std::int64_t t) {
+    return t == 0 || (!heads.empty() && heads[t] != 0 && !PARARNN_FAULT_POINT("head_jacobian_nonzero"));
+  };
   const std::int64_t chunk =
       shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
   if (chunk == time) {
@@ -124,7 +131,8 @@ void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
     const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
     ComputeT* aJ = agg_J.data() + q * nn;
     ComputeT* ar = agg_r.data() + q * n;
-    std::copy(J_at(begin), J_at(begin) + nn, aJ);
+    const bool cut = q > 0 && PARARNN_FAULT_POINT("block_boundary_jacobian_zero");
+    std::copy(cut ? zero_J.data() : J_at(begin), (cut ? zero_J.data() : J_at(begin)) + nn, aJ);
     std::copy(r + begin * stride, r + begin * stride + n, ar);
     for (std::int64_t t = begin + 1; t < end; ++t) {
       cells::compose_dense(n, J_at(t), r + t * stride, aJ, ar, tmp_J.data(), tmp_r.data());
@@ -139,9 +147,11 @@ void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
                        carries.data() + (q + 1) * n);
   for (std::int64_t q = 0; q < n_chunks; ++q) {
     const std::int64_t begin = q * chunk, end = std::min(time, begin + chunk);
-    const ComputeT* prev = carries.data() + q * n;
+    const std::int64_t from = q > 0 && PARARNN_FAULT_POINT("scan_carry_off_by_one") ? q - 1 : q;
+    const ComputeT* prev = carries.data() + from * n;
     for (std::int64_t t = begin; t < end; ++t) {
-      if (!is_head(t)) cells::apply_dense(n, J + t * nn, r + t * stride, prev, r + t * stride);
+      const bool cut = t == begin && q > 0 && PARARNN_FAULT_POINT("block_boundary_jacobian_zero");
+      if (!is_head(t) && !cut) cells::apply_dense(n, J + t * nn, r + t * stride, prev, r + t * stride);
       prev = r + t * stride;
     }
   }

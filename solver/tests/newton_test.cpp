@@ -3,6 +3,8 @@
 // its warning band, and refused inputs.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <random>
 
@@ -232,6 +234,27 @@ TEST(RefusedInput, CuSeqlensRulesAreNamed) {
   EXPECT_NE(rule(DType::f32, {3}, {0, 2, 5}, 5).find("int32 or int64"), std::string::npos);
   EXPECT_NE(rule(DType::i32, {1, 3}, {0, 2, 5}, 5).find("1-D"), std::string::npos);
   EXPECT_NE(rule(DType::i32, {1}, {0}, 5).find("at least 2"), std::string::npos);
+}
+
+TEST(RefusedInput, CuSeqlensAreReadAsExactIntegers) {
+  // Regression (fuzz_cu_seqlens): entries were read through double, so int64 entries above 2^53
+  // lost their low bits (a valid list refused, or an invalid one accepted) and an entry near 2^63
+  // overflowed the conversion back to int64 (undefined behaviour, reported by UBSan).
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;
+  Tensor cu(DType::i64, {3});
+  cu.data_as<std::int64_t>()[0] = 0;
+  cu.data_as<std::int64_t>()[1] = big - 1;
+  cu.data_as<std::int64_t>()[2] = big;
+  EXPECT_EQ(validate_cu_seqlens(cu.view(), big), (std::vector<std::int64_t>{0, big - 1}));
+  cu.data_as<std::int64_t>()[2] = std::numeric_limits<std::int64_t>::max();
+  try {
+    (void)validate_cu_seqlens(cu.view(), 5);
+    ADD_FAILURE() << "accepted cu_seqlens ending at INT64_MAX for N = 5";
+  } catch (const ContractViolation& e) {
+    EXPECT_NE(std::string(e.rule()).find("end at"), std::string::npos) << e.rule();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(std::numeric_limits<std::int64_t>::max())), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ void expect_bitwise_for_all_chunkings(std::int64_t time, bool with_heads) {
                       ScanShape{.time = p.time, .channels = p.channels, .chunk_len = chunk},
                       p.heads);
     ASSERT_EQ(0, std::memcmp(r.data(), expected.data(), r.size() * sizeof(T)))
-        << "S=" << S << " T=" << time << " chunk=" << chunk << " heads=" << with_heads;
+        << "S=" << S << " T=" << time << " channels=" << p.channels << " chunk=" << chunk << " heads=" << with_heads;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "newton/family.hpp"
+#include "pararnn/core/fault.hpp"
 
 namespace pararnn::detail {
 
@@ -23,7 +24,8 @@ std::vector<ComputeT> input_affine(const Cell& cell, const TensorView& x, const 
   using Stride = Eigen::OuterStride<Eigen::Dynamic>;
   const std::int64_t width = gate_width(cell);
   std::vector<ComputeT> wx(static_cast<std::size_t>(L.batch * L.time * width));
-  const Tensor xc = Tensor::converted(x, kComputeDType);
+  const Tensor xc = Tensor::converted(
+      PARARNN_FAULT_POINT("strided_as_contiguous") ? TensorView(x.data(), x.dtype(), x.shape()) : x, kComputeDType);
   for (const AffineBlock& block : cell.spec().affine) {
     const std::int64_t inputs = cell.affine_inputs(block);
     const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), kComputeDType);
@@ -39,6 +41,8 @@ std::vector<ComputeT> input_affine(const Cell& cell, const TensorView& x, const 
                                            Stride(width));
       out.noalias() = X * W.transpose();
       out.rowwise() += b;
+      if (block.first_gate == 0 && PARARNN_FAULT_POINT("bias_dropped_one_gate"))
+        out.leftCols(rows / block.gates).rowwise() -= b.head(rows / block.gates);
     }
   }
   return wx;

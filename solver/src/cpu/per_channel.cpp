@@ -18,6 +18,7 @@
 #include "backends.hpp"
 #include "cpu/input_affine.hpp"
 #include "newton/driver.hpp"
+#include "cpu/fault_models.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
 
@@ -41,7 +42,7 @@ class CpuSolver {
       : cell_(cell), L_(std::move(layout)) {
     const std::int64_t D = L_.d_h;
     // Recurrent values clamped once (App. C.1 clamp at use time; stored values are kept).
-    const std::vector<double> values = cell.channel_values();
+    const std::vector<double> values = PARARNN_FAULT_POINT("clamp_skipped") ? unclamped_channel_values(cell) : cell.channel_values();
     rec_.assign(values.begin(), values.end());
     // Input affines: one GEMM per block and batch row, in the compute type; Δt for CfC.
     wx_ = input_affine<ComputeT>(cell, x, L_);
@@ -84,6 +85,7 @@ class CpuSolver {
     for (int k = 0; k < RC; ++k) rec[k] = rec_[static_cast<std::size_t>(k * D + c)];
     const ComputeT* wx_t = wx_.data() + (b * L_.time + t) * G * D;
     for (int g = 0; g < G; ++g) wx[g] = wx_t[g * D + c];
+    if constexpr (std::is_same_v<CellMath, cells::GruDiagMath>) if (PARARNN_FAULT_POINT("zr_gates_swapped")) std::swap(wx[0], wx[1]);
     CellMath::step(rec, wx, h_prev, h_new, jac);
   }
 
@@ -171,15 +173,18 @@ class CpuSolver {
     parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
       ComputeT* F_row = F.data() + b * row_elems();
       const ComputeT* J_row = J.data() + b * L_.time * S * S * D;
-      scan_affine<S, ComputeT>(J_row + c0, F_row + c0,
-                               ScanShape{.time = L_.time, .channels = c1 - c0, .channel_stride = D},
-                               L_.heads);
+      const ScanShape shape{.time = L_.time, .channels = c1 - c0, .channel_stride = D};
+      if (std::is_same_v<StorageT, Eigen::bfloat16> && PARARNN_FAULT_POINT("bf16_scan_arithmetic"))
+        scan_affine_rounded<S, StorageT>(J_row + c0, F_row + c0, shape, L_.heads);
+      else
+        scan_affine<S, ComputeT>(J_row + c0, F_row + c0, shape, L_.heads);
       ComputeT* H_row = H.data() + b * row_elems();
       for (std::int64_t t = 0; t < L_.time; ++t)
         for (int s = 0; s < S; ++s)
           for (std::int64_t c = c0; c < c1; ++c) {
             const std::int64_t i = (t * S + s) * D + c;
             H_row[i] = omega == 1.0 ? H_row[i] + F_row[i] : H_row[i] + w * F_row[i];
+            if (PARARNN_FAULT_POINT("iterate_rounded_each_iteration")) H_row[i] = static_cast<ComputeT>(static_cast<StorageT>(H_row[i]));
           }
     });
   }
@@ -244,8 +249,9 @@ class CpuSolver {
             const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
             if (!d_h0.empty())
               for (int s = 0; s < S; ++s)
-                d_h0[static_cast<std::size_t>((row * S + s) * D + c)] = static_cast<ComputeT>(dhp[s]);
-            for (int s = 0; s < S; ++s) carry[s] = AdjointT(0);
+                d_h0[static_cast<std::size_t>((row * S + s) * D + c)] = PARARNN_FAULT_POINT("grad_h0_dropped") ? ComputeT(0) : static_cast<ComputeT>(dhp[s]);
+            const bool uncut = t > 0 && PARARNN_FAULT_POINT("adjoint_not_cut_at_segment_end");
+            for (int s = 0; s < S; ++s) carry[s] = uncut ? dhp[s] : AdjointT(0);
           } else {
             for (int s = 0; s < S; ++s) carry[s] = dhp[s];
           }
@@ -381,11 +387,13 @@ NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
                                     const NewtonConfig& config, const ApplyOptions& options,
                                     Layout layout) {
   return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
+    const CpuSolver<CellMath, StorageT> solver(cell, x, options, layout);
     if (forward.saved_trajectory)
       return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
     // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
     NewtonStats stats;
+    if (PARARNN_FAULT_POINT("stale_h0_recompute"))
+      return solver.backward(CpuSolver<CellMath, StorageT>(cell, x, without_h0(options), layout).newton_trajectory(config, stats), grad_H, x, options);
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
 }

@@ -37,6 +37,7 @@
 
 #include "backends.hpp"
 #include "family.hpp"
+#include "pararnn/core/fault.hpp"
 #include "pararnn/core/logging.hpp"
 
 namespace pararnn::detail {
@@ -46,6 +47,9 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
                   std::int64_t time, NewtonStats& stats) {
   const KResolution k = resolve_newton_iters(config, spec, storage, time);
   const std::optional<double> atol = resolved_residual_atol(config, storage);
+  // The threshold the loop stops on (fault "loose_early_stop": 100x looser than the contract's).
+  const std::optional<double> stop_atol =
+      atol && PARARNN_FAULT_POINT("loose_early_stop") ? std::optional<double>(100.0 * *atol) : atol;
   stats = NewtonStats{};
   stats.k = k;
   stats.scan_backend = family.backend_name();
@@ -86,7 +90,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     final_residual.reset();
     if (spec.picard) {
       stats.picard_iters = passes;
-      family.picard_guess(passes);
+      family.picard_guess(passes - (PARARNN_FAULT_POINT("picard_off_by_one") ? 1 : 0));
     } else {  // App. A: the residual of the zero trajectory is the guess
       // A fused family may evaluate the guess inside its first step instead (it writes the
       // guess out if anything else needs it); `k.k` is the number of updates it should expect.
@@ -106,13 +110,14 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         final_residual = res;
         break;
       }
-      const bool below = atol && res < *atol;
+      const bool below = stop_atol && res < *stop_atol;
       if (below && !adaptive) {  // seed's early stop: no update
         stats.converged = true;
         final_residual = res;
         break;
       }
-      apply_update();
+      const bool last = it + 1 == cap || (below && it + 1 >= k.k);
+      if (!(last && PARARNN_FAULT_POINT("dropped_last_update"))) apply_update();
       ++stats.updates;
       if (below && it + 1 >= k.k) {  // adaptive: the residual test passed after the minimum K,
         stats.converged = true;      // and this was the one more update
@@ -144,7 +149,9 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     const double before = stats.max_residual;
     constexpr bool kResidualWritten = !requires { family.residual_max(); };
     if (final_residual || !kResidualWritten) (void)family.evaluate(false, true);  // per-unit maxima of the final H
-    stats.fallback_tiles = family.sequential_fallback(*atol);
+    stats.fallback_tiles = PARARNN_FAULT_POINT("fallback_returns_unconverged")
+                               ? std::max<std::int64_t>(1, stats.fallback_tiles)
+                               : family.sequential_fallback(*atol);
     stats.max_residual = residual_max();
     emit_warning("newton_residual_high",
                  fmt::format("adaptive Newton did not reach residual_atol={:.1e} within k_max={} "

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "pararnn/cells/cell_math.hpp"
+#include "pararnn/core/fault.hpp"
 
 namespace pararnn::cells {
 
@@ -29,7 +30,8 @@ struct GruDiagMath {
     h_new[0] = h + z * (n - h);
     if (jac != nullptr) {
       const ComputeT one = ComputeT(1);
-      jac[0] = (one - z) + (n - h) * z * (one - z) * rec[0] +
+      const ComputeT z_sign = PARARNN_FAULT_POINT("jacobian_sign_flip") ? -one : one;  // off: 1
+      jac[0] = (one - z) + z_sign * (n - h) * z * (one - z) * rec[0] +
                z * (one - n * n) * rec[2] * (r + h * r * (one - r) * rec[1]);
     }
   }

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Runs the fault catalog (property_tests/faults/catalog.json) in a faults build.
+
+For each fault: its suites, in order, with PARARNN_FAULT=<name>, until one fails. A fault is
+detected when a suite fails and the run shows the fault was injected ("pararnn fault '<name>'
+injected" on stderr, core/fault.hpp). Records the test that caught it, the shrunk
+counterexample's size (B, T, channels = d_h, from the generated problem's description), the
+one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
+
+  scripts/fault-catalog.py --build build-faults --fault clamp_skipped --out f.json  # one (ctest)
+  scripts/fault-catalog.py --build build-faults --all --out docs/faults/catalog.json
+  scripts/fault-catalog.py --render docs/faults/catalog.json > docs/faults/README.md
+Exit status: 0 when every fault run was detected, 1 otherwise.
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SPEC = ROOT / "property_tests" / "faults" / "catalog.json"
+SHAPE = re.compile(r"\bB=(\d+) T=(\d+) d_in=\d+ d_h=(\d+)")
+FAILED = re.compile(r"^\[  FAILED  \] ([^\s,]+)", re.M)
+LOOSE = {"B": re.compile(r"\bB=(\d+)"), "T": re.compile(r"\bT=(\d+)"), "channels": re.compile(r"\b(?:d_h|channels)=(\d+)")}
+REPRO = re.compile(r'RC_PARAMS="(reproduce=[^"]+)"')
+
+
+def run_suite(build, fault, exe, gtest_filter, timeout):
+    cmd = [str(build / exe), f"--gtest_filter={gtest_filter}", "--gtest_color=no"]
+    env = dict(os.environ, PARARNN_FAULT=fault)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+        code = None
+    return code, out, time.monotonic() - start
+
+
+def caught_test(out):
+    failed = FAILED.findall(out)
+    return failed[0] if failed else None
+
+
+def shrunk_size(out, test):
+    # The counterexample RapidCheck prints after "Falsifiable" (or a failure message) names the
+    # generated problem; the last description in the failure block is the shrunk one.
+    block = out
+    if test:
+        i = out.find(f"[ RUN      ] {test}")
+        if i >= 0:
+            block = out[i:]
+    shapes = SHAPE.findall(block)
+    if shapes:
+        b, t, d = (int(v) for v in shapes[-1])
+        return {"B": b, "T": t, "channels": d}
+    # A unit test's fixed case, as far as its failure message names it (B = 1 when unnamed).
+    found = {key: pattern.findall(block) for key, pattern in LOOSE.items()}
+    if not found["T"] or not found["channels"]:
+        return None
+    return {"B": int(found["B"][0]) if found["B"] else 1, "T": int(found["T"][0]), "channels": int(found["channels"][0])}
+
+
+def run_fault(build, entry, timeout):
+    name = entry["name"]
+    result = {"name": name, "models": entry["models"], "where": entry["where"], "detected": False,
+              "caught_by": None, "shrunk": None, "repro": None, "seconds": 0.0, "injected": False}
+    if entry.get("gpu_only"):
+        result["note"] = "GPU-only fault: not defined in the CPU backend, runs on the GPU machine only"
+        result["detected"] = None
+        return result
+    total = 0.0
+    for exe, gtest_filter in entry["suites"]:
+        code, out, seconds = run_suite(build, name, exe, gtest_filter, timeout)
+        total += seconds
+        injected = f"pararnn fault '{name}' injected" in out
+        result["injected"] = result["injected"] or injected
+        if code is None:
+            result.setdefault("timeouts", []).append(f"{exe} --gtest_filter={gtest_filter}")
+            continue
+        if code != 0 and injected:
+            test = caught_test(out)
+            repro = REPRO.search(out)
+            test_filter = test or gtest_filter
+            env = f"PARARNN_FAULT={name}" + (f' RC_PARAMS="{repro.group(1)}"' if repro else "")
+            result.update(detected=True, caught_by=f"{pathlib.Path(exe).name}:{test or '(crash)'}",
+                          shrunk=shrunk_size(out, test), exit_code=code,
+                          repro=f"{env} {build.name}/{exe} --gtest_filter='{test_filter}'")
+            break
+        if code != 0:
+            result.setdefault("failed_without_injection", []).append(f"{exe} --gtest_filter={gtest_filter}")
+    result["seconds"] = round(total, 2)
+    return result
+
+
+def render(report):
+    """The catalog table in Markdown, from a catalog JSON."""
+    ran = [f for f in report["faults"] if f["detected"] is not None]
+    lines = ["# Fault catalog: the last run", "",
+             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render) of commit "
+             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}. "
+             f"Detected: {sum(1 for f in ran if f['detected'])} of {len(ran)} CPU faults "
+             f"({100 * report['detected_share']:.0f} %).", "",
+             "| fault | models | detected | caught by | shrunk (B, T, channels) | repro | seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for f in report["faults"]:
+        shrunk = f["shrunk"]
+        size = f"{shrunk['B']}, {shrunk['T']}, {shrunk['channels']}" if shrunk else "fixed case"
+        detected = {True: "yes", False: "**no**", None: "GPU only, not run"}[f["detected"]]
+        repro = f"`{f['repro']}`" if f["repro"] else ""
+        lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--render":
+        sys.stdout.write(render(json.loads(pathlib.Path(sys.argv[2]).read_text())))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", required=True, type=pathlib.Path, help="a PARARNN_FAULTS=ON build folder")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--fault", help="one fault of the catalog")
+    which.add_argument("--all", action="store_true", help="every fault")
+    parser.add_argument("--out", required=True, type=pathlib.Path)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per suite run")
+    args = parser.parse_args()
+    build = args.build.resolve()
+    spec = json.loads(SPEC.read_text())["faults"]
+    entries = spec if args.all else [e for e in spec if e["name"] == args.fault]
+    if not entries:
+        sys.exit(f"fault-catalog: no fault named {args.fault!r} in {SPEC}")
+    results = []
+    for entry in entries:
+        r = run_fault(build, entry, args.timeout)
+        print(f"{r['name']}: detected={r['detected']} by {r['caught_by']} shrunk={r['shrunk']} "
+              f"{r['seconds']} s", flush=True)
+        results.append(r)
+    ran = [r for r in results if r["detected"] is not None]
+    report = {"schema_version": 1,
+              "context": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                          "git_sha": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                                    capture_output=True, text=True).stdout.strip(),
+                          "build": build.name, "argv": sys.argv[1:]},
+              "detected_share": (sum(1 for r in ran if r["detected"]) / len(ran)) if ran else None,
+              "faults": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    sys.exit(0 if all(r["detected"] for r in ran) else 1)
+
+
+if __name__ == "__main__":
+    main()
