@@ -194,6 +194,9 @@ TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
     const QuietWarnings quiet;
     NewtonConfig config{.residual_fail = std::nullopt};
     config.k_max = 1;
+    // sLSTM's Picard adapt (on by default) redoes the solve with more passes before any fallback
+    // and converges this case; the fallback unit is what is tested here, so adapt is off.
+    config.picard_adapt = false;
     NewtonStats gpu_stats, cpu_stats;
     const Tensor gpu = newton_apply(cell, x, on(ScanBackend::cuda, config), {}, &gpu_stats);
     const Tensor cpu = newton_apply(cell, x, on(ScanBackend::cpu, config), {}, &cpu_stats);
