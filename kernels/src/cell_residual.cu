@@ -1,4 +1,5 @@
-// launch_cell_residual (kernels/cell_residual.hpp): a grid-stride loop over (b, t, c), c fastest
+// launch_cell_residual (kernels/cell_residual.hpp): a grid-stride loop over (b, t, c) (t every
+// time_stride-th step), c fastest
 // so every load and store is coalesced along channels, with a per-block NaN-propagating max|F|
 // and one final block reducing the partials.
 #include <cuda_runtime.h>
@@ -25,14 +26,16 @@ __global__ void __launch_bounds__(kResidualThreads)
   constexpr int G = CellMath::kGates;
   constexpr int R = CellMath::kRecurrent + CellMath::kConstants;  // clamped entries, then constants
   const int64_t D = a.channels;
-  const int64_t n = a.batch * a.time * D;
+  const int64_t rows = (a.time + a.time_stride - 1) / a.time_stride;  // evaluated steps per batch row
+  const int64_t n = a.batch * rows * D;
   ComputeT local = ComputeT(0);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t bt = i / D;  // b·T + t
-    const int64_t c = i - bt * D;
-    const int64_t b = bt / a.time;
-    const int64_t t = bt - b * a.time;
+    const int64_t br = i / D;  // b·rows + row
+    const int64_t c = i - br * D;
+    const int64_t b = br / rows;
+    const int64_t t = (br - b * rows) * a.time_stride;
+    const int64_t bt = b * a.time + t;
     ComputeT rec[R], wx[G], h_prev[S], h_new[S], jac[S * S];
 #pragma unroll
     for (int k = 0; k < R; ++k) rec[k] = a.recurrent[k * D + c];
@@ -81,8 +84,8 @@ template <class CellMath, class StorageT>
 cudaError_t launch_cell_residual(const CellResidualArgs<StorageT>& a, void* workspace,
                                  std::size_t workspace_bytes, cudaStream_t stream) {
   using ComputeT = ComputeOf<StorageT>;
-  if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
-  const int64_t n = a.batch * a.time * a.channels;
+  if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.time_stride < 1) return cudaErrorInvalidValue;
+  const int64_t n = a.batch * ((a.time + a.time_stride - 1) / a.time_stride) * a.channels;
   if (n != 0 && (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr ||
                  (a.residual == nullptr && a.max_abs_residual == nullptr)))
     return cudaErrorInvalidValue;

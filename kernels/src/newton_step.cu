@@ -47,6 +47,9 @@ cudaError_t launch_newton_step(const NewtonStepArgs<T>& a, void* workspace, std:
     return cudaErrorInvalidValue;
   if (a.from_guess ? a.H_in != nullptr : (a.H_in == nullptr || a.H_in == a.H_out)) return cudaErrorInvalidValue;
   if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, sizeof(T), stream); e != cudaSuccess) return e;
+  if (a.max_abs_result != nullptr) {
+    if (cudaError_t e = cudaMemsetAsync(a.max_abs_result, 0, sizeof(T), stream); e != cudaSuccess) return e;
+  }
   if (a.batch == 0 || a.time == 0 || a.channels == 0) return cudaSuccess;
   if (workspace == nullptr || !detail::aligned_to(workspace, 16)) return cudaErrorInvalidValue;
   using Shape = detail::StepShape<CellMath, T>;
@@ -56,7 +59,13 @@ cudaError_t launch_newton_step(const NewtonStepArgs<T>& a, void* workspace, std:
   return detail::run_newton_step<CellMath, T, 1, Shape>(a, workspace, workspace_bytes, stream);
 }
 
+template <class CellMath, class T>
+std::int64_t newton_step_chunk() {
+  return detail::shape_chunk<detail::StepShape<CellMath, T>>();
+}
+
 #define PARARNN_INSTANTIATE_NEWTON_STEP(CELL, T)                                                            \
+  template std::int64_t newton_step_chunk<CELL, T>();                                                       \
   template std::size_t newton_step_workspace_bytes<CELL, T>(std::int64_t, std::int64_t, std::int64_t); \
   template cudaError_t launch_newton_step<CELL, T>(const NewtonStepArgs<T>&, void*, std::size_t, cudaStream_t);
 #define PARARNN_INSTANTIATE_NEWTON_STEP_CELL(kind, Math, label) \

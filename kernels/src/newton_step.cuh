@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "nan_max_reduce.cuh"
 #include "pararnn/kernels/newton_step.hpp"
@@ -36,7 +37,7 @@ __device__ __forceinline__ unsigned long long bits_of(double v) {
   return static_cast<unsigned long long>(__double_as_longlong(v));
 }
 
-template <class CellMath, class T, int V, int kSteps, bool kFromGuess>
+template <class CellMath, class T, int V, int kSteps, bool kFromGuess, bool kResult = false>
 struct NewtonStepSource {
   static constexpr int S = CellMath::kSlots;
   static constexpr int G = CellMath::kGates;
@@ -46,6 +47,11 @@ struct NewtonStepSource {
   T local_max;             // this thread's max|F|, reduced in finish()
   T rec[RC][V];            // the channel values, loaded by step 0
   T h_run[kSteps][S][V];   // the iterate entering each step of this thread's run
+  // With a.max_abs_result: this thread's max|F(H_out)| over its steps after the first, the
+  // result at its first and at its latest stored step, and where its first step is.
+  T result_max = T(0);
+  T out_first[S][V] = {}, out_prev[S][V] = {};
+  int64_t first_b = 0, first_t = -1, first_c0 = 0;
 
   __device__ __forceinline__ bool is_head(int64_t t) const {
     return t == 0 || (a.head != nullptr && a.head[t] != 0);
@@ -159,15 +165,62 @@ struct NewtonStepSource {
     }
   }
 
+  // F of the result at t into result_max: f(from, x_t) − out, x_t read again (from L2: this
+  // block read it moments ago).
+  __device__ __forceinline__ void result_residual(int64_t b, int64_t t, int64_t c0, const T (&from)[S][V],
+                                                  const T (&out)[S][V]) {
+    T w[G][V];
+    load_gates(b * a.time + t, c0, w);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      T r[RC], wv[G], hp[S], hn[S];
+#pragma unroll
+      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
+#pragma unroll
+      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
+#pragma unroll
+      for (int s = 0; s < S; ++s) hp[s] = from[s][v];
+      CellMath::step(r, wv, hp, hn, static_cast<T*>(nullptr));
+#pragma unroll
+      for (int s = 0; s < S; ++s) result_max = nan_max(result_max, fabs(hn[s] - out[s][v]));
+    }
+  }
+
   __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int u, const T (&x)[V][S]) {
     const int64_t bt = b * a.time + t;
+    T out[S][V];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      Pack<T, V> out;
+      Pack<T, V> p;
 #pragma unroll
-      for (int v = 0; v < V; ++v) out.v[v] = h_run[u][s][v] + omega * x[v][s];
-      store_pack<T, V>(a.H_out + (bt * S + s) * a.channels + c0, out);
+      for (int v = 0; v < V; ++v) p.v[v] = out[s][v] = h_run[u][s][v] + omega * x[v][s];
+      store_pack<T, V>(a.H_out + (bt * S + s) * a.channels + c0, p);
     }
+    if constexpr (!kResult) return;
+    if (u == 0) {
+      first_b = b;
+      first_t = t;
+      first_c0 = c0;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int v = 0; v < V; ++v) out_first[s][v] = out[s][v];
+    } else {
+      T from[S][V];
+      if (is_head(t)) {
+        initial_state(b, t, c0, from);
+      } else {
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int v = 0; v < V; ++v) from[s][v] = out_prev[s][v];
+      }
+      result_residual(b, t, c0, from, out);
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int v = 0; v < V; ++v) out_prev[s][v] = out[s][v];
   }
 
   __device__ __forceinline__ void finish() {
@@ -177,6 +230,47 @@ struct NewtonStepSource {
     if ((threadIdx.x & 31) == 0) {
       using Bits = typename BitsOf<T>::type;
       atomicMax(reinterpret_cast<Bits*>(a.max_abs_residual), bits_of(m));
+    }
+    if constexpr (!kResult) return;
+    // The first step of a run after a block's first group: its h_prev is the last result of the
+    // group before (the same lane), handed over in the scan's shared memory (free again after a
+    // barrier). A block's first step is left to the caller (newton_step.hpp).
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* s_last = reinterpret_cast<T*>(smem_raw);
+    constexpr int kWidth = 32 * V;
+    const int lane = static_cast<int>(threadIdx.x), grp = static_cast<int>(threadIdx.y);
+    __syncthreads();
+    if (first_t >= 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        Pack<T, V> p;
+#pragma unroll
+        for (int v = 0; v < V; ++v) p.v[v] = out_prev[s][v];
+        *reinterpret_cast<Pack<T, V>*>(s_last + (grp * S + s) * kWidth + lane * V) = p;
+      }
+    }
+    __syncthreads();
+    if (first_t >= 0 && grp > 0) {
+      T from[S][V];
+      if (is_head(first_t)) {
+        initial_state(first_b, first_t, first_c0, from);
+      } else {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const Pack<T, V> p =
+              *reinterpret_cast<const Pack<T, V>*>(s_last + ((grp - 1) * S + s) * kWidth + lane * V);
+#pragma unroll
+          for (int v = 0; v < V; ++v) from[s][v] = p.v[v];
+        }
+      }
+      result_residual(first_b, first_t, first_c0, from, out_first);
+    }
+    T r = result_max;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) r = nan_max(r, __shfl_xor_sync(0xffffffffu, r, offset));
+    if (lane == 0) {
+      using Bits = typename BitsOf<T>::type;
+      atomicMax(reinterpret_cast<Bits*>(a.max_abs_result), bits_of(r));
     }
   }
 };
@@ -207,14 +301,15 @@ cudaError_t run_newton_step(const NewtonStepArgs<T>& a, void* workspace, std::si
                             cudaStream_t stream) {
   constexpr int S = CellMath::kSlots;
   const int64_t chunk = shape_chunk<Shape>();
-  if (a.from_guess) {
-    const NewtonStepSource<CellMath, T, V, Shape::kSteps, true> source{a, static_cast<T>(a.omega), T(0), {}, {}};
+  const auto run = [&](auto from_guess, auto result) {
+    const NewtonStepSource<CellMath, T, V, Shape::kSteps, decltype(from_guess)::value, decltype(result)::value> source{
+        a, static_cast<T>(a.omega), T(0), {}, {}};
     return run_single_pass<S, T, V, false, Shape>(source, a.head, a.batch, a.time, a.channels, chunk, workspace,
                                                   workspace_bytes, stream);
-  }
-  const NewtonStepSource<CellMath, T, V, Shape::kSteps, false> source{a, static_cast<T>(a.omega), T(0), {}, {}};
-  return run_single_pass<S, T, V, false, Shape>(source, a.head, a.batch, a.time, a.channels, chunk, workspace,
-                                                workspace_bytes, stream);
+  };
+  const bool result = a.max_abs_result != nullptr;
+  if (a.from_guess) return result ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+  return result ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
 }
 
 }  // namespace pararnn::kernels::detail

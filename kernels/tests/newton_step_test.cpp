@@ -2,7 +2,9 @@
 // the iterate from the same cell math, sequential substitution δ_t = J_t δ_{t−1} + F_t with
 // restarts at heads, H_out = H_in + ω δ; max|F| equal to the host's within τ and NaN when any F
 // is NaN; H_in untouched; from the App. A guess (H_in not read) equal to the host's guess pass
-// followed by the same step; and the argument checks.
+// followed by the same step; max|F| of the result (all steps but the chunk starts) completed by
+// the residual kernel at the chunk stride equal to the host's residual of H_out; and the argument
+// checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "cell_test_support.hpp"
+#include "pararnn/kernels/cell_residual.hpp"
 #include "pararnn/kernels/newton_step.hpp"
 
 namespace pararnn::kernels::test {
@@ -74,6 +77,8 @@ template <class CellMath, class T>
 struct StepRun {
   std::vector<T> H_out, H_in_after;
   T max_abs = T(0);
+  T result = T(0);  // with_result: max|F(H_out)| but at the chunk starts, and with them (the full one)
+  T result_with_starts = T(0);
 };
 
 // The App. A guess on the host: H_t = f(h̃_t, x_t), h̃ = the head state at heads, else 0.
@@ -95,13 +100,14 @@ std::vector<T> host_guess(const CellProblem<CellMath, T>& p) {
 
 // One launch; an empty H runs the step from the guess (from_guess, H_in null).
 template <class CellMath, class T>
-StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vector<T>& H, double omega) {
+StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vector<T>& H, double omega,
+                              bool with_result = false) {
   const bool from_guess = H.empty();
   const std::size_t n = static_cast<std::size_t>(p.batch * p.time * CellMath::kSlots * p.channels);
   StepRun<CellMath, T> out;
   DeviceCellInputs<CellMath, T> in(p);
   EXPECT_EQ(in.upload(p), cudaSuccess);
-  DeviceBuffer<T> d_in(n), d_out(n), d_max(1);
+  DeviceBuffer<T> d_in(n), d_out(n), d_max(3);
   DeviceBuffer<unsigned char> d_ws(newton_step_workspace_bytes<CellMath, T>(p.batch, p.time, p.channels));
   for (cudaError_t e : {d_in.status(), d_out.status(), d_max.status(), d_ws.status()}) EXPECT_EQ(e, cudaSuccess);
   if (!from_guess) EXPECT_EQ(d_in.upload(H), cudaSuccess);
@@ -114,18 +120,39 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
                                .H_in = from_guess ? nullptr : d_in.get(),
                                .H_out = d_out.get(),
                                .max_abs_residual = d_max.get(),
+                               .max_abs_result = with_result ? d_max.get() + 1 : nullptr,
                                .from_guess = from_guess,
                                .batch = p.batch,
                                .time = p.time,
                                .channels = p.channels,
                                .omega = omega};
   EXPECT_EQ((launch_newton_step<CellMath, T>(args, d_ws.get(), d_ws.size(), cudaStream_t{})), cudaSuccess);
+  if (with_result) {  // the chunk starts, as the Newton driver completes it
+    DeviceBuffer<unsigned char> d_rws(cell_residual_workspace_bytes<T>());
+    const CellResidualArgs<T> r{.wx = in.wx.get(),
+                                .recurrent = in.recurrent.get(),
+                                .h0 = p.h0.empty() ? nullptr : in.h0.get(),
+                                .h0_row = p.h0_row.empty() ? nullptr : in.h0_row.get(),
+                                .head = p.head.empty() ? nullptr : in.head.get(),
+                                .H = d_out.get(),
+                                .max_abs_residual = d_max.get() + 2,
+                                .batch = p.batch,
+                                .time = p.time,
+                                .channels = p.channels,
+                                .time_stride = newton_step_chunk<CellMath, T>()};
+    EXPECT_EQ((launch_cell_residual<CellMath, T>(r, d_rws.get(), d_rws.size(), cudaStream_t{})), cudaSuccess);
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_out.download(out.H_out), cudaSuccess);
   EXPECT_EQ(d_in.download(out.H_in_after), cudaSuccess);
   std::vector<T> m;
   EXPECT_EQ(d_max.download(m), cudaSuccess);
   out.max_abs = m.empty() ? T(0) : m[0];
+  if (with_result && m.size() == 3) {
+    out.result = m[1];
+    out.result_with_starts = std::isnan(m[1]) || std::isnan(m[2]) ? std::numeric_limits<T>::quiet_NaN()
+                                                                  : std::max(m[1], m[2]);
+  }
   return out;
 }
 
@@ -180,6 +207,35 @@ TYPED_TEST(NewtonStepKernel, FromTheGuessEqualsTheGuessPassThenTheStep) {
     const std::vector<T> expected = host_newton_step(p, host_guess(p), 1.0, host_max);
     expect_close(expected, run.H_out, kKernelVsHostTau<T>, "H_out from the guess");
     EXPECT_NEAR(static_cast<double>(run.max_abs), static_cast<double>(host_max), kKernelVsHostTau<T>);
+  }
+}
+
+// max|F| of the result (NewtonStepArgs::max_abs_result) with the chunk starts from the residual
+// kernel at time_stride L is max|F(H_out)|, the host's residual of the step's output.
+TYPED_TEST(NewtonStepKernel, ResultResidualWithTheChunkStartsIsTheResidualOfHOut) {
+  using CellMath = typename TypeParam::CellMath;
+  using T = typename TypeParam::StorageT;
+  std::uint64_t seed = test_seed(20261206);
+  struct Variant {
+    std::int64_t batch, time, channels;
+    bool with_h0, packed, from_guess;
+  };
+  // A partial lane tile, packed heads with h0 rows, a lone step, T past many chunks; from the
+  // guess and from an iterate.
+  for (const Variant& v : {Variant{2, 129, 37, true, false, true}, Variant{1, 1500, 33, true, true, false},
+                           Variant{1, 1, 5, false, false, true}, Variant{3, 700, 64, false, false, false}}) {
+    const std::int64_t T_len = std::min(v.time, kComparableTime<CellMath>);
+    SCOPED_TRACE("B=" + std::to_string(v.batch) + " T=" + std::to_string(T_len) + " D=" + std::to_string(v.channels) +
+                 (v.packed ? " packed" : "") + (v.with_h0 ? " h0" : "") + (v.from_guess ? " from the guess" : ""));
+    const auto p = make_cell_problem<CellMath, T>(v.batch, T_len, v.channels, v.with_h0, v.packed, ++seed);
+    const std::vector<T> H = v.from_guess ? std::vector<T>{} : host_guess(p);
+    const StepRun<CellMath, T> run = run_step(p, H, 1.0, /*with_result=*/true);
+    if (::testing::Test::HasFailure()) return;
+    T host_result = T(0);
+    (void)host_newton_step(p, run.H_out, 1.0, host_result);  // max|F(H_out)|
+    EXPECT_NEAR(static_cast<double>(run.result_with_starts), static_cast<double>(host_result),
+                kKernelVsHostTau<T> * (1.0 + static_cast<double>(host_result)));
+    EXPECT_LE(static_cast<double>(run.result), static_cast<double>(run.result_with_starts));
   }
 }
 

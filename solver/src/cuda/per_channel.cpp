@@ -320,11 +320,18 @@ class CudaPerChannelFamily {
   bool defer_guess(std::int64_t expected_updates) {
     if (!ws_.fused) return false;
     guess_pending_ = true;
+    expected_updates_ = expected_updates;
+    steps_ = 0;
+    result_known_ = false;
     H_ = expected_updates % 2 == 1 ? ws_.iterate.as<ComputeT>() : out_;
     return true;
   }
+  // From the step expected to be the last on, the step also reduces max|F| of its result but at
+  // the chunk starts (NewtonStepArgs::max_abs_result), so that the final residual is a pass over
+  // 1/L of the steps (residual_max) instead of all of them.
   double evaluate_and_step(double omega) {
     ComputeT* next = H_ == out_ ? ws_.iterate.as<ComputeT>() : out_;
+    const bool want_result = expected_updates_ > 0 && steps_ + 1 >= expected_updates_;
     const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
                                               .recurrent = static_cast<const ComputeT*>(p_.recurrent),
                                               .h0 = static_cast<const ComputeT*>(p_.h0),
@@ -333,6 +340,7 @@ class CudaPerChannelFamily {
                                               .H_in = guess_pending_ ? nullptr : H_,
                                               .H_out = next,
                                               .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .max_abs_result = want_result ? ws_.max_abs.as<ComputeT>() + 1 : nullptr,
                                               .from_guess = guess_pending_,
                                               .batch = p_.batch,
                                               .time = p_.time,
@@ -341,11 +349,19 @@ class CudaPerChannelFamily {
     PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
         a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
     candidate_ = next;
-    return read_max_abs();
+    ComputeT values[2] = {0, 0};
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(values, ws_.max_abs.get(), (want_result ? 2 : 1) * sizeof(ComputeT),
+                                       cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    candidate_result_ = want_result ? std::optional<double>(static_cast<double>(values[1])) : std::nullopt;
+    return static_cast<double>(values[0]);
   }
   void commit_step() {
     H_ = candidate_;
     guess_pending_ = false;
+    ++steps_;
+    result_known_ = candidate_result_.has_value();
+    result_partial_ = candidate_result_.value_or(0.0);
   }
   // The solve's result belongs in the caller's buffer.
   void finish() {
@@ -360,21 +376,32 @@ class CudaPerChannelFamily {
   std::string fallback_unit() const {
     return fmt::format("chain tile(s) of {} channels", kFallbackTileChannels);
   }
-  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void zero_iterate() {
+    result_known_ = false;
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));
+  }
   void iterate_from_residual() {
+    result_known_ = false;
     PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, residual(), bytes(), cudaMemcpyDeviceToDevice, kStream));
   }
 
   // F = f(prepend(H)) − H, J when asked, and max|F| read back when asked (else 0).
   double evaluate(bool with_jacobian, bool reduce) { return residual_pass(with_jacobian, reduce, true); }
   // max|F| of H without writing F (the final residual of a solve).
-  double residual_max() { return residual_pass(false, true, false); }
+  // After a committed step that reduced its result's max|F| (evaluate_and_step), only the chunk
+  // starts are left: the residual kernel at time_stride L, and the larger of the two (NaN wins).
+  double residual_max() {
+    if (!result_known_) return residual_pass(false, true, false);
+    const double starts = residual_pass(false, true, false, kernels::newton_step_chunk<CellMath, ComputeT>());
+    return nan_max(result_partial_, starts);
+  }
 
   // sLSTM's guess (the CPU family's picard_guess): a zero-hidden pass, then `passes` Picard
   // passes, each the sequential kernel with the hidden slot frozen to the previous pass. The
   // passes alternate between H and the residual buffer (free until the first evaluation) so that
   // the last one lands in H.
   void picard_guess(std::int64_t passes) {
+    result_known_ = false;
     ComputeT* buffers[2] = {H_, residual()};
     const ComputeT* previous = nullptr;
     for (std::int64_t pass = 0; pass <= passes; ++pass) {
@@ -386,6 +413,7 @@ class CudaPerChannelFamily {
 
   // δ from (J, F) in place on F, then H += ω δ.
   void update(double omega) {
+    result_known_ = false;
     kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
                                   .delta = residual(),
                                   .head = p_.head,
@@ -410,6 +438,7 @@ class CudaPerChannelFamily {
     const std::int64_t row = p_.time * S * C;
     materialize_guess();
     (void)residual();
+    result_known_ = false;
     return sequential_fallback_units<ComputeT>(
         ws_.residual, n_, p_.batch * tiles, atol,
         [&](std::int64_t i) { return (i / row) * tiles + (i % C) / kFallbackTileChannels; }, H_,
@@ -449,7 +478,7 @@ class CudaPerChannelFamily {
     (void)residual_pass(false, false, true);
     iterate_from_residual();
   }
-  double residual_pass(bool with_jacobian, bool reduce, bool write_residual) {
+  double residual_pass(bool with_jacobian, bool reduce, bool write_residual, std::int64_t time_stride = 1) {
     materialize_guess();
     kernels::CellResidualArgs<ComputeT> a{
         .wx = static_cast<const ComputeT*>(p_.wx),
@@ -463,7 +492,8 @@ class CudaPerChannelFamily {
         .max_abs_residual = reduce ? ws_.max_abs.as<ComputeT>() : nullptr,
         .batch = p_.batch,
         .time = p_.time,
-        .channels = p_.channels};
+        .channels = p_.channels,
+        .time_stride = time_stride};
     PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
         a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), kStream)));
     return reduce ? read_max_abs() : 0.0;
@@ -475,6 +505,10 @@ class CudaPerChannelFamily {
   ComputeT* H_;                    // the current iterate: out_, or the workspace's second iterate
   ComputeT* candidate_ = nullptr;  // fused: the iterate the last step computed
   bool guess_pending_ = false;     // fused: H_ is the App. A guess, not yet written
+  std::int64_t expected_updates_ = 0, steps_ = 0;  // fused: the updates the driver expects, those committed
+  std::optional<double> candidate_result_;          // the last step's max|F| of its result but the chunk starts
+  bool result_known_ = false;                       // H_ is that result, unchanged since
+  double result_partial_ = 0.0;
   std::int64_t n_;
 };
 
@@ -696,7 +730,7 @@ NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batc
           "the scan workspace");
       residual_workspace =
           DeviceBuffer(kernels::cell_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
-      max_abs = DeviceBuffer(sizeof(ComputeT), "max|F|");
+      max_abs = DeviceBuffer(2 * sizeof(ComputeT), "max|F| (and of a fused step's result)");
     });
   });
 }

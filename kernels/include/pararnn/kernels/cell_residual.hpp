@@ -43,6 +43,9 @@ struct CellResidualArgs {
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
+  // Only the steps t = 0, time_stride, 2·time_stride, ... are evaluated (F written there only;
+  // max|F| over them): the steps a fused Newton step leaves out of its result's residual.
+  std::int64_t time_stride = 1;
 };
 
 // Workspace for the max|F| partials (independent of the shape).

@@ -43,6 +43,10 @@ struct NewtonStepArgs {
   const T* H_in = nullptr;  // null exactly when from_guess
   T* H_out = nullptr;
   T* max_abs_residual = nullptr;  // one device scalar (required): max|F(H_in)|
+  // Optional device scalar: max|F(H_out)|, the residual of the result, over every step except
+  // the chunk starts t = 0, L, 2L, ... (L = newton_step_chunk); the caller completes it with
+  // launch_cell_residual at time_stride L (a pass over 1/L of the steps instead of all).
+  T* max_abs_result = nullptr;
   // The iterate entering this iteration is the App. A guess H_t = f(h̃_t, x_t) (h̃ = h0 at heads,
   // else 0), computed in registers: the first iteration without the guess's own pass.
   bool from_guess = false;
@@ -54,6 +58,10 @@ struct NewtonStepArgs {
 
 template <class CellMath, class T>
 std::size_t newton_step_workspace_bytes(std::int64_t batch, std::int64_t time, std::int64_t channels);
+
+// L, the chunk of the launch: the steps max_abs_result leaves out are the multiples of L.
+template <class CellMath, class T>
+std::int64_t newton_step_chunk();
 
 template <class CellMath, class T>
 cudaError_t launch_newton_step(const NewtonStepArgs<T>& args, void* workspace, std::size_t workspace_bytes,
