@@ -87,6 +87,22 @@ struct NewtonStepSource {
       for (int v = 0; v < V; ++v) h[s][v] = p.v[v];
     }
   }
+  // h_new = f(from, x) for the V channels from the kept channel values (no Jacobian).
+  __device__ __forceinline__ void apply_cell(const T (&w)[G][V], const T (&from)[S][V], T (&h_new)[S][V]) const {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      T r[RC], wv[G], hp[S], hn[S];
+#pragma unroll
+      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
+#pragma unroll
+      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
+#pragma unroll
+      for (int s = 0; s < S; ++s) hp[s] = from[s][v];
+      CellMath::step(r, wv, hp, hn, static_cast<T*>(nullptr));
+#pragma unroll
+      for (int s = 0; s < S; ++s) h_new[s][v] = hn[s];
+    }
+  }
   // The App. A guess at t: f(h̃_t, x_t), h̃_t = h0 at a head, else 0.
   __device__ __forceinline__ void guess_at(int64_t b, int64_t t, int64_t c0, T (&h)[S][V]) const {
     T w[G][V], from[S][V];
@@ -99,19 +115,7 @@ struct NewtonStepSource {
 #pragma unroll
         for (int v = 0; v < V; ++v) from[s][v] = T(0);
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      T r[RC], wv[G], hp[S], hn[S];
-#pragma unroll
-      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
-#pragma unroll
-      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
-#pragma unroll
-      for (int s = 0; s < S; ++s) hp[s] = from[s][v];
-      CellMath::step(r, wv, hp, hn, static_cast<T*>(nullptr));
-#pragma unroll
-      for (int s = 0; s < S; ++s) h[s][v] = hn[s];
-    }
+    apply_cell(w, from, h);
   }
 
   __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart, int u,
@@ -169,21 +173,13 @@ struct NewtonStepSource {
   // block read it moments ago).
   __device__ __forceinline__ void result_residual(int64_t b, int64_t t, int64_t c0, const T (&from)[S][V],
                                                   const T (&out)[S][V]) {
-    T w[G][V];
+    T w[G][V], hn[S][V];
     load_gates(b * a.time + t, c0, w);
+    apply_cell(w, from, hn);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      T r[RC], wv[G], hp[S], hn[S];
+    for (int s = 0; s < S; ++s)
 #pragma unroll
-      for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
-#pragma unroll
-      for (int g = 0; g < G; ++g) wv[g] = w[g][v];
-#pragma unroll
-      for (int s = 0; s < S; ++s) hp[s] = from[s][v];
-      CellMath::step(r, wv, hp, hn, static_cast<T*>(nullptr));
-#pragma unroll
-      for (int s = 0; s < S; ++s) result_max = nan_max(result_max, fabs(hn[s] - out[s][v]));
-    }
+      for (int v = 0; v < V; ++v) result_max = nan_max(result_max, fabs(hn[s][v] - out[s][v]));
   }
 
   __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int u, const T (&x)[V][S]) {
