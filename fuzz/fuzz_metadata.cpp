@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   for (std::size_t i = 0; i + 1 < parts.size(); i += 2) problem.metadata[parts[i]] = parts[i + 1];
   if (auto it = problem.metadata.find("cell"); it != problem.metadata.end()) problem.cell = it->second;
-  for (const auto& [key, value] : problem.metadata) {
+  for (const auto& entry : problem.metadata) {  // (clang 14 cannot capture a structured binding)
+    const std::string& key = entry.first;
     (void)fuzz::accepts([&] { (void)problem.meta_int(key, 0); });
     (void)fuzz::accepts([&] { (void)problem.meta_double(key, 0.0); });
   }

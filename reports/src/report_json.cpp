@@ -216,6 +216,9 @@ Json load_bench_summary(const std::filesystem::path& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw ContractViolation(fmt::format("{}: key '(document)'", path.string()), "must be complete JSON",
                             fmt::format("parse error at byte {} of {}: {}", e.byte, text.str().size(), e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number no double holds (out_of_range 406)
+    throw ContractViolation(fmt::format("{}: key '(document)'", path.string()),
+                            "must be JSON whose numbers a double holds", e.what());
   }
   validate_bench_summary(summary, path.string());
   return summary;
@@ -233,6 +236,9 @@ Json load_report(const std::filesystem::path& path) {
     throw ContractViolation(fmt::format("{}: key '(document)'", path.string()),
                             "must be complete JSON (a truncated or corrupt report is refused)",
                             fmt::format("parse error at byte {} of {}: {}", e.byte, text.str().size(), e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number no double holds (out_of_range 406)
+    throw ContractViolation(fmt::format("{}: key '(document)'", path.string()),
+                            "must be JSON whose numbers a double holds", e.what());
   }
   validate_report(report, path.string());
   return report;

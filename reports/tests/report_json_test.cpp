@@ -47,6 +47,19 @@ TEST(ReportJson, TruncatedFileIsRefused) {
   EXPECT_NE(e.value().find("parse error at byte"), std::string::npos) << e.what();
 }
 
+// fuzz_report_json's finding (2026-12-01): a number beyond a double's range escaped load_report
+// as nlohmann's untyped out_of_range.
+TEST(ReportJson, NumberBeyondADoubleIsRefusedTyped) {
+  std::string text = testing::golden_report().dump();
+  const std::string key = "\"schema_version\":";
+  const std::size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"huge\":2.0637708e36342547,");
+  const ContractViolation e = refusal_of("huge_number.json", text);
+  EXPECT_NE(e.argument().find("(document)"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("double"), std::string::npos) << e.what();
+}
+
 TEST(ReportJson, DocumentThatIsNotOursIsRefused) {
   const ContractViolation agreement = refusal_of("agreement.json", R"({"ok": true, "schema_version": 1})");
   EXPECT_NE(agreement.argument().find("'format'"), std::string::npos) << agreement.what();
