@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "cuda/runtime.hpp"
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/kernels/newton_step.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/solver.hpp"
 
@@ -252,12 +254,18 @@ int main(int argc, char** argv) {
     const double ms = median_ms(warmup, runs, [&] {
       cuda::newton_solve(cell.spec(), DType::f32, problem, config, H.get(), workspace, stats);
     });
-    // The guess, every update's iteration, and the evaluations without an update (the early
-    // stop's or the final residual). Fused: an iteration reads W_x x (12 B) and H (4 B) and
-    // writes H' (4 B); the final residual evaluation is the residual kernel's 20 B.
-    const double per_update = workspace.fused ? 20.0 : 48.0;
-    const double bytes = token_channels * (32.0 + per_update * static_cast<double>(stats.updates) +
-                                           20.0 * static_cast<double>(stats.iters - stats.updates + 1));
+    // Host-driven: the guess (32 B), every update's iteration (48 B), and the evaluations without
+    // an update (the early stop's or the final residual, 20 B each). Fused: the first step
+    // evaluates the guess itself (W_x x 12 B read, H' 4 B written), later steps also read H
+    // (20 B), an evaluation without an update is 20 B, and the final residual, reduced by the
+    // last step, leaves only the chunk starts to the residual kernel (20 B / L; the step re-reads
+    // its W_x x from L2, not counted).
+    const double evaluations_without_update = static_cast<double>(stats.iters - stats.updates);
+    const double bytes =
+        workspace.fused && stats.updates > 0
+            ? token_channels * (16.0 + 20.0 * static_cast<double>(stats.updates - 1) + 20.0 * evaluations_without_update +
+                                20.0 / static_cast<double>(kernels::newton_step_chunk<cells::GruDiagMath, float>()))
+            : token_channels * (32.0 + 48.0 * static_cast<double>(stats.updates) + 20.0 * (evaluations_without_update + 1));
     out[name] = {{"ms", ms},
                  {"k", stats.k.k},
                  {"k_source", stats.k.source},
