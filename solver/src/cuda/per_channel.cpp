@@ -1,6 +1,6 @@
 // The CUDA backend (host orchestration; the kernels live in pararnn::kernels): inputs brought to
 // the device once and made contiguous there, the input affine W_x x + b by cuBLAS in the compute
-// type, then the one Newton driver (newton/driver.hpp) over the per-channel family on the device:
+// type (f32: cuBLASLt with the bias epilogue), then the one Newton driver (newton/driver.hpp) over the per-channel family on the device:
 // by default the fused step (kernels/newton_step.hpp: F, J, the scan and H += ωδ in one kernel),
 // or for deterministic solves the residual kernel, the three-phase scan and an axpy; one host
 // read of max|F| per iteration. Returns host tensors in

@@ -172,7 +172,9 @@ struct DeviceAffine {
 // The gate pre-activations into `wx` (`rows` = B·T rows of `width` = G·d_h, compute type):
 // `bias_row` (width values, compute type) in every row, plus every block's W x, by cuBLAS with f64
 // arithmetic for f64 and f32 accumulation otherwise (f16/bf16 inputs multiply exactly in f32).
-// `x` is contiguous (rows × d_in) in the storage dtype.
+// `x` is contiguous (rows × d_in) in the storage dtype. f32 (every column in a block, not during
+// a graph capture): one cuBLASLt GEMM per block with the bias in its epilogue (wx written once);
+// otherwise the bias rows are copied in and the GEMMs accumulate onto them.
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
                   const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
                   void* wx);
