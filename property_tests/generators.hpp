@@ -106,6 +106,38 @@ inline CellOptions label_options(const std::string& label) {
   return options;
 }
 
+// The cells outside the per-channel family (dense Jacobian chains, M2RNN's matrix state,
+// RWKV-7's exact linear scan), one small variant each, as the gradient suites run them.
+struct DenseVariant {
+  const char* name;
+  const char* cell;
+  const char* mix;
+  std::optional<std::int64_t> n_heads;
+  std::int64_t d_h;  // M2RNN: K·V
+  std::optional<std::int64_t> k_dim = std::nullopt, v_dim = std::nullopt;
+  bool packs = true;  // M2RNN refuses cu_seqlens
+};
+inline const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", std::nullopt, 3},
+                                              {"gru_head", "gru", "head", 2, 4},
+                                              {"slstm_head", "slstm", "head", 2, 4},
+                                              {"slstm_dense", "slstm", "dense", std::nullopt, 3},
+                                              {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
+                                              {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
+
+// A variant's CellOptions: `weight_std` for the recurrent parameters (M2RNN: W off the identity)
+// and the clamp `cap` where the cell has one (M2RNN and RWKV-7 have none).
+inline CellOptions dense_variant_options(const DenseVariant& v, std::int64_t d_in,
+                                         std::optional<double> weight_std = std::nullopt,
+                                         std::optional<double> cap = 0.5) {
+  if (v.k_dim)
+    return {.cell = v.cell, .d_in = d_in, .max_recurrent_norm = std::nullopt, .weight_std = weight_std,
+            .k_dim = v.k_dim, .v_dim = v.v_dim};
+  if (std::string(v.cell) == "rwkv7")
+    return {.cell = v.cell, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads, .max_recurrent_norm = std::nullopt};
+  return {.cell = v.cell, .mix = v.mix, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads,
+          .max_recurrent_norm = cap, .weight_std = weight_std};
+}
+
 // Every per-channel cell and variant the properties run over.
 #define PARARNN_CELL_LABEL(kind, Math, label) label,
 inline const std::vector<std::string> kPerChannelCellLabels = {PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_LABEL)};

@@ -178,34 +178,14 @@ INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_
 // M2RNN (cpu/matrix_state.cpp's reverse walk with its closed-form VJP) and RWKV-7
 // (cpu/exact_linear.cpp's exact reverse walk, closed-form gate VJP); host only: the CUDA
 // backend refuses their gradients (UnsupportedPath).
-struct DenseVariant {
-  const char* name;
-  const char* cell;
-  const char* mix;
-  std::optional<std::int64_t> n_heads;
-  std::int64_t d_h;  // M2RNN: K·V
-  std::optional<std::int64_t> k_dim = std::nullopt, v_dim = std::nullopt;
-  bool packs = true;  // M2RNN refuses cu_seqlens
-};
-const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", std::nullopt, 3},
-                                       {"gru_head", "gru", "head", 2, 4},
-                                       {"slstm_head", "slstm", "head", 2, 4},
-                                       {"slstm_dense", "slstm", "dense", std::nullopt, 3},
-                                       {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
-                                       {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
+using testing::DenseVariant;
+using testing::kDenseVariants;
 
 class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
  protected:
   CellOptions options(std::int64_t d_in, std::optional<double> weight_std = std::nullopt,
                       std::optional<double> cap = 0.5) const {
-    const DenseVariant& v = GetParam();
-    if (v.k_dim)  // ParaM2RNN: no cap; weight_std perturbs W off the identity
-      return {.cell = v.cell, .d_in = d_in, .max_recurrent_norm = std::nullopt, .weight_std = weight_std,
-              .k_dim = v.k_dim, .v_dim = v.v_dim};
-    if (std::string(v.cell) == "rwkv7")  // no recurrent parameter, no cap
-      return {.cell = v.cell, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads, .max_recurrent_norm = std::nullopt};
-    return {.cell = v.cell, .mix = v.mix, .d_in = d_in, .d_h = v.d_h, .n_heads = v.n_heads,
-            .max_recurrent_norm = cap, .weight_std = weight_std};
+    return testing::dense_variant_options(GetParam(), d_in, weight_std, cap);
   }
   // h0 of B rows: the trajectory shape of one step without its time axis.
   static Shape h0_shape(const Cell& cell, std::int64_t batch) {

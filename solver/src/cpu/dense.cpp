@@ -231,6 +231,9 @@ class DenseSolver {
     std::vector<double> d_wx(static_cast<std::size_t>(L_.batch * T * width_), 0.0);
     std::vector<double> d_params(static_cast<std::size_t>(chains() * param_count), 0.0);
     std::vector<double> d_h0(h0.size(), 0.0);
+    // Fault "dense_vjp_at_new_state": each step's VJP evaluated at its output h_t instead of its
+    // input h_{t-1} (a planted VJP error).
+    const bool vjp_at_new_state = PARARNN_FAULT_POINT("dense_vjp_at_new_state");
     parallel_chains([&](std::int64_t chain) {
       const std::int64_t b = chain / per_row_, q = chain % per_row_;
       const auto offset = [&](std::int64_t i) { return offsets_[static_cast<std::size_t>(q * n + i)]; };
@@ -257,7 +260,9 @@ class DenseSolver {
                 D(square ? wx_t[g * gate_stride + e] : wx_t[g * L_.d_h + q * slot_width_ + e]);
         DenseMath::step(static_cast<int>(n), p, square ? wx_t : wx_t + q * slot_width_, square ? n * n : L_.d_h,
                         hp.data(), hn.data(), J.data(), work.data());
-        for (std::int64_t i = 0; i < n; ++i) hpd[static_cast<std::size_t>(i)] = D(hp[static_cast<std::size_t>(i)]);
+        for (std::int64_t i = 0; i < n; ++i)
+          hpd[static_cast<std::size_t>(i)] =
+              D(vjp_at_new_state ? static_cast<double>(H_chain[t * n + i]) : hp[static_cast<std::size_t>(i)]);
         // μᵀ ∂h'/∂u for one input u: seed its tangent, step, project on μ.
         const auto vjp = [&](D& input) {
           input.d = 1.0;
