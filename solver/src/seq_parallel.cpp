@@ -18,6 +18,7 @@
 #include <exception>
 
 #include "cpu/per_channel_solver.hpp"
+#include "pararnn/core/fault.hpp"
 #include "pararnn/cells/affine_monoid.hpp"
 
 namespace pararnn {
@@ -178,7 +179,7 @@ class ChunkSolver {
                                    aggregates.data() + (b * D + c0) * kElement);
     });
     const Vec all = allgather_values(*comm_, std::span<const ComputeT>(aggregates));
-    if (comm_->rank() == 0) return local_.update(H, J, F, omega);
+    if (comm_->rank() == 0 || PARARNN_FAULT_POINT("seq_parallel_carry_dropped")) return local_.update(H, J, F, omega);
     // The exclusive scan over the ranks: the δ entering this chunk is the composition of the
     // aggregates of every rank before it, applied to the zero δ entering rank 0.
     Vec carry(static_cast<std::size_t>(L_.batch * S * D));
@@ -249,7 +250,7 @@ class ChunkSolver {
     const Vec mine = local_.last_states(H);
     const Vec all = allgather_values(*comm_, std::span<const ComputeT>(mine));
     const auto r = static_cast<std::size_t>(comm_->rank());
-    if (r > 0) local_.set_boundary(Vec(all.begin() + static_cast<std::ptrdiff_t>((r - 1) * mine.size()),
+    if (r > 0 && !PARARNN_FAULT_POINT("seq_parallel_boundary_stale")) local_.set_boundary(Vec(all.begin() + static_cast<std::ptrdiff_t>((r - 1) * mine.size()),
                                        all.begin() + static_cast<std::ptrdiff_t>(r * mine.size())));
   }
 
