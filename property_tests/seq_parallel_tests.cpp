@@ -260,11 +260,9 @@ RC_GTEST_PROP(SeqParallel, PRanksAgreeWithOneRankWithinTau, ()) {
   const auto lengths = *rc::gen::elementOf(splits_of(p.time, ranks, p.seed));
   RC_TAG(std::string(dtype_name(p.dtype)), ranks);
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto h0 = p.make_h0(cell.slots());
-  ApplyOptions options;
-  if (h0) options.h0 = h0->view();
+  const GeneratedProblem::Made made = p.make();
+  const auto& [cell, x, h0] = made;
+  const ApplyOptions options = made.options();
   const QuietWarnings quiet;
   const Tensor one_rank = newton_apply(cell, x, NewtonConfig{}, options);
   const SplitSolve split = solve_split(cell, x, lengths, NewtonConfig{}, h0);
@@ -315,13 +313,12 @@ TEST(SeqParallel, FallbackReturnsTheSequentialSolutionOnEveryRank) {
 TEST(SeqParallel, PicardGuessIsTheOneRankGuessAcrossRanks) {
   const GeneratedProblem p{.cell = "slstm", .dtype = DType::f64, .batch = 2, .time = 90, .d_in = 3, .d_h = 7,
                            .with_h0 = true, .seed = 8};
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto h0 = p.make_h0(cell.slots());
+  const GeneratedProblem::Made made = p.make();
+  const auto& [cell, x, h0] = made;
   const QuietWarnings quiet;
   for (std::int64_t passes : {0, 1, 3}) {
     const NewtonConfig config{.max_iters = 0, .residual_fail = std::nullopt, .picard_iters = passes};
-    const Tensor expected = newton_apply(cell, x, config, {.h0 = h0->view()});
+    const Tensor expected = newton_apply(cell, x, config, made.options());
     for (int ranks : {2, 3, 4}) {
       SCOPED_TRACE(fmt::format("passes={} ranks={}", passes, ranks));
       const SplitSolve split = solve_split(cell, x, even_chunks(p.time, ranks), config, h0);

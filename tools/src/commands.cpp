@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -321,8 +322,20 @@ int seqpar(const SeqparArgs& args) {
   const std::unique_ptr<Communicator> comm = make_nccl_communicator(nccl_launch_from_env());
   const std::vector<std::int64_t> lengths = seqpar_chunks(args, time, comm->size());
   const SeqparRanks ranks = seqpar_rank(*comm, cell, problem, config, lengths);
-  const int code = comm->rank() == 0 ? seqpar_report(args, cell, problem, config, lengths, ranks) : kExitAgree;
-  return static_cast<int>(comm->allreduce_max(static_cast<double>(code)));
+  // Rank 0's judgement reaches every rank even when it raises (the others would wait otherwise).
+  int code = kExitAgree;
+  std::exception_ptr failure;
+  if (comm->rank() == 0) {
+    try {
+      code = seqpar_report(args, cell, problem, config, lengths, ranks);
+    } catch (...) {
+      failure = std::current_exception();
+      code = kExitInconclusiveOrRefused;
+    }
+  }
+  const int verdict = static_cast<int>(comm->allreduce_max(static_cast<double>(code)));
+  if (failure) std::rethrow_exception(failure);
+  return verdict;
 }
 
 int make_case(const MakeCaseArgs& args) {
