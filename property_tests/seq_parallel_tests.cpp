@@ -16,9 +16,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "generators.hpp"
+#include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
@@ -34,6 +36,8 @@ const std::vector<std::string>& kCells = testing::kPerChannelCellLabels;
 Tolerance tau(DType dtype, const std::string& cell) {
   return tolerance_for({.dtype = dtype, .metric = Metric::trajectory, .cell = cell, .backend = "cpu"});
 }
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // Stats that every rank must report identically (NaN residuals compared by their bits).
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -363,6 +367,125 @@ TEST(SeqParallel, NanOnOneRankReachesEveryRank) {
   }
 }
 
+// ---- Gradients --------------------------------------------------------------------------------
+
+struct SplitGradients {
+  Tensor dx;                                            // the ranks' ∇x chunks reassembled
+  std::optional<Tensor> dh0;                            // rank 0's
+  std::vector<std::map<std::string, Tensor>> parameters;  // per rank
+};
+
+SplitGradients backward_split(const Cell& cell, const Tensor& x, const Tensor& grad_H,
+                              const std::vector<std::int64_t>& lengths, const NewtonConfig& config,
+                              const std::optional<Tensor>& h0) {
+  std::vector<std::int64_t> starts(lengths.size(), 0);
+  for (std::size_t r = 1; r < lengths.size(); ++r) starts[r] = starts[r - 1] + lengths[r - 1];
+  std::vector<NewtonGradients> grads(lengths.size());
+  InProcessGroup group(static_cast<int>(lengths.size()));
+  group.run([&](Communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    ApplyOptions options;
+    if (h0 && r == 0) options.h0 = h0->view();
+    const TensorView x_r = x.view().slice(1, starts[r], starts[r] + lengths[r]);
+    const NewtonForward forward = seq_parallel_newton_forward(comm, cell, x_r, config, options);
+    grads[r] = seq_parallel_newton_backward(comm, cell, x_r, forward,
+                                            grad_H.view().slice(1, starts[r], starts[r] + lengths[r]), config, options);
+  });
+  SplitGradients out{.dx = Tensor(cell.dtype(), x.shape()), .dh0 = grads.front().h0, .parameters = {}};
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    out.parameters.push_back(grads[r].parameters);
+    for (std::int64_t b = 0; b < x.size(0); ++b) {
+      const TensorView dst = out.dx.view().select(0, b).slice(0, starts[r], starts[r] + lengths[r]);
+      const TensorView src = grads[r].x.view().select(0, b);
+      std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(out.dx.dtype()));
+    }
+  }
+  return out;
+}
+
+Tensor normal_like(DType dtype, const Shape& shape, std::uint64_t seed) {
+  Tensor t(dtype, shape);
+  Tensor flat = t.reshaped({t.numel()});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, normal(rng));
+  return t;
+}
+
+// ∇x, ∇h0 and every parameter gradient of P ranks within the gradient tolerance of one rank's
+// newton_backward on the whole sequence; every rank holds the same parameter gradients, bitwise.
+TEST(SeqParallelGradients, PRanksEqualOneRankWithinTheGradientTolerance) {
+  std::uint64_t seed = 100;
+  for (const std::string& label : kCells)
+    for (DType dtype : {DType::f32, DType::f64}) {
+      const CellOptions variant = testing::label_options(label);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                               .time = dtype == DType::f64 ? 23 : 57, .d_in = 3, .d_h = 6, .with_h0 = true,
+                               .seed = ++seed};
+      const GeneratedProblem::Made made = p.make();
+      const Tensor grad_H = normal_like(dtype, made.cell.trajectory_shape(p.batch, p.time), seed);
+      const NewtonForward forward = newton_forward(made.cell, made.x, {}, made.options());
+      const NewtonGradients one = newton_backward(made.cell, made.x, forward, grad_H, {}, made.options());
+      const Tolerance tol = tolerance_for({.dtype = dtype, .metric = gradient_metric(made.cell), .cell = p.cell});
+      for (int ranks : {2, 3, 4}) {
+        const auto splits = splits_of(p.time, ranks, seed);
+        const auto& lengths = splits[static_cast<std::size_t>(ranks) % splits.size()];
+        SCOPED_TRACE(p.describe() + " split " + split_name(lengths));
+        const SplitGradients split = backward_split(made.cell, made.x, grad_H, lengths, {}, made.h0);
+        const ComparisonResult dx = compare(split.dx, one.x, tol);
+        EXPECT_TRUE(dx.ok()) << "grad x\n" << dx.describe();
+        ASSERT_TRUE(split.dh0 && one.h0);
+        const ComparisonResult dh0 = compare(*split.dh0, *one.h0, tol);
+        EXPECT_TRUE(dh0.ok()) << "grad h0\n" << dh0.describe();
+        for (const auto& [name, expected] : one.parameters) {
+          const ComparisonResult c = compare(split.parameters.front().at(name), expected, tol);
+          EXPECT_TRUE(c.ok()) << "grad " << name << "\n" << c.describe();
+          for (const auto& rank_parameters : split.parameters)
+            EXPECT_EQ(std::memcmp(rank_parameters.at(name).data(), split.parameters.front().at(name).data(),
+                                  expected.nbytes()), 0) << name << " differs between ranks";
+        }
+      }
+    }
+}
+
+// recompute = true keeps nothing of H* and re-solves it across the ranks: bitwise the gradients
+// of the saved trajectory.
+TEST(SeqParallelGradients, RecomputeIsBitwiseTheSavedBackward) {
+  for (const std::string cell_name : {"gru", "slstm"}) {
+    SCOPED_TRACE(cell_name);
+    const GeneratedProblem p{.cell = cell_name, .dtype = DType::f32, .batch = 2, .time = 40, .d_in = 3, .d_h = 5,
+                             .with_h0 = true, .seed = 31};
+    const GeneratedProblem::Made made = p.make();
+    const Tensor grad_H = normal_like(DType::f32, made.cell.trajectory_shape(p.batch, p.time), 32);
+    const auto lengths = even_chunks(p.time, 3);
+    const SplitGradients saved = backward_split(made.cell, made.x, grad_H, lengths, {}, made.h0);
+    const SplitGradients recomputed = backward_split(made.cell, made.x, grad_H, lengths, {.recompute = true}, made.h0);
+    EXPECT_EQ(std::memcmp(saved.dx.data(), recomputed.dx.data(), saved.dx.nbytes()), 0);
+    for (const auto& [name, g] : saved.parameters.front())
+      EXPECT_EQ(std::memcmp(g.data(), recomputed.parameters.front().at(name).data(), g.nbytes()), 0) << name;
+  }
+}
+
+TEST(SeqParallelGradients, ACotangentOfTheWrongShapeIsRefusedOnEveryRank) {
+  const GeneratedProblem p{.cell = "nlru", .dtype = DType::f32, .batch = 2, .time = 10, .d_in = 3, .d_h = 4, .seed = 5};
+  const GeneratedProblem::Made made = p.make();
+  std::vector<std::string> refused(2);
+  InProcessGroup group(2);
+  group.run([&](Communicator& comm) {
+    const std::int64_t r = comm.rank();
+    const TensorView x_r = made.x.view().slice(1, 5 * r, 5 * r + 5);
+    const NewtonForward forward = seq_parallel_newton_forward(comm, made.cell, x_r);
+    const Tensor grad_H(DType::f32, {2, r == 1 ? 4 : 5, 4});  // rank 1's is one step short
+    try {
+      (void)seq_parallel_newton_backward(comm, made.cell, x_r, forward, grad_H);
+    } catch (const ContractViolation& e) {
+      refused[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  EXPECT_TRUE(starts_with(refused[1], "grad_H_chunk: must have the trajectory's shape")) << refused[1];
+  EXPECT_TRUE(starts_with(refused[0], "rank 1: refused its input")) << refused[0];
+}
+
 // ---- The communicator ------------------------------------------------------------------------
 
 TEST(InProcessCommunicator, AllgatherPlacesEveryRanksBlockInRankOrder) {
@@ -454,8 +577,6 @@ std::vector<std::string> refusals(const std::vector<RankInput>& inputs) {
   });
   return out;
 }
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 TEST(SeqParallel, RefusesBadInputOnEveryRankNamingTheArgumentAndTheRank) {
   const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 12, .d_in = 3, .d_h = 4, .seed = 2};

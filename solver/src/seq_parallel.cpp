@@ -6,6 +6,9 @@
 // - update: the chunk aggregates of every chain (scan_aggregates), gathered, composed into the
 //   carry entering this chunk (the exclusive scan of the affine monoid over the ranks), and the
 //   local scan from that carry;
+// - backward: the adjoint crosses the ranks from the last to the first, as the exclusive scan
+//   (from the right) of the ranks' adjoint elements (adjoint_aggregates), and the parameter
+//   sums are summed over the ranks before they are rounded;
 // - sLSTM's Picard passes and the sequential fallback are sequential along the whole sequence:
 //   a pipeline of P rounds, rank q working in round q from rank q − 1's last state, one
 //   allgather of last states per round. The fallback's units are flagged by their maximum over
@@ -16,6 +19,8 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
 
 #include "cpu/per_channel_solver.hpp"
 #include "pararnn/core/fault.hpp"
@@ -78,8 +83,8 @@ struct ChunkPlacement {
 // The local rules (the chunk as newton_apply's input, and what the split does not build), then
 // the rules across ranks; collective: every rank raises when any rank's input is refused.
 ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                            const ApplyOptions& options) {
-  constexpr const char* who = "seq_parallel_newton_apply";
+                            const ApplyOptions& options, const char* who,
+                            const std::function<void(const Layout&)>& more_checks = {}) {
   const int rank = comm.rank(), size = comm.size();
   RankDescriptor mine;
   ChunkPlacement placement;
@@ -111,6 +116,7 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
                               fmt::format("every rank needs at least one step (rank {} of {} has none)", rank, size),
                               shape_string(x.shape()));
     placement.layout = check_inputs(cell, x, options, who);
+    if (more_checks) more_checks(placement.layout);
     mine.batch = placement.layout.batch;
     mine.time = placement.layout.time;
     mine.d_in = placement.layout.d_in;
@@ -227,6 +233,40 @@ class ChunkSolver {
     return current;
   }
 
+  // The implicit adjoint across ranks: μ_t = g_t + J_{t+1}ᵀ μ_{t+1} runs from the last rank to
+  // the first, so the carry entering this chunk's last step is the composition of the adjoint
+  // elements of every later rank (adjoint_aggregates; an exclusive scan from the right), and the
+  // parameter sums are summed over the ranks in rank order before they are rounded.
+  NewtonGradients backward(const Vec& H, const TensorView& grad_H, const TensorView& x,
+                           const ApplyOptions& options) const {
+    exchange_last_states(H);
+    const std::vector<double> mine = local_.adjoint_aggregates(H, grad_H);
+    const std::vector<double> all = allgather_values(*comm_, std::span<const double>(mine));
+    const std::int64_t D = L_.d_h, chains = L_.batch * D;
+    const int rank = comm_->rank(), size = comm_->size();
+    std::vector<double> carry(static_cast<std::size_t>(L_.batch * S * D));
+    for (std::int64_t i = 0; i < chains; ++i) {
+      double current[S] = {}, next[S];
+      for (int q = size - 1; q > rank; --q) {
+        const double* a = all.data() + (q * chains + i) * kElement;
+        cells::apply_dense(S, a, a + S * S, current, next);
+        std::copy(next, next + S, current);
+      }
+      const std::int64_t b = i / D, c = i % D;
+      for (int s = 0; s < S; ++s) carry[static_cast<std::size_t>((b * S + s) * D + c)] = current[s];
+    }
+    const SumOverRanks sum_over_ranks = [&](std::span<double> sums) {
+      const std::vector<double> every = allgather_values(*comm_, std::span<const double>(sums));
+      for (std::size_t i = 0; i < sums.size(); ++i) {
+        double total = 0.0;
+        for (int q = 0; q < size; ++q) total += every[static_cast<std::size_t>(q) * sums.size() + i];
+        sums[i] = total;
+      }
+    };
+    const bool carried = rank + 1 < size && !PARARNN_FAULT_POINT("seq_parallel_adjoint_carry_dropped");
+    return local_.backward(H, grad_H, x, options, carried ? carry.data() : nullptr, sum_over_ranks);
+  }
+
   std::int64_t sequential_fallback(Vec& H, double atol) const {
     const std::vector<double>& mine = local_.unit_residuals();
     const std::vector<double> all = allgather_values(*comm_, std::span<const double>(mine));
@@ -272,26 +312,81 @@ std::vector<std::int64_t> even_chunks(std::int64_t time, int ranks) {
   return out;
 }
 
+namespace {
+
+// The chunk's Newton solve (the one driver over HostIterate and the ChunkSolver): H* in the
+// compute type.
+template <class Solver>
+typename Solver::Vec solve_chunk(const Solver& solver, const Cell& cell, const NewtonConfig& config,
+                                 const detail::ChunkPlacement& placement, NewtonStats& stats) {
+  const detail::Layout& L = placement.layout;
+  constexpr int S = Solver::S;
+  detail::HostIterate<Solver, typename Solver::Vec> family(
+      solver, static_cast<std::size_t>(L.batch * L.time * S * L.d_h),
+      static_cast<std::size_t>(L.batch * L.time * S * S * L.d_h),
+      fmt::format("chain tile(s) of {} channels", detail::kChannelTile));
+  detail::solve_newton(family, cell.spec(), cell.dtype(), config, placement.total_time, stats);
+  stats.scan_backend = "cpu_seq_parallel";
+  return std::move(family.iterate());
+}
+
+// `body(solver)` with the ChunkSolver of the cell's math and storage dtype.
+template <class Body>
+decltype(auto) with_chunk_solver(Communicator& comm, const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                 const detail::ChunkPlacement& placement, Body&& body) {
+  return detail::dispatch_solver(cell, [&]<class CellMath, class StorageT>() -> decltype(auto) {
+    const detail::ChunkSolver<CellMath, StorageT> solver(comm, cell, x, options, placement.layout);
+    return body(solver);
+  });
+}
+
+}  // namespace
+
 Tensor seq_parallel_newton_apply(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
                                  const NewtonConfig& config, const ApplyOptions& options, NewtonStats* stats) {
-  const detail::ChunkPlacement placement = detail::check_chunks(comm, cell, x_chunk, config, options);
+  const detail::ChunkPlacement placement =
+      detail::check_chunks(comm, cell, x_chunk, config, options, "seq_parallel_newton_apply");
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = detail::dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    using Solver = detail::ChunkSolver<CellMath, StorageT>;
-    const Solver solver(comm, cell, x_chunk, options, placement.layout);
-    const detail::Layout& L = placement.layout;
-    constexpr int S = CellMath::kSlots;
-    detail::HostIterate<Solver, typename Solver::Vec> family(
-        solver, static_cast<std::size_t>(L.batch * L.time * S * L.d_h),
-        static_cast<std::size_t>(L.batch * L.time * S * S * L.d_h),
-        fmt::format("chain tile(s) of {} channels", detail::kChannelTile));
-    detail::solve_newton(family, cell.spec(), cell.dtype(), config, placement.total_time, s);
-    return solver.local().to_storage(family.iterate());
+  Tensor H = with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    return solver.local().to_storage(solve_chunk(solver, cell, config, placement, s));
   });
-  s.scan_backend = "cpu_seq_parallel";
   detail::residual_gate(cell, config, s, x_chunk, options);
   return H;
+}
+
+NewtonForward seq_parallel_newton_forward(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
+                                          const NewtonConfig& config, const ApplyOptions& options) {
+  const detail::ChunkPlacement placement =
+      detail::check_chunks(comm, cell, x_chunk, config, options, "seq_parallel_newton_forward");
+  NewtonForward forward;
+  with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    const auto H = solve_chunk(solver, cell, config, placement, forward.stats);
+    forward.H = solver.local().to_storage(H);
+    if (!config.recompute)
+      forward.saved_trajectory = std::make_shared<const Tensor>(solver.local().to_compute_tensor(H));
+  });
+  detail::residual_gate(cell, config, forward.stats, x_chunk, options);
+  return forward;
+}
+
+NewtonGradients seq_parallel_newton_backward(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
+                                             const NewtonForward& forward, const TensorView& grad_H_chunk,
+                                             const NewtonConfig& config, const ApplyOptions& options) {
+  const detail::ChunkPlacement placement = detail::check_chunks(
+      comm, cell, x_chunk, config, options, "seq_parallel_newton_backward", [&](const detail::Layout& L) {
+        const Shape trajectory = cell.trajectory_shape(L.batch, L.time);
+        detail::check_cotangent(grad_H_chunk, trajectory, "grad_H_chunk");
+        if (forward.H.shape() != trajectory)
+          throw ContractViolation("forward", "must come from seq_parallel_newton_forward on this rank's x_chunk",
+                                  shape_string(forward.H.shape()));
+      });
+  return with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    if (forward.saved_trajectory)
+      return solver.backward(solver.local().from_saved(*forward.saved_trajectory), grad_H_chunk, x_chunk, options);
+    NewtonStats stats;  // recompute: the forward's solve again (bitwise the same H*)
+    return solver.backward(solve_chunk(solver, cell, config, placement, stats), grad_H_chunk, x_chunk, options);
+  });
 }
 
 }  // namespace pararnn

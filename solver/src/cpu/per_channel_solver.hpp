@@ -24,6 +24,7 @@
 #include "cpu/fault_models.hpp"
 #include "cpu/input_affine.hpp"
 #include "newton/driver.hpp"
+#include "pararnn/cells/affine_monoid.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/scan.hpp"
 
@@ -253,8 +254,11 @@ class CpuSolver {
 
   // The implicit adjoint at H* (see training.hpp), one reverse walk per chain fused with the
   // VJP: μ_t = g_t + (J_{t+1}ᵀ μ_{t+1}), where J_{t+1}ᵀ μ_{t+1} is the VJP's d h_prev at t+1.
+  // A sequence-parallel chunk passes `carry` ([row][s][c]: the ∂h_prev that the next chunk's
+  // step 0 sends back into this chunk's last step) and `sum_over_ranks` (the parameter sums).
   NewtonGradients backward(const std::vector<ComputeT>& H, const TensorView& grad_H,
-                           const TensorView& x, const ApplyOptions& options) const {
+                           const TensorView& x, const ApplyOptions& options, const double* carry_in = nullptr,
+                           const SumOverRanks& sum_over_ranks = {}) const {
     const std::int64_t D = L_.d_h, T = L_.time, B = L_.batch;  // grad_H checked by api.cpp
     const Tensor g = Tensor::converted(grad_H, kComputeDType);
     const ComputeT* g_all = g.data_as<ComputeT>();
@@ -271,6 +275,8 @@ class CpuSolver {
         // h'), and f32 cancellation noise there exceeded the gradient band.
         using AdjointT = double;
         AdjointT carry[S] = {};
+        if (carry_in != nullptr)
+          for (int s = 0; s < S; ++s) carry[s] = carry_in[(b * S + s) * D + c];
         double acc[R] = {};
         for (std::int64_t t = T - 1; t >= 0; --t) {
           AdjointT cot[S], hp[S], rec[RC], wx[G], d_rec[RC] = {}, dwx[G], dhp[S];
@@ -308,9 +314,10 @@ class CpuSolver {
       for (std::int64_t c = 0; c < D; ++c)
         for (std::int64_t b = 0; b < B; ++b)
           d_rec[static_cast<std::size_t>(k * D + c)] += d_rec_rows[static_cast<std::size_t>((b * R + k) * D + c)];
+    if (sum_over_ranks) sum_over_ranks(d_rec);
     out.parameters = recurrent_gradients(cell_, d_rec);
     // Input affines (and CfC's Δt): cpu/input_affine.hpp.
-    const auto dx_all = input_affine_backward<ComputeT>(cell_, x, L_, d_wx, out.parameters);
+    const auto dx_all = input_affine_backward<ComputeT>(cell_, x, L_, d_wx, out.parameters, sum_over_ranks);
     Tensor dx(cell_.dtype(), {B, T, L_.d_in});
     for (std::int64_t i = 0; i < B * T * L_.d_in; ++i)
       dx.data_as<StorageT>()[i] = static_cast<StorageT>(dx_all.data()[i]);
@@ -320,6 +327,44 @@ class CpuSolver {
       for (std::size_t i = 0; i < d_h0.size(); ++i) dh0.data_as<StorageT>()[i] = static_cast<StorageT>(d_h0[i]);
       out.h0 = dh0;
     }
+    return out;
+  }
+
+  // Every chain's adjoint walk as one element of the monoid acting on the carry entering its
+  // last step, in double: per step x ↦ J_tᵀ (x + g_t) (the walk's ∂h_prev), composed from the
+  // last step to step 0; out[b·d_h + c][S·S + S]. A sequence-parallel backward composes the
+  // later ranks' elements into the carry of each rank's walk.
+  std::vector<double> adjoint_aggregates(const std::vector<ComputeT>& H, const TensorView& grad_H) const {
+    const std::int64_t D = L_.d_h, T = L_.time;
+    const Tensor g = Tensor::converted(grad_H, DType::f64);
+    const double* g_all = g.data_as<double>();
+    std::vector<double> out(static_cast<std::size_t>(L_.batch * D * (S * S + S)));
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      const ComputeT* H_row = H.data() + b * row_elems();
+      const double* g_row = g_all + b * row_elems();
+      for (std::int64_t c = c0; c < c1; ++c) {
+        auto acc = cells::AffineElement<S, double>::identity();
+        for (std::int64_t t = T - 1; t >= 0; --t) {
+          double hp[S], hn[S], jac[S * S], rec[RC], wx[G];
+          for (int s = 0; s < S; ++s) hp[s] = static_cast<double>(prev_state(H_row, b, t, s, c));
+          for (int k = 0; k < RC; ++k) rec[k] = static_cast<double>(rec_[static_cast<std::size_t>(k * D + c)]);
+          const ComputeT* wx_t = wx_.data() + (b * T + t) * G * D;
+          for (int k = 0; k < G; ++k) wx[k] = static_cast<double>(wx_t[k * D + c]);
+          CellMath::step(rec, wx, hp, hn, jac);
+          cells::AffineElement<S, double> step;  // x ↦ Jᵀ x + Jᵀ g_t
+          for (int o = 0; o < S; ++o) {
+            step.r[o] = 0.0;
+            for (int i = 0; i < S; ++i) {
+              step.J[o * S + i] = jac[i * S + o];
+              step.r[o] += jac[i * S + o] * g_row[(t * S + i) * D + c];
+            }
+          }
+          acc = cells::compose(step, acc);
+        }
+        std::copy(acc.J, acc.J + S * S, out.data() + (b * D + c) * (S * S + S));
+        std::copy(acc.r, acc.r + S, out.data() + (b * D + c) * (S * S + S) + S * S);
+      }
+    });
     return out;
   }
 

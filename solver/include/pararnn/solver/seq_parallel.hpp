@@ -1,6 +1,6 @@
 // Sequence-parallel Newton (docs/seq_parallel.md): the time axis split across the ranks of a
 // Communicator, each rank holding its chunk [t0, t1) of x, for the per-channel cells (GRU, LSTM,
-// NLRU, sLSTM-diag, CfC, Titans) on the CPU backend.
+// NLRU, sLSTM-diag, CfC, Titans) on the CPU backend; the solve and its training pair.
 //
 // Guarantees:
 // - The same Newton solve as newton_apply on the whole sequence (the one driver,
@@ -32,6 +32,7 @@
 
 #include "pararnn/solver/communicator.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 
@@ -39,6 +40,25 @@ namespace pararnn {
                                                const NewtonConfig& config = {},
                                                const ApplyOptions& options = {},
                                                NewtonStats* stats = nullptr);
+
+// Training across ranks (training.hpp's newton_forward / newton_backward, one chunk per rank):
+// the forward keeps the chunk's H* (or nothing with recompute); the backward takes the chunk of
+// grad_H and returns ∇x of the chunk, ∇h0 on rank 0 (when it passed h0) and, on every rank, the
+// parameter gradients of the whole sequence (the ranks' double sums summed in rank order, then
+// rounded once). The adjoint μ_t = g_t + J_{t+1}ᵀ μ_{t+1} crosses the ranks from the last to the
+// first as an exclusive scan of the ranks' adjoint elements (one allgather of
+// B·d_h·(slots² + slots) doubles), after one allgather of the boundary states; the parameter
+// sums take one allgather per gradient tensor. Within the gradient tolerance of newton_backward
+// on the whole sequence.
+[[nodiscard]] NewtonForward seq_parallel_newton_forward(Communicator& comm, const Cell& cell,
+                                                        const TensorView& x_chunk,
+                                                        const NewtonConfig& config = {},
+                                                        const ApplyOptions& options = {});
+[[nodiscard]] NewtonGradients seq_parallel_newton_backward(Communicator& comm, const Cell& cell,
+                                                           const TensorView& x_chunk, const NewtonForward& forward,
+                                                           const TensorView& grad_H_chunk,
+                                                           const NewtonConfig& config = {},
+                                                           const ApplyOptions& options = {});
 
 // The chunk lengths of an even split of `time` steps over `ranks` (the first time % ranks
 // ranks get one step more); refuses ranks < 1 and time < ranks (a rank would have no step).
