@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/kernels/newton_step.hpp"
@@ -45,67 +46,12 @@ namespace {
 
 using pararnn::detail::cuda::DeviceBuffer;
 namespace cuda = pararnn::detail::cuda;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "pararnn_bench_newton: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// Times `body` (device work on the legacy default stream) with events: median over `runs`.
-template <class Body>
-double median_ms(int warmup, int runs, Body&& body) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> times;
-  for (int i = 0; i < warmup + runs; ++i) {
-    check(cudaEventRecord(start, nullptr), "cudaEventRecord");
-    body();
-    check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= warmup) times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(times);
-}
-
-std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::strtoll(argv[i + 1], nullptr, 10);
-  return fallback;
-}
-
-std::vector<float> download(const DeviceBuffer& buffer) {
-  std::vector<float> host(buffer.bytes() / sizeof(float));
-  check(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
-  return host;
-}
-
-// x [B, T, d_in] in f32, uniform in [-1, 1) (SplitMix64 from `seed`).
-pararnn::Tensor uniform_input(std::int64_t B, std::int64_t T, std::int64_t d_in, std::uint64_t seed) {
-  pararnn::Tensor x(pararnn::DType::f32, {B, T, d_in});
-  std::uint64_t state = seed;
-  float* p = x.data_as<float>();
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-  }
-  return x;
-}
+using pararnn::bench::arg_value;
+using pararnn::bench::check;
+using pararnn::bench::download;
+using pararnn::bench::median;
+using pararnn::bench::median_ms;
+using pararnn::bench::uniform_input;
 
 // The fused strategy for another per-channel cell (P7: LSTM at S1, P8: sLSTM-diag at B 8,
 // T 4096): K = 3 fixed and the default adaptive K, the sequential kernel at the same shape, and
@@ -173,30 +119,14 @@ int main(int argc, char** argv) {
   const std::int64_t n = B * T * D;  // token-channels
   const std::uint64_t seed = 20260301;
 
+  pararnn::bench::program_name = "pararnn_bench_newton";
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  int runtime_version = 0, driver_version = 0;
-  cudaRuntimeGetVersion(&runtime_version);
-  cudaDriverGetVersion(&driver_version);
 
   nlohmann::ordered_json out;
   out["schema_version"] = 1;
   out["benchmark"] = "pararnn_bench_newton";
-  {
-    std::string args;
-    for (int i = 0; i < argc; ++i) {
-      if (i > 0) args += ' ';
-      args += argv[i];
-    }
-    const std::time_t now = std::time(nullptr);
-    char date[32];
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    out["context"] = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount},
-                      {"cuda_runtime", runtime_version}, {"cuda_driver", driver_version},
-                      {"argv", args}, {"date", date}, {"seed", seed}};
-  }
+  out["context"] = pararnn::bench::run_context(argc, argv, seed);
   out["shape"] = {{"cell", "gru"}, {"dtype", "f32"}, {"batch", B}, {"time", T}, {"d_h", D},
                   {"d_in", d_in}, {"chains", B * D}, {"token_channels", n}};
   out["runs"] = runs;
@@ -351,9 +281,7 @@ int main(int argc, char** argv) {
                                                              err_fused_adaptive <= tau.atol}};
   }
   // P7 and P8 (`--skip-cells` leaves them out).
-  bool skip_cells = false;
-  for (int i = 1; i < argc; ++i) skip_cells = skip_cells || std::strcmp(argv[i], "--skip-cells") == 0;
-  if (!skip_cells) {
+  if (!pararnn::bench::has_flag(argc, argv, "--skip-cells")) {
     out["P7_lstm_s1"] = cell_figures("lstm", B, T, D, d_in, warmup, runs, seed);
     out["P8_slstm"] = cell_figures("slstm", 8, 4096, 256, 256, warmup, runs, seed);
   }

@@ -3,13 +3,15 @@
 // permuted, time-skipped device input ≡ the contiguous host copy, bitwise; packed sequences ≡
 // each sequence solved alone; an adaptive solve that does not converge by k_max returns the
 // sequential answer with the `newton_residual_high` warning; the GPU sequential loop ≡ the CPU's
-// in every storage dtype; cells without kernels are refused by name.
+// in every storage dtype; the auto rule solves sequentially from its threshold on; cells without
+// kernels are refused by name.
 // Tolerances come from contracts/tolerance.hpp (backend "cuda").
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "backend.hpp"
 #include "generators.hpp"
@@ -206,6 +208,47 @@ TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
     EXPECT_EQ(gpu_stats.fallback_tiles, cpu_stats.fallback_tiles);
     const ComparisonResult c = compare(gpu, cpu, cuda_tau(DType::f32, options.cell));
     EXPECT_TRUE(c.ok()) << c.describe();
+  }
+}
+
+// The auto rule (docs/cuda.md): an adaptive solve with B·d_h at the threshold is the sequential
+// kernel's answer (no iteration, strategy "sequential"), equal within τ to the CPU's sequential
+// loop and to the GPU's Newton solve; one batch row fewer, a fixed K, or allow_sequential = false
+// keep Newton.
+TEST(CudaBackend, AutoRuleIsTheSequentialSolveFromItsThresholdOn) {
+  for (const std::string name : {"gru", "slstm"}) {
+    SCOPED_TRACE(name);
+    const std::int64_t d_h = 4;
+    const std::int64_t min_chains = cuda_sequential_min_chains(Cell::initialise({.cell = name, .d_in = 3, .d_h = d_h}, DType::f32, 1));
+    ASSERT_LT(min_chains, std::int64_t{1} << 20) << "the rule covers every per-channel cell";
+    const std::int64_t rows = (min_chains + d_h - 1) / d_h;
+    const GeneratedProblem p{.cell = name, .dtype = DType::f32, .batch = rows, .time = 16, .d_in = 3, .d_h = d_h,
+                             .seed = 41};
+    const Cell cell = p.make_cell();
+    const Tensor x = p.make_input();
+    NewtonStats at, newton, fixed, below;
+    const Tensor H_auto = newton_apply(cell, x, on(ScanBackend::cuda), {}, &at);
+    EXPECT_EQ(at.strategy, "sequential");
+    EXPECT_EQ(at.iters, 0);
+    EXPECT_TRUE(at.converged) << at.max_residual;
+    const Tensor H_newton = newton_apply(cell, x, on(ScanBackend::cuda, {.allow_sequential = false}), {}, &newton);
+    EXPECT_EQ(newton.strategy, "fused");
+    EXPECT_GT(newton.iters, 0);
+    (void)newton_apply(cell, x, on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt}), {}, &fixed);
+    EXPECT_EQ(fixed.strategy, "fused");
+    EXPECT_EQ(fixed.iters, 3);
+    const Tensor x_below = Tensor::copy_of(x.view().slice(0, 0, rows - 1));
+    (void)newton_apply(cell, x_below, on(ScanBackend::cuda), {}, &below);
+    EXPECT_EQ(below.strategy, "fused");
+    const Tolerance tau = cuda_tau(DType::f32, name);
+    const ComparisonResult vs_loop = compare(H_auto, sequential_apply(cell, x, ScanBackend::cpu), tau);
+    EXPECT_TRUE(vs_loop.ok()) << vs_loop.describe();
+    const ComparisonResult vs_newton = compare(H_auto, H_newton, tau);
+    EXPECT_TRUE(vs_newton.ok()) << vs_newton.describe();
+    // A non-finite state is caught by the residual gate on this strategy too.
+    Tensor x_nan = Tensor::copy_of(x.view());
+    x_nan.view().store({rows - 1, 5, 1}, std::numeric_limits<double>::quiet_NaN());
+    EXPECT_THROW((void)newton_apply(cell, x_nan, on(ScanBackend::cuda)), NewtonDivergenceError);
   }
 }
 

@@ -2,7 +2,8 @@
 # Reproduces bench/results/h200-summary.json on the GPU machine in one command (after
 # scripts/gpu-bundle.sh here, the bundle and the peers' wheels carried: carry ["build-carry", ".whl"]):
 #   scripts/bench-h200.sh $OUT
-# Runs our benchmarks (pararnn_bench_newton, pararnn_bench_shapes, pararnn_bench_scan) and the
+# Runs our benchmarks (pararnn_bench_newton, pararnn_bench_shapes, pararnn_bench_scan,
+# pararnn_bench_targets) and the
 # peers (bench/peers/run_peers.py, from the wheels in .whl/), then bench/summarize.py. Every JSON
 # lands in the output folder; a failing step is reported and the summary marks its targets
 # unmeasured.
@@ -15,9 +16,10 @@ b="$root/build-gpu/bench"
 "$b/pararnn_bench_newton" --runs 10 >"$out/newton.json" 2>"$out/newton.err" || echo "bench-h200: pararnn_bench_newton failed" >&2
 "$b/pararnn_bench_shapes" --runs 15 >"$out/shapes.json" 2>"$out/shapes.err" || echo "bench-h200: pararnn_bench_shapes failed" >&2
 "$b/pararnn_bench_scan" >"$out/scan.json" 2>"$out/scan.err" || echo "bench-h200: pararnn_bench_scan failed" >&2
+"$b/pararnn_bench_targets" --runs 10 >"$out/targets.json" 2>"$out/targets.err" || echo "bench-h200: pararnn_bench_targets failed" >&2
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl &&
     PYTHONPATH=/tmp/site python3 "$root/bench/peers/run_peers.py" --out "$out/peers" || echo "bench-h200: peers failed" >&2
 fi
 python3 "$root/bench/summarize.py" --newton "$out/newton.json" --shapes "$out/shapes.json" --scan "$out/scan.json" \
-  --peers "$out/peers/peers.json" --out "$out/h200-summary.json"
+  --targets "$out/targets.json" --peers "$out/peers/peers.json" --out "$out/h200-summary.json"

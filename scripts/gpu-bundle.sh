@@ -19,7 +19,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARARNN_CUDA=
   -DCMAKE_EXE_LINKER_FLAGS=-s -DCMAKE_BUILD_RPATH="$build/lib;$cuda_lib_dirs" >/dev/null
 targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda dense_cell_tests_cuda rwkv7_tests_cuda
          m2rnn_tests_cuda pararnn)
-[ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton pararnn_bench_shapes)
+[ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton pararnn_bench_shapes pararnn_bench_targets)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 mkdir -p "$build/lib"
 for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" \
@@ -29,7 +29,7 @@ for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_t
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
     | xargs -r -I{} cp -Lu {} "$build/lib/" || true
 done
-[ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton" "$build/bench/pararnn_bench_shapes"
+[ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton" "$build/bench/pararnn_bench_shapes" "$build/bench/pararnn_bench_targets"
 rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # configure scratch
 # The carried form: one xz archive (the stripped binaries compress about 4x), extracted on the
 # GPU machine into the same absolute path.

@@ -202,6 +202,7 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   const Tensor H = newton_apply(cell, x, options.config, apply, &stats);
   r.timings_ms["newton"] = ms_since(start);
   r.backend = stats.scan_backend;
+  r.strategy = stats.strategy;
   r.newton_iters = stats.iters;
   r.max_residual = stats.max_residual;
   r.residual_history = stats.residual_history;
@@ -314,6 +315,7 @@ nlohmann::ordered_json AgreementReport::to_json() const {
                  {"certified_all_chains", certified_all_chains},
                  {"certified_chain_steps", certified_chain_steps}};
   j["backend"] = backend;
+  if (!strategy.empty()) j["strategy"] = strategy;
   j["k_source"] = k_source;
   j["k_min"] = k_min;
   j["residual_history"] = residual_history;

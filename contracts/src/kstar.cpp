@@ -46,7 +46,8 @@ KstarTable measure_kstar(const KstarOptions& options) {
         const Tensor H = newton_apply(cell, x, {.residual_fail = std::nullopt,
                                                 .picard_iters = options.picard_iters,
                                                 .picard_adapt = options.picard_adapt,
-                                                .newton_backtrack = options.newton_backtrack},
+                                                .newton_backtrack = options.newton_backtrack,
+                                                .allow_sequential = false},  // K* is Newton's
                                       {}, &stats);
         row.default_converged = stats.converged;
         row.default_fallback_units = stats.fallback_tiles;

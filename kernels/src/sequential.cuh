@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kSequentialThreads)
   ComputeT h[S];
 #pragma unroll
   for (int s = 0; s < S; ++s) h[s] = ComputeT(0);
+  bool finite = true;
   load_steps(0, cur, cur_head);
   for (int64_t t0 = 0; t0 < a.time; t0 += kPrefetch) {
     if (t0 + kPrefetch < a.time) load_steps(t0 + kPrefetch, nxt, nxt_head);
@@ -91,6 +92,7 @@ __global__ void __launch_bounds__(kSequentialThreads)
           const StorageT stored = static_cast<StorageT>(h_new[s]);
           out[s * D] = stored;
           h[s] = static_cast<ComputeT>(stored);
+          finite = finite && isfinite(h[s]);
         }
       }
     }
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(kSequentialThreads)
       for (int g = 0; g < G; ++g) cur[u][g] = nxt[u][g];
     }
   }
+  if (!finite && a.non_finite != nullptr) atomicOr(a.non_finite, 1u);
 }
 
 }  // namespace pararnn::kernels::detail

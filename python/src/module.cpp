@@ -154,6 +154,7 @@ nb::dict stats_dict(const NewtonStats& s) {
   d["iters"] = s.iters;
   d["updates"] = s.updates;
   d["scan_backend"] = s.scan_backend;
+  d["strategy"] = s.strategy;
   d["picard_iters"] = s.picard_iters;
   d["residual_history"] = s.residual_history;
   d["k"] = s.k.k;

@@ -61,10 +61,10 @@ std::uint64_t config_fingerprint(const NewtonConfig& c) {
   const auto opt = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("none"); };
   std::string table;
   for (const auto& [t, k] : c.newton_iters_by_t) table += fmt::format("{}:{},", t, k);
-  return fnv1a(kFnvBasis, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", opt(c.max_iters), c.omega,
+  return fnv1a(kFnvBasis, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", opt(c.max_iters), c.omega,
                                       scan_backend_name(c.scan_backend), opt(c.residual_atol), opt(c.residual_fail),
                                       c.k_max, opt(c.picard_iters), opt(c.picard_adapt), opt(c.picard_retry_atol),
-                                      c.newton_backtrack, table, opt(c.chunk_len), c.recompute));
+                                      c.newton_backtrack, table, opt(c.chunk_len), c.recompute, c.allow_sequential));
 }
 
 // One rank's view of its input, exchanged before any work so that every rank refuses together.

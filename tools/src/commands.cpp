@@ -79,6 +79,7 @@ NewtonConfig config_from(const SolveArgs& args) {
     config.picard_retry_atol = v;
   }
   config.newton_backtrack = args.newton_backtrack;
+  config.allow_sequential = !args.newton_only;
   config.scan_backend = parse_scan_backend(args.backend);
   config.recompute = args.recompute;
   if (args.max_iters != "none" && args.max_iters != "None") {
@@ -540,12 +541,13 @@ int solve(const SolveArgs& args) {
   write_safetensors(args.out, tensors,
                     {{"producer", "pararnn solve"},
                      {"backend", stats.scan_backend},
+                     {"strategy", stats.strategy},
                      {"newton_iters", std::to_string(stats.iters)},
                      {"max_residual", fmt::format("{:.6e}", stats.max_residual)},
                      {"k_source", stats.k.source}});
-  std::cout << fmt::format("wrote {}: H {} {}, backend {}, iters {}, max_residual {:.3e}\n",
+  std::cout << fmt::format("wrote {}: H {} {}, backend {} ({}), iters {}, max_residual {:.3e}\n",
                            args.out, shape_string(H.shape()), dtype_name(H.dtype()),
-                           stats.scan_backend, stats.iters, stats.max_residual);
+                           stats.scan_backend, stats.strategy, stats.iters, stats.max_residual);
   return 0;
 }
 

@@ -42,6 +42,7 @@ struct SolveArgs {
   // NewtonConfig's sLSTM / M2RNN options (spec §2.3, §1.9).
   std::string picard_adapt = "auto", picard_retry_atol = "1e-3";
   bool newton_backtrack = false;
+  bool newton_only = false;  // NewtonConfig::allow_sequential = false
 };
 
 struct KstarArgs {

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--picard-adapt", sa.picard_adapt, "sLSTM: auto (on iff auto P) | on | off");
     cmd->add_option("--picard-retry-atol", sa.picard_retry_atol, "sLSTM adapt retry threshold, or none (default 1e-3)");
     cmd->add_flag("--newton-backtrack", sa.newton_backtrack, "M2RNN: reject steps that increase a row's max|F|");
+    cmd->add_flag("--newton-only", sa.newton_only, "adaptive solves stay Newton (the auto rule may pick the sequential kernel)");
   };
   auto add_judge = [&](CLI::App* cmd) {
     cmd->add_option("--json", sa.json, "write the report as JSON");

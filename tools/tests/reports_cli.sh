@@ -225,7 +225,8 @@ PY
   python3 - "$summary" "$work/lying.json" <<'PY' || fail "writing the lying summary"
 import json, sys
 s = json.load(open(sys.argv[1]))
-s["targets"]["P2"]["met"] = True  # P2 has no value
+s["targets"]["P2"]["value"] = None  # a target without a value ...
+s["targets"]["P2"]["met"] = True     # ... claimed met
 json.dump(s, open(sys.argv[2], "w"))
 PY
   expect_rc 2 "$pararnn" report nightly --cells gru --T 64 --bench-summary "$work/lying.json" --out "$work/bad"

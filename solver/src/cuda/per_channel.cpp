@@ -3,7 +3,8 @@
 // type (f32: cuBLASLt with the bias epilogue), then the one Newton driver (newton/driver.hpp) over the per-channel family on the device:
 // by default the fused step (kernels/newton_step.hpp: F, J, the scan and H += ωδ in one kernel),
 // or for deterministic solves the residual kernel, the three-phase scan and an axpy; one host
-// read of max|F| per iteration. Returns host tensors in
+// read of max|F| per iteration; an adaptive solve with B·d at or above the auto rule's threshold
+// (sequential_min_chains) runs the sequential kernel instead. Returns host tensors in
 // the storage dtype, like every public entry point.
 //
 // Dtypes: f64 computes in f64, f32/f16/bf16 in f32. Newton runs for all four (the f16/bf16
@@ -26,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -279,6 +281,7 @@ template <class ComputeT>
 struct HiddenInput {
   bool zero = false;
   const ComputeT* frozen = nullptr;
+  unsigned int* non_finite = nullptr;  // SequentialArgs::non_finite
 };
 
 // The sequential kernel over the whole problem, the state stored in T (the storage or the
@@ -296,7 +299,8 @@ void run_sequential(const DeviceProblem& p, T* H, HiddenInput<kernels::ComputeOf
                                .time = p.time,
                                .channels = p.channels,
                                .frozen_hidden = hidden.frozen,
-                               .zero_hidden = hidden.zero};
+                               .zero_hidden = hidden.zero,
+                               .non_finite = hidden.non_finite};
   PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, kStream)));
 }
 
@@ -324,14 +328,17 @@ class CudaPerChannelFamily {
     expected_updates_ = expected_updates;
     steps_ = 0;
     result_known_ = false;
-    H_ = expected_updates % 2 == 1 ? ws_.iterate.as<ComputeT>() : out_;
+    H_ = expected_updates % 2 == 1 ? second_iterate() : out_;
     return true;
   }
   // From the step expected to be the last on, the step also reduces max|F| of its result but at
   // the chunk starts (NewtonStepArgs::max_abs_result), so that the final residual is a pass over
   // 1/L of the steps (residual_max) instead of all of them.
   double evaluate_and_step(double omega) {
-    ComputeT* next = H_ == out_ ? ws_.iterate.as<ComputeT>() : out_;
+    ComputeT* next = H_ == out_ ? second_iterate() : out_;
+    if (ws_.step_workspace.bytes() == 0)
+      ws_.step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(p_.batch, p_.time, p_.channels),
+                                        "the fused Newton step workspace");
     const bool want_result = expected_updates_ > 0 && steps_ + 1 >= expected_updates_;
     const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
                                               .recurrent = static_cast<const ComputeT*>(p_.recurrent),
@@ -372,6 +379,25 @@ class CudaPerChannelFamily {
       H_ = out_;
     }
   }
+
+  // The auto rule's sequential strategy (NewtonWorkspace::sequential): the sequential kernel in
+  // the compute type into the caller's buffer. Its residual (driver.hpp): 0, the solution being
+  // the recurrence evaluated step by step, or +inf when a state value is not finite (the
+  // kernel's flag, in the max|F| buffer).
+  bool prefer_sequential() const { return ws_.sequential; }
+  double solve_sequential() {
+    guess_pending_ = false;
+    result_known_ = false;
+    H_ = out_;
+    auto* flag = ws_.max_abs.as<unsigned int>();
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned int), kStream));
+    run_sequential<CellMath, ComputeT>(p_, H_, {.non_finite = flag});
+    unsigned int non_finite = 0;
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&non_finite, flag, sizeof non_finite, cudaMemcpyDeviceToHost, kStream));
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return non_finite != 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  }
+  const char* strategy_name() const { return ws_.fused ? "fused" : "host_driven"; }
 
   const char* backend_name() const { return "cuda"; }
   std::string fallback_unit() const {
@@ -457,6 +483,11 @@ class CudaPerChannelFamily {
 
  private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
+  // The fused strategy's second iterate, allocated on first use.
+  ComputeT* second_iterate() {
+    if (ws_.iterate.bytes() == 0) ws_.iterate = DeviceBuffer(bytes(), "the second iterate H'");
+    return ws_.iterate.as<ComputeT>();
+  }
   // F's buffer, allocated on first use (the fused strategy needs it only to write out a
   // deferred guess, for sLSTM's Picard guess or for the fallback).
   ComputeT* residual() {
@@ -678,19 +709,41 @@ void require_device(const char* who) {
 
 }  // namespace
 
+namespace {
+
+// The DeviceBuffer byte counters (device_memory).
+std::atomic<std::size_t> live_device_bytes{0}, peak_device_bytes{0};
+
+void count_allocation(std::size_t bytes) {
+  const std::size_t now = live_device_bytes.fetch_add(bytes) + bytes;
+  std::size_t peak = peak_device_bytes.load();
+  while (now > peak && !peak_device_bytes.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+DeviceMemory device_memory() { return {.live = live_device_bytes.load(), .peak = peak_device_bytes.load()}; }
+void reset_device_peak() { peak_device_bytes.store(live_device_bytes.load()); }
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) : bytes_(bytes) {
   if (bytes == 0) return;
   const cudaError_t e = cudaMalloc(&data_, bytes);
   if (e != cudaSuccess) {
     data_ = nullptr;
+    bytes_ = 0;
     (void)cudaGetLastError();
     throw Error(fmt::format("CUDA backend: cudaMalloc of {} bytes for {} failed: {} ({})", bytes,
                             what, cudaGetErrorName(e), cudaGetErrorString(e)));
   }
+  count_allocation(bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) (void)cudaFree(data_);
+  if (data_ != nullptr) {
+    (void)cudaFree(data_);
+    live_device_bytes.fetch_sub(bytes_);
+  }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -698,7 +751,10 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) (void)cudaFree(data_);
+    if (data_ != nullptr) {
+      (void)cudaFree(data_);
+      live_device_bytes.fetch_sub(bytes_);
+    }
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
   }
@@ -707,28 +763,55 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
+// Chains per SM from which the sequential kernel beats the fused Newton solve at equal tokens:
+// 2048 × (sequential kernel / fused adaptive solve) / SMs at B 8, T 16384, d 256, f32
+// (bench/targets_bench.cpp "P6" crossover, H200, 132 SMs, 2026-12-01): GRU 48.3, LSTM 25.4,
+// NLRU 39.4, CfC 56.6, Titans 52.5; sLSTM 0.1 (its Newton solve starts with P + 1 sequential
+// passes and did not converge by k_max there), kept at 1 so that a few hundred chains still
+// run Newton.
+std::int64_t sequential_min_chains(CellKind cell, int sm_count) {
+  std::int64_t per_sm = 0;
+  switch (cell) {
+    case CellKind::gru: per_sm = 48; break;
+    case CellKind::lstm: per_sm = 25; break;
+    case CellKind::slstm: per_sm = 1; break;
+    case CellKind::nlru: per_sm = 39; break;
+    case CellKind::cfc: per_sm = 56; break;
+    case CellKind::titans: per_sm = 52; break;
+    default: return std::numeric_limits<std::int64_t>::max();  // not a per-channel cell
+  }
+  return per_sm * std::max(sm_count, 1);
+}
+
+bool sequential_is_faster(CellKind cell, std::int64_t batch, std::int64_t channels) {
+  int device = 0, sm_count = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  PARARNN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  return batch * channels >= sequential_min_chains(cell, sm_count);
+}
+
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
                                  std::int64_t time, std::int64_t channels, bool deterministic,
                                  NewtonStrategy strategy)
     : tiling{.algorithm = deterministic ? kernels::ScanAlgorithm::three_phase
                                         : kernels::ScanAlgorithm::single_pass},
-      fused(strategy == NewtonStrategy::fused_step || (strategy == NewtonStrategy::automatic && !deterministic)) {
+      fused(strategy == NewtonStrategy::fused_step || (strategy == NewtonStrategy::automatic && !deterministic)),
+      sequential(strategy == NewtonStrategy::automatic && !deterministic &&
+                 sequential_is_faster(cell, batch, channels)) {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
       const std::int64_t n = batch * time * S * channels;
       const std::size_t iterate_bytes = checked_bytes(n, sizeof(ComputeT), "H");
-      if (!fused) residual = DeviceBuffer(iterate_bytes, "the residual F");  // fused: on first use
-      if (fused) {
-        iterate = DeviceBuffer(iterate_bytes, "the second iterate H'");
-        step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(batch, time, channels),
-                                      "the fused Newton step workspace");
-      } else {
+      // Fused: F on first use, H' and the step's workspace on the first step (a solve that the
+      // auto rule makes sequential allocates neither).
+      if (!fused) {
+        residual = DeviceBuffer(iterate_bytes, "the residual F");
         jacobian = DeviceBuffer(checked_bytes(n * S, sizeof(ComputeT), "J"), "the Jacobian J");
+        scan_workspace = DeviceBuffer(
+            kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels, tiling),
+            "the scan workspace");
       }
-      scan_workspace = DeviceBuffer(
-          kernels::scan_affine_workspace_bytes<S, ComputeT>(batch, time, channels, tiling),
-          "the scan workspace");
       residual_workspace =
           DeviceBuffer(kernels::cell_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
       max_abs = DeviceBuffer(2 * sizeof(ComputeT), "max|F| (and of a fused step's result)");
@@ -1040,6 +1123,20 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
 }  // namespace pararnn::detail
 
 namespace pararnn {
+
+std::int64_t cuda_sequential_min_chains(const Cell& cell, int device) {
+  using namespace detail::cuda;
+  require_device("cuda_sequential_min_chains");
+  int count = 0;
+  PARARNN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw ContractViolation("device", fmt::format("must name one of the {} CUDA devices", count),
+                            std::to_string(device));
+  if (cell.spec().jacobian != JacobianClass::per_channel) return std::numeric_limits<std::int64_t>::max();
+  int sm_count = 0;
+  PARARNN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  return sequential_min_chains(cell.kind(), sm_count);
+}
 
 // Everything one decoder needs on its device, allocated at construction.
 struct CudaDecoder::Impl {

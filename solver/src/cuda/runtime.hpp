@@ -36,6 +36,7 @@
 namespace pararnn::detail::cuda {
 
 // An owning device allocation (cudaMalloc on the current device; cudaFree on destruction).
+// Every DeviceBuffer of the process is counted (device_memory below).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -55,6 +56,15 @@ class DeviceBuffer {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// Bytes held by DeviceBuffers of this process (all devices together): now, and the most at any
+// moment since the last reset_device_peak() (the allocator statistics the memory benchmark
+// reads, P10; cuBLAS's own workspaces are not DeviceBuffers and not counted).
+struct DeviceMemory {
+  std::size_t live = 0, peak = 0;
+};
+DeviceMemory device_memory();
+void reset_device_peak();  // peak = live
 
 // The compute dtype of a storage dtype (f64 for f64, f32 otherwise).
 DType compute_dtype(DType storage);
@@ -144,22 +154,36 @@ struct DeviceProblem {
 // single-pass scan, whose look-back may combine a chunk's predecessors differently from run to
 // run (the same sum, re-associated).
 //
-// The strategy of the per-channel solve (newton/driver.hpp runs either): `host_driven`, one
+// The strategy of the per-channel solve (newton/driver.hpp runs each): `host_driven`, one
 // residual kernel, one scan and one axpy per iteration (F and J through memory); `fused_step`,
 // one fused kernel per iteration (kernels/newton_step.hpp: F, J in registers, the single-pass
 // scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step unless the solve
 // must be deterministic (the fused kernel's single-pass look-back re-associates from run to run;
-// training's recompute needs the three-phase scan's fixed association).
+// training's recompute needs the three-phase scan's fixed association); and for an adaptive
+// solve (max_iters unset, NewtonConfig::allow_sequential) it is the sequential kernel in the
+// compute type where `sequential_is_faster` says so (the auto rule, docs/cuda.md).
 enum class NewtonStrategy { automatic, host_driven, fused_step };
+
+// The auto rule (measured on the H200, bench/targets_bench.cpp "P6"): at equal tokens the
+// sequential kernel's time grows with T (one step's latency per step, every chain in flight at
+// once) and a Newton solve's with the token-channels (its passes over memory), so their ratio
+// depends on the number of chains B·d alone; the sequential kernel is the faster from
+// `sequential_min_chains(cell, sm_count)` chains on. sLSTM's Newton starts with P + 1 sequential
+// passes (its Picard guess), so its threshold is the lowest.
+std::int64_t sequential_min_chains(CellKind cell, int sm_count);
+bool sequential_is_faster(CellKind cell, std::int64_t batch, std::int64_t channels);
+
 class NewtonWorkspace {
  public:
   NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
                   std::int64_t channels, bool deterministic = false,
                   NewtonStrategy strategy = NewtonStrategy::automatic);
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
-  DeviceBuffer iterate, step_workspace;  // fused_step: the second iterate and the kernel's workspace
+  // fused_step: the second iterate and the kernel's workspace, allocated on the first fused step.
+  DeviceBuffer iterate, step_workspace;
   kernels::ScanTiling tiling;
   bool fused = false;
+  bool sequential = false;  // automatic and sequential_is_faster: adaptive solves run sequentially
 };
 
 // One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to

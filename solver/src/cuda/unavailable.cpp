@@ -3,6 +3,18 @@
 
 namespace pararnn::detail {
 
+}  // namespace pararnn::detail
+
+namespace pararnn {
+
+std::int64_t cuda_sequential_min_chains(const Cell&, int) {
+  throw UnsupportedPath("cuda_sequential_min_chains: the CUDA backend is not in this build");
+}
+
+}  // namespace pararnn
+
+namespace pararnn::detail {
+
 bool cuda_backend_available(std::string* why_not) {
   if (why_not) *why_not = "this build of pararnn has no CUDA backend (configured without nvcc)";
   return false;

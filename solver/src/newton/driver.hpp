@@ -23,6 +23,13 @@
 //   `newton_residual_high` warning names the unit.
 // - `stats.max_residual` is the residual of the returned iterate (one more evaluation unless the
 //   last one already saw it). The residual gate (common.cpp) then judges it.
+// - Strategy: an adaptive solve (config.allow_sequential) on a family whose auto rule prefers
+//   the sequential solve (`prefer_sequential()`, the CUDA per-channel family) is that solve:
+//   no guess, no iteration (iters = updates = 0), `stats.strategy` "sequential", and as
+//   max_residual what `solve_sequential()` returns: 0 (the solution is the recurrence evaluated
+//   step by step in the compute type, so nothing is left to converge) or +inf when a state is
+//   not finite, which the residual gate then raises, as for RWKV-7's exact scan; otherwise
+//   `stats.strategy` is the family's `strategy_name()`.
 // Example:
 //   CpuPerChannelFamily<GruMath, float> family(cell, x, options, layout);
 //   solve_newton(family, cell.spec(), cell.dtype(), config, layout.time, stats);
@@ -81,6 +88,16 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       return family.evaluate(false, true);
     }
   };
+  if constexpr (requires { family.strategy_name(); }) stats.strategy = family.strategy_name();
+  if constexpr (requires { family.prefer_sequential(); }) {
+    if (adaptive && config.allow_sequential && family.prefer_sequential()) {
+      stats.max_residual = family.solve_sequential();
+      stats.strategy = "sequential";
+      stats.converged = stats.max_residual < *atol;
+      if constexpr (requires { family.finish(); }) family.finish();
+      return;
+    }
+  }
   std::optional<double> final_residual;  // known when the last evaluation saw the final H
   // One solve from the guess: the guess, the iterations, the final residual.
   const auto attempt = [&](std::int64_t passes) {

@@ -22,6 +22,11 @@
 //   bool defer_guess(std::int64_t updates);     // true: the App. A guess is evaluated inside
 //                                               // the first fused step (written out on demand)
 //   double residual_max();                      // max|F| without writing F (the final residual)
+//   const char* strategy_name();                // NewtonStats::strategy of its Newton solves
+//   bool prefer_sequential(); double solve_sequential();
+//                                               // the auto rule: an adaptive solve is the
+//                                               // sequential solution in the compute type;
+//                                               // returns 0, or +inf for a non-finite state
 //   void finish();                              // after the solve (the result in place)
 // The fallback unit of each family is the same on both backends: a per-channel chain tile (one
 // batch row x kFallbackTileChannels channels), a dense chain (a batch row, or a (row, head)), a

@@ -89,6 +89,7 @@ struct AgreementReport {
   bool certified_all_chains = false;
   std::int64_t certified_chain_steps = 0;
   std::string backend;
+  std::string strategy;  // the solve's NewtonStats::strategy ("sequential": the auto rule's)
   std::string k_source;
   std::int64_t k_min = 0;
   std::vector<double> residual_history;

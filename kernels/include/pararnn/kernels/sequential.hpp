@@ -48,6 +48,9 @@ struct SequentialArgs {
   // previous step elsewhere. Neither: the plain recurrence.
   const ComputeT* frozen_hidden = nullptr;
   bool zero_hidden = false;
+  // Optional: set to 1 (atomicOr) when any state value the loop carries is not finite (the
+  // auto rule's sequential strategy reads it for the residual gate); left as it is otherwise.
+  unsigned int* non_finite = nullptr;
 };
 
 // Instantiated for the cell maths of kHasNewtonKernels (newton_cells.hpp) × {float, double,

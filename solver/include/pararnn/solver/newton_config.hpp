@@ -53,6 +53,11 @@ struct NewtonConfig {
   // Not with cu_seqlens.
   std::optional<std::int64_t> chunk_len;
   bool recompute = false;
+  // An adaptive solve (max_iters unset) may be solved by the sequential kernel where the auto
+  // rule says it is faster (the CUDA per-channel family, docs/cuda.md "The auto rule"); its
+  // answer is the sequential answer in the compute type, judged by the same residual gate.
+  // false keeps Newton.
+  bool allow_sequential = true;
 };
 
 // Picard rungs of the adapt loop (spec §2.3, `_PICARD_RUNGS`): a retry moves to the smallest
@@ -86,6 +91,7 @@ struct NewtonStats {
   std::int64_t iters = 0;                 // residual evaluations inside the loop
   std::int64_t updates = 0;               // Newton updates applied
   std::string scan_backend;               // resolved backend
+  std::string strategy = "host_driven";   // "host_driven", "fused" or "sequential" (auto rule)
   std::int64_t picard_iters = 0;          // passes of the solve returned (after any adapt)
   std::int64_t picard_retries = 0;        // adapt retries (solves redone with more passes)
   std::int64_t backtracks = 0;            // newton_backtrack: rejected (row, step) trials

@@ -36,6 +36,14 @@ struct ApplyOptions {
 [[nodiscard]] Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                                       const ApplyOptions& options = {});
 
+// The CUDA backend's auto rule (docs/cuda.md "The auto rule"): an adaptive solve (max_iters
+// unset, NewtonConfig::allow_sequential) of a per-channel cell with at least this many chains
+// (B·d_h) on CUDA device `device` is the sequential kernel's solution in the compute type
+// instead of Newton (NewtonStats::strategy "sequential"). INT64_MAX for a cell the rule does not
+// cover (the dense, matrix-state and exact linear families); UnsupportedPath without a usable
+// CUDA device.
+std::int64_t cuda_sequential_min_chains(const Cell& cell, int device = 0);
+
 // Checks cu_seqlens against CONTRACT §6 for a packed length `total_length` and returns the
 // segment starts; throws ContractViolation naming the rule and value.
 std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,

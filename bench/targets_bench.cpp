@@ -1,0 +1,496 @@
+// pararnn_bench_targets: the fused-kernel targets pararnn_bench_newton does not time, each
+// checked in the same run (PERFORMANCE.md "How to measure"; the summary reads the JSON):
+//   P2  S1 (GRU-diag B 8, T 65536, d 256) with bf16 storage: the fused solve, K = 3 and
+//       adaptive, its output rounded to bf16 against an f64 sequential loop of the cell on the
+//       solve's own W_x x (16 chains);
+//   P3  the GPU training step at S1 f32 through the public API (newton_forward, newton_backward
+//       from device x), host clocks;
+//   P4  hard weights (unclamped recurrent std 0.7) at S1: adaptive (Newton, the auto rule off)
+//       against fixed K = 3, both checked against the CPU's f32 sequential loop;
+//   P6  the auto rule (NewtonStrategy::automatic) across B·d ∈ {512 … 131072} at S1's tokens
+//       against the faster of the fused solve and the sequential kernel, and the crossover of
+//       every per-channel cell at 2048 chains (the rule's thresholds come from it);
+//   P8  sLSTM-diag B 8, T 4096, d 256 under the auto rule, f32 and bf16 storage, against the fused
+//       solve and the sequential kernel;
+//   P10 the peak of device bytes held by the solver (DeviceBuffer counters) during newton_apply
+//       on device x, against x plus the output trajectory;
+//   P14 newton_apply from host tensors against its transfers (pageable H2D of x, D2H into a new
+//       tensor) plus the device time (input GEMM + fused solve) measured in the same run;
+//   P16 CudaDecoder::step (GRU d 256, W_x x inside) per step under CUDA-graph replay,
+//       B ∈ {1, 8, 64, 256}, checked against the host decode_step.
+// Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,...]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "cuda/runtime.hpp"
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/dtype.hpp"
+#include "pararnn/solver/decode.hpp"
+#include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
+
+namespace {
+
+using namespace pararnn;
+using bench::check;
+using bench::median;
+using bench::median_ms;
+using detail::cuda::DeviceBuffer;
+namespace cuda = detail::cuda;
+
+constexpr std::uint64_t kSeed = 20260301;
+constexpr int kWarmup = 2;
+
+double host_ms(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// max |a − b| with NaN as infinity.
+double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+  }
+  return a.size() == b.size() ? err : INFINITY;
+}
+
+// One per-channel problem on the device: the cell, x, W_x x + b (the backend's own GEMM), the
+// clamped recurrent values in the compute type.
+struct DeviceCase {
+  Cell cell;
+  Tensor x;
+  DeviceBuffer d_x, wx, rec;
+  detail::Layout layout;
+  cuda::DeviceProblem problem;
+
+  DeviceCase(const CellOptions& options, DType dtype, std::int64_t B, std::int64_t T, std::uint64_t seed)
+      : cell(Cell::initialise(options, dtype, seed)),
+        x(bench::uniform_input(B, T, options.d_in, seed + 1, dtype)),
+        d_x(x.nbytes()),
+        layout{.batch = B, .time = T, .d_h = cell.d_h(), .d_in = options.d_in} {
+    check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
+    wx = cuda::device_input_affine(cell, x_device(), layout);
+    const std::vector<double> values = cell.channel_values();
+    if (dtype == DType::f64) {
+      rec = DeviceBuffer(values.size() * sizeof(double));
+      check(cudaMemcpy(rec.get(), values.data(), rec.bytes(), cudaMemcpyHostToDevice), "upload rec");
+    } else {
+      const std::vector<float> v(values.begin(), values.end());
+      rec = DeviceBuffer(v.size() * sizeof(float));
+      check(cudaMemcpy(rec.get(), v.data(), rec.bytes(), cudaMemcpyHostToDevice), "upload rec");
+    }
+    problem = {.wx = wx.get(), .recurrent = rec.get(), .batch = B, .time = T, .channels = cell.d_h()};
+  }
+  TensorView x_device() const {
+    return TensorView(d_x.get(), x.dtype(), x.shape(), {}, Device::cuda, 0);
+  }
+  std::size_t trajectory_bytes() const {  // compute type (f32 here)
+    return static_cast<std::size_t>(layout.batch * layout.time * cell.slots() * cell.d_h()) * sizeof(float);
+  }
+};
+
+nlohmann::ordered_json stats_json(const NewtonStats& s) {
+  return {{"strategy", s.strategy}, {"k", s.k.k}, {"iters", s.iters}, {"updates", s.updates},
+          {"converged", s.converged}, {"max_residual", s.max_residual}, {"picard_iters", s.picard_iters},
+          {"fallback_tiles", s.fallback_tiles}};
+}
+
+// A timed Newton solve on a device case: its figures and the trajectory it left in H.
+nlohmann::ordered_json timed_solve(const DeviceCase& c, DType storage, const NewtonConfig& config,
+                                   cuda::NewtonStrategy strategy, const DeviceBuffer& H, int runs) {
+  cuda::NewtonWorkspace ws(c.cell.kind(), storage, c.layout.batch, c.layout.time, c.cell.d_h(), false, strategy);
+  NewtonStats stats;
+  const double ms = median_ms(kWarmup, runs, [&] {
+    cuda::newton_solve(c.cell.spec(), storage, c.problem, config, H.get(), ws, stats);
+  });
+  nlohmann::ordered_json out = stats_json(stats);
+  out["ms"] = ms;
+  return out;
+}
+
+// GRU-diag chains against an f64 sequential loop of the cell on the solve's W_x x: max over 16
+// chains of |H − h| (H as given, and rounded to `storage` as the API returns it).
+struct ChainCheck {
+  double compute = 0, stored = 0;
+  std::int64_t chains = 0;
+};
+ChainCheck gru_against_f64_loop(const DeviceCase& c, const std::vector<float>& H, DType storage) {
+  using Gru = cells::GruDiagMath;
+  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
+  const std::vector<float> wx = bench::download(c.wx), rec = bench::download(c.rec);
+  const std::int64_t B = c.layout.batch, T = c.layout.time, D = c.cell.d_h();
+  ChainCheck out;
+  const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
+  for (std::int64_t chain = 0; chain < chains; chain += step, ++out.chains) {
+    const std::int64_t b = chain / D, ch = (chain * 7 + 3) % D;
+    double r[R];
+    for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + ch)];
+    double h = 0.0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      double w[G];
+      for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + ch)];
+      double h_new;
+      Gru::step(r, w, &h, &h_new, static_cast<double*>(nullptr));
+      h = h_new;
+      const float v = H[static_cast<std::size_t>((b * T + t) * D + ch)];
+      const double stored = dispatch_float_dtype(storage, [&]<class StorageT>() {
+        return static_cast<double>(round_to_storage<StorageT>(static_cast<double>(v)));
+      });
+      const double dc = std::fabs(static_cast<double>(v) - h), ds = std::fabs(stored - h);
+      out.compute = std::isnan(dc) ? INFINITY : std::max(out.compute, dc);
+      out.stored = std::isnan(ds) ? INFINITY : std::max(out.stored, ds);
+    }
+  }
+  return out;
+}
+
+// The CPU's f32 sequential loop of GRU-diag on the solve's W_x x, 16 chains: max |H − h|.
+double gru_against_f32_loop(const DeviceCase& c, const std::vector<float>& H) {
+  using Gru = cells::GruDiagMath;
+  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
+  const std::vector<float> wx = bench::download(c.wx), rec = bench::download(c.rec);
+  const std::int64_t B = c.layout.batch, T = c.layout.time, D = c.cell.d_h();
+  double err = 0;
+  const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
+  for (std::int64_t chain = 0; chain < chains; chain += step) {
+    const std::int64_t b = chain / D, ch = (chain * 7 + 3) % D;
+    float r[R];
+    for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + ch)];
+    float h = 0.0f;
+    for (std::int64_t t = 0; t < T; ++t) {
+      float w[G];
+      for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + ch)];
+      float h_new;
+      Gru::step(r, w, &h, &h_new, static_cast<float*>(nullptr));
+      h = h_new;
+      const double d = std::fabs(static_cast<double>(H[static_cast<std::size_t>((b * T + t) * D + ch)]) - h);
+      err = std::isnan(d) ? INFINITY : std::max(err, d);
+    }
+  }
+  return err;
+}
+
+double tau_of(DType dtype, const char* cell) {
+  return tolerance_for({.dtype = dtype, .cell = cell, .backend = "cuda"}).atol;
+}
+
+const CellOptions kS1Gru{.cell = "gru", .d_in = 256, .d_h = 256};
+
+nlohmann::ordered_json p2_bf16(int runs) {
+  DeviceCase c(kS1Gru, DType::bf16, 8, 65536, kSeed);
+  DeviceBuffer H(c.trajectory_bytes());
+  nlohmann::ordered_json out = {{"shape", "S1 gru bf16 storage (x, W in bf16; W_x x and the iterate in f32)"}};
+  out["input_gemm_ms"] = median_ms(kWarmup, runs, [&] { (void)cuda::device_input_affine(c.cell, c.x_device(), c.layout); });
+  out["fused_k3_fixed"] = timed_solve(c, DType::bf16, {.max_iters = 3, .residual_atol = std::nullopt},
+                                      cuda::NewtonStrategy::fused_step, H, runs);
+  const ChainCheck k3 = gru_against_f64_loop(c, bench::download(H), DType::bf16);
+  out["fused_adaptive_default"] = timed_solve(c, DType::bf16, {.allow_sequential = false},
+                                              cuda::NewtonStrategy::fused_step, H, runs);
+  const ChainCheck adaptive = gru_against_f64_loop(c, bench::download(H), DType::bf16);
+  out["check_vs_f64_loop"] = {{"chains", k3.chains}, {"reference", "the cell's step in f64 on the solve's W_x x"},
+                              {"fused_k3_fixed_bf16_max_abs", k3.stored}, {"fused_k3_fixed_f32_max_abs", k3.compute},
+                              {"fused_adaptive_bf16_max_abs", adaptive.stored},
+                              {"fused_adaptive_f32_max_abs", adaptive.compute},
+                              {"target_max_abs", 3e-3}, {"tau_atol_bf16", tau_of(DType::bf16, "gru")}};
+  return out;
+}
+
+nlohmann::ordered_json p3_training(int runs) {
+  DeviceCase c(kS1Gru, DType::f32, 8, 65536, kSeed);
+  nlohmann::ordered_json out = {{"shape", "S1 gru f32, public newton_forward + newton_backward from device x"},
+                                {"clock", "host steady_clock"}};
+  const NewtonConfig config{};
+  std::vector<double> fwd, bwd;
+  NewtonForward forward;
+  NewtonGradients grads;
+  std::optional<Tensor> grad_H;
+  for (int i = 0; i < 1 + std::max(1, runs / 3); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    forward = newton_forward(c.cell, c.x_device(), config);
+    const double f = host_ms(t0);
+    if (!grad_H) {
+      const std::vector<double> ones(static_cast<std::size_t>(forward.H.numel()), 1e-3);
+      grad_H = Tensor::from_values(DType::f32, forward.H.shape(), ones);
+    }
+    t0 = std::chrono::steady_clock::now();
+    grads = newton_backward(c.cell, c.x_device(), forward, *grad_H, config);
+    const double b = host_ms(t0);
+    if (i > 0) {
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+  }
+  bool finite = true;
+  for (const auto& [name, g] : grads.parameters)
+    for (double v : g.to_f64_vector()) finite = finite && std::isfinite(v);
+  // The forward's trajectory against the CPU's f32 loop (16 chains).
+  const std::vector<float> H(forward.H.data_as<float>(), forward.H.data_as<float>() + forward.H.numel());
+  out["forward_ms"] = median(fwd);
+  out["backward_ms"] = median(bwd);
+  out["forward_stats"] = stats_json(forward.stats);
+  out["check"] = {{"forward_vs_cpu_f32_loop_max_abs", gru_against_f32_loop(c, H)},
+                  {"tau_atol", tau_of(DType::f32, "gru")}, {"parameter_gradients_finite", finite}};
+  return out;
+}
+
+nlohmann::ordered_json p4_hard(int runs) {
+  CellOptions hard = kS1Gru;
+  hard.max_recurrent_norm = std::nullopt;
+  hard.weight_std = 0.7;
+  DeviceCase c(hard, DType::f32, 8, 65536, kSeed);
+  DeviceBuffer H(c.trajectory_bytes());
+  nlohmann::ordered_json out = {{"shape", "S1 gru f32, recurrent unclamped std 0.7"}};
+  out["fused_k3_fixed"] = timed_solve(c, DType::f32, {.max_iters = 3, .residual_atol = std::nullopt},
+                                      cuda::NewtonStrategy::fused_step, H, runs);
+  const double k3 = gru_against_f32_loop(c, bench::download(H));
+  out["fused_adaptive_default"] =
+      timed_solve(c, DType::f32, {.allow_sequential = false}, cuda::NewtonStrategy::fused_step, H, runs);
+  const double adaptive = gru_against_f32_loop(c, bench::download(H));
+  out["ratio_adaptive_to_k3"] =
+      out["fused_adaptive_default"]["ms"].get<double>() / out["fused_k3_fixed"]["ms"].get<double>();
+  out["check_vs_cpu_f32_loop"] = {{"fused_k3_fixed_max_abs", k3}, {"fused_adaptive_max_abs", adaptive},
+                                  {"tau_atol", tau_of(DType::f32, "gru")},
+                                  {"adaptive_within_tau", adaptive <= tau_of(DType::f32, "gru")}};
+  return out;
+}
+
+// One shape of the sweep: fused (adaptive), sequential kernel, automatic; auto checked against
+// the sequential kernel.
+nlohmann::ordered_json strategies_at(const CellOptions& options, std::int64_t B, std::int64_t T, int runs,
+                                     DType dtype = DType::f32) {
+  DeviceCase c(options, dtype, B, T, kSeed);
+  DeviceBuffer H_fused(c.trajectory_bytes()), H_seq(c.trajectory_bytes()), H_auto(c.trajectory_bytes());
+  nlohmann::ordered_json out = {{"cell", options.cell}, {"batch", B}, {"time", T}, {"d_h", c.cell.d_h()},
+                                {"chains", B * c.cell.d_h()}};
+  out["dtype"] = dtype_name(dtype);
+  out["fused_adaptive"] = timed_solve(c, dtype, {.allow_sequential = false},
+                                      cuda::NewtonStrategy::fused_step, H_fused, runs);
+  // The sequential kernel in the compute type (f32), as the auto rule runs it.
+  out["sequential_kernel_ms"] =
+      median_ms(kWarmup, runs, [&] { cuda::sequential_solve(c.cell.kind(), DType::f32, c.problem, H_seq.get()); });
+  out["auto"] = timed_solve(c, dtype, {}, cuda::NewtonStrategy::automatic, H_auto, runs);
+  const double best = std::min(out["fused_adaptive"]["ms"].get<double>(), out["sequential_kernel_ms"].get<double>());
+  out["auto_over_best"] = out["auto"]["ms"].get<double>() / best;
+  const std::vector<float> seq = bench::download(H_seq);
+  const double tau = tau_of(dtype, options.cell.c_str());
+  const double auto_err = max_abs_difference(bench::download(H_auto), seq);
+  const double fused_err = max_abs_difference(bench::download(H_fused), seq);
+  out["check_vs_sequential_kernel"] = {{"auto_max_abs", auto_err}, {"fused_max_abs", fused_err}, {"tau_atol", tau},
+                                       {"auto_within_tau", auto_err <= tau}};
+  return out;
+}
+
+nlohmann::ordered_json p6_auto(int runs) {
+  nlohmann::ordered_json out;
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const std::int64_t tokens = std::int64_t{1} << 27;  // S1's B·T·d
+  double worst = 0;
+  nlohmann::ordered_json sweep = nlohmann::ordered_json::array();
+  for (std::int64_t chains : {512, 2048, 8192, 32768, 131072}) {
+    const std::int64_t B = chains / 256, T = tokens / chains;
+    nlohmann::ordered_json row = strategies_at(kS1Gru, B, T, runs);
+    worst = std::max(worst, row["auto_over_best"].get<double>());
+    sweep.push_back(row);
+    std::fprintf(stderr, "P6 chains %lld done\n", static_cast<long long>(chains));
+  }
+  out["sweep_gru_equal_tokens"] = sweep;
+  out["worst_auto_over_best"] = worst;
+  // Every per-channel cell at 2048 chains (B 8, d 256, T 16384): where the sequential kernel
+  // would take over, chains × sequential / fused, per SM.
+  nlohmann::ordered_json crossover;
+  for (const char* name : {"gru", "lstm", "nlru", "slstm", "cfc", "titans"}) {
+    const CellOptions options{.cell = name, .d_in = 256, .d_h = 256};
+    nlohmann::ordered_json row = strategies_at(options, 8, 16384, std::max(3, runs / 3));
+    const double ratio = row["sequential_kernel_ms"].get<double>() / row["fused_adaptive"]["ms"].get<double>();
+    row["crossover_chains"] = 2048.0 * ratio;
+    row["crossover_chains_per_sm"] = 2048.0 * ratio / sms;
+    row["rule_min_chains"] = cuda::sequential_min_chains(Cell::initialise(options, DType::f32, 1).kind(), sms);
+    crossover[name] = row;
+    std::fprintf(stderr, "P6 crossover %s done\n", name);
+  }
+  out["crossover_2048_chains"] = crossover;
+  return out;
+}
+
+// P8: sLSTM-diag B 8, T 4096, d 256 under the auto rule, f32 and bf16 storage.
+nlohmann::ordered_json p8_slstm(int runs) {
+  const CellOptions options{.cell = "slstm", .d_in = 256, .d_h = 256};
+  return {{"f32", strategies_at(options, 8, 4096, std::max(3, runs / 3))},
+          {"bf16", strategies_at(options, 8, 4096, std::max(3, runs / 3), DType::bf16)}};
+}
+
+nlohmann::ordered_json p10_memory() {
+  DeviceCase c(kS1Gru, DType::f32, 8, 65536, kSeed);
+  const std::size_t x_bytes = c.x.nbytes();
+  const std::size_t h_bytes = c.trajectory_bytes();
+  c.wx = DeviceBuffer();  // only x stays on the device before the call
+  cuda::reset_device_peak();
+  const std::size_t before = cuda::device_memory().live;
+  NewtonStats stats;
+  const Tensor H = newton_apply(c.cell, c.x_device(), NewtonConfig{}, {}, &stats);
+  const cuda::DeviceMemory after = cuda::device_memory();
+  return {{"shape", "S1 gru f32, newton_apply on device x (default config)"},
+          {"x_bytes", x_bytes}, {"output_bytes", h_bytes}, {"live_before_bytes", before},
+          {"peak_bytes", after.peak}, {"ratio_to_inputs_plus_outputs",
+                                       static_cast<double>(after.peak) / static_cast<double>(x_bytes + h_bytes)},
+          {"stats", stats_json(stats)}, {"output_finite", std::isfinite(stats.max_residual)}};
+}
+
+nlohmann::ordered_json p14_host(int runs) {
+  DeviceCase c(kS1Gru, DType::f32, 8, 65536, kSeed);
+  DeviceBuffer H(c.trajectory_bytes()), upload(c.x.nbytes());
+  nlohmann::ordered_json out = {{"shape", "S1 gru f32, newton_apply(cell, host x) on the CUDA backend"},
+                                {"clock", "host steady_clock"}};
+  std::vector<double> apply, h2d, d2h_new, d2h_touched;
+  Tensor touched(DType::f32, c.cell.trajectory_shape(8, 65536));
+  NewtonStats stats;
+  Tensor result;
+  for (int i = 0; i < 1 + std::max(2, runs / 3); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    result = newton_apply(c.cell, c.x, NewtonConfig{.scan_backend = ScanBackend::cuda}, {}, &stats);
+    const double a = host_ms(t0);
+    t0 = std::chrono::steady_clock::now();
+    check(cudaMemcpy(upload.get(), c.x.data(), c.x.nbytes(), cudaMemcpyHostToDevice), "H2D");
+    const double up = host_ms(t0);
+    t0 = std::chrono::steady_clock::now();
+    {
+      Tensor fresh(DType::f32, c.cell.trajectory_shape(8, 65536));
+      check(cudaMemcpy(fresh.data(), H.get(), fresh.nbytes(), cudaMemcpyDeviceToHost), "D2H");
+    }
+    const double down = host_ms(t0);
+    t0 = std::chrono::steady_clock::now();
+    check(cudaMemcpy(touched.data(), H.get(), touched.nbytes(), cudaMemcpyDeviceToHost), "D2H");
+    const double down_touched = host_ms(t0);
+    if (i > 0) {
+      apply.push_back(a);
+      h2d.push_back(up);
+      d2h_new.push_back(down);
+      d2h_touched.push_back(down_touched);
+    }
+  }
+  const double gemm = median_ms(kWarmup, runs, [&] { (void)cuda::device_input_affine(c.cell, c.x_device(), c.layout); });
+  const nlohmann::ordered_json solve = timed_solve(c, DType::f32, {}, cuda::NewtonStrategy::automatic, H, runs);
+  const double device_ms = gemm + solve["ms"].get<double>();
+  const double floor_ms = median(h2d) + median(d2h_new) + device_ms;
+  const std::vector<float> got(result.data_as<float>(), result.data_as<float>() + result.numel());
+  out["newton_apply_ms"] = median(apply);
+  out["stats"] = stats_json(stats);
+  out["h2d_pageable_ms"] = median(h2d);
+  out["d2h_into_new_tensor_ms"] = median(d2h_new);
+  out["d2h_into_touched_memory_ms"] = median(d2h_touched);
+  out["input_gemm_ms"] = gemm;
+  out["solve_ms"] = solve["ms"];
+  out["transfers_plus_device_ms"] = floor_ms;
+  out["ratio"] = median(apply) / floor_ms;
+  out["check"] = {{"vs_cpu_f32_loop_max_abs", gru_against_f32_loop(c, got)}, {"tau_atol", tau_of(DType::f32, "gru")}};
+  return out;
+}
+
+nlohmann::ordered_json p16_decode(int runs) {
+  nlohmann::ordered_json out = {{"shape", "gru d 256 f32, CudaDecoder::step (bias copy, W_x x GEMM, step kernel)"},
+                                {"steps_per_graph", 100}};
+  const Cell cell = Cell::initialise(kS1Gru, DType::f32, kSeed);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (std::int64_t B : {1, 8, 64, 256}) {
+    CudaDecoder decoder(cell, B);
+    const Tensor x = bench::uniform_input(B, 1, 256, kSeed + static_cast<std::uint64_t>(B)).reshaped({B, 256});
+    const Tensor state = bench::uniform_input(B, 1, 256, kSeed + 7).reshaped({B, 256});
+    DeviceBuffer d_x(x.nbytes()), d_state(state.nbytes()), d_out(state.nbytes());
+    check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
+    check(cudaMemcpy(d_state.get(), state.data(), state.nbytes(), cudaMemcpyHostToDevice), "upload state");
+    const TensorView vx(d_x.get(), DType::f32, {B, 256}, {}, Device::cuda, 0);
+    const TensorView vs(d_state.get(), DType::f32, {B, 256}, {}, Device::cuda, 0);
+    const TensorView vo(d_out.get(), DType::f32, {B, 256}, {}, Device::cuda, 0);
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // One step checked against the host decode_step.
+    decoder.step(vs, vx, vo, stream);
+    check(cudaStreamSynchronize(stream), "sync");
+    const Tensor expect = decode_step(cell, state, x);
+    std::vector<float> got(static_cast<std::size_t>(B * 256));
+    check(cudaMemcpy(got.data(), d_out.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    const std::vector<float> want(expect.data_as<float>(), expect.data_as<float>() + expect.numel());
+    const double err = max_abs_difference(got, want);
+    // 100 steps (out -> out, in place) captured once and replayed.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int s = 0; s < 100; ++s) decoder.step(vo, vx, vo, stream);
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> per_step;
+    for (int i = 0; i < kWarmup + runs; ++i) {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      if (i >= kWarmup) per_step.push_back(1000.0 * ms / 100.0);
+    }
+    std::vector<float> after(static_cast<std::size_t>(B * 256));
+    check(cudaMemcpy(after.data(), d_out.get(), after.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    bool finite = true;
+    for (float v : after) finite = finite && std::isfinite(v);
+    rows.push_back({{"batch", B}, {"us_per_step", median(per_step)}, {"one_step_vs_host_max_abs", err},
+                    {"tau_atol", tau_of(DType::f32, "gru")}, {"replayed_state_finite", finite}});
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+    check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  }
+  out["rows"] = rows;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::program_name = "pararnn_bench_targets";
+  const int runs = static_cast<int>(std::max<std::int64_t>(5, bench::arg_value(argc, argv, "--runs", 10)));
+  std::string only = ",P2,P3,P4,P6,P8,P10,P14,P16,";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--only") only = "," + std::string(argv[i + 1]) + ",";
+  const auto wanted = [&](const char* id) { return only.find("," + std::string(id) + ",") != std::string::npos; };
+  nlohmann::ordered_json out;
+  out["schema_version"] = 1;
+  out["benchmark"] = "pararnn_bench_targets";
+  out["context"] = bench::run_context(argc, argv, kSeed);
+  out["runs"] = runs;
+  out["warmup"] = kWarmup;
+  try {
+    if (wanted("P2")) out["P2"] = p2_bf16(runs);
+    if (wanted("P4")) out["P4"] = p4_hard(runs);
+    if (wanted("P10")) out["P10"] = p10_memory();
+    if (wanted("P14")) out["P14"] = p14_host(runs);
+    if (wanted("P16")) out["P16"] = p16_decode(runs);
+    if (wanted("P3")) out["P3"] = p3_training(runs);
+    if (wanted("P8")) out["P8"] = p8_slstm(runs);
+    if (wanted("P6")) out["P6"] = p6_auto(runs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pararnn_bench_targets: %s\n", e.what());
+    std::cout << out.dump(2) << std::endl;  // what was measured before the failure
+    return 1;
+  }
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
