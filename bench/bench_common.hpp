@@ -1,7 +1,8 @@
-// What the host-side CUDA benchmarks share (pararnn_bench_newton, pararnn_bench_targets): a
-// checked CUDA call that exits with the benchmark's name, event timing on the legacy default
-// stream (median of `runs` after `warmup`), integer flags, device downloads, seeded uniform
-// inputs and the run's context block (GPU, runtime and driver, argv, date, seed).
+// What every CUDA benchmark shares (pararnn_bench_scan, _shapes, _newton, _targets; the CUDA
+// runtime API only): a checked CUDA call that exits with the benchmark's name, event timing
+// (median of `runs` after `warmup`, an untimed `prepare` before each), integer flags, device
+// downloads and the run's context block (GPU, runtime and driver, argv, date, seed). Seeded
+// inputs as pararnn tensors are in bench_inputs.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,10 +15,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include "cuda/runtime.hpp"
-#include "pararnn/core/tensor.hpp"
 
 namespace pararnn::bench {
 
@@ -36,17 +35,19 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-// Times `body` (device work on the legacy default stream) with events: median over `runs`.
-template <class Body>
-double median_ms(int warmup, int runs, Body&& body) {
+// Times `body` (work it queues on `stream`) with events: the median over `runs` after `warmup`
+// runs; `prepare` runs untimed before each.
+template <class Prepare, class Body>
+double median_ms_on(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Body&& body) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> times;
   for (int i = 0; i < warmup + runs; ++i) {
-    check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+    prepare();
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
     body();
-    check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -55,6 +56,12 @@ double median_ms(int warmup, int runs, Body&& body) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return median(times);
+}
+
+// The same on the legacy default stream without a prepare step.
+template <class Body>
+double median_ms(int warmup, int runs, Body&& body) {
+  return median_ms_on(nullptr, warmup, runs, [] {}, std::forward<Body>(body));
 }
 
 inline std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
@@ -69,27 +76,12 @@ inline bool has_flag(int argc, char** argv, const char* name) {
   return false;
 }
 
-template <class T = float>
-std::vector<T> download(const detail::cuda::DeviceBuffer& buffer) {
+// A device buffer's contents (anything with get() and bytes()) as host values of T.
+template <class T = float, class Buffer>
+std::vector<T> download(const Buffer& buffer) {
   std::vector<T> host(buffer.bytes() / sizeof(T));
-  check(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
+  check(cudaMemcpy(host.data(), buffer.get(), host.size() * sizeof(T), cudaMemcpyDeviceToHost), "download");
   return host;
-}
-
-// x [B, T, d_in] in `dtype`, uniform in [-1, 1) (SplitMix64 from `seed`).
-inline Tensor uniform_input(std::int64_t B, std::int64_t T, std::int64_t d_in, std::uint64_t seed,
-                            DType dtype = DType::f32) {
-  Tensor x(DType::f32, {B, T, d_in});
-  std::uint64_t state = seed;
-  float* p = x.data_as<float>();
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-  }
-  return dtype == DType::f32 ? x : Tensor::converted(x, dtype);
 }
 
 // The run's context: GPU, SM count, CUDA runtime and driver, argv, date (UTC), seed.

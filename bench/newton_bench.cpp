@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "bench_inputs.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/kernels/newton_step.hpp"
@@ -109,7 +110,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
 int main(int argc, char** argv) {
   using namespace pararnn;
   using Gru = cells::GruDiagMath;
-  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
+  constexpr int G = Gru::kGates;
   const std::int64_t B = arg_value(argc, argv, "--batch", 8);
   const std::int64_t D = arg_value(argc, argv, "--channels", 256);
   const std::int64_t T = arg_value(argc, argv, "--time", 65536);
@@ -246,27 +247,13 @@ int main(int argc, char** argv) {
                              H_fused_k3 = download(d_H_fused_k3), H_fused_adaptive = download(d_H_fused_adaptive);
     double err_k3 = 0, err_adaptive = 0, err_seq = 0, err_fused_k3 = 0, err_fused_adaptive = 0;
     auto worse = [](double e, double d) { return std::isnan(d) ? INFINITY : std::max(e, d); };
-    const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
-    std::int64_t checked = 0;
-    for (std::int64_t chain = 0; chain < chains; chain += step, ++checked) {
-      const std::int64_t b = chain / D, c = (chain * 7 + 3) % D;
-      float r[R];
-      for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + c)];
-      float h = 0.0f;
-      for (std::int64_t t = 0; t < T; ++t) {
-        float w[G];
-        for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + c)];
-        float h_new;
-        Gru::step(r, w, &h, &h_new, static_cast<float*>(nullptr));
-        h = h_new;
-        const std::size_t i = static_cast<std::size_t>((b * T + t) * D + c);
-        err_k3 = worse(err_k3, std::fabs(static_cast<double>(H_k3[i]) - h));
-        err_adaptive = worse(err_adaptive, std::fabs(static_cast<double>(H_adaptive[i]) - h));
-        err_seq = worse(err_seq, std::fabs(static_cast<double>(H_seq[i]) - h));
-        err_fused_k3 = worse(err_fused_k3, std::fabs(static_cast<double>(H_fused_k3[i]) - h));
-        err_fused_adaptive = worse(err_fused_adaptive, std::fabs(static_cast<double>(H_fused_adaptive[i]) - h));
-      }
-    }
+    const std::int64_t checked = pararnn::bench::walk_gru_chains<float>(wx, rec, B, T, D, [&](std::size_t i, double h) {
+      err_k3 = worse(err_k3, std::fabs(static_cast<double>(H_k3[i]) - h));
+      err_adaptive = worse(err_adaptive, std::fabs(static_cast<double>(H_adaptive[i]) - h));
+      err_seq = worse(err_seq, std::fabs(static_cast<double>(H_seq[i]) - h));
+      err_fused_k3 = worse(err_fused_k3, std::fabs(static_cast<double>(H_fused_k3[i]) - h));
+      err_fused_adaptive = worse(err_fused_adaptive, std::fabs(static_cast<double>(H_fused_adaptive[i]) - h));
+    });
     const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = "gru", .backend = "cuda"});
     out["check_vs_cpu_sequential"] = {{"chains", checked},
                                       {"tau_atol", tau.atol},

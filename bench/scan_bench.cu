@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
@@ -30,13 +31,11 @@ namespace {
 using pararnn::kernels::ScanAlgorithm;
 using pararnn::kernels::ScanArgs;
 using pararnn::kernels::ScanTiling;
+using pararnn::bench::arg_value;
+using pararnn::bench::check;
+using pararnn::bench::median;
+using pararnn::bench::median_ms_on;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "pararnn_bench_scan: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 template <class T>
 struct DeviceArray {
@@ -77,40 +76,6 @@ void fill(DeviceArray<float>& a, std::uint64_t seed, float lo, float hi, bool si
   check(cudaGetLastError(), "fill_uniform");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// Times `body` (which enqueues work on `stream`) with events; `prepare` runs untimed before each.
-template <class Prepare, class Body>
-double median_ms(int warmup, int runs, cudaStream_t stream, Prepare&& prepare, Body&& body) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> times;
-  for (int i = 0; i < warmup + runs; ++i) {
-    prepare();
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    body();
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= warmup) times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(times);
-}
-
-std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::strtoll(argv[i + 1], nullptr, 10);
-  return fallback;
-}
-
 struct ScanResult {
   std::string algorithm;
   bool reverse = false;
@@ -123,6 +88,7 @@ struct ScanResult {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pararnn::bench::program_name = "pararnn_bench_scan";
   const std::int64_t batch = arg_value(argc, argv, "--batch", 8);
   const std::int64_t channels = arg_value(argc, argv, "--channels", 256);
   const std::int64_t time = arg_value(argc, argv, "--time", 65536);
@@ -146,7 +112,7 @@ int main(int argc, char** argv) {
   {
     DeviceArray<unsigned char> src(copy_bytes), dst(copy_bytes);
     check(cudaMemsetAsync(src.p, 1, copy_bytes, stream), "cudaMemsetAsync");
-    copy_ms = median_ms(warmup, runs, stream, [] {}, [&] {
+    copy_ms = median_ms_on(stream, warmup, runs, [] {}, [&] {
       check(cudaMemcpyAsync(dst.p, src.p, copy_bytes, cudaMemcpyDeviceToDevice, stream),
             "cudaMemcpyAsync");
     });
@@ -203,8 +169,7 @@ int main(int argc, char** argv) {
       res.algorithm = cfg.algorithm == ScanAlgorithm::single_pass ? "single_pass" : "three_phase";
       res.reverse = cfg.reverse;
       res.chunk = cfg.chunk;
-      res.ms = median_ms(
-          warmup, runs, stream,
+      res.ms = median_ms_on(stream, warmup, runs,
           [&] { check(cudaMemcpyAsync(r.p, r0.p, r0.bytes(), cudaMemcpyDeviceToDevice, stream), "restore r"); },
           [&] {
             check(pararnn::kernels::launch_scan_affine<1, float>(args, workspace.p, workspace.n, stream),
@@ -234,7 +199,7 @@ int main(int argc, char** argv) {
     fill(rec, 4, -0.5f, 0.5f, false);
     pararnn::kernels::SequentialArgs<float> args{.wx = wx.p, .recurrent = rec.p, .H = H.p,
                                                  .batch = batch, .time = time, .channels = channels};
-    sequential_ms = median_ms(1, std::max(10, runs / 2), stream, [] {}, [&] {
+    sequential_ms = median_ms_on(stream, 1, std::max(10, runs / 2), [] {}, [&] {
       check(pararnn::kernels::launch_sequential_apply<Gru, float>(args, stream),
             "launch_sequential_apply");
     });

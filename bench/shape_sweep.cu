@@ -27,6 +27,7 @@
 #include "sequential.cuh"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/kernels/newton_step.hpp"
+#include "bench_common.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
 
@@ -34,13 +35,8 @@ namespace {
 
 using namespace pararnn::kernels;
 using Gru = pararnn::cells::GruDiagMath;
+using pararnn::bench::check;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "pararnn_bench_shapes: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 struct Buffer {
   void* p = nullptr;
@@ -75,30 +71,10 @@ void fill(const Buffer& b, std::uint64_t seed, float lo, float hi) {
   check(cudaGetLastError(), "fill_uniform");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
+// The median over `runs` after three warm-up launches.
 template <class F>
 double time_ms(int runs, F&& launch) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    check(cudaEventRecord(a), "record");
-    launch();
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(ms);
+  return pararnn::bench::median_ms(3, runs, std::forward<F>(launch));
 }
 
 std::vector<float> download(const Buffer& b) {
@@ -171,6 +147,7 @@ const Prefetch kPrefetches[] = {{4, &sequential_at<4>}, {8, &sequential_at<8>}, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  pararnn::bench::program_name = "pararnn_bench_shapes";
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {

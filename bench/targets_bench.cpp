@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "bench_inputs.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/contracts/tolerance.hpp"
@@ -128,58 +129,29 @@ struct ChainCheck {
   std::int64_t chains = 0;
 };
 ChainCheck gru_against_f64_loop(const DeviceCase& c, const std::vector<float>& H, DType storage) {
-  using Gru = cells::GruDiagMath;
-  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
-  const std::vector<float> wx = bench::download(c.wx), rec = bench::download(c.rec);
-  const std::int64_t B = c.layout.batch, T = c.layout.time, D = c.cell.d_h();
   ChainCheck out;
-  const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
-  for (std::int64_t chain = 0; chain < chains; chain += step, ++out.chains) {
-    const std::int64_t b = chain / D, ch = (chain * 7 + 3) % D;
-    double r[R];
-    for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + ch)];
-    double h = 0.0;
-    for (std::int64_t t = 0; t < T; ++t) {
-      double w[G];
-      for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + ch)];
-      double h_new;
-      Gru::step(r, w, &h, &h_new, static_cast<double*>(nullptr));
-      h = h_new;
-      const float v = H[static_cast<std::size_t>((b * T + t) * D + ch)];
-      const double stored = dispatch_float_dtype(storage, [&]<class StorageT>() {
-        return static_cast<double>(round_to_storage<StorageT>(static_cast<double>(v)));
+  out.chains = bench::walk_gru_chains<double>(
+      bench::download(c.wx), bench::download(c.rec), c.layout.batch, c.layout.time, c.cell.d_h(),
+      [&](std::size_t i, double h) {
+        const float v = H[i];
+        const double stored = dispatch_float_dtype(storage, [&]<class StorageT>() {
+          return static_cast<double>(round_to_storage<StorageT>(static_cast<double>(v)));
+        });
+        const double dc = std::fabs(static_cast<double>(v) - h), ds = std::fabs(stored - h);
+        out.compute = std::isnan(dc) ? INFINITY : std::max(out.compute, dc);
+        out.stored = std::isnan(ds) ? INFINITY : std::max(out.stored, ds);
       });
-      const double dc = std::fabs(static_cast<double>(v) - h), ds = std::fabs(stored - h);
-      out.compute = std::isnan(dc) ? INFINITY : std::max(out.compute, dc);
-      out.stored = std::isnan(ds) ? INFINITY : std::max(out.stored, ds);
-    }
-  }
   return out;
 }
 
 // The CPU's f32 sequential loop of GRU-diag on the solve's W_x x, 16 chains: max |H − h|.
 double gru_against_f32_loop(const DeviceCase& c, const std::vector<float>& H) {
-  using Gru = cells::GruDiagMath;
-  constexpr int G = Gru::kGates, R = Gru::kRecurrent;
-  const std::vector<float> wx = bench::download(c.wx), rec = bench::download(c.rec);
-  const std::int64_t B = c.layout.batch, T = c.layout.time, D = c.cell.d_h();
   double err = 0;
-  const std::int64_t chains = B * D, step = std::max<std::int64_t>(1, chains / 16);
-  for (std::int64_t chain = 0; chain < chains; chain += step) {
-    const std::int64_t b = chain / D, ch = (chain * 7 + 3) % D;
-    float r[R];
-    for (int k = 0; k < R; ++k) r[k] = rec[static_cast<std::size_t>(k * D + ch)];
-    float h = 0.0f;
-    for (std::int64_t t = 0; t < T; ++t) {
-      float w[G];
-      for (int g = 0; g < G; ++g) w[g] = wx[static_cast<std::size_t>((b * T + t) * G * D + g * D + ch)];
-      float h_new;
-      Gru::step(r, w, &h, &h_new, static_cast<float*>(nullptr));
-      h = h_new;
-      const double d = std::fabs(static_cast<double>(H[static_cast<std::size_t>((b * T + t) * D + ch)]) - h);
-      err = std::isnan(d) ? INFINITY : std::max(err, d);
-    }
-  }
+  bench::walk_gru_chains<float>(bench::download(c.wx), bench::download(c.rec), c.layout.batch, c.layout.time,
+                                c.cell.d_h(), [&](std::size_t i, double h) {
+                                  const double d = std::fabs(static_cast<double>(H[i]) - h);
+                                  err = std::isnan(d) ? INFINITY : std::max(err, d);
+                                });
   return err;
 }
 

@@ -50,6 +50,7 @@
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
 #include "pararnn/kernels/strided_copy.hpp"
+#include "pararnn/kernels/tile_max.hpp"
 
 namespace pararnn::detail {
 namespace cuda {
@@ -459,16 +460,34 @@ class CudaPerChannelFamily {
     }
   }
 
-  // The tiles (batch row, 64 channels) still at or above atol get the sequential solution.
+  // The tiles (batch row, 64 channels) still at or above atol get the sequential solution; the
+  // tiles' max|F| are reduced on the device (kernels/tile_max.hpp), only they reach the host.
   std::int64_t sequential_fallback(double atol) {
     const std::int64_t C = p_.channels, tiles = (C + kFallbackTileChannels - 1) / kFallbackTileChannels;
     const std::int64_t row = p_.time * S * C;
     materialize_guess();
     (void)residual();
     result_known_ = false;
-    return sequential_fallback_units<ComputeT>(
-        ws_.residual, n_, p_.batch * tiles, atol,
-        [&](std::int64_t i) { return (i / row) * tiles + (i % C) / kFallbackTileChannels; }, H_,
+    const std::int64_t units = p_.batch * tiles;
+    // Enough (unit, row range) blocks to fill the GPU even for a few units.
+    const std::int64_t chunks = std::clamp<std::int64_t>((2048 + units - 1) / std::max<std::int64_t>(units, 1), 1,
+                                                         std::max<std::int64_t>(p_.time * S, 1));
+    std::vector<double> unit_max(static_cast<std::size_t>(units), 0.0);
+    if (units > 0) {
+      DeviceBuffer partials(checked_bytes(units * chunks, sizeof(ComputeT), "the tiles' max|F|"), "the tiles' max|F|");
+      const kernels::TileMaxArgs<ComputeT> a{.F = residual(), .batch = p_.batch, .rows = p_.time * S, .channels = C,
+                                             .tile = kFallbackTileChannels, .chunks = chunks,
+                                             .out = partials.as<ComputeT>()};
+      PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, kStream));
+      std::vector<ComputeT> host(static_cast<std::size_t>(units * chunks));
+      PARARNN_CUDA_CHECK(cudaMemcpy(host.data(), partials.get(), partials.bytes(), cudaMemcpyDeviceToHost));
+      for (std::int64_t u = 0; u < units; ++u)
+        for (std::int64_t j = 0; j < chunks; ++j)
+          unit_max[static_cast<std::size_t>(u)] =
+              nan_max(unit_max[static_cast<std::size_t>(u)], static_cast<double>(host[static_cast<std::size_t>(u * chunks + j)]));
+    }
+    return replace_flagged_units<ComputeT>(
+        unit_max, atol, n_, H_,
         [&](ComputeT* target) { run_sequential<CellMath, ComputeT>(p_, target); },
         [&](std::int64_t unit, const ComputeT* scratch) {
           const std::int64_t b = unit / tiles, c0 = (unit % tiles) * kFallbackTileChannels;
