@@ -8,9 +8,9 @@ endif()
 set(PARARNN_TEST_ARTIFACTS_DIR "${CMAKE_BINARY_DIR}/test-artifacts")
 
 # pararnn_add_test(NAME <name> SOURCES ... LIBS ... RESOURCE host|cuda KIND unit|property|golden
-#                  COST fast|nightly [TIMEOUT s])
+#                  COST fast|nightly [TIMEOUT s] [LABELS extra...])
 function(pararnn_add_test)
-  cmake_parse_arguments(T "" "NAME;RESOURCE;KIND;COST;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;RESOURCE;KIND;COST;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT PARARNN_BUILD_TESTS)
     return()
   endif()
@@ -39,10 +39,14 @@ function(pararnn_add_test)
   endif()
   # Discovered tests cannot take a list-valued property through gtest_discover_tests: label
   # them from an include file that runs after the discovery script.
+  set(extra_labels "")
+  foreach(label IN LISTS T_LABELS)
+    string(APPEND extra_labels ";${label}")
+  endforeach()
   set(label_script "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
   file(WRITE "${label_script}"
        "foreach(t IN LISTS ${T_NAME}_TESTS)\n"
-       "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${resource_labels};${T_KIND};${T_COST}\")\n"
+       "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${resource_labels};${T_KIND};${T_COST}${extra_labels}\")\n"
        "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${label_script}")
 endfunction()

@@ -54,6 +54,22 @@ struct GeneratedProblem {
         for (std::int64_t c = 0; c < d_h; ++c) h0.store({b, 1, c}, std::abs(h0.load({b, 1, c})));
     return h0;
   }
+  // The cell, input and h0 of the problem, with the ApplyOptions that pass that h0.
+  struct Made {
+    Cell cell;
+    Tensor x;
+    std::optional<Tensor> h0;
+    ApplyOptions options() const {
+      ApplyOptions o;
+      if (h0) o.h0 = h0->view();
+      return o;
+    }
+  };
+  Made make() const {
+    Cell c = make_cell();
+    std::optional<Tensor> h = make_h0(c.slots());
+    return {std::move(c), make_input(), std::move(h)};
+  }
   std::string describe() const {
     return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={}{} weight_std={} clamped={} h0={} seed={}",
                        cell, gate_mix == "input" ? "" : " gate_mix=" + gate_mix, dtype_name(dtype), batch, time, d_in, d_h,

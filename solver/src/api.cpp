@@ -380,15 +380,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   check_matrix_map_inputs(cell, &config, options, "newton_backward");
   check_linear_gu(cell, backend, options, &config, "newton_backward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));
-  const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
-  if (grad_H.shape() != trajectory)
-    throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
-                            shape_string(grad_H.shape()));
-  if (!is_floating(grad_H.dtype()))
-    throw ContractViolation("grad_H", "must be floating", dtype_name(grad_H.dtype()));
-  if (const auto where = describe_first_non_finite(grad_H, "grad_H"))
-    throw ContractViolation("grad_H", "must be finite (a non-finite cotangent makes every gradient non-finite)",
-                            *where);
+  detail::check_cotangent(grad_H, cell.trajectory_shape(layout.batch, layout.time), "grad_H");
   if (config.chunk_len && *config.chunk_len < layout.time)
     return windowed_backward(cell, x, forward, grad_H, config, options, layout);
   return family_entry(cell.spec().jacobian, backend).backward(cell, x, forward, grad_H, config, options, std::move(layout));

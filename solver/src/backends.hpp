@@ -28,6 +28,9 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
 // a bare "diverged: nan".
 void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
                    const TensorView& x, const ApplyOptions& options);
+// The rules of a cotangent (newton_backward's grad_H, a rank's grad_H_chunk), named
+// `argument`: the trajectory's shape, floating, finite.
+void check_cotangent(const TensorView& grad_H, const Shape& trajectory, const char* argument);
 // " The input is not finite: x holds nan at index (0, 3, 2)." or "" (host tensors only).
 std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options);
 

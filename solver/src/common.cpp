@@ -87,6 +87,17 @@ Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& o
   return layout;
 }
 
+void check_cotangent(const TensorView& grad_H, const Shape& trajectory, const char* argument) {
+  if (grad_H.shape() != trajectory)
+    throw ContractViolation(argument, "must have the trajectory's shape " + shape_string(trajectory),
+                            shape_string(grad_H.shape()));
+  if (!is_floating(grad_H.dtype()))
+    throw ContractViolation(argument, "must be floating", dtype_name(grad_H.dtype()));
+  if (const auto where = describe_first_non_finite(grad_H, argument))
+    throw ContractViolation(argument, "must be finite (a non-finite cotangent makes every gradient non-finite)",
+                            *where);
+}
+
 std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
   std::optional<std::string> where = describe_first_non_finite(x, "x");
   if (!where && options.h0) where = describe_first_non_finite(*options.h0, "h0");

@@ -99,6 +99,18 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
   }
 }
 
+template <int S, class ComputeT>
+void scan_aggregates(const ComputeT* J, const ComputeT* r, const ScanShape& shape, bool first_is_head,
+                     ComputeT* out) {
+  const std::int64_t stride = shape.channel_stride > 0 ? shape.channel_stride : shape.channels;
+  for (std::int64_t c = 0; c < shape.channels; ++c) {
+    auto acc = element_at<S>(J, r, 0, c, stride, first_is_head);
+    for (std::int64_t t = 1; t < shape.time; ++t) acc = cells::compose(element_at<S>(J, r, t, c, stride, false), acc);
+    std::copy(acc.J, acc.J + S * S, out + c * (S * S + S));
+    std::copy(acc.r, acc.r + S, out + c * (S * S + S) + S * S);
+  }
+}
+
 template <class ComputeT>
 void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
                 std::span<const std::uint8_t> heads) {
@@ -160,8 +172,9 @@ void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
 template void scan_dense<float>(const float*, float*, const DenseScanShape&, std::span<const std::uint8_t>);
 template void scan_dense<double>(const double*, double*, const DenseScanShape&, std::span<const std::uint8_t>);
 
-#define PARARNN_INSTANTIATE_SCAN(S, T) \
-  template void scan_affine<S, T>(const T*, T*, const ScanShape&, std::span<const std::uint8_t>);
+#define PARARNN_INSTANTIATE_SCAN(S, T)                                                               \
+  template void scan_affine<S, T>(const T*, T*, const ScanShape&, std::span<const std::uint8_t>); \
+  template void scan_aggregates<S, T>(const T*, const T*, const ScanShape&, bool, T*);
 PARARNN_INSTANTIATE_SCAN(1, float)
 PARARNN_INSTANTIATE_SCAN(1, double)
 PARARNN_INSTANTIATE_SCAN(2, float)

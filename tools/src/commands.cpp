@@ -10,6 +10,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -23,11 +25,15 @@
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/case_rules.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/progress.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/reports/bug_bundle.hpp"
+#include "pararnn/solver/nccl_communicator.hpp"
+#include "pararnn/solver/seq_parallel.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -158,7 +164,180 @@ void check_outputs(std::initializer_list<std::pair<const char*, const std::strin
     if (!path->empty()) check_output_path(*path, flag);
 }
 
+// What every rank of `seqpar` reports, gathered to compare the ranks.
+struct RankStats {
+  std::int64_t iters = 0, updates = 0, fallback_tiles = 0, picard_iters = 0, picard_retries = 0;
+  double max_residual = 0.0;
+  std::int64_t converged = 0;
+  bool operator==(const RankStats& o) const {
+    return iters == o.iters && updates == o.updates && fallback_tiles == o.fallback_tiles &&
+           picard_iters == o.picard_iters && picard_retries == o.picard_retries && converged == o.converged &&
+           std::memcmp(&max_residual, &o.max_residual, sizeof max_residual) == 0;
+  }
+};
+
+RankStats rank_stats(const NewtonStats& s) {
+  return {s.iters, s.updates, s.fallback_tiles, s.picard_iters, s.picard_retries, s.max_residual, s.converged ? 1 : 0};
+}
+
+struct SeqparRanks {
+  Tensor H;                      // every rank's chunk, reassembled (B, T, ...)
+  std::vector<RankStats> stats;  // per rank
+};
+
+// One rank of `seqpar`: its chunk of the case solved, then every chunk gathered (padded to the
+// longest) so that each rank holds the whole trajectory and every rank's stats.
+SeqparRanks seqpar_rank(Communicator& comm, const Cell& cell, const Case& problem, const NewtonConfig& config,
+                        const std::vector<std::int64_t>& lengths) {
+  const auto r = static_cast<std::size_t>(comm.rank());
+  std::int64_t start = 0, longest = 0;
+  for (std::size_t q = 0; q < lengths.size(); ++q) {
+    if (q < r) start += lengths[q];
+    longest = std::max(longest, lengths[q]);
+  }
+  ApplyOptions options;
+  if (problem.h0 && r == 0) options.h0 = problem.h0->view();
+  NewtonStats stats;
+  const Tensor H_r = seq_parallel_newton_apply(comm, cell, problem.x.view().slice(1, start, start + lengths[r]),
+                                               config, options, &stats);
+  const std::int64_t batch = problem.x.size(0), time = problem.x.size(1);
+  const std::size_t step_bytes = static_cast<std::size_t>(H_r.numel() / (batch * lengths[r])) * dtype_size(H_r.dtype());
+  std::vector<std::byte> mine(static_cast<std::size_t>(batch * longest) * step_bytes);
+  for (std::int64_t b = 0; b < batch; ++b)
+    std::memcpy(mine.data() + static_cast<std::size_t>(b * longest) * step_bytes, H_r.view().select(0, b).data(),
+                static_cast<std::size_t>(lengths[r]) * step_bytes);
+  const std::vector<std::byte> all = allgather_values(comm, std::span<const std::byte>(mine));
+  SeqparRanks out{.H = Tensor(cell.dtype(), cell.trajectory_shape(batch, time)),
+                  .stats = allgather_values(comm, std::span<const RankStats>(std::vector<RankStats>{rank_stats(stats)}))};
+  std::int64_t t0 = 0;
+  for (std::size_t q = 0; q < lengths.size(); ++q) {
+    for (std::int64_t b = 0; b < batch; ++b)
+      std::memcpy(out.H.view().select(0, b).select(0, t0).data(),
+                  all.data() + (q * static_cast<std::size_t>(batch * longest) + static_cast<std::size_t>(b * longest)) * step_bytes,
+                  static_cast<std::size_t>(lengths[q]) * step_bytes);
+    t0 += lengths[q];
+  }
+  return out;
+}
+
+// The judgement of `seqpar` (rank 0, or the in-process caller): the ranks against the one-rank
+// solve within τ, and the ranks' stats against each other.
+int seqpar_report(const SeqparArgs& args, const Cell& cell, const Case& problem, const NewtonConfig& config,
+                  const std::vector<std::int64_t>& lengths, const SeqparRanks& ranks) {
+  ApplyOptions options;
+  if (problem.h0) options.h0 = problem.h0->view();
+  NewtonStats one;
+  const Tensor H_one = newton_apply(cell, problem.x, config, options, &one);
+  const Tolerance tau = tolerance_for({.dtype = cell.dtype(), .metric = Metric::trajectory,
+                                       .cell = std::string(cell.name()), .backend = "cpu"});
+  const ComparisonResult c = compare(ranks.H, H_one, tau);
+  const bool bitwise = std::memcmp(ranks.H.data(), H_one.data(), H_one.nbytes()) == 0;
+  const bool same_stats = std::all_of(ranks.stats.begin(), ranks.stats.end(),
+                                      [&](const RankStats& s) { return s == ranks.stats.front(); });
+  std::string chunks;
+  for (std::int64_t n : lengths) chunks += (chunks.empty() ? "" : ",") + std::to_string(n);
+  const RankStats& s = ranks.stats.front();
+  std::cout << fmt::format("seqpar: {} {} x {} on {} ranks ({}), chunks {}\n", cell.name(), dtype_name(cell.dtype()),
+                           shape_string(problem.x.shape()), lengths.size(), args.launcher, chunks);
+  std::cout << fmt::format("  ranks:    iters {} updates {} fallback_tiles {} max_residual {:.3e}; the same on every rank: {}\n",
+                           s.iters, s.updates, s.fallback_tiles, s.max_residual, same_stats ? "yes" : "NO");
+  std::cout << fmt::format("  one rank: iters {} updates {} fallback_tiles {} max_residual {:.3e}\n", one.iters,
+                           one.updates, one.fallback_tiles, one.max_residual);
+  const bool agree = c.ok() && same_stats;
+  std::cout << fmt::format("  ranks vs one rank: {} (max_abs {:.3e}, tau atol {:g} rtol {:g}; bitwise {})\n",
+                           agree ? "Agree" : "Disagree", c.max_abs, tau.atol, tau.rtol, bitwise ? "yes" : "no");
+  if (!c.ok()) std::cout << c.describe() << "\n";
+  if (!args.out.empty())
+    write_safetensors(args.out, {{"H", ranks.H}}, {{"producer", "pararnn seqpar"}, {"ranks", std::to_string(lengths.size())},
+                                                   {"chunks", chunks}, {"newton_iters", std::to_string(s.iters)}});
+  nlohmann::ordered_json per_rank = nlohmann::ordered_json::array();
+  for (const RankStats& r : ranks.stats)
+    per_rank.push_back({{"iters", r.iters}, {"updates", r.updates}, {"fallback_tiles", r.fallback_tiles},
+                        {"max_residual", r.max_residual}, {"converged", r.converged != 0}});
+  write_json(args.json, {{"schema_version", 1}, {"verdict", agree ? "Agree" : "Disagree"}, {"cell", cell.name()},
+                         {"dtype", dtype_name(cell.dtype())}, {"launcher", args.launcher}, {"chunks", lengths},
+                         {"max_abs", c.max_abs}, {"mismatches", c.mismatches}, {"nan_count", c.nan_count},
+                         {"atol", tau.atol}, {"rtol", tau.rtol}, {"bitwise", bitwise}, {"same_stats", same_stats},
+                         {"ranks", per_rank},
+                         {"one_rank", {{"iters", one.iters}, {"fallback_tiles", one.fallback_tiles},
+                                       {"max_residual", one.max_residual}}}});
+  return agree ? kExitAgree : kExitDisagree;
+}
+
+// --chunks "a,b,c" (every length >= 1, summing to T), else the even split over `ranks`.
+std::vector<std::int64_t> seqpar_chunks(const SeqparArgs& args, std::int64_t time, std::optional<std::int64_t> ranks) {
+  if (args.chunks.empty()) {
+    if (!ranks) throw ContractViolation("--ranks", "must be given (or --chunks)", "unset");
+    if (*ranks > time)
+      throw ContractViolation("--ranks", fmt::format("must be at most the case's T = {} (every rank needs a step)", time),
+                              std::to_string(*ranks));
+    return even_chunks(time, static_cast<int>(*ranks));
+  }
+  const std::vector<std::int64_t> lengths = parse_int_list(args.chunks, "--chunks");
+  std::int64_t total = 0;
+  for (std::int64_t n : lengths) {
+    if (n < 1) throw ContractViolation("--chunks", "every rank needs at least one step", args.chunks);
+    total += n;
+  }
+  if (total != time)
+    throw ContractViolation("--chunks", fmt::format("must sum to the case's T = {}", time), args.chunks);
+  if (ranks && static_cast<std::int64_t>(lengths.size()) != *ranks)
+    throw ContractViolation("--chunks", fmt::format("must have one length per rank ({} ranks)", *ranks), args.chunks);
+  return lengths;
+}
+
 }  // namespace
+
+int seqpar(const SeqparArgs& args) {
+  check_outputs({{"--out", &args.out}, {"--json", &args.json}});
+  if (args.launcher != "in-process" && args.launcher != "env")
+    throw ContractViolation("--launcher", "must be in-process or env", args.launcher);
+  if (args.launcher == "env" && args.ranks)
+    throw ContractViolation("--ranks", "is set by the launcher (WORLD_SIZE) with --launcher env",
+                            std::to_string(*args.ranks));
+  const Case problem = read_case(args.case_path);
+  const Cell cell = checked_case(problem);
+  if (problem.cu_seqlens)
+    throw ContractViolation("cu_seqlens", "seqpar: packed cases are not built (packed segments across ranks)",
+                            shape_string(problem.cu_seqlens->shape()));
+  SolveArgs solve_args;
+  solve_args.backend = "cpu";
+  solve_args.max_iters = args.max_iters;
+  solve_args.picard_adapt = args.picard_adapt;
+  solve_args.picard_retry_atol = args.picard_retry_atol;
+  NewtonConfig config = config_from(solve_args);
+  if (args.k_max) config.k_max = *args.k_max;
+  const std::int64_t time = problem.x.size(1);
+  if (args.launcher == "in-process") {
+    const std::vector<std::int64_t> lengths = seqpar_chunks(args, time, args.ranks);
+    InProcessGroup group(static_cast<int>(lengths.size()));
+    std::optional<SeqparRanks> result;
+    group.run([&](Communicator& comm) {
+      SeqparRanks mine = seqpar_rank(comm, cell, problem, config, lengths);
+      if (comm.rank() == 0) result = std::move(mine);
+    });
+    return seqpar_report(args, cell, problem, config, lengths, *result);
+  }
+  // One process per GPU: every rank reads the case and solves its chunk; rank 0 judges and every
+  // rank exits with its verdict.
+  const std::unique_ptr<Communicator> comm = make_nccl_communicator(nccl_launch_from_env());
+  const std::vector<std::int64_t> lengths = seqpar_chunks(args, time, comm->size());
+  const SeqparRanks ranks = seqpar_rank(*comm, cell, problem, config, lengths);
+  // Rank 0's judgement reaches every rank even when it raises (the others would wait otherwise).
+  int code = kExitAgree;
+  std::exception_ptr failure;
+  if (comm->rank() == 0) {
+    try {
+      code = seqpar_report(args, cell, problem, config, lengths, ranks);
+    } catch (...) {
+      failure = std::current_exception();
+      code = kExitInconclusiveOrRefused;
+    }
+  }
+  const int verdict = static_cast<int>(comm->allreduce_max(static_cast<double>(code)));
+  if (failure) std::rethrow_exception(failure);
+  return verdict;
+}
 
 int make_case(const MakeCaseArgs& args) {
   check_outputs({{"--out", &args.out}});

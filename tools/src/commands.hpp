@@ -57,6 +57,18 @@ struct KstarArgs {
   bool newton_backtrack = false;             // M2RNN
 };
 
+// `pararnn seqpar`: a case's x split along time over P ranks (threads of this process, or one
+// process per GPU over NCCL with --launcher env), solved by seq_parallel_newton_apply,
+// reassembled and judged against the one-rank solve: exit 0 when the ranks agree with one rank
+// within τ and report the same stats, 1 otherwise, 2 for a refused input.
+struct SeqparArgs {
+  std::string case_path, launcher = "in-process", chunks, max_iters = "none", out, json;
+  std::optional<std::int64_t> ranks;
+  std::optional<std::int64_t> k_max;
+  std::string picard_adapt = "auto", picard_retry_atol = "1e-3";
+};
+int seqpar(const SeqparArgs& args);
+
 // `pararnn report nightly|render|diff` and `pararnn bug-bundle` (report_commands.cpp).
 struct NightlyArgs {
   std::string out, backends = "cpu", cells, dtypes, times, classes, max_iters = "none";

@@ -1,4 +1,4 @@
-// `pararnn`: make-case | oracle | solve | verify | compare | kstar | report | bug-bundle | env. Thin: parses with CLI11,
+// `pararnn`: make-case | oracle | solve | verify | compare | kstar | seqpar | report | bug-bundle | env. Thin: parses with CLI11,
 // calls the library, prints, and maps errors to exit codes (refused input: 2, with the
 // library's message naming the argument, the rule and the value).
 #include <CLI/CLI.hpp>
@@ -161,6 +161,21 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--picard-adapt", ka.picard_adapt, "slstm: auto (on iff auto P) | on | off");
   kstar_cmd->add_flag("--newton-backtrack", ka.newton_backtrack, "m2rnn: newton_backtrack");
   kstar_cmd->add_option("--json", ka.json);
+  SeqparArgs sp;
+  auto* seqpar_cmd = app.add_subcommand(
+      "seqpar", "sequence-parallel Newton: x split over P ranks vs one rank: exit 0 Agree, 1 Disagree, 2 refused");
+  seqpar_cmd->add_option("case", sp.case_path)->required();
+  seqpar_cmd->add_option("--ranks", sp.ranks, "in-process ranks (threads); the case's x is split evenly")->check(count);
+  seqpar_cmd->add_option("--chunks", sp.chunks, "explicit chunk lengths, e.g. 100,1,27 (one per rank, summing to T)");
+  seqpar_cmd->add_option("--launcher", sp.launcher,
+                         "in-process (threads) | env (one process per GPU over NCCL: RANK, WORLD_SIZE, LOCAL_RANK, "
+                         "PARARNN_NCCL_ID_FILE; untested here)");
+  seqpar_cmd->add_option("--max-iters", sp.max_iters, "fixed K, or none (K table + adaptive)");
+  seqpar_cmd->add_option("--k-max", sp.k_max, "cap of the adaptive loop (default 16)")->check(count);
+  seqpar_cmd->add_option("--picard-adapt", sp.picard_adapt, "sLSTM: auto (on iff auto P) | on | off");
+  seqpar_cmd->add_option("--picard-retry-atol", sp.picard_retry_atol, "sLSTM adapt retry threshold, or none (default 1e-3)");
+  seqpar_cmd->add_option("--out", sp.out, "write the reassembled H");
+  seqpar_cmd->add_option("--json", sp.json, "write the judgement as JSON");
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 
   auto* report_cmd = app.add_subcommand("report", "nightly campaign, rendering and diff of report.json");
@@ -223,6 +238,7 @@ int main(int argc, char** argv) {
     if (solve_cmd->parsed()) return solve(sa);
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory);
+    if (seqpar_cmd->parsed()) return seqpar(sp);
     if (nightly_cmd->parsed()) return report_nightly(na);
     if (render_cmd->parsed()) return report_render(ra);
     if (diff_cmd->parsed()) return report_diff(da);

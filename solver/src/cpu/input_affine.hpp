@@ -4,6 +4,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -14,6 +15,10 @@
 #include "pararnn/core/fault.hpp"
 
 namespace pararnn::detail {
+
+// A sequence-parallel backward's reduction of one rank's double sums into the sums over every
+// rank, in place (empty: one rank, nothing to do).
+using SumOverRanks = std::function<void(std::span<double>)>;
 
 // W_x x + b of every affine block, [b][t][gate_width(cell)] in the compute type: one GEMM per
 // block and batch row. Blocks land at first_gate times their block width.
@@ -52,11 +57,12 @@ std::vector<ComputeT> input_affine(const Cell& cell, const TensorView& x, const 
 // the forward's layout): per block ∇W = Σ_b d_wxᵀ in and ∇b = Σ d_wx (summed in double, rounded
 // once by gradient_tensor), added to `parameters`; returns ∇x [b·t][d_in] in ComputeT, with
 // CfC's Δt channel (spec dt_gate) getting Σ_c of its gate's cotangent, zero where the 1e-4 floor
-// clamped it. One GEMM each per block and batch row.
+// clamped it. One GEMM each per block and batch row. `sum_over_ranks` (a sequence-parallel
+// backward) turns each double sum into the sum over every rank before it is rounded.
 template <class ComputeT>
 Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> input_affine_backward(
     const Cell& cell, const TensorView& x, const Layout& L, const std::vector<ComputeT>& d_wx,
-    std::map<std::string, Tensor>& parameters) {
+    std::map<std::string, Tensor>& parameters, const SumOverRanks& sum_over_ranks = {}) {
   constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
   using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -79,6 +85,10 @@ Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> input_a
       dW += (dWX.transpose() * X).template cast<double>();
       db += dWX.template cast<double>().colwise().sum();
       dx_all.block(b * T, 0, T, inputs).noalias() += dWX * W;
+    }
+    if (sum_over_ranks) {
+      sum_over_ranks(std::span<double>(dW.data(), static_cast<std::size_t>(dW.size())));
+      sum_over_ranks(std::span<double>(db.data(), static_cast<std::size_t>(db.size())));
     }
     parameters.emplace(std::string(block.weight),
                        gradient_tensor(cell, {rows, inputs}, std::span<const double>(dW.data(), dW.size())));

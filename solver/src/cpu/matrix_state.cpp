@@ -244,12 +244,7 @@ class M2rnnSolver {
                                [&](std::int64_t b) { sequential_row<ComputeT>(b, H.data() + b * row_elems()); });
   }
 
-  double residual_of(const TensorView& H_view) const {
-    const Tensor Hc = Tensor::converted(H_view, kComputeDType);
-    std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
-    std::vector<ComputeT> F(H.size());
-    return residual(H, F, nullptr);
-  }
+  double residual_of(const TensorView& H_view) const { return host_residual_of<ComputeT>(*this, H_view); }
 
  private:
   const Cell& cell_;

@@ -40,6 +40,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends.hpp"
@@ -84,6 +85,17 @@ std::int64_t host_fallback_units(const std::vector<double>& unit_max, double ato
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t k = 0; k < count; ++k) solve(flagged[static_cast<std::size_t>(k)]);
   return count;
+}
+
+// max|F| of a trajectory tensor (the public max_residual) through a CPU solver's
+// `residual(H, F, nullptr)`, in the compute type.
+template <class ComputeT, class Solver>
+double host_residual_of(const Solver& solver, const TensorView& H_view) {
+  constexpr DType kCompute = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  const Tensor Hc = Tensor::converted(H_view, kCompute);
+  std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
+  std::vector<ComputeT> F(H.size());
+  return solver.residual(H, F, nullptr);
 }
 
 // The iterate of a CPU family in host vectors (the compute type): H, F and J (or M2RNN's

@@ -26,6 +26,15 @@ template <int S, class ComputeT>
 void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
                  std::span<const std::uint8_t> heads = {});
 
+// The aggregate of every channel's steps [0, time): the element (A, b) with δ_last = A δ_in + b
+// for the δ entering step 0, written to out[channel][S·S + S] (A [out][in], then b): the
+// monoid's composition of the steps in order, step 0's J taken as 0 when `first_is_head`, every
+// other step's as given (no segment heads inside). A sequence-parallel solve composes the
+// ranks' aggregates into the carry entering each rank's chunk (seq_parallel.hpp).
+template <int S, class ComputeT>
+void scan_aggregates(const ComputeT* J, const ComputeT* r, const ScanShape& shape, bool first_is_head,
+                     ComputeT* out);
+
 // One chain of dense n x n blocks (Hopfield, GRU-head): J[t][out][in] contiguous, r[t * r_stride
 // + i] (r_stride 0 means n: a chain's channels inside a wider row). The same monoid
 // (compose_dense / apply_dense of cells/affine_monoid.hpp), the same head rule and the same
