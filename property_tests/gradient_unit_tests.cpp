@@ -102,6 +102,42 @@ void expect_adjoint_equals_finite_differences(Cell& cell, Tensor& x, Tensor& h0,
   }
 }
 
+// Recompute (level 2) against the stored trajectory: H, ∇x and every parameter gradient bitwise.
+void expect_recompute_is_bitwise(const Cell& cell, const Tensor& x, const Tensor& g) {
+  SCOPED_TRACE(std::string(dtype_name(cell.dtype())));
+  const NewtonForward kept = newton_forward(cell, x, on_backend({.recompute = false}));
+  const NewtonForward dropped = newton_forward(cell, x, on_backend({.recompute = true}));
+  EXPECT_GT(kept.saved_bytes(), 0u);
+  EXPECT_EQ(dropped.saved_bytes(), 0u);
+  ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
+  const NewtonGradients a = newton_backward(cell, x, kept, g, on_backend({.recompute = false}));
+  const NewtonGradients b = newton_backward(cell, x, dropped, g, on_backend({.recompute = true}));
+  EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector());
+  for (const auto& [name, grad] : a.parameters)
+    EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
+}
+
+// Two segments packed (cu_seqlens 0, 4, 9 of x (1, 9, d_in), h0 of two rows) against the second
+// segment solved alone from its h0 row: its ∇x and its ∇h0 row, within the f64 coupled-gradient
+// tolerance.
+void expect_packed_gradients_per_segment(const Cell& cell, const Tensor& x, const Tensor& g, const Tensor& h0) {
+  const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
+  const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
+  const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
+  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
+  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
+  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
+  const ApplyOptions alone{.h0 = h02.view()};
+  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
+  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
+  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
+  const auto b = second.x.to_f64_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
+  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
+  const auto d = second.h0->to_f64_vector();
+  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+}
+
 TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
   // No clamp: the clamp's kink at |a| = cap is not differentiable.
   Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 3,
@@ -118,16 +154,7 @@ TEST_P(EveryCell, RecomputeIsBitwiseEqual) {
     const Cell cell = Cell::initialise(labelled({.d_in = 3, .d_h = 70}), dtype, 7);
     const Tensor x = normal(dtype, {2, 300, 3}, 8);
     const Tensor g = normal(dtype, cell.trajectory_shape(2, 300), 9);
-    const NewtonForward kept = newton_forward(cell, x, on_backend({.recompute = false}));
-    const NewtonForward dropped = newton_forward(cell, x, on_backend({.recompute = true}));
-    EXPECT_GT(kept.saved_bytes(), 0u);
-    EXPECT_EQ(dropped.saved_bytes(), 0u);
-    ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
-    const NewtonGradients a = newton_backward(cell, x, kept, g, on_backend({.recompute = false}));
-    const NewtonGradients b = newton_backward(cell, x, dropped, g, on_backend({.recompute = true}));
-    EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector()) << dtype_name(dtype);
-    for (const auto& [name, grad] : a.parameters)
-      EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
+    expect_recompute_is_bitwise(cell, x, g);
   }
 }
 
@@ -149,21 +176,7 @@ TEST_P(EveryCell, PackedGradientsArePerSegment) {
   const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
   const Tensor h0 = normal(DType::f64, {2, cell.slots(), 4}, 4, 0.5);
-  const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
-  const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
-  const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
-  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
-  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
-  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
-  const ApplyOptions alone{.h0 = h02.view()};
-  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
-  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
-  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
-  const auto b = second.x.to_f64_vector();
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
-  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
-  const auto d = second.h0->to_f64_vector();
-  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+  expect_packed_gradients_per_segment(cell, x, g, h0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_cells(testing::kPerChannelCellLabels)),
@@ -209,16 +222,7 @@ TEST_P(EveryDenseCell, RecomputeIsBitwiseEqual) {
     const Cell cell = Cell::initialise(options(3), dtype, 7);
     const Tensor x = normal(dtype, {2, 40, 3}, 8);
     const Tensor g = normal(dtype, cell.trajectory_shape(2, 40), 9);
-    const NewtonForward kept = newton_forward(cell, x, on_backend({.recompute = false}));
-    const NewtonForward dropped = newton_forward(cell, x, on_backend({.recompute = true}));
-    EXPECT_GT(kept.saved_bytes(), 0u);
-    EXPECT_EQ(dropped.saved_bytes(), 0u);
-    ASSERT_EQ(kept.H.to_f64_vector(), dropped.H.to_f64_vector());
-    const NewtonGradients a = newton_backward(cell, x, kept, g, on_backend({.recompute = false}));
-    const NewtonGradients b = newton_backward(cell, x, dropped, g, on_backend({.recompute = true}));
-    EXPECT_EQ(a.x.to_f64_vector(), b.x.to_f64_vector()) << dtype_name(dtype);
-    for (const auto& [name, grad] : a.parameters)
-      EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
+    expect_recompute_is_bitwise(cell, x, g);
   }
 }
 
@@ -230,21 +234,7 @@ TEST_P(EveryDenseCell, PackedGradientsArePerSegment) {
   const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
   const Tensor h0 = normal(DType::f64, {2, cell.slots(), d_h}, 4, 0.5);
-  const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
-  const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
-  const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
-  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
-  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
-  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
-  const ApplyOptions alone{.h0 = h02.view()};
-  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
-  const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
-  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
-  const auto b = second.x.to_f64_vector();
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
-  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
-  const auto d = second.h0->to_f64_vector();
-  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+  expect_packed_gradients_per_segment(cell, x, g, h0);
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(kDenseVariants),
