@@ -8,9 +8,11 @@
 // stream, so it is ordered after whatever the caller queued there (device inputs included).
 // `newton_solve` is the CPU backend's algorithm step for step (App. A guess, K from
 // resolve_newton_iters, the adaptive loop with residual_atol, k_max and one more update, the
-// same NewtonStats) with the residual, the scan and H += ωδ on the device; an adaptive solve that
-// does not converge by k_max is replaced by the sequential kernel for the whole problem, with the
-// CPU's `newton_residual_high` warning. Example (the bench):
+// same NewtonStats) with the residual, the scan and H += ωδ on the device; in an adaptive solve
+// that does not converge by k_max the CPU's fallback units (64-channel tiles of a batch row) still
+// above residual_atol are replaced by the sequential kernel's solution, with the CPU's
+// `newton_residual_high` warning; an adaptive solve past the auto rule's threshold
+// (`sequential_min_chains`) is the sequential kernel's solution. Example (the bench):
 //   cuda::NewtonWorkspace ws(CellKind::gru, DType::f32, 8, 65536, 256);
 //   cuda::DeviceProblem p{.wx = d_wx, .recurrent = d_rec, .batch = 8, .time = 65536, .channels = 256};
 //   NewtonStats stats;
