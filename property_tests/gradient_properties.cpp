@@ -91,6 +91,28 @@ RC_GTEST_PROP(Gradients, DenseAndMatrixCellAdjointsAgreeWithOracleBptt, ()) {
                         r.failure_message()));
   RC_ASSERT(r.gradients.size() >= cell.parameters().size() + 1);
 }
+
+// sLSTM's stabiliser m' = max(z_f + m, z_i) at an exact tie (found by the property above: a bf16
+// case whose W_x rows of the i and f gates round to the same value): the contract's derivative
+// is 1/2 to each side, as the oracle's; the dense backward's forward-mode VJP must split the
+// gradient in halves too, not hand it all to one gate.
+TEST(Gradients, SlstmStabiliserTieSplitsTheGradientInHalves) {
+  for (const char* mix : {"head", "dense"}) {
+    Cell cell = Cell::initialise({.cell = "slstm", .mix = mix, .d_in = 2, .d_h = 4,
+                                  .n_heads = std::string(mix) == "head" ? std::optional<std::int64_t>(2) : std::nullopt},
+                                 DType::f64, 5);
+    // Rows (i, f, z, o) x d_h: the f rows equal the i rows, so z_f + m0 = z_i at every t = 0.
+    Tensor w = Tensor::copy_of(cell.parameter("W_x.weight").view());
+    for (std::int64_t c = 0; c < 4; ++c)
+      for (std::int64_t k = 0; k < 2; ++k) w.store({4 + c, k}, w.load({c, k}));
+    cell.set_parameter("W_x.weight", w);
+    const Tensor x = testing::GeneratedProblem{.cell = "slstm", .dtype = DType::f64, .batch = 2, .time = 1, .d_in = 2,
+                                               .seed = 5}
+                         .make_input();
+    const AgreementReport r = verify_agreement(cell, x, {.seed = 5, .gradients = true});
+    EXPECT_EQ(r.verdict, Verdict::agree) << mix << "\n" << r.failure_message();
+  }
+}
 #endif
 
 TEST(Gradients, CustomCotangentIsHonoured) {

@@ -5,10 +5,10 @@
 // differentiated, so it can never disagree with the step's definition; the hand-derived
 // Jacobian in the step (J = ∂h'/∂h) is used for the adjoint recurrence itself.
 //
-// Guarantees: + − × ÷, unary −, comparisons (on the value: a branch such as sLSTM's max picks
-// the branch's derivative, i.e. α ∈ {0, 1} at an exact tie where the hand Jacobian uses 1/2),
-// and the cells' exp_of / tanh_of (found by argument-dependent lookup) carry exact first
-// derivatives. Example:
+// Guarantees: + − × ÷, unary −, comparisons (on the value: a plain branch picks the branch's
+// derivative), and the cells' exp_of / tanh_of / tie_max (found by argument-dependent lookup)
+// carry exact first derivatives; tie_max (sLSTM's stabiliser) gives 1/2 to each side at an exact
+// tie, the convention of the hand Jacobian and of the oracle. Example:
 //   Dual<double> x{2.0, 1.0};
 //   Dual<double> y = x * x + exp_of(x);   // y.d == 2·2 + e²
 #pragma once
@@ -44,6 +44,11 @@ struct Dual {
   friend Dual exp_of(Dual a) {
     const T e = std::exp(a.v);
     return {e, e * a.d};
+  }
+  friend Dual tie_max(Dual left, Dual right) {
+    if (left.v > right.v) return left;
+    if (left.v == right.v) return {left.v, (left.d + right.d) / T(2)};
+    return right;
   }
   friend Dual tanh_of(Dual a) {
     const T t = std::tanh(a.v);

@@ -36,6 +36,14 @@ template <class ComputeT>
 PARARNN_HD ComputeT sigmoid(ComputeT v) {
   return ComputeT(1) / (ComputeT(1) + exp_of(-v));
 }
+// sLSTM's stabiliser max(left, right) with the contract's tie convention: the value is the
+// larger one; at left == right its derivative is 1/2 to each side. For a plain scalar only the
+// value exists; a number type that carries derivatives (the CPU backward's Dual) overloads it
+// (found by argument-dependent lookup) so that its tangent follows the convention too.
+template <class ComputeT>
+PARARNN_HD ComputeT tie_max(ComputeT left, ComputeT right) {
+  return left > right ? left : right;
+}
 template <class ComputeT>
 PARARNN_HD ComputeT clamp_recurrent(ComputeT v, ComputeT cap) {
   return v > cap ? cap : (v < -cap ? -cap : v);

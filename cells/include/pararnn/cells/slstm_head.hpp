@@ -55,7 +55,7 @@ struct SlstmHeadMath {
       }
       const ComputeT m = s[2 * w + e];
       const ComputeT left = pre[1] + m;
-      const ComputeT m_new = left > pre[0] ? left : pre[0];
+      const ComputeT m_new = tie_max(left, pre[0]);
       alpha[e] = left > pre[0] ? one : (left == pre[0] ? ComputeT(0.5) : ComputeT(0));
       gi[e] = exp_of(pre[0] - m_new);
       gf[e] = exp_of(left - m_new);
