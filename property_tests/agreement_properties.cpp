@@ -36,20 +36,6 @@ AgreementReport verify(const GeneratedProblem& p, NewtonConfig config) {
   return verify_agreement(cell, x, options);
 }
 
-// Newton's trajectory within the band (r.atol, r.rtol) of the same-dtype sequential loop, both on
-// the backend under test.
-bool newton_reaches_the_sequential_answer(const testing::GeneratedProblem& p, const AgreementReport& r) {
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto h0 = p.make_h0(cell.slots());
-  ApplyOptions apply;
-  if (h0) apply.h0 = h0->view();
-  const QuietWarnings quiet;
-  const Tensor newton = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
-  const Tensor sequential = sequential_apply(cell, x, kTestBackend, apply);
-  return compare(newton.view(), sequential.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok();
-}
-
 RC_GTEST_PROP(Agreement, NewtonAgreesWithOracleWithinTau, ()) {
   const auto p = *gen_problem(3000, testing::backend_cells(kCells), testing::kNewtonDtypes);
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
@@ -63,7 +49,8 @@ RC_GTEST_PROP(Agreement, NewtonAgreesWithOracleWithinTau, ()) {
   // τ is no excuse: it rounds every step, Newton rounds once.
   const bool floor_outside_tau = p.dtype == DType::f32 && r.sequential_max_abs > r.atol;
   RC_CLASSIFY(r.verdict != Verdict::agree && floor_outside_tau, "judged against the sequential floor");
-  if (r.verdict != Verdict::agree && !(floor_outside_tau && newton_reaches_the_sequential_answer(p, r)))
+  if (r.verdict != Verdict::agree &&
+      !(floor_outside_tau && testing::newton_reaches_the_sequential_answer(p, r, {.scan_backend = kTestBackend})))
     RC_FAIL(r.failure_message() + testing::save_failure_artifacts(p, "agreement", NewtonConfig{}));
   RC_ASSERT(r.backend == std::string(testing::kTestBackendName));
   // Reported, not asserted: a bf16/f16 sequential loop rounds its state every step and can

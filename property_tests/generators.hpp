@@ -11,6 +11,9 @@
 #include <string>
 
 #include "pararnn/cells/cell.hpp"
+#include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/core/logging.hpp"
 #include "pararnn/core/tensor.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -112,6 +115,18 @@ inline std::string save_failure_artifacts(const GeneratedProblem& p, const std::
   } catch (const std::exception& e) {
     return std::string("\n(could not write failure artifacts: ") + e.what() + ")";
   }
+}
+
+// Newton's trajectory (under `config`) within the band (r.atol, r.rtol) of the same-dtype
+// sequential loop, both on config's backend: the claim where the f32 sequential loop is itself
+// outside τ of the oracle (an ill-conditioned case no f32 solver can reach).
+inline bool newton_reaches_the_sequential_answer(const GeneratedProblem& p, const AgreementReport& r,
+                                                 const NewtonConfig& config) {
+  const GeneratedProblem::Made m = p.make();
+  const QuietWarnings quiet;
+  const Tensor newton = newton_apply(m.cell, m.x, config, m.options());
+  const Tensor sequential = sequential_apply(m.cell, m.x, config.scan_backend, m.options());
+  return compare(newton.view(), sequential.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok();
 }
 
 // A cell label names a cell, or a cell and its ParaCfC gate_mix ("cfc:diag_h").

@@ -47,6 +47,7 @@ KstarTable measure_kstar(const KstarOptions& options) {
                                                 .picard_iters = options.picard_iters,
                                                 .picard_adapt = options.picard_adapt,
                                                 .newton_backtrack = options.newton_backtrack,
+                                                .coords = options.coords,
                                                 .allow_sequential = false},  // K* is Newton's
                                       {}, &stats);
         row.default_converged = stats.converged;
@@ -61,7 +62,8 @@ KstarTable measure_kstar(const KstarOptions& options) {
                                                 .residual_fail = std::nullopt,
                                                 .picard_iters = options.picard_iters,
                                                 .picard_adapt = options.picard_adapt,
-                                                .newton_backtrack = options.newton_backtrack});
+                                                .newton_backtrack = options.newton_backtrack,
+                                                .coords = options.coords});
         const ComparisonResult c = compare(H, oracle.H, tau);
         row.max_abs_by_k.push_back(c.max_abs);
         if (c.ok()) {
@@ -102,6 +104,7 @@ nlohmann::ordered_json KstarTable::to_json() const {
   j["picard_iters"] = options.picard_iters ? nlohmann::ordered_json(*options.picard_iters) : nlohmann::ordered_json("auto");
   j["picard_adapt"] = options.picard_adapt ? nlohmann::ordered_json(*options.picard_adapt) : nlohmann::ordered_json("auto");
   j["newton_backtrack"] = options.newton_backtrack;
+  j["coords"] = std::string(coords_name(options.coords));
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : this->rows)
     rows.push_back({{"T", r.time}, {"seed", r.seed}, {"kstar", r.kstar},

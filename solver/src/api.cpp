@@ -43,6 +43,15 @@ Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
   return Resolved::cpu;
 }
 
+// coords=log is built on the CPU backend (the CUDA kernels iterate in native coordinates).
+void check_coords(const NewtonConfig& config, Resolved backend, const char* who) {
+  if (config.coords == Coords::log && backend == Resolved::cuda)
+    throw UnsupportedPath(fmt::format("{}: coords=log is built on the CPU backend only (the CUDA per-channel "
+                                      "kernels iterate in native coordinates); use scan_backend=cpu with host "
+                                      "tensors",
+                                      who));
+}
+
 Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
 
 // The backend table: one row per (cell family, backend) naming that family implementation's
@@ -292,6 +301,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   check_dense_backend(cell, backend, "newton_apply");
+  check_coords(config, backend, "newton_apply");
   if (config.newton_backtrack && backend == Resolved::cuda)
     throw UnsupportedPath("newton_apply: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
                           "has no per-row backtracking); use scan_backend=cpu with host tensors");
@@ -356,6 +366,7 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_forward");
+  check_coords(config, backend, "newton_forward");
   check_matrix_map_inputs(cell, &config, options, "newton_forward");
   check_linear_gu(cell, backend, options, &config, "newton_forward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward", device_of(backend));
@@ -377,6 +388,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_backward");
+  check_coords(config, backend, "newton_backward");
   check_matrix_map_inputs(cell, &config, options, "newton_backward");
   check_linear_gu(cell, backend, options, &config, "newton_backward");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));

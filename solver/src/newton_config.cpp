@@ -25,6 +25,14 @@ std::string_view scan_backend_name(ScanBackend backend) {
   return "?";
 }
 
+Coords parse_coords(std::string_view name) {
+  if (name == "native") return Coords::native;
+  if (name == "log") return Coords::log;
+  throw ContractViolation("coords", "must be one of native, log", name);
+}
+
+std::string_view coords_name(Coords coords) { return coords == Coords::log ? "log" : "native"; }
+
 double default_residual_atol(DType dtype) { return dtype == DType::f64 ? 1e-12 : 1e-5; }
 
 std::optional<double> resolved_residual_atol(const NewtonConfig& config, DType dtype) {
@@ -64,6 +72,9 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
   if (config.newton_backtrack && cell.kind != CellKind::m2rnn)
     throw ContractViolation("newton_backtrack", "is ParaM2RNN only",
                             fmt::format("true on {}", cell.python_class));
+  if (config.coords == Coords::log && cell.kind != CellKind::slstm)
+    throw ContractViolation("coords", "'log' is ParaSLSTM mix='diag' only",
+                            fmt::format("log on {} mix='{}'", cell.python_class, cell.mix));
   if (!config.newton_iters_by_t.empty()) {
     if (config.max_iters)
       throw ContractViolation("newton_iters_by_t", "requires max_iters unset (None)",

@@ -95,6 +95,9 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
       throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') is not a per-channel cell; the sequence-parallel "
                                         "solve is built for gru, lstm, nlru, slstm, cfc and titans (mix diag)",
                                         who, cell.name(), cell.spec().mix));
+    if (config.coords == Coords::log)
+      throw UnsupportedPath(fmt::format("{}: coords=log is not built for the sequence-parallel solve (the ranks "
+                                        "exchange native boundary states); use coords=native", who));
     if (config.scan_backend == ScanBackend::cuda)
       throw UnsupportedPath(fmt::format("{}: scan_backend=cuda is not built (the CPU per-channel family only); "
                                         "use auto or cpu with host tensors", who));

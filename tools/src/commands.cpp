@@ -79,6 +79,7 @@ NewtonConfig config_from(const SolveArgs& args) {
     config.picard_retry_atol = v;
   }
   config.newton_backtrack = args.newton_backtrack;
+  config.coords = parse_coords(args.coords);
   config.allow_sequential = !args.newton_only;
   config.scan_backend = parse_scan_backend(args.backend);
   config.recompute = args.recompute;
@@ -447,6 +448,7 @@ int kstar(const KstarArgs& args) {
   options.picard_iters = args.picard_iters;
   options.picard_adapt = parse_picard_adapt(args.picard_adapt);
   options.newton_backtrack = args.newton_backtrack;
+  options.coords = parse_coords(args.coords);
   Progress progress("kstar", static_cast<std::int64_t>(options.times.size()) * options.seeds, "cases");
   options.progress = [&](const std::string& line) { progress.advance(line); };
   const KstarTable table = measure_kstar(options);
@@ -565,8 +567,9 @@ int verify(const SolveArgs& args) {
   options.gradients = args.grad;
   options.cell_version = problem.meta("cell_version").value_or("");
   if (problem.grad_H) options.grad_H = problem.grad_H->view();
-  options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}{}",
+  options.repro_command = fmt::format("pararnn verify {} --backend {} --max-iters {}{}{}",
                                       args.case_path, args.backend, args.max_iters,
+                                      args.coords != "native" ? " --coords " + args.coords : "",
                                       args.grad ? " --grad" : "");
   Progress progress("verify", args.grad ? 4 : 3, "phases");
   std::int64_t phases_done = 0;

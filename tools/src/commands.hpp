@@ -42,6 +42,7 @@ struct SolveArgs {
   // NewtonConfig's sLSTM / M2RNN options (spec §2.3, §1.9).
   std::string picard_adapt = "auto", picard_retry_atol = "1e-3";
   bool newton_backtrack = false;
+  std::string coords = "native";  // sLSTM: native | log (NewtonConfig::coords)
   bool newton_only = false;  // NewtonConfig::allow_sequential = false
 };
 
@@ -55,6 +56,7 @@ struct KstarArgs {
   std::optional<std::int64_t> picard_iters;  // sLSTM P (default auto)
   std::string picard_adapt = "auto";         // auto | on | off
   bool newton_backtrack = false;             // M2RNN
+  std::string coords = "native";             // sLSTM: native | log
 };
 
 // `pararnn seqpar`: a case's x split along time over P ranks (threads of this process, or one

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--picard-adapt", sa.picard_adapt, "sLSTM: auto (on iff auto P) | on | off");
     cmd->add_option("--picard-retry-atol", sa.picard_retry_atol, "sLSTM adapt retry threshold, or none (default 1e-3)");
     cmd->add_flag("--newton-backtrack", sa.newton_backtrack, "M2RNN: reject steps that increase a row's max|F|");
+    cmd->add_option("--coords", sa.coords, "sLSTM: native | log (Newton on c/n, ln n, m, h; CPU backend)");
     cmd->add_flag("--newton-only", sa.newton_only, "adaptive solves stay Newton (the auto rule may pick the sequential kernel)");
   };
   auto add_judge = [&](CLI::App* cmd) {
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   kstar_cmd->add_option("--picard-iters", ka.picard_iters, "slstm: Picard passes P (default auto)")->check(non_negative);
   kstar_cmd->add_option("--picard-adapt", ka.picard_adapt, "slstm: auto (on iff auto P) | on | off");
   kstar_cmd->add_flag("--newton-backtrack", ka.newton_backtrack, "m2rnn: newton_backtrack");
+  kstar_cmd->add_option("--coords", ka.coords, "slstm: native | log");
   kstar_cmd->add_option("--json", ka.json);
   SeqparArgs sp;
   auto* seqpar_cmd = app.add_subcommand(

@@ -23,6 +23,7 @@
 #include "backends.hpp"
 #include "cpu/fault_models.hpp"
 #include "cpu/input_affine.hpp"
+#include "cpu/log_coords.hpp"
 #include "newton/driver.hpp"
 #include "pararnn/cells/affine_monoid.hpp"
 #include "pararnn/core/logging.hpp"
@@ -67,6 +68,15 @@ class CpuSolver {
       const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
       h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
     }
+  }
+
+  // The same inputs (clamped recurrent values, input affines, layout) under another cell math
+  // of the same shape, with initial states `h0` ([row][s][c], the compute type): the log
+  // coordinate solver of an sLSTM (log_coords.hpp).
+  template <class OtherMath>
+  CpuSolver(const CpuSolver<OtherMath, StorageT>& other, std::vector<ComputeT> h0)
+      : cell_(other.cell_), L_(other.L_), rec_(other.rec_), wx_(other.wx_), h0_(std::move(h0)) {
+    static_assert(OtherMath::kGates == G && OtherMath::kRecurrent + OtherMath::kConstants == RC);
   }
 
   std::int64_t row_elems() const { return L_.time * S * L_.d_h; }
@@ -244,12 +254,54 @@ class CpuSolver {
 
   // The Newton solve (newton/driver.hpp), H* in the compute type.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
+    if constexpr (std::is_same_v<CellMath, cells::SlstmDiagMath>)
+      if (config.coords == Coords::log) return log_coords_trajectory(config, stats);
     HostIterate<CpuSolver, std::vector<ComputeT>> family(
         *this, static_cast<std::size_t>(L_.batch * row_elems()),
         static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h),
         fmt::format("chain tile(s) of {} channels", kChannelTile));
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
     return std::move(family.iterate());
+  }
+
+  // sLSTM in log coordinates (cpu/log_coords.hpp): the driver over a LogCoordsIterate of this
+  // solver and its log-coordinate twin; H* decoded to native coordinates. h0 is encoded: its
+  // normalizer must be >= 0, and c = 0 where n = 0 (the ratio c/n is undefined otherwise).
+  std::vector<ComputeT> log_coords_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
+    if (!boundary_.empty())
+      throw UnsupportedPath("coords=log: a chunk that continues a sequence (sequence-parallel) is not built");
+    LogCoordsBounds bounds;
+    double n0_max = 0.0;
+    const std::int64_t D = L_.d_h;
+    std::vector<ComputeT> h0 = h0_;  // no h0: the zero state of every row (n = 0: ℓ = −∞)
+    if (h0.empty()) {
+      const std::int64_t rows = L_.packed ? 1 + *std::max_element(L_.state_index.begin(), L_.state_index.end()) : L_.batch;
+      h0.assign(static_cast<std::size_t>(rows * S * D), ComputeT(0));
+    }
+    std::vector<ComputeT> h0_log(h0.size());
+    for (std::size_t base = 0; base < h0.size(); base += static_cast<std::size_t>(S * D))
+      for (std::int64_t c = 0; c < D; ++c) {
+        ComputeT native[S], encoded[S];
+        for (int s = 0; s < S; ++s) native[s] = h0[base + static_cast<std::size_t>(s * D + c)];
+        const std::int64_t row = static_cast<std::int64_t>(base) / (S * D);
+        if (!(native[1] >= ComputeT(0)) || (native[1] == ComputeT(0) && native[0] != ComputeT(0)))
+          throw ContractViolation("h0", "coords=log needs a normalizer n >= 0, and c = 0 where n = 0 (c/n is the "
+                                        "iterate)", fmt::format("c={} n={} at row {}, channel {}",
+                                                                static_cast<double>(native[0]),
+                                                                static_cast<double>(native[1]), row, c));
+        cells::SlstmLogMath::encode(native, encoded);
+        for (int s = 0; s < S; ++s) h0_log[base + static_cast<std::size_t>(s * D + c)] = encoded[s];
+        bounds.u_max = std::max(bounds.u_max, std::abs(static_cast<double>(encoded[0])));
+        n0_max = std::max(n0_max, static_cast<double>(native[1]));
+      }
+    bounds.l_max = std::max(bounds.l_max, 1.0 + std::log(n0_max + static_cast<double>(L_.time)));
+    const CpuSolver<cells::SlstmLogMath, StorageT> log(*this, std::move(h0_log));
+    LogCoordsIterate<CpuSolver, CpuSolver<cells::SlstmLogMath, StorageT>, ComputeT> family(
+        *this, log, bounds, static_cast<std::size_t>(L_.batch * row_elems()),
+        static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h), L_.d_h,
+        fmt::format("chain tile(s) of {} channels", kChannelTile));
+    solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
+    return std::move(family.result());
   }
 
   // The implicit adjoint at H* (see training.hpp), one reverse walk per chain fused with the
@@ -417,6 +469,8 @@ class CpuSolver {
   double residual_of(const TensorView& H_view) const { return host_residual_of<ComputeT>(*this, H_view); }
 
  private:
+  template <class, class>
+  friend class CpuSolver;
   const Cell& cell_;
   Layout L_;
   std::vector<ComputeT> rec_;  // [k][c], clamped

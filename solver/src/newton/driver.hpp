@@ -99,6 +99,9 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     }
   }
   std::optional<double> final_residual;  // known when the last evaluation saw the final H
+  // ... unless the loop's residual is not the reported one (sLSTM in log coordinates).
+  bool loop_residual_final = true;
+  if constexpr (requires { family.loop_residual_is_final(); }) loop_residual_final = family.loop_residual_is_final();
   // One solve from the guess: the guess, the iterations, the final residual.
   const auto attempt = [&](std::int64_t passes) {
     stats.iters = stats.updates = 0;
@@ -141,7 +144,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         break;
       }
     }
-    stats.max_residual = final_residual ? *final_residual : residual_max();
+    stats.max_residual = final_residual && loop_residual_final ? *final_residual : residual_max();
   };
   std::int64_t passes = spec.picard ? picard_passes(config, time) : 0;
   attempt(passes);

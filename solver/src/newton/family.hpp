@@ -28,6 +28,9 @@
 //                                               // sequential solution in the compute type;
 //                                               // returns 0, or +inf for a non-finite state
 //   void finish();                              // after the solve (the result in place)
+//   bool loop_residual_is_final();              // false: the loop's max|F| is of another
+//                                               // system (sLSTM log coordinates); the reported
+//                                               // residual is always residual_max()
 // The fallback unit of each family is the same on both backends: a per-channel chain tile (one
 // batch row x kFallbackTileChannels channels), a dense chain (a batch row, or a (row, head)), a
 // matrix-state batch row.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pararnn/core/dtype.hpp"
+#include "pararnn/solver/newton_config.hpp"
 
 namespace pararnn {
 
@@ -31,6 +32,7 @@ struct KstarOptions {
   std::optional<std::int64_t> picard_iters;         // sLSTM P (NewtonConfig::picard_iters)
   std::optional<bool> picard_adapt;                 // NewtonConfig::picard_adapt (nullopt: default)
   bool newton_backtrack = false;                    // M2RNN (NewtonConfig::newton_backtrack)
+  Coords coords = Coords::native;                   // sLSTM (NewtonConfig::coords)
   std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)
   std::function<void(const std::string&)> progress;  // optional progress lines
 };

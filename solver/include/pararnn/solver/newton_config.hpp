@@ -21,6 +21,11 @@
 namespace pararnn {
 
 enum class ScanBackend { auto_select, eager, cpu, cuda };
+// Coordinates of the Newton iterate (spec §1.4): native, or ParaSLSTM's log coordinates
+// (u = c/n, ln n, m, h; cells/slstm_log.hpp). The trajectory returned is native either way.
+enum class Coords { native, log };
+Coords parse_coords(std::string_view name);  // "native", "log"
+std::string_view coords_name(Coords coords);
 ScanBackend parse_scan_backend(std::string_view name);  // "auto", "eager", "cpu", "cuda"
 std::string_view scan_backend_name(ScanBackend backend);
 
@@ -46,6 +51,10 @@ struct NewtonConfig {
   // rejected and retried with ω halved for that row, at most kBacktrackHalvings times.
   // ParaM2RNN only.
   bool newton_backtrack = false;
+  // sLSTM (mix='diag') log coordinates: Newton iterates on (c/n, ln n, m, h), whose c and n
+  // slots no longer grow with T; the fixed point is the native one (eps kept), the residual
+  // gate and the stats judge the decoded native trajectory. CPU backend; other cells refuse it.
+  Coords coords = Coords::native;
   std::map<std::int64_t, std::int64_t> newton_iters_by_t;  // left-step K(T); needs max_iters unset
   // Windowed Newton (spec §2.8): consecutive windows of chunk_len steps, each a full solve whose
   // h0 is the previous window's last state; K is resolved on the full T. A different fixed

@@ -1,0 +1,189 @@
+// sLSTM in log coordinates (NewtonConfig::coords = log; cells/slstm_log.hpp, solver/src/cpu/
+// log_coords.hpp): the map is the native step in other coordinates (decode ∘ step ∘ encode is
+// the native step, eps included), its Jacobian is the chain rule of the native Jacobian through
+// the coordinate change, and Newton in these coordinates agrees with the oracle within τ in
+// every dtype, forward and gradients; the refusals name the argument and the rule.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "generators.hpp"
+#include "pararnn/cells/slstm_diag.hpp"
+#include "pararnn/cells/slstm_log.hpp"
+#include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/errors.hpp"
+
+namespace pararnn {
+namespace {
+
+using cells::SlstmDiagMath;
+using cells::SlstmLogMath;
+constexpr int S = 4;
+constexpr std::int64_t kCertifyBudget = 20'000;
+
+// A native sLSTM step's inputs: R̃ rows (clamped values) and eps, pre-activations, a state with
+// n > 0 and |c| <= n (a true state's ratio), m and h anywhere.
+struct StepInputs {
+  double rec[5], wx[4], native[4];
+};
+rc::Gen<StepInputs> gen_step_inputs() {
+  return rc::gen::apply(
+      [](std::vector<int> r, std::vector<int> w, int u, int l, int m, int h) {
+        StepInputs in{};
+        for (int k = 0; k < 4; ++k) in.rec[k] = r[static_cast<std::size_t>(k)] / 200.0;  // [-0.5, 0.5]
+        in.rec[4] = 1e-6;
+        for (int k = 0; k < 4; ++k) in.wx[k] = w[static_cast<std::size_t>(k)] / 100.0;  // [-4, 4]
+        const double n = std::exp(l / 100.0);                                             // [e^-3, e^3]
+        in.native[0] = (u / 100.0) * n;
+        in.native[1] = n;
+        in.native[2] = m / 100.0;
+        in.native[3] = h / 100.0;
+        return in;
+      },
+      rc::gen::container<std::vector<int>>(4, rc::gen::inRange(-100, 101)),
+      rc::gen::container<std::vector<int>>(4, rc::gen::inRange(-400, 401)), rc::gen::inRange(-100, 101),
+      rc::gen::inRange(-300, 301), rc::gen::inRange(-300, 301), rc::gen::inRange(-100, 101));
+}
+
+Tensor values(const double* v, std::int64_t n) {
+  return Tensor::from_values(DType::f64, {n}, std::vector<double>(v, v + n));
+}
+
+RC_GTEST_PROP(SlstmLogCoords, StepDecodesToTheNativeStep, ()) {
+  const StepInputs in = *gen_step_inputs();
+  double native_new[S], log_state[S], log_new[S], decoded[S];
+  SlstmDiagMath::step(in.rec, in.wx, in.native, native_new, static_cast<double*>(nullptr));
+  SlstmLogMath::encode(in.native, log_state);
+  SlstmLogMath::step(in.rec, in.wx, log_state, log_new, static_cast<double*>(nullptr));
+  SlstmLogMath::decode(log_new, decoded);
+  const ComparisonResult c = compare(values(decoded, S).view(), values(native_new, S).view(),
+                                     tolerance_for({.dtype = DType::f64, .metric = Metric::jacobian}));
+  RC_ASSERT(c.ok());
+}
+
+// J_log = E'(s') · J_native · D'(s): D' the Jacobian of decode at the log state, E' that of
+// encode at the native new state (u = c/n, ℓ = ln n; m, h unchanged).
+RC_GTEST_PROP(SlstmLogCoords, JacobianIsTheNativeJacobianThroughTheCoordinateChange, ()) {
+  const StepInputs in = *gen_step_inputs();
+  double log_state[S], log_new[S], j_log[S * S], native_new[S], j_native[S * S];
+  SlstmLogMath::encode(in.native, log_state);
+  SlstmLogMath::step(in.rec, in.wx, log_state, log_new, j_log);
+  SlstmDiagMath::step(in.rec, in.wx, in.native, native_new, j_native);
+  double D[S * S] = {}, E[S * S] = {};
+  const double n = in.native[1], u = log_state[0];
+  D[0 * S + 0] = n, D[0 * S + 1] = u * n, D[1 * S + 1] = n, D[2 * S + 2] = 1, D[3 * S + 3] = 1;
+  const double c1 = native_new[0], n1 = native_new[1];
+  E[0 * S + 0] = 1 / n1, E[0 * S + 1] = -c1 / (n1 * n1), E[1 * S + 1] = 1 / n1, E[2 * S + 2] = 1, E[3 * S + 3] = 1;
+  double chained[S * S] = {};
+  for (int o = 0; o < S; ++o)
+    for (int i = 0; i < S; ++i)
+      for (int a = 0; a < S; ++a)
+        for (int b = 0; b < S; ++b) chained[o * S + i] += E[o * S + a] * j_native[a * S + b] * D[b * S + i];
+  const ComparisonResult c = compare(values(j_log, S * S).view(), values(chained, S * S).view(),
+                                     tolerance_for({.dtype = DType::f64, .metric = Metric::jacobian}));
+  RC_ASSERT(c.ok());
+}
+
+TEST(SlstmLogCoords, ZeroNormalizerIsExact) {
+  // n = 0 (the zero initial state): ℓ = −∞, γ = 1, so u' = tanh(z_z), ℓ' = z_i − m', and the
+  // Jacobian stays finite.
+  const double rec[5] = {0.3, -0.2, 0.4, 0.1, 1e-6}, wx[4] = {0.5, -1.0, 0.7, 0.2};
+  const double native[S] = {0, 0, 0, 0};
+  double log_state[S], log_new[S], jac[S * S], decoded[S], native_new[S];
+  SlstmLogMath::encode(native, log_state);
+  EXPECT_EQ(log_state[1], -std::numeric_limits<double>::infinity());
+  SlstmLogMath::step(rec, wx, log_state, log_new, jac);
+  for (double v : jac) EXPECT_TRUE(std::isfinite(v));
+  const double z = std::tanh(wx[2]);  // may be folded at compile time: compare within the band
+  EXPECT_TRUE(compare(values(log_new, 1).view(), values(&z, 1).view(),
+                      tolerance_for({.dtype = DType::f64, .metric = Metric::jacobian}))
+                  .ok());
+  SlstmLogMath::decode(log_new, decoded);
+  SlstmDiagMath::step(rec, wx, native, native_new, static_cast<double*>(nullptr));
+  EXPECT_TRUE(compare(values(decoded, S).view(), values(native_new, S).view(),
+                      tolerance_for({.dtype = DType::f64, .metric = Metric::jacobian}))
+                  .ok());
+}
+
+// The product claim in log coordinates: the default adaptive Newton agrees with the oracle
+// within τ (the f32 floor rule of Agreement.NewtonAgreesWithOracleWithinTau), in four dtypes.
+RC_GTEST_PROP(SlstmLogCoords, NewtonAgreesWithOracleWithinTau, ()) {
+  const auto p = *testing::gen_problem(3000, {"slstm"}, {DType::f64, DType::f32, DType::f16, DType::bf16});
+  RC_TAG(std::string(dtype_name(p.dtype)));
+  RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
+  const testing::GeneratedProblem::Made m = p.make();
+  const NewtonConfig config{.scan_backend = ScanBackend::cpu, .coords = Coords::log};
+  VerifyOptions options{.config = config, .seed = p.seed, .certify_budget = kCertifyBudget};
+  if (m.h0) options.h0 = m.h0->view();
+  const AgreementReport r = verify_agreement(m.cell, m.x, options);
+  const bool floor_outside_tau = p.dtype == DType::f32 && r.sequential_max_abs > r.atol;
+  RC_CLASSIFY(r.verdict != Verdict::agree && floor_outside_tau, "judged against the sequential floor");
+  if (r.verdict != Verdict::agree &&
+      !(floor_outside_tau && testing::newton_reaches_the_sequential_answer(p, r, config)))
+    RC_FAIL(p.describe() + " coords=log\n" + r.failure_message());
+}
+
+// Gradients at the log-coordinate H* (the adjoint is coordinate-free: the same fixed point),
+// stored and recomputed, against the oracle's BPTT.
+RC_GTEST_PROP(SlstmLogCoords, GradientsAgreeWithOracleBptt, ()) {
+  const auto p = *testing::gen_problem(300, {"slstm"}, {DType::f64, DType::f32});
+  const bool recompute = *rc::gen::arbitrary<bool>();
+  const testing::GeneratedProblem::Made m = p.make();
+  VerifyOptions options{.config = {.scan_backend = ScanBackend::cpu, .coords = Coords::log, .recompute = recompute},
+                        .seed = p.seed, .certify_budget = kCertifyBudget, .gradients = true};
+  if (m.h0) options.h0 = m.h0->view();
+  const AgreementReport r = verify_agreement(m.cell, m.x, options);
+  if (r.verdict != Verdict::agree)
+    RC_FAIL(fmt::format("{} coords=log recompute={}\n{}", p.describe(), recompute, r.failure_message()));
+  RC_ASSERT(!r.gradients.empty());
+}
+
+// The loop judges the log residual, but the stats (and the residual gate after them) report the
+// native max|F| of the trajectory returned.
+TEST(SlstmLogCoords, StatsReportTheNativeResidualOfTheDecodedTrajectory) {
+  const testing::GeneratedProblem p{.cell = "slstm", .dtype = DType::f64, .batch = 2, .time = 200, .d_in = 3,
+                                    .d_h = 5, .with_h0 = true, .seed = 17};
+  const testing::GeneratedProblem::Made m = p.make();
+  NewtonStats stats;
+  const Tensor H = newton_apply(m.cell, m.x, {.coords = Coords::log}, m.options(), &stats);
+  EXPECT_TRUE(stats.converged);
+  EXPECT_EQ(stats.fallback_tiles, 0);
+  EXPECT_EQ(stats.max_residual, max_residual(m.cell, m.x, H.view(), m.options()));
+}
+
+TEST(SlstmLogCoords, RefusedConfigurations) {
+  const testing::GeneratedProblem gru{.cell = "gru", .dtype = DType::f32, .time = 8, .d_in = 2, .d_h = 3, .seed = 1};
+  const auto g = gru.make();
+  try {
+    (void)newton_apply(g.cell, g.x, {.coords = Coords::log});
+    FAIL() << "coords=log on GRU was accepted";
+  } catch (const ContractViolation& e) {
+    EXPECT_NE(std::string(e.what()).find("coords"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ParaSLSTM"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)parse_coords("logarithmic"), ContractViolation);
+
+  // h0 whose normalizer is negative, or zero under a non-zero c: the ratio c/n is undefined.
+  const testing::GeneratedProblem s{.cell = "slstm", .dtype = DType::f32, .time = 8, .d_in = 2, .d_h = 3, .seed = 2};
+  const auto m = s.make();
+  for (const auto& [c, n] : {std::pair{0.5, -0.25}, std::pair{0.5, 0.0}}) {
+    Tensor h0(DType::f32, {1, 4, 3});
+    h0.store({0, 0, 1}, c);
+    h0.store({0, 1, 1}, n);
+    try {
+      (void)newton_apply(m.cell, m.x, {.coords = Coords::log}, {.h0 = h0.view()});
+      FAIL() << "h0 with c=" << c << " n=" << n << " was accepted";
+    } catch (const ContractViolation& e) {
+      EXPECT_NE(std::string(e.what()).find("h0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("normalizer"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pararnn
