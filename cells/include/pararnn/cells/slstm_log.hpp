@@ -60,7 +60,11 @@ struct SlstmLogMath {
     const ComputeT alpha = left > zi ? one : (left == zi ? ComputeT(0.5) : ComputeT(0));
     const ComputeT a = left - m_new + l, b = zi - m_new;
     const ComputeT l_new = logaddexp(a, b);
-    const ComputeT keep = exp_of(a - l_new), gamma = exp_of(b - l_new);  // keep = 1 − γ
+    // γ = e^b / (e^a + e^b) = σ(b − a) and 1 − γ = σ(a − b), from the difference itself: their
+    // rounding is then relative to γ (to 1 − γ), not to ulp(ℓ') as exp(a − ℓ') would give.
+    // 1 − γ multiplies u at every step of a forget run, so that difference is the f32 accuracy
+    // of the ratio (native c and n share f's rounding, which cancels in c/n). a = −∞: γ = 1.
+    const ComputeT keep = sigmoid(a - b), gamma = sigmoid(b - a);  // keep = 1 − γ
     const ComputeT u_new = keep * u + gamma * z;
     const ComputeT kappa = one / (one + eps * exp_of(-l_new));
     s_new[0] = u_new;
