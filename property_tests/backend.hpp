@@ -22,6 +22,15 @@
 #ifndef PARARNN_TEST_ON_CUDA
 #define PARARNN_TEST_ON_CUDA 0
 #endif
+// A claim that involves no backend (the oracle, construction rules, case files): a gtest TEST in
+// the host executable only. In a CUDA executable the body is still compiled (so it stays
+// type-checked) but never registered, so `ctest -L cuda` lists backend claims only, instead of
+// runtime skips.
+#if PARARNN_TEST_ON_CUDA
+#define PARARNN_HOST_ONLY_TEST(suite, name) [[maybe_unused]] static void suite##_##name##_host_only_claim()
+#else
+#define PARARNN_HOST_ONLY_TEST(suite, name) TEST(suite, name)
+#endif
 #define PARARNN_TEST_STRINGIFY_IMPL(x) #x
 #define PARARNN_TEST_STRINGIFY(x) PARARNN_TEST_STRINGIFY_IMPL(x)
 

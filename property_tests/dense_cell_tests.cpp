@@ -34,10 +34,6 @@ namespace {
 
 using testing::kTestBackend;
 
-// Claims that involve no backend run once, in the host executable.
-#define PARARNN_HOST_ONLY_CLAIM() \
-  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
-
 struct DenseCase {
   std::string cell;  // "hopfield", "gru" (mix head) or "slstm" (mix head, or dense)
   std::string mix = "head";  // slstm: "head" or "dense"
@@ -158,8 +154,7 @@ TEST(DenseCells, OneStepIsExactlyTheSequentialStep) {
 
 // The production dense-chain math (in f64) at the gate inputs W_x x_t + b against the oracle's
 // Jacobian by automatic differentiation, over the full state (GRU-head: zero off its heads).
-TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferentiation) {
   QuietWarnings quiet;
   for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 8, .seed = 21},
                             DenseCase{.cell = "hopfield", .d_h = 5, .seed = 22},
@@ -254,8 +249,7 @@ TEST(DenseCells, PackedEqualsPerSequence) {
   }
 }
 
-TEST(DenseCells, ConstructionRulesAndWarnings) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(DenseCells, ConstructionRulesAndWarnings) {
   {
     WarningCapture capture;
     (void)Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 48}, DType::f32, 1);
@@ -375,8 +369,7 @@ TEST(DenseCells, SlstmHeadGuessIsTheZeroHiddenPassThenPicard) {
   EXPECT_EQ(stats.picard_iters, 1);
 }
 
-TEST(DenseCells, KTableAndRefusals) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(DenseCells, KTableAndRefusals) {
   QuietWarnings quiet;
   const CellSpec& hop = cell_spec("hopfield");
   EXPECT_EQ(resolve_newton_iters({}, hop, DType::f32, 63).k, 2);

@@ -38,10 +38,6 @@ using testing::GeneratedProblem;
 using testing::kTestBackend;
 using cells::M2rnnMath;
 
-// Claims that involve no backend run once, in the host executable.
-#define PARARNN_HOST_ONLY_CLAIM() \
-  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
-
 constexpr std::int64_t kCertifyBudget = 20'000;
 
 GeneratedProblem m2rnn_problem(DType dtype, std::int64_t batch, std::int64_t time, std::int64_t d_in,
@@ -130,8 +126,7 @@ std::vector<double> gate_inputs(const Cell& cell, const Tensor& x, std::int64_t 
   return raw;
 }
 
-TEST(M2rnn, JacobianMapEqualsOracleAutomaticDifferentiationAndTransposeIsItsAdjoint) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(M2rnn, JacobianMapEqualsOracleAutomaticDifferentiationAndTransposeIsItsAdjoint) {
   for (const GeneratedProblem& p : {m2rnn_problem(DType::f32, 1, 3, 5, 3, 4, 0.5, false, 41),
                                     m2rnn_problem(DType::f32, 1, 3, 2, 1, 5, std::nullopt, false, 42),
                                     m2rnn_problem(DType::f64, 1, 3, 4, 4, 2, 0.3, false, 43),
@@ -233,8 +228,7 @@ TEST(M2rnn, ZeroIterationsIsTheInitialGuess) {
   }
 }
 
-TEST(M2rnn, KRampIsTheContractFormula) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(M2rnn, KRampIsTheContractFormula) {
   const CellSpec& spec = cell_spec("m2rnn");
   const auto formula = [](std::int64_t time) {
     const auto ramp = 2 + static_cast<std::int64_t>(std::ceil(0.75 * std::log2(static_cast<long double>(time))));
@@ -280,8 +274,7 @@ TEST(M2rnn, StatsReportTheTrueIterationCount) {
   EXPECT_EQ(stats.scan_backend, std::string(testing::kTestBackendName));
 }
 
-TEST(M2rnn, ConstructionAndCaseFileRules) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(M2rnn, ConstructionAndCaseFileRules) {
   const auto init = [](CellOptions o) { return Cell::initialise(o, DType::f32, 1); };
   EXPECT_THROW((void)init({.cell = "m2rnn", .d_in = 3, .v_dim = 2}), ContractViolation);               // k_dim missing
   EXPECT_THROW((void)init({.cell = "m2rnn", .d_in = 3, .k_dim = 0, .v_dim = 2}), ContractViolation);   // k_dim < 1

@@ -36,10 +36,6 @@ namespace {
 using cells::Rwkv7Math;
 using testing::kTestBackend;
 
-// Claims that involve no backend run once, in the host executable.
-#define PARARNN_HOST_ONLY_CLAIM() \
-  if (PARARNN_TEST_ON_CUDA) GTEST_SKIP() << "host-only claim (no backend involved)"
-
 // The stats' name of the (G, U) scan on the backend under test.
 const std::string kScanBackendName = PARARNN_TEST_ON_CUDA ? "rwkv7_scan_cuda" : "rwkv7_scan";
 
@@ -149,8 +145,7 @@ TEST(Rwkv7, ScanEqualsSequentialUnrollWithinTheLinearScanBand) {
 
 // The time-parallel form S_t = S0·Gpref_t + Upref_t: the same (G, U) elements scanned in chunks
 // (aggregates by compose, carries, re-runs) equal the step loop of the cell within the band.
-TEST(Rwkv7, ChunkedScanOfGUElementsEqualsTheStepLoop) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(Rwkv7, ChunkedScanOfGUElementsEqualsTheStepLoop) {
   const Rwkv7Case c{.dtype = DType::f32, .batch = 1, .time = 1000, .d_in = 5, .n_heads = 1, .d_head = 5, .seed = 51};
   const Tolerance band = tolerance_for({.dtype = c.dtype, .metric = Metric::linear_scan, .cell = "rwkv7"});
   const Cell cell = c.make_cell();
@@ -193,8 +188,7 @@ TEST(Rwkv7, ChunkedScanOfGUElementsEqualsTheStepLoop) {
 
 // The production G (Rwkv7Math::transition) against the oracle's Jacobian by automatic
 // differentiation: ∂S′[i, j]/∂S[i′, l] = δ_ii′ G[l, j], per head, zero across heads.
-TEST(Rwkv7, TransitionEqualsOracleAutomaticDifferentiation) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(Rwkv7, TransitionEqualsOracleAutomaticDifferentiation) {
   const Rwkv7Case c{.dtype = DType::f32, .batch = 1, .time = 3, .d_in = 4, .n_heads = 2, .d_head = 3, .seed = 61};
   const Cell cell = c.make_cell();
   const Tensor x = c.make_input();
@@ -251,8 +245,7 @@ TEST(Rwkv7, OracleCatchesAShiftedGate) {
   EXPECT_EQ(r.verdict, Verdict::disagree) << r.summary();
 }
 
-TEST(Rwkv7, ConstructionRules) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(Rwkv7, ConstructionRules) {
   const auto refused = [](const CellOptions& options, const std::string& argument) {
     try {
       (void)Cell::initialise(options, DType::f32, 1);
@@ -311,8 +304,7 @@ TEST(Rwkv7, ConstructionRules) {
   EXPECT_THROW((void)reference::oracle_sequential(flat_h0_case), ContractViolation);
 }
 
-TEST(Rwkv7, CaseFileRoundTripKeepsThePythonNames) {
-  PARARNN_HOST_ONLY_CLAIM();
+PARARNN_HOST_ONLY_TEST(Rwkv7, CaseFileRoundTripKeepsThePythonNames) {
   const Rwkv7Case c{.dtype = DType::bf16, .batch = 2, .time = 9, .d_in = 3, .n_heads = 2, .d_head = 3,
                     .with_h0 = true, .seed = 81};
   const Cell cell = c.make_cell();
