@@ -69,9 +69,12 @@ struct NewtonConfig {
   bool allow_sequential = true;
 };
 
-// Picard rungs of the adapt loop (spec §2.3, `_PICARD_RUNGS`): a retry moves to the smallest
-// rung above the passes just used; none above it ends the adapt.
-inline constexpr std::int64_t kPicardRungs[] = {1, 3, 5};
+// Picard rungs of the adapt loop: a retry moves to the smallest rung above the passes just used;
+// none above it ends the adapt. The seed's (1, 3, 5) (spec §2.3, `_PICARD_RUNGS`) continued by
+// doublings: auto P is already 5 above T = 2048, where the seed's ladder has no rung left, and
+// measured (docs/kstar.md, "Picard rungs above 5") P = 20 makes the default solve converge in
+// Newton on every seed at T = 32768 and 131072, where P = 5 and 10 fall back.
+inline constexpr std::int64_t kPicardRungs[] = {1, 3, 5, 10, 20, 40};
 
 // newton_backtrack: halvings of ω per (row, step) before the last candidate is taken anyway.
 inline constexpr int kBacktrackHalvings = 10;
