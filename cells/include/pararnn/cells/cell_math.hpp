@@ -1,12 +1,14 @@
 // Scalar building blocks shared by every production cell, usable on the host and on the device.
 //
 // Guarantees: PARARNN_HD marks functions compiled for both sides under nvcc and plain inline
-// functions under a host compiler; `sigmoid`, `tanh_of`, `exp_of` dispatch to the float or double
-// library function of the side they run on; `clamp_recurrent` is the App. C.1 clamp (cap <= 0 or
-// negative means "no clamp" is expressed by the caller passing +infinity).
+// functions under a host compiler; `sigmoid`, `tanh_of`, `exp_of`, `log_of` dispatch to the
+// float or double library function of the side they run on; `logaddexp` is exact at −∞;
+// `clamp_recurrent` is the App. C.1 clamp (cap <= 0 or negative means "no clamp" is expressed by
+// the caller passing +infinity).
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #if defined(__CUDACC__)
 #define PARARNN_HD __host__ __device__ __forceinline__
@@ -32,6 +34,23 @@ template <>
 PARARNN_HD float tanh_of<float>(float v) {
   return ::tanhf(v);
 }
+template <class ComputeT>
+PARARNN_HD ComputeT log_of(ComputeT v) {
+  return ::log(v);
+}
+template <>
+PARARNN_HD float log_of<float>(float v) {
+  return ::logf(v);
+}
+
+// log(e^a + e^b), exact at a = −∞ or b = −∞ (NaN propagates).
+template <class ComputeT>
+PARARNN_HD ComputeT logaddexp(ComputeT a, ComputeT b) {
+  const ComputeT hi = a > b ? a : b, lo = a > b ? b : a;
+  if (hi == -std::numeric_limits<ComputeT>::infinity()) return hi;
+  return hi + ::log1p(exp_of(lo - hi));
+}
+
 template <class ComputeT>
 PARARNN_HD ComputeT sigmoid(ComputeT v) {
   return ComputeT(1) / (ComputeT(1) + exp_of(-v));

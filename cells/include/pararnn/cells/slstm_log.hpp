@@ -16,28 +16,9 @@
 //   SlstmLogMath::step(rec, wx, s, s_new, jac);
 #pragma once
 
-#include <limits>
-
 #include "pararnn/cells/cell_math.hpp"
 
 namespace pararnn::cells {
-
-template <class ComputeT>
-PARARNN_HD ComputeT log_of(ComputeT v) {
-  return ::log(v);
-}
-template <>
-PARARNN_HD float log_of<float>(float v) {
-  return ::logf(v);
-}
-
-// log(e^a + e^b), exact at a = −∞ or b = −∞ (NaN propagates).
-template <class ComputeT>
-PARARNN_HD ComputeT logaddexp(ComputeT a, ComputeT b) {
-  const ComputeT hi = a > b ? a : b, lo = a > b ? b : a;
-  if (hi == -std::numeric_limits<ComputeT>::infinity()) return hi;
-  return hi + ::log1p(exp_of(lo - hi));
-}
 
 struct SlstmLogMath {
   static constexpr int kSlots = 4;
