@@ -145,10 +145,12 @@ def _native(cell):
 
 
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
-                 return_stats=False):
-    """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict)."""
+                 return_stats=False, coords="native"):
+    """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
+    coords="log": ParaSLSTM (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is
+    native either way."""
     H, stats = _pararnn._newton_apply(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
-                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters)
+                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords)
     H = _like(x, H)
     return (H, stats) if return_stats else H
 
@@ -162,7 +164,7 @@ def sequential_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto"):
 
 def verify_agreement(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
                      atol=None, seed=0, certify_budget=None, gradients=False, grad_H=None,
-                     raise_on_fail=False):
+                     raise_on_fail=False, coords="native"):
     """Solver vs the independent oracle on exactly these bits: an AgreementReport. The solver
     reads x (and h0) where they live, CUDA tensors included; the oracle runs on the host and
     reads a host copy of a device tensor (the one copy, made here)."""
@@ -170,7 +172,8 @@ def verify_agreement(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_i
     return _pararnn._verify_agreement(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters,
                                       atol, seed, certify_budget, gradients,
-                                      _dlpack_source(grad_H, "grad_H"), raise_on_fail, host_x, host_h0)
+                                      _dlpack_source(grad_H, "grad_H"), raise_on_fail, host_x, host_h0,
+                                      coords)
 
 
 def _host_twin(array):

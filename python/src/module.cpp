@@ -95,9 +95,11 @@ nb::ndarray<> array_of(const Tensor& tensor) {
                        nb::device::cpu::value);
 }
 
-NewtonConfig config_of(const std::string& backend, std::optional<std::int64_t> max_iters) {
+NewtonConfig config_of(const std::string& backend, std::optional<std::int64_t> max_iters,
+                       const std::string& coords) {
   NewtonConfig config;
   config.scan_backend = parse_scan_backend(backend);
+  config.coords = parse_coords(coords);
   if (max_iters) {
     if (*max_iters < 0)
       throw ContractViolation("max_iters", "must be a non-negative integer or None", std::to_string(*max_iters));
@@ -303,18 +305,18 @@ NB_MODULE(_pararnn, m) {
 
   m.def("_newton_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
-           const std::string& backend, std::optional<std::int64_t> max_iters) {
+           const std::string& backend, std::optional<std::int64_t> max_iters, const std::string& coords) {
           const TensorView xv = view_of(x, "x");
           const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
           NewtonStats stats;
           Tensor H;
           {
             nb::gil_scoped_release release;
-            H = newton_apply(c.cell, xv, config_of(backend, max_iters), apply, &stats);
+            H = newton_apply(c.cell, xv, config_of(backend, max_iters, coords), apply, &stats);
           }
           return nb::make_tuple(array_of(H), stats_dict(stats));
         },
-        "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none());
+        "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a);
   m.def("_sequential_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            const std::string& backend) {
@@ -334,12 +336,12 @@ NB_MODULE(_pararnn, m) {
            const std::string& backend, std::optional<std::int64_t> max_iters, std::optional<double> atol,
            std::uint64_t seed, std::optional<std::int64_t> certify_budget, bool gradients,
            std::optional<AnyArray> grad_H, bool raise_on_fail, std::optional<AnyArray> host_x,
-           std::optional<AnyArray> host_h0) {
+           std::optional<AnyArray> host_h0, const std::string& coords) {
           VerifyOptions options;
           options.host_x = optional_view(host_x, "host_x");
           options.host_h0 = optional_view(host_h0, "host_h0");
           const TensorView xv = view_of(x, "x");
-          options.config = config_of(backend, max_iters);
+          options.config = config_of(backend, max_iters, coords);
           options.h0 = optional_view(h0, "h0");
           options.cu_seqlens = optional_view(cu_seqlens, "cu_seqlens");
           options.atol = atol;
@@ -348,15 +350,16 @@ NB_MODULE(_pararnn, m) {
           options.gradients = gradients;
           options.grad_H = optional_view(grad_H, "grad_H");
           options.raise_on_fail = raise_on_fail;
-          options.repro_command = fmt::format("pararnn_judge.verify_agreement(cell, x, backend='{}', max_iters={}, seed={})",
-                                              backend, max_iters ? std::to_string(*max_iters) : "None", seed);
+          options.repro_command = fmt::format("pararnn_judge.verify_agreement(cell, x, backend='{}', max_iters={}, seed={}{})",
+                                              backend, max_iters ? std::to_string(*max_iters) : "None", seed,
+                                              coords == "native" ? "" : ", coords='" + coords + "'");
           if (auto it = c.metadata.find("cell_version"); it != c.metadata.end()) options.cell_version = it->second;
           nb::gil_scoped_release release;
           return verify_agreement(c.cell, xv, options);
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "atol"_a.none(),
         "seed"_a, "certify_budget"_a.none(), "gradients"_a, "grad_H"_a.none(), "raise_on_fail"_a, "host_x"_a.none(),
-        "host_h0"_a.none());
+        "host_h0"_a.none(), "coords"_a);
   m.def("_compare",
         [](const PyCell& c, const AnyArray& x, const AnyArray& H, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, std::optional<double> atol, std::uint64_t seed,

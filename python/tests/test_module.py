@@ -180,6 +180,21 @@ class ErrorsNameTheArgument(unittest.TestCase):
         with self.assertRaisesRegex(pararnn.ContractViolation, "cell"):
             pararnn.newton_apply("gru", x)
 
+    def test_log_coordinates_are_slstm_only_and_judged_like_native(self):
+        x = normal_input((2, 40, 8))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "coords.*ParaSLSTM"):
+            pararnn.newton_apply(gru(), x, coords="log")
+        with self.assertRaisesRegex(pararnn.ContractViolation, "coords"):
+            pararnn.newton_apply(gru(), x, coords="polar")
+        slstm = pararnn.Cell.initialise("slstm", d_in=8, d_h=16, dtype="f32", seed=SEED)
+        H, stats = pararnn.newton_apply(slstm, x, coords="log", return_stats=True)
+        self.assertEqual(H.shape, (2, 40, 4, 16))
+        self.assertTrue(stats["converged"])
+        report = pararnn.verify_agreement(slstm, x, coords="log", seed=SEED, gradients=True)
+        self.assertEqual(report.verdict, "Agree", report.failure_message())
+        native = pararnn.newton_apply(slstm, x)
+        self.assertFalse(np.array_equal(H, native))  # another iteration, the same fixed point
+
     def test_cuda_without_the_backend_is_an_unsupported_path(self):
         if pararnn.cuda_backend_built:
             self.skipTest("the CUDA backend is built: backend='cuda' may run here")
