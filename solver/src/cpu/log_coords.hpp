@@ -15,7 +15,10 @@
 //   combination of u0 and values of tanh; n_t <= max n0 + t), so the projection never cuts the
 //   solution. ℓ has no lower bound but the encoded guess's n = 0 is lifted to the smallest
 //   normal number, so that every ℓ of the iterate is finite.
-// Example (per_channel_solver.hpp): LogCoordsIterate family(native, log, layout, bounds); solve_newton(...).
+// Example (CpuSolver::log_coords_trajectory):
+//   LogCoordsIterate<Native, Log, float> family(native, log, bounds, state_size, jacobian_size, d_h, unit);
+//   solve_newton(family, cell.spec(), cell.dtype(), config, time, stats);
+//   std::vector<float> H = std::move(family.result());   // native (c, n, m, h)
 #pragma once
 
 #include <algorithm>
