@@ -4,9 +4,10 @@
 // within τ (f32, f64, bf16; with and without h0; hard, unclamped head weights too); T = 1 is one
 // step exactly; packing equals solving each sequence alone; sLSTM's Picard guess. Host only: the
 // analytic dense Jacobian equals the oracle's AD Jacobian; the construction rules and warnings;
-// the K table; gradients (cpu) exist. On the GPU only: GPU ≡ CPU within the cuda τ (Newton and the
-// sequential loop), a device x under `auto`, and chains wider than N = 32 refused naming the
-// limit. Every case names its seed; tolerances come from the contract table.
+// the K table; gradients (cpu) exist. On the GPU only: GPU ≡ CPU within the cuda τ (Newton, the
+// sequential loop, and the gradients with h0 and packing), a device x under `auto`, and chains
+// wider than N = 32 refused naming the limit (training too). Every case names its seed;
+// tolerances come from the contract table.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -413,6 +414,58 @@ TEST(DenseCells, GpuEqualsCpuWithinTau) {
   }
 }
 
+// The gradients on the GPU (cuda/dense.cpp's adjoint) against the CPU dense backward, every
+// gradient tensor within the cuda coupled-gradient τ: the agreement cases up to T = 37 (with h0
+// where the case has one) and two packed batches (segments restart the adjoint scan and each
+// head's ∇h0 row is its own).
+TEST(DenseCells, GpuGradientsEqualCpuWithinTau) {
+  QuietWarnings quiet;
+  const auto check = [](const DenseCase& c, const Cell& cell, const Tensor& x, const ApplyOptions& apply) {
+    std::mt19937_64 rng(c.seed * 31 + 7);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    Tensor g(c.dtype, cell.trajectory_shape(x.size(0), x.size(1)));
+    Tensor flat = g.reshaped({g.numel()});
+    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
+    const Tolerance tau = tolerance_for({.dtype = c.dtype, .metric = Metric::gradient_coupled, .cell = c.cell,
+                                         .backend = "cuda"});
+    const NewtonConfig cpu{.scan_backend = ScanBackend::cpu}, gpu{.scan_backend = ScanBackend::cuda};
+    const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, cpu, apply), g, cpu, apply);
+    const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, gpu, apply), g, gpu, apply);
+    const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
+    EXPECT_TRUE(dx.ok()) << "∇x, GPU vs CPU: " << dx.describe();
+    ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
+    if (want.h0) {
+      const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
+      EXPECT_TRUE(dh0.ok()) << "∇h0, GPU vs CPU: " << dh0.describe();
+    }
+    ASSERT_EQ(got.parameters.size(), want.parameters.size());
+    for (const auto& [name, expected] : want.parameters) {
+      ASSERT_TRUE(got.parameters.contains(name)) << name;
+      const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
+      EXPECT_TRUE(dp.ok()) << "∇" << name << ", GPU vs CPU: " << dp.describe();
+    }
+  };
+  for (const DenseCase& c : agreement_cases()) {
+    if (c.time > 37) continue;
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(c.batch, c.time);
+    const Tensor h0 = c.make_h0(c.batch);
+    ApplyOptions apply;
+    if (c.with_h0) apply.h0 = h0.view();
+    check(c, cell, x, apply);
+  }
+  for (const DenseCase& c : {DenseCase{.cell = "gru", .dtype = DType::f32, .d_h = 8, .n_heads = 2, .seed = 61},
+                             DenseCase{.cell = "slstm", .mix = "dense", .dtype = DType::f64, .d_h = 4, .seed = 62}}) {
+    SCOPED_TRACE("packed cu_seqlens 0, 4, 9: " + c.describe());
+    const Cell cell = c.make_cell();
+    const Tensor x = c.make_input(1, 9);
+    const Tensor h0 = c.make_h0(2);
+    const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
+    check(c, cell, x, {.h0 = h0.view(), .cu_seqlens = cu.view()});
+  }
+}
+
 // `auto` with x on the device runs the GPU solve: the same bits as scan_backend=cuda with host x.
 TEST(DenseCells, DeviceInputUnderAutoIsTheCudaSolve) {
   QuietWarnings quiet;
@@ -435,18 +488,20 @@ TEST(DenseCells, DeviceInputUnderAutoIsTheCudaSolve) {
   EXPECT_EQ(std::memcmp(sequential_device.data(), sequential_host.data(), sequential_host.nbytes()), 0);
 }
 
-// Chains wider than the dense kernels' N = 32 are refused on cuda, naming N and the limit; the
-// gradients stay refused there too.
+// Chains wider than the dense kernels' N = 32 are refused on cuda, naming N and the limit, for
+// the solve and for training; N = 32 runs both.
 TEST(DenseCells, CudaRefusesChainsWiderThanTheKernelLimit) {
   QuietWarnings quiet;
   const Cell wide = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 33}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 4, 3});
-  for (int entry = 0; entry < 2; ++entry) {
+  for (int entry = 0; entry < 3; ++entry) {
     try {
       if (entry == 0)
         (void)newton_apply(wide, x, {.scan_backend = ScanBackend::cuda});
-      else
+      else if (entry == 1)
         (void)sequential_apply(wide, x, ScanBackend::cuda);
+      else
+        (void)newton_forward(wide, x, {.scan_backend = ScanBackend::cuda});
       ADD_FAILURE() << "a chain of N = 33 was accepted on cuda";
     } catch (const UnsupportedPath& e) {
       const std::string what = e.what();
@@ -456,7 +511,9 @@ TEST(DenseCells, CudaRefusesChainsWiderThanTheKernelLimit) {
   }
   const Cell edge = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 32}, DType::f32, 1);
   EXPECT_NO_THROW((void)newton_apply(edge, x, {.scan_backend = ScanBackend::cuda}));
-  EXPECT_THROW((void)newton_forward(edge, x, {.scan_backend = ScanBackend::cuda}), UnsupportedPath);
+  const NewtonForward forward = newton_forward(edge, x, {.scan_backend = ScanBackend::cuda});
+  const Tensor g(DType::f32, edge.trajectory_shape(1, 4));
+  EXPECT_NO_THROW((void)newton_backward(edge, x, forward, g, {.scan_backend = ScanBackend::cuda}));
 }
 #endif
 

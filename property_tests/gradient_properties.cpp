@@ -1,8 +1,8 @@
 // The training claim: the production adjoint agrees with the oracle's BPTT (automatic
 // differentiation through the high-precision sequential unroll) within the contract's gradient
 // tolerances, for every cell and dtype, over shapes, seeds, weight scales and initial states, on
-// the backend under test (backend.hpp); the dense-Jacobian, matrix-state and exact linear cells
-// on the host (their gradients are CPU-only).
+// the backend under test (backend.hpp); the matrix-state and exact linear cells on the host
+// only (their gradients are CPU-only; the dense-chain cells train on both backends).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -47,11 +47,9 @@ RC_GTEST_PROP(Gradients, AdjointAgreesWithOracleBptt, ()) {
   RC_ASSERT(r.gradients.size() >= cell.parameters().size() + 1);
 }
 
-#if !PARARNN_TEST_ON_CUDA
 // The same claim for the cells outside the per-channel family, in the four dtypes.
 RC_GTEST_PROP(Gradients, DenseAndMatrixCellAdjointsAgreeWithOracleBptt, ()) {
-  const auto& variant = *rc::gen::elementOf(std::vector<testing::DenseVariant>(std::begin(testing::kDenseVariants),
-                                                                                std::end(testing::kDenseVariants)));
+  const auto& variant = *rc::gen::elementOf(testing::backend_gradient_variants());
   const DType dtype = *rc::gen::elementOf(std::vector<DType>{DType::f64, DType::f32, DType::f16, DType::bf16});
   const std::int64_t batch = *rc::gen::inRange(1, 4);
   // f64 runs the oracle in float128 (about 80x slower than double): shorter T.
@@ -80,6 +78,7 @@ RC_GTEST_PROP(Gradients, DenseAndMatrixCellAdjointsAgreeWithOracleBptt, ()) {
     h0 = Tensor::from_values(dtype, h0_shape, values);
   }
   VerifyOptions options{.seed = seed, .certify_budget = kCertifyBudget, .gradients = true};
+  options.config.scan_backend = testing::kTestBackend;
   if (h0) options.h0 = h0->view();
   const AgreementReport r = verify_agreement(cell, x, options);
   const double max_finite = dtype == DType::f16 ? 65504.0 : std::numeric_limits<double>::max();
@@ -109,11 +108,12 @@ TEST(Gradients, SlstmStabiliserTieSplitsTheGradientInHalves) {
     const Tensor x = testing::GeneratedProblem{.cell = "slstm", .dtype = DType::f64, .batch = 2, .time = 1, .d_in = 2,
                                                .seed = 5}
                          .make_input();
-    const AgreementReport r = verify_agreement(cell, x, {.seed = 5, .gradients = true});
+    VerifyOptions options{.seed = 5, .gradients = true};
+    options.config.scan_backend = testing::kTestBackend;
+    const AgreementReport r = verify_agreement(cell, x, options);
     EXPECT_EQ(r.verdict, Verdict::agree) << mix << "\n" << r.failure_message();
   }
 }
-#endif
 
 TEST(Gradients, CustomCotangentIsHonoured) {
   // A cotangent on one element only: the oracle and the adjoint must agree on that loss too.

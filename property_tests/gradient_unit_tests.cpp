@@ -186,13 +186,11 @@ INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_
                            return name;
                          });
 
-#if !PARARNN_TEST_ON_CUDA
-// The dense-Jacobian cells (one adjoint mechanism: cpu/dense.cpp's reverse walk with dual VJPs)
-// M2RNN (cpu/matrix_state.cpp's reverse walk with its closed-form VJP) and RWKV-7
-// (cpu/exact_linear.cpp's exact reverse walk, closed-form gate VJP); host only: the CUDA
-// backend refuses their gradients (UnsupportedPath).
+// The dense-Jacobian cells (one adjoint mechanism: the reverse walk / reverse dense scan with
+// dual VJPs, cpu/dense.cpp and cuda/dense.cpp), M2RNN (cpu/matrix_state.cpp's reverse walk with
+// its closed-form VJP) and RWKV-7 (cpu/exact_linear.cpp's exact reverse walk, closed-form gate
+// VJP), on the backend under test: on cuda the dense-chain cells (backend_gradient_variants).
 using testing::DenseVariant;
-using testing::kDenseVariants;
 
 class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
  protected:
@@ -237,9 +235,8 @@ TEST_P(EveryDenseCell, PackedGradientsArePerSegment) {
   expect_packed_gradients_per_segment(cell, x, g, h0);
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(kDenseVariants),
+INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(testing::backend_gradient_variants()),
                          [](const auto& info) { return std::string(info.param.name); });
-#endif
 
 }  // namespace
 }  // namespace pararnn

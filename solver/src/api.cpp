@@ -3,9 +3,9 @@
 // run raises UnsupportedPath), call the family implementation through the backend table
 // (family_entry: per_channel -> cpu/per_channel.cpp or cuda/per_channel.cpp; dense ->
 // cpu/dense.cpp or cuda/dense.cpp for chains of N <= 32; linear_gu (RWKV-7) -> cpu/exact_linear.cpp
-// or cuda/dense.cpp's exact scan for heads of d <= 64; matrix_map (M2RNN) -> cpu/matrix_state.cpp
-// or cuda/dense.cpp for states whose walk fits a block's shared memory; the last three are
-// forward-only), and run the residual gate.
+// or cuda/exact_linear.cpp's exact scan for heads of d <= 64; matrix_map (M2RNN) ->
+// cpu/matrix_state.cpp or cuda/matrix_state.cpp for states whose walk fits a block's shared
+// memory; on cuda the last two are forward-only), and run the residual gate.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -92,7 +92,8 @@ const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
   static const FamilyEntry kCuda[] = {
       /* per_channel */ {detail::cuda_newton_apply, detail::cuda_sequential_apply, detail::cuda_newton_forward,
                          detail::cuda_newton_backward, nullptr},
-      /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply, nullptr, nullptr, nullptr},
+      /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply,
+                   detail::cuda_dense_newton_forward, detail::cuda_dense_newton_backward, nullptr},
       /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, nullptr, nullptr, nullptr},
       /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply, nullptr, nullptr,
                         nullptr}};
@@ -147,10 +148,6 @@ void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
 void refuse_missing_gradients(const Cell& cell, Resolved backend, const char* who) {
   const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
   if (entry.forward != nullptr && entry.backward != nullptr) return;
-  if (is_dense(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for dense-Jacobian cells are built on the cpu backend only "
-                                      "(cell '{}', mix '{}'); use scan_backend=cpu with host tensors",
-                                      who, cell.name(), cell.spec().mix));
   if (is_linear_gu(cell))
     throw UnsupportedPath(fmt::format("{}: gradients for linear (G, U) cells are built on the cpu backend only "
                                       "(cell '{}'); use scan_backend=cpu with host tensors", who, cell.name()));
@@ -366,6 +363,7 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_forward");
+  check_dense_backend(cell, backend, "newton_forward");
   check_coords(config, backend, "newton_forward");
   check_matrix_map_inputs(cell, &config, options, "newton_forward");
   check_linear_gu(cell, backend, options, &config, "newton_forward");
@@ -388,6 +386,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_backward");
+  check_dense_backend(cell, backend, "newton_backward");
   check_coords(config, backend, "newton_backward");
   check_matrix_map_inputs(cell, &config, options, "newton_backward");
   check_linear_gu(cell, backend, options, &config, "newton_backward");

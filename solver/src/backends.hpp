@@ -109,16 +109,22 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
                                      const NewtonConfig& config, const ApplyOptions& options,
                                      Layout layout);
 
-// CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32) and of
-// ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64), forward only (cuda/dense.cpp, cuda/exact_linear.cpp):
-// the CPU dense / RWKV-7 backends' algorithms with the residual, the dense scan, the update and
-// the sequential loop on the device. The public routing (api.cpp) refuses wider chains.
+// CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32; forward
+// and training, cuda/dense.cpp) and of ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64,
+// forward only, cuda/exact_linear.cpp): the CPU dense / RWKV-7 backends' algorithms with the
+// residual, the dense scan, the update, the sequential loop and the adjoint on the device. The
+// public routing (api.cpp) refuses wider chains.
 inline constexpr std::int64_t kCudaDenseMaxChainWidth = 32;
 inline constexpr std::int64_t kCudaRwkv7MaxHeadDim = 64;
 Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                                const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout);
+NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout);
 // The exact (G, U) scan on the device; stats as rwkv7_apply's with scan_backend "rwkv7_scan_cuda".
 Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                         NewtonStats& stats);

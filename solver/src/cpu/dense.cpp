@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "cpu/dual.hpp"
 #include "cpu/input_affine.hpp"
 #include "newton/driver.hpp"
+#include "pararnn/cells/dual.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {
@@ -216,7 +216,7 @@ class DenseSolver {
   // over batch rows in a fixed order and the input affine's backward.
   NewtonGradients backward(const std::vector<ComputeT>& H_star, const TensorView& grad_H, const TensorView& x,
                            const ApplyOptions& options) const {
-    using D = Dual<double>;
+    using D = cells::Dual<double>;
     const std::int64_t T = L_.time, n = n_;
     const bool square = DenseMath::kSquareGates;
     const std::int64_t gate_stride = square ? n * n : slot_width_;  // of the chain's local gate copy

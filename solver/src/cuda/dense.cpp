@@ -1,6 +1,6 @@
 // The CUDA dense-chain family (ParaHopfield, ParaGRU and ParaSLSTM mix='head', ParaSLSTM
-// mix='dense'), forward only: the family operations of newton/family.hpp on the device, step for
-// step the CPU's cpu/dense.cpp, driven by newton/driver.hpp.
+// mix='dense'): the family operations of newton/family.hpp on the device, step for step the
+// CPU's cpu/dense.cpp, driven by newton/driver.hpp; and the implicit adjoint (training.hpp).
 //
 // W_x x + b by cuBLAS in the compute type (f32 for f32/f16/bf16, f64 for f64) at each affine
 // block's columns (square blocks are gates·d_h² wide), kept [b][t][gate_width]; the residual
@@ -10,7 +10,14 @@
 // result is scattered to the trajectory [b][t][slot][d_h] on the host, after one download, and
 // rounded to storage there. The fallback re-solves the chains still at or above residual_atol, as
 // the CPU does. sequential_apply runs the dense sequential kernel in the storage dtype, writing
-// the trajectory layout directly. Chains of N <= kernels::kDenseKernelMaxN (32) values; api.cpp
+// the trajectory layout directly.
+//
+// Training: newton_forward keeps H* chain-major in the compute type (the CPU's saved layout);
+// the backward, everything in double as the CPU's: J at H* by the residual kernel, μ by the
+// reverse dense scan of the cotangent, the per-step VJPs by duals (kernels/dense_vjp.hpp), the
+// parameter partials summed over chunks and batch rows in a fixed order on the host, and the
+// input affines' backward by cuBLAS (runtime.hpp). Every step is deterministic, so recompute's
+// re-solve gives the stored H* bit for bit and the gradients repeat bit for bit. Chains of N <= kernels::kDenseKernelMaxN (32) values; api.cpp
 // refuses wider ones before calling here.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -25,6 +32,7 @@
 #include "pararnn/kernels/dense_chain.hpp"
 #include "pararnn/kernels/dense_residual.hpp"
 #include "pararnn/kernels/dense_sequential.hpp"
+#include "pararnn/kernels/dense_vjp.hpp"
 #include "pararnn/kernels/scan_dense.hpp"
 
 namespace pararnn::detail {
@@ -43,6 +51,8 @@ class DenseDeviceInputs {
     const std::int64_t n = cell.chain_width(), per_row = cell.chains_per_row();
     wx_ = device_input_affine(cell, x, L);
     const std::vector<double> p = cell.dense_chain_parameters();
+    params_count_ = static_cast<std::int64_t>(p.size());
+    h0_count_ = options.h0 ? shape_numel(options.h0->shape()) : 0;
     const Tensor params = Tensor::from_values(compute, {static_cast<std::int64_t>(p.size())}, p);
     params_ = upload_new(params.data(), params.nbytes(), "the dense chain parameters");
     std::vector<std::int64_t> offsets(static_cast<std::size_t>(per_row * n));
@@ -69,9 +79,12 @@ class DenseDeviceInputs {
   const kernels::DenseChainInputs<ComputeT>& inputs() const { return in_; }
   std::int64_t chains() const { return in_.batch * in_.chains_per_row; }
   std::int64_t state_elems() const { return chains() * in_.time * in_.n; }
+  std::int64_t params_count() const { return params_count_; }
+  std::int64_t h0_count() const { return h0_count_; }
 
  private:
   DeviceBuffer wx_, params_, offsets_, h0_, head_, h0_row_;
+  std::int64_t params_count_ = 0, h0_count_ = 0;
   kernels::DenseChainInputs<ComputeT> in_{};
 };
 
@@ -188,6 +201,96 @@ Tensor chain_major_to_trajectory(const Cell& cell, const Layout& L, const Device
   }
   return trajectory.dtype() == cell.dtype() ? trajectory : Tensor::converted(trajectory, cell.dtype());
 }
+
+// The Newton solve of every chain into H (chain-major, compute type).
+template <class DenseMath, class ComputeT>
+void dense_solve(const Cell& cell, const DenseDeviceInputs<ComputeT>& inputs, const NewtonConfig& config,
+                 const Layout& L, DeviceBuffer& H, NewtonStats& stats) {
+  H = DeviceBuffer(checked_bytes(inputs.state_elems(), sizeof(ComputeT), "H"), "H");
+  CudaDenseFamily<DenseMath, ComputeT> family(inputs, (cell.slots() - 1) * cell.chain_slot_width(), H.as<ComputeT>());
+  solve_newton(family, cell.spec(), cell.dtype(), config, L.time, stats);
+}
+
+// The implicit adjoint at H* (chain-major, compute type on the device); see the file comment.
+template <class DenseMath, class ComputeT>
+NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDeviceInputs<ComputeT>& inputs,
+                              const ComputeT* H, const TensorView& x, const TensorView& grad_H,
+                              const ApplyOptions& options) {
+  const DType compute = compute_dtype(cell.dtype());
+  const kernels::DenseChainInputs<ComputeT>& in = inputs.inputs();
+  const std::int64_t chains = inputs.chains(), n = in.n, T = L.time, count = inputs.state_elems();
+  const std::int64_t per_row = in.chains_per_row, P = DenseMath::params_size(static_cast<int>(n));
+
+  // Everything the adjoint reads, in double.
+  DeviceBuffer wx64, params64, h064, H64;
+  kernels::DenseChainInputs<double> in64{
+      .wx = as_f64<ComputeT>(in.wx, L.batch * T * in.width, wx64, "W_x x (f64)"),
+      .params = as_f64<ComputeT>(in.params, inputs.params_count(), params64, "the dense chain parameters (f64)"),
+      .h0 = as_f64<ComputeT>(in.h0, inputs.h0_count(), h064, "h0 (f64)"), .h0_row = in.h0_row, .head = in.head,
+      .offsets = in.offsets, .batch = in.batch, .time = in.time, .n = in.n, .chains_per_row = per_row,
+      .width = in.width, .slot_width = in.slot_width, .d_h = in.d_h, .state_row = in.state_row};
+  const double* H_f64 = as_f64<ComputeT>(H, count, H64, "H* (f64)");
+
+  // J at H*, then μ by the reverse dense scan of the cotangent (gathered chain-major).
+  DeviceBuffer F(checked_bytes(count, sizeof(double), "F (f64)"), "F (f64)");
+  DeviceBuffer J(checked_bytes(count * n, sizeof(double), "J (f64)"), "J (f64)");
+  const kernels::DenseResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .jac = J.as<double>()};
+  PARARNN_CUDA_CHECK((kernels::launch_dense_residual<DenseMath, double>(r, nullptr, 0, kStream)));
+  const Tensor g = Tensor::converted(host_copy(grad_H, "grad_H"), DType::f64);
+  std::vector<double> mu_host(static_cast<std::size_t>(count));
+  for (std::int64_t chain = 0; chain < chains; ++chain) {
+    const std::int64_t b = chain / per_row, q = chain % per_row;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t offset = cell.chain_element_offset(q, i);
+      for (std::int64_t t = 0; t < T; ++t)
+        mu_host[static_cast<std::size_t>((chain * T + t) * n + i)] = g.data_as<double>()[(b * T + t) * in.state_row + offset];
+    }
+  }
+  DeviceBuffer mu = upload_new(mu_host.data(), mu_host.size() * sizeof(double), "the adjoint μ");
+  const kernels::DenseScanArgs<double> scan{
+      .jac = J.as<double>(), .delta = mu.as<double>(), .head = in.head, .batch = L.batch, .groups = per_row,
+      .rows = 1, .time = T, .n = n, .r_batch = per_row * T * n, .r_group = T * n, .r_row = 0, .r_time = n,
+      .reverse = true};
+  DeviceBuffer scan_ws(kernels::scan_dense_workspace_bytes<double>(scan), "the adjoint scan's workspace");
+  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<double>(scan, scan_ws.get(), scan_ws.bytes(), kStream));
+
+  // The per-step VJPs.
+  const std::int64_t chunks = kernels::dense_vjp_chunks(chains, T);
+  DeviceBuffer d_wx(checked_bytes(L.batch * T * in.width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), kStream));
+  DeviceBuffer partials(checked_bytes(chains * chunks * P, sizeof(double), "dense parameter partials"),
+                        "dense parameter partials");
+  DeviceBuffer d_h0;
+  if (options.h0) {
+    d_h0 = DeviceBuffer(checked_bytes(inputs.h0_count(), sizeof(double), "∇h0"), "∇h0");
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
+  }
+  const kernels::DenseVjpArgs<ComputeT> v{.in = in64, .H = H_f64, .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(),
+                                          .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
+                                          .d_param_partials = partials.as<double>()};
+  DeviceBuffer vjp_ws(kernels::dense_vjp_workspace_bytes<DenseMath>(in64), "the dense VJP's dual slots");
+  PARARNN_CUDA_CHECK((kernels::launch_dense_vjp<DenseMath, ComputeT>(v, vjp_ws.get(), vjp_ws.bytes(), kStream)));
+
+  NewtonGradients out;
+  // Dense-chain parameters: per chain of a row, Σ over batch rows and chunks in a fixed order.
+  const std::vector<double> part = download_vector<double>(partials, chains * chunks * P);
+  std::vector<double> sums(static_cast<std::size_t>(per_row * P), 0.0);
+  for (std::int64_t chain = 0; chain < chains; ++chain)
+    for (std::int64_t k = 0; k < chunks * P; ++k)
+      sums[static_cast<std::size_t>((chain % per_row) * P + k % P)] += part[static_cast<std::size_t>(chain * chunks * P + k)];
+  for (const auto& [name, values] : cell.dense_chain_parameter_gradients(sums, P))
+    out.parameters.emplace(name, gradient_tensor(cell, cell.parameter(name).shape(), values));
+
+  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
+  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  Tensor dx_host(compute, {L.batch, T, L.d_in});
+  if (dx_host.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, inputs.h0_count()));
+  return out;
+}
 }  // namespace
 }  // namespace cuda
 
@@ -198,11 +301,55 @@ Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const Newt
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
-      cuda::DeviceBuffer H(cuda::checked_bytes(inputs.state_elems(), sizeof(ComputeT), "H"), "H");
-      cuda::CudaDenseFamily<DenseMath, ComputeT> family(inputs, (cell.slots() - 1) * cell.chain_slot_width(),
-                                                        H.as<ComputeT>());
-      solve_newton(family, cell.spec(), cell.dtype(), config, layout.time, stats);
+      cuda::DeviceBuffer H;
+      cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, stats);
       return cuda::chain_major_to_trajectory<ComputeT>(cell, layout, H);
+    });
+  });
+}
+
+NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_forward on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  NewtonForward forward;
+  dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
+    cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
+      const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
+      cuda::DeviceBuffer H;
+      cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, forward.stats);
+      forward.H = cuda::chain_major_to_trajectory<ComputeT>(cell, layout, H);
+      if (!config.recompute) {  // H* chain-major in the compute type, as the CPU saves it
+        Tensor saved(cuda::compute_dtype(cell.dtype()), {inputs.state_elems()});
+        if (saved.nbytes() > 0)
+          PARARNN_CUDA_CHECK(cudaMemcpy(saved.data(), H.get(), saved.nbytes(), cudaMemcpyDeviceToHost));
+        forward.saved_trajectory = std::make_shared<const Tensor>(std::move(saved));
+      }
+    });
+  });
+  return forward;
+}
+
+NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
+    return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
+      const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
+      cuda::DeviceBuffer H;
+      if (forward.saved_trajectory) {
+        const Tensor& saved = *forward.saved_trajectory;
+        if (saved.dtype() != cuda::compute_dtype(cell.dtype()) || saved.numel() != inputs.state_elems())
+          throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                                  fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
+        H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
+      } else {  // recompute: the forward's solve again (deterministic: the same bits)
+        NewtonStats stats;
+        cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, stats);
+      }
+      return cuda::dense_adjoint<DenseMath>(cell, layout, inputs, H.as<ComputeT>(), x, grad_H, options);
     });
   });
 }

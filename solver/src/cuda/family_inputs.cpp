@@ -1,5 +1,6 @@
 // The device inputs every CUDA family implementation shares (cuda/runtime.hpp): the input affine
-// W_x x + b by cuBLAS in the compute type, h0 in the compute type, and the availability check.
+// W_x x + b by cuBLAS in the compute type and its backward, h0 in the compute type, and the
+// availability check.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -52,5 +53,47 @@ DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
   const Tensor h0 = Tensor::converted(host_copy(*options.h0, "h0"), compute);
   return upload_new(h0.data(), h0.nbytes(), "h0");
 }
+
+template <class ComputeT>
+DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+                                   NewtonGradients& out) {
+  const DType compute = compute_dtype(cell.dtype());
+  const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), rows_bt = B * T;
+  DeviceBuffer dx(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(dx.get(), 0, dx.bytes(), kStream));
+  const Tensor ones_host = Tensor::from_values(compute, {T}, std::vector<double>(static_cast<std::size_t>(T), 1.0));
+  const DeviceBuffer ones = upload_new(ones_host.data(), ones_host.nbytes(), "a ones vector");
+  for (const AffineBlock& block : cell.spec().affine) {
+    const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);
+    const ComputeT* dwx_block = d_wx + block.first_gate * (rows / block.gates);
+    const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), compute);
+    const DeviceBuffer W = upload_new(w.data(), w.nbytes(), "an input weight (compute type)");
+    DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
+    DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc, L.d_in, T * L.d_in, dwx_block, width,
+                           T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
+                           T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
+                           dwx_block, width, 0, ComputeT(1), dx.as<ComputeT>(), L.d_in, 0, 1);
+    const std::vector<ComputeT> dW_rows = download_vector<ComputeT>(dW, B * rows * inputs);
+    const std::vector<ComputeT> db_rows = download_vector<ComputeT>(db, B * rows);
+    std::vector<double> dW_sum(static_cast<std::size_t>(rows * inputs), 0.0), db_sum(static_cast<std::size_t>(rows), 0.0);
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t i = 0; i < rows * inputs; ++i)
+        dW_sum[static_cast<std::size_t>(i)] += static_cast<double>(dW_rows[static_cast<std::size_t>(b * rows * inputs + i)]);
+      for (std::int64_t i = 0; i < rows; ++i)
+        db_sum[static_cast<std::size_t>(i)] += static_cast<double>(db_rows[static_cast<std::size_t>(b * rows + i)]);
+    }
+    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
+    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
+  }
+  return dx;
+}
+
+template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const float*, const float*,
+                                                   NewtonGradients&);
+template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const double*, const double*,
+                                                    NewtonGradients&);
 
 }  // namespace pararnn::detail::cuda

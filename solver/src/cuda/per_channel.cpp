@@ -563,43 +563,6 @@ class CudaPerChannelFamily {
   std::int64_t n_;
 };
 
-// A compute-type device array as doubles: itself for f64, else a widened copy in `storage`.
-template <class ComputeT>
-const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage, const char* what) {
-  if constexpr (std::is_same_v<ComputeT, double>) {
-    return static_cast<const double*>(src);
-  } else {
-    if (src == nullptr) return nullptr;
-    storage = DeviceBuffer(checked_bytes(count, sizeof(double), what), what);
-    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(src), storage.as<double>(), count, kStream));
-    return storage.as<double>();
-  }
-}
-
-// One strided-batched GEMM in the compute type (column-major, cuBLAS's convention):
-// C_i = α op(A_i) B_i-op + β C_i for i < batch.
-template <class ComputeT>
-void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n,
-                  std::int64_t k, const ComputeT* A, std::int64_t lda, std::int64_t stride_a,
-                  const ComputeT* B, std::int64_t ldb, std::int64_t stride_b, ComputeT beta, ComputeT* C,
-                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  constexpr bool kF64 = std::is_same_v<ComputeT, double>;
-  const cudaDataType_t type = kF64 ? CUDA_R_64F : CUDA_R_32F;
-  const ComputeT one = 1;
-  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda, stride_a, B, type, ldb, stride_b, &beta, C,
-      type, ldc, stride_c, batch, kF64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-template <class T>
-std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
-  std::vector<T> out(static_cast<std::size_t>(count));
-  if (count > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), buffer.get(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return out;
-}
-
 // The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
 // its reverse walk replaced by a parallel reverse scan): J at H* by the residual kernel and
 // μ = reverse scan of grad_H, both in double; the per-element VJP (d_wx, ∇h0 at heads, recurrent
@@ -669,39 +632,10 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
       d_rec[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(bk * R * D + i)];
   out.parameters = recurrent_gradients(cell, d_rec);
 
-  // Input affines: per batch row ∇W_b = d_wx_bᵀ in_b and ∇b_b = d_wx_bᵀ 1 (summed over rows in
-  // double here), ∇in += d_wx W, all in the compute type.
+  // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device.
   const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
   const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
-  DeviceBuffer dx(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
-  PARARNN_CUDA_CHECK(cudaMemsetAsync(dx.get(), 0, dx.bytes(), kStream));
-  const Tensor ones_host = Tensor::from_values(compute, {T}, std::vector<double>(static_cast<std::size_t>(T), 1.0));
-  const DeviceBuffer ones = upload_new(ones_host.data(), ones_host.nbytes(), "a ones vector");
-  for (const AffineBlock& block : cell.spec().affine) {
-    const std::int64_t inputs = cell.affine_inputs(block), rows = block.gates * D;
-    const ComputeT* dwx_block = d_wx.as<ComputeT>() + block.first_gate * D;
-    const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), compute);
-    const DeviceBuffer W = upload_new(w.data(), w.nbytes(), "an input weight (compute type)");
-    DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
-    DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
-    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc.as<ComputeT>(), L.d_in, T * L.d_in,
-                           dwx_block, width, T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
-    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
-                           T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
-    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
-                           dwx_block, width, 0, ComputeT(1), dx.as<ComputeT>(), L.d_in, 0, 1);
-    const std::vector<ComputeT> dW_rows = download_vector<ComputeT>(dW, B * rows * inputs);
-    const std::vector<ComputeT> db_rows = download_vector<ComputeT>(db, B * rows);
-    std::vector<double> dW_sum(static_cast<std::size_t>(rows * inputs), 0.0), db_sum(static_cast<std::size_t>(rows), 0.0);
-    for (std::int64_t b = 0; b < B; ++b) {
-      for (std::int64_t i = 0; i < rows * inputs; ++i)
-        dW_sum[static_cast<std::size_t>(i)] += static_cast<double>(dW_rows[static_cast<std::size_t>(b * rows * inputs + i)]);
-      for (std::int64_t i = 0; i < rows; ++i)
-        db_sum[static_cast<std::size_t>(i)] += static_cast<double>(db_rows[static_cast<std::size_t>(b * rows + i)]);
-    }
-    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
-    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
-  }
+  DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
     const kernels::TimeGateBackwardArgs<ComputeT> a{
         .x = xc.as<ComputeT>(), .d_wx = d_wx.as<ComputeT>(), .dx = dx.as<ComputeT>(), .rows = rows_bt,

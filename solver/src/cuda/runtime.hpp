@@ -28,13 +28,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <source_location>
+#include <type_traits>
 #include <span>
 #include <utility>
 
 #include "backends.hpp"
 #include "newton/family.hpp"
 #include "pararnn/kernels/launch.hpp"
+#include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/scan.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn::detail::cuda {
 
@@ -231,6 +234,53 @@ void synchronize();
 void require_available(const char* who);
 DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L);
 DeviceBuffer device_h0(const ApplyOptions& options, DType compute);
+
+// A compute-type device array as doubles: itself for f64, else a widened copy in `storage`.
+template <class ComputeT>
+const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage, const char* what) {
+  if constexpr (std::is_same_v<ComputeT, double>) {
+    return static_cast<const double*>(src);
+  } else {
+    if (src == nullptr) return nullptr;
+    storage = DeviceBuffer(checked_bytes(count, sizeof(double), what), what);
+    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(src), storage.as<double>(), count, kStream));
+    return storage.as<double>();
+  }
+}
+
+// One strided-batched GEMM in the compute type (column-major, cuBLAS's convention):
+// C_i = α op(A_i) B_i-op + β C_i for i < batch.
+template <class ComputeT>
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n,
+                  std::int64_t k, const ComputeT* A, std::int64_t lda, std::int64_t stride_a,
+                  const ComputeT* B, std::int64_t ldb, std::int64_t stride_b, ComputeT beta, ComputeT* C,
+                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  constexpr bool kF64 = std::is_same_v<ComputeT, double>;
+  const cudaDataType_t type = kF64 ? CUDA_R_64F : CUDA_R_32F;
+  const ComputeT one = 1;
+  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda, stride_a, B, type, ldb, stride_b, &beta, C,
+      type, ldc, stride_c, batch, kF64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+template <class T>
+std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
+  std::vector<T> out(static_cast<std::size_t>(count));
+  if (count > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), buffer.get(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// The input affines' backward on the device, every block of cell.spec().affine at its columns
+// of d_wx ([b][t][gate_width(cell)], compute type; `xc` is x contiguous in the compute type):
+// per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1 by cuBLAS in the compute type, summed
+// over rows in double in a fixed order into out.parameters (storage dtype), and the returned
+// ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
+// leave the Δt column 0).
+template <class ComputeT>
+DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+                                   NewtonGradients& out);
 
 // The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
 // `unit_max` holds each of the units' max|F| at the last evaluation; units at or above `atol`

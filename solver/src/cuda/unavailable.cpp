@@ -49,6 +49,16 @@ Tensor cuda_dense_sequential_apply(const Cell&, const TensorView&, const ApplyOp
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+NewtonForward cuda_dense_newton_forward(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                                        Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_dense_newton_backward(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                           const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 Tensor cuda_rwkv7_apply(const Cell&, const TensorView&, const ApplyOptions&, Layout, NewtonStats&) {
   throw UnsupportedPath("the CUDA backend is not in this build");
 }

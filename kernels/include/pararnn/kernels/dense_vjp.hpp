@@ -1,0 +1,75 @@
+// The parameter, gate-input and initial-state cotangents of the implicit adjoint of the
+// dense-chain cells on the GPU (the backward of training, CONTRACT §1), in double whatever the
+// storage — the device twin of the CPU dense backward's VJP loop (solver/src/cpu/dense.cpp):
+//   h_prev = the head state (h0 row or zeros) at t = 0 and at heads, else H[chain][t−1];
+//   for every input u of step t (its gate inputs, the chain's parameters, and h_prev at heads):
+//     μ_tᵀ ∂h_t/∂u by one evaluation of DenseMath::step over cells::Dual<double> with u's
+//     tangent seeded (cells/dual.hpp: the step's own arithmetic differentiated);
+//   d_wx[b][t][columns of chain q]            (written, in OutT: the forward's compute type),
+//   d_h0[row][offsets[q·n + i]] = ∂/∂h_prev,i at heads (written when d_h0 is given; row =
+//                                              h0_row[t] when given, else b),
+//   d_param_partials[chain][chunk][k]         (Σ over the chunk's steps, in order, of ∂/∂param_k).
+// μ is the adjoint trajectory μ_t = g_t + J_{t+1}ᵀ μ_{t+1}, 0-coupled across segment ends:
+// launch_scan_dense with reverse = true on J at H* (dense_residual.hpp) yields it.
+//
+// Layouts: `in` as kernels/dense_chain.hpp (in double); H and μ chain-major [chain][t][n];
+// d_wx [b][t][in.width], each column written by the one chain that reads it; the partials
+// [chain][chunk][params_size(n)] with dense_vjp_chunks(chains, T) chunks of
+// dense_vjp_chunk_steps(chains, T) consecutive steps (the last one shorter).
+// Work is split into (chain, chunk) items so that about kDenseVjpMaxThreads threads run; each
+// thread keeps its dual copies of the parameters, gates, states and the step's work array in its
+// slot of the caller's workspace (dense_vjp_workspace_bytes).
+//
+// Guarantees: deterministic (every partial is one thread's fixed-order sum; no atomics); never
+// allocates; returns cudaErrorInvalidValue for null required arrays, negative sizes, n outside
+// 1 .. kDenseKernelMaxN, h0 without offsets, or a missing, too small or misaligned workspace,
+// else the launch's error. Example (GRU head, B = 2, 2 heads of 4, T = 40):
+//   DenseVjpArgs<float> a{.in = inputs64, .H = d_H64, .mu = d_mu, .d_wx = d_dwx,
+//                         .d_param_partials = d_partials};
+//   size_t bytes = dense_vjp_workspace_bytes<cells::GruHeadMath>(a.in);
+//   cudaError_t e = launch_dense_vjp<cells::GruHeadMath, float>(a, d_ws, bytes, stream);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pararnn/kernels/dense_chain.hpp"
+
+namespace pararnn::kernels {
+
+inline constexpr std::int64_t kDenseVjpMaxThreads = 8192;
+inline constexpr std::int64_t kDenseVjpMinSteps = 16;  // the shortest chunk worth a thread
+
+// Chunks per chain: enough (chain, chunk) items for about kDenseVjpMaxThreads threads, none
+// shorter than kDenseVjpMinSteps steps (unless T is).
+constexpr std::int64_t dense_vjp_chunks(std::int64_t chains, std::int64_t time) {
+  if (chains <= 0 || time <= 0) return 0;
+  const std::int64_t by_threads = kDenseVjpMaxThreads / chains > 1 ? kDenseVjpMaxThreads / chains : 1;
+  const std::int64_t by_steps = (time + kDenseVjpMinSteps - 1) / kDenseVjpMinSteps;
+  return by_threads < by_steps ? by_threads : by_steps;
+}
+constexpr std::int64_t dense_vjp_chunk_steps(std::int64_t chains, std::int64_t time) {
+  const std::int64_t chunks = dense_vjp_chunks(chains, time);
+  return chunks == 0 ? 0 : (time + chunks - 1) / chunks;
+}
+
+template <class OutT>
+struct DenseVjpArgs {
+  DenseChainInputs<double> in;
+  const double* H = nullptr;          // H*, [chain][t][n]
+  const double* mu = nullptr;         // the adjoint trajectory, [chain][t][n]
+  OutT* d_wx = nullptr;               // [b][t][in.width]
+  double* d_h0 = nullptr;             // optional, [row][in.state_row]
+  double* d_param_partials = nullptr; // [chain][chunk][params_size(n)]
+};
+
+// The workspace of one launch on `in`'s shape (the threads' dual slots).
+template <class DenseMath>
+std::size_t dense_vjp_workspace_bytes(const DenseChainInputs<double>& in);
+
+// Instantiated for cells::HopfieldMath, GruHeadMath, SlstmHeadMath × OutT ∈ {float, double}.
+template <class DenseMath, class OutT>
+cudaError_t launch_dense_vjp(const DenseVjpArgs<OutT>& args, void* workspace, std::size_t workspace_bytes,
+                             cudaStream_t stream);
+
+}  // namespace pararnn::kernels
