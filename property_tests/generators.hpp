@@ -10,7 +10,6 @@
 #include <random>
 #include <string>
 
-#include "backend.hpp"
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
@@ -155,15 +154,6 @@ inline const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", s
                                               {"slstm_dense", "slstm", "dense", std::nullopt, 3},
                                               {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
                                               {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
-
-// The variants whose gradients the backend under test computes: all on the host; on cuda the
-// dense-chain cells (M2RNN and RWKV-7 train on the cpu backend only).
-inline std::vector<DenseVariant> backend_gradient_variants() {
-  std::vector<DenseVariant> out;
-  for (const DenseVariant& v : kDenseVariants)
-    if (!PARARNN_TEST_ON_CUDA || cell_spec(v.cell, v.mix, "cell").jacobian == JacobianClass::dense) out.push_back(v);
-  return out;
-}
 
 // A variant's CellOptions: `weight_std` for the recurrent parameters (M2RNN: W off the identity)
 // and the clamp `cap` where the cell has one (M2RNN and RWKV-7 have none).

@@ -189,7 +189,8 @@ INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::ValuesIn(testing::backend_
 // The dense-Jacobian cells (one adjoint mechanism: the reverse walk / reverse dense scan with
 // dual VJPs, cpu/dense.cpp and cuda/dense.cpp), M2RNN (cpu/matrix_state.cpp's reverse walk with
 // its closed-form VJP) and RWKV-7 (cpu/exact_linear.cpp's exact reverse walk, closed-form gate
-// VJP), on the backend under test: on cuda the dense-chain cells (backend_gradient_variants).
+// VJP), on the backend under test (the same mechanisms on the device: cuda/dense.cpp,
+// cuda/matrix_state.cpp, cuda/exact_linear.cpp).
 using testing::DenseVariant;
 
 class EveryDenseCell : public ::testing::TestWithParam<DenseVariant> {
@@ -235,7 +236,7 @@ TEST_P(EveryDenseCell, PackedGradientsArePerSegment) {
   expect_packed_gradients_per_segment(cell, x, g, h0);
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(testing::backend_gradient_variants()),
+INSTANTIATE_TEST_SUITE_P(DenseCells, EveryDenseCell, ::testing::ValuesIn(testing::kDenseVariants),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -152,12 +152,13 @@ PARARNN_HOST_ONLY_TEST(M2rnn, JacobianMapEqualsOracleAutomaticDifferentiationAnd
       };
       for (int i = 0; i < n; ++i)
         EXPECT_TRUE(near(h_new[static_cast<std::size_t>(i)], oracle.h_new[static_cast<std::size_t>(i)])) << "h'[" << i << "]";
-      std::vector<double> unit(static_cast<std::size_t>(n)), column(unit.size()), row(unit.size());
+      std::vector<double> unit(static_cast<std::size_t>(n)), column(unit.size()), row(unit.size()),
+          gain_mu(static_cast<std::size_t>(V));
       for (int k = 0; k < n; ++k) {
         std::fill(unit.begin(), unit.end(), 0.0);
         unit[static_cast<std::size_t>(k)] = 1.0;
         M2rnnMath::apply_jacobian(K, V, W.data(), f, gain.data(), unit.data(), column.data());
-        M2rnnMath::apply_jacobian_transpose(K, V, W.data(), f, gain.data(), unit.data(), row.data());
+        M2rnnMath::apply_jacobian_transpose(K, V, W.data(), f, gain.data(), unit.data(), row.data(), gain_mu.data());
         for (int i = 0; i < n; ++i) {
           const double expected_ik = oracle.jacobian[static_cast<std::size_t>(i * n + k)];  // ∂h'_i/∂h_k
           const double expected_ki = oracle.jacobian[static_cast<std::size_t>(k * n + i)];
@@ -367,7 +368,7 @@ TEST(M2rnn, RefusedInputsAndPaths) {
   } catch (const UnsupportedPath& e) {
     if (PARARNN_TEST_ON_CUDA) EXPECT_NE(std::string(e.what()).find("256 x 256"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW((void)newton_forward(cell, x));  // cpu gradients since issue 16
+  EXPECT_NO_THROW((void)newton_forward(cell, x));  // gradients on both backends (GpuGradientsEqualCpuWithinTau)
   EXPECT_EQ(reference::oracle_gradients(cell.make_case(x)).tensors.count("W"), 1u);
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
   EXPECT_THROW((void)dispatch_dense_cell(cell.kind(), []<class DenseMath>() { return 0; }), UnsupportedPath);
@@ -432,6 +433,69 @@ TEST(M2rnn, GpuEqualsCpuWithinTau) {
                                                 sequential_apply(cell, x, ScanBackend::cpu, apply).view(), tau);
     EXPECT_TRUE(sequential.ok()) << "sequential, GPU vs CPU: " << sequential.describe();
   }
+}
+
+// The gradients on the GPU (cuda/matrix_state.cpp's adjoint) against the CPU's, every gradient
+// tensor within the cuda coupled-gradient τ, for the problems above (states below, at and above
+// one block's 256 threads, with and without h0).
+TEST(M2rnn, GpuGradientsEqualCpuWithinTau) {
+  const QuietWarnings quiet;
+  for (const GeneratedProblem& p : {m2rnn_problem(DType::f32, 3, 300, 4, 3, 4, 0.1, true, 111),
+                                    m2rnn_problem(DType::f64, 2, 200, 3, 4, 2, std::nullopt, false, 112),
+                                    m2rnn_problem(DType::bf16, 2, 200, 5, 16, 16, std::nullopt, true, 113),
+                                    m2rnn_problem(DType::f32, 1, 100, 6, 8, 40, std::nullopt, false, 114)}) {
+    SCOPED_TRACE(p.describe());
+    const Cell cell = p.make_cell();
+    const Tensor x = p.make_input();
+    const auto h0 = p.make_h0(cell.slots());
+    ApplyOptions apply;
+    if (h0) apply.h0 = h0->view();
+    std::mt19937_64 rng(p.seed * 31 + 7);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    Tensor g(p.dtype, cell.trajectory_shape(p.batch, p.time));
+    Tensor flat = g.reshaped({g.numel()});
+    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
+    const Tolerance tau = tolerance_for({.dtype = p.dtype, .metric = Metric::gradient_coupled, .cell = "m2rnn",
+                                         .backend = "cuda"});
+    const NewtonConfig cpu{.scan_backend = ScanBackend::cpu}, gpu{.scan_backend = ScanBackend::cuda};
+    const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, cpu, apply), g, cpu, apply);
+    const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, gpu, apply), g, gpu, apply);
+    const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
+    EXPECT_TRUE(dx.ok()) << "∇x: " << dx.describe();
+    ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
+    if (want.h0) {
+      const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
+      EXPECT_TRUE(dh0.ok()) << "∇h0: " << dh0.describe();
+    }
+    ASSERT_EQ(got.parameters.size(), want.parameters.size());
+    for (const auto& [name, expected] : want.parameters) {
+      ASSERT_TRUE(got.parameters.contains(name)) << name;
+      const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
+      EXPECT_TRUE(dp.ok()) << "∇" << name << ": " << dp.describe();
+    }
+  }
+}
+
+// Training on cuda keeps the adjoint walk's state in double: a 100 x 100 f32 state solves on the
+// GPU (its f32 walk fits a block) but its training is refused naming the sizes and the limit;
+// newton_backtrack is refused on cuda for training as for the solve.
+TEST(M2rnn, CudaTrainingRefusesWhatItCannotRun) {
+  const QuietWarnings quiet;
+  const Cell big = Cell::initialise({.cell = "m2rnn", .d_in = 3, .k_dim = 100, .v_dim = 100}, DType::f32, 121);
+  const Tensor x(DType::f32, {1, 2, 3});
+  EXPECT_NO_THROW((void)newton_apply(big, x, {.scan_backend = ScanBackend::cuda}));
+  try {
+    (void)newton_forward(big, x, {.scan_backend = ScanBackend::cuda});
+    ADD_FAILURE() << "a 100 x 100 state was trained on cuda";
+  } catch (const UnsupportedPath& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("100 x 100"), std::string::npos) << what;
+    EXPECT_NE(what.find("in double"), std::string::npos) << what;
+  }
+  const GeneratedProblem p = m2rnn_problem(DType::f32, 1, 10, 3, 2, 2, std::nullopt, false, 122);
+  const Cell cell = p.make_cell();
+  const NewtonConfig backtrack{.scan_backend = ScanBackend::cuda, .newton_backtrack = true};
+  EXPECT_THROW((void)newton_forward(cell, p.make_input(), backtrack), UnsupportedPath);
 }
 #endif
 

@@ -3,9 +3,10 @@
 // agrees with the independent oracle within τ for every dtype (a RapidCheck property over B, T up
 // to 3000, heads and head width, with and without h0); the scan equals the factorized step loop
 // (on the host) within the contract's `linear_scan` band; the stats of a solve without Newton;
-// the refused paths (packing, windows, gradients; on cuda heads wider than d = 64 and the step
-// loop). Host only: the time-parallel, chunked form; the production G equals the oracle's AD
-// Jacobian; the construction rules and the case-file names. On the GPU: GPU ≡ CPU within τ.
+// the refused paths (packing, windows; on cuda heads wider than d = 64 and the step loop), while
+// newton_forward trains on both backends. Host only: the time-parallel, chunked form; the
+// production G equals the oracle's AD Jacobian; the construction rules and the case-file names.
+// On the GPU: GPU ≡ CPU within τ (the scan, the step loop and the gradients).
 // Planted errors (a perturbed trajectory element, a shifted gate bias) are caught, so the checks
 // can fail. Every case names its seed; tolerances come from the contract table.
 #include <gtest/gtest.h>
@@ -367,7 +368,7 @@ TEST(Rwkv7, StatsOfASolveWithoutNewton) {
   EXPECT_GT(max_residual(cell, x, planted), band.atol);
 }
 
-TEST(Rwkv7, RefusesPackingWindowsAndGradients) {
+TEST(Rwkv7, RefusesPackingAndWindowsButTrains) {
   QuietWarnings quiet;
   const Cell cell = Cell::initialise({.cell = "rwkv7", .d_in = 3, .d_h = 4, .n_heads = 2}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 6, 3});
@@ -380,12 +381,11 @@ TEST(Rwkv7, RefusesPackingWindowsAndGradients) {
   EXPECT_THROW((void)sequential_apply(cell, x, {.cu_seqlens = cu.view()}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .chunk_len = 2}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .picard_iters = 1}), ContractViolation);
-  // Gradients: on the cpu since issue 16; the cuda backend refuses them.
-  if (PARARNN_TEST_ON_CUDA) {
-    EXPECT_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}), UnsupportedPath);
-  } else {
-    EXPECT_NO_THROW((void)newton_forward(cell, x, {.scan_backend = kTestBackend}));
-  }
+  // Gradients exist on both backends (the forward and its stats here; the values in
+  // gradient_tests and, on cuda, GpuGradientsEqualCpuWithinTau).
+  const NewtonForward forward = newton_forward(cell, x, {.scan_backend = kTestBackend});
+  EXPECT_EQ(forward.stats.scan_backend, kScanBackendName);
+  EXPECT_GT(forward.saved_bytes(), 0u);
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
   EXPECT_EQ(reference::oracle_gradients(cell.make_case(x)).tensors.count("W_x.weight"), 1u);
   Case packed = cell.make_case(x);
@@ -425,6 +425,48 @@ TEST(Rwkv7, GpuScanAndStepLoopEqualTheCpusWithinTau) {
       const ComparisonResult loop = compare(sequential_apply(cell, x, ScanBackend::cuda, apply),
                                             sequential_apply(cell, x, ScanBackend::cpu, apply), tau);
       EXPECT_TRUE(loop.ok()) << "step loop: " << loop.describe();
+    }
+  }
+}
+
+// The gradients on the GPU (cuda/exact_linear.cpp's adjoint) against the CPU's exact adjoint,
+// every gradient tensor within the cuda coupled-gradient τ, for every dtype of the scan cases
+// and a head of d = 64, with and without h0.
+TEST(Rwkv7, GpuGradientsEqualCpuWithinTau) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    std::vector<Rwkv7Case> cases = scan_cases(dtype);
+    cases.push_back({.dtype = dtype, .batch = 1, .time = 200, .d_in = 4, .n_heads = 1, .d_head = 64,
+                     .with_h0 = true, .seed = 46});
+    for (const Rwkv7Case& c : cases) {
+      SCOPED_TRACE(c.describe());
+      const Cell cell = c.make_cell();
+      const Tensor x = c.make_input();
+      const auto h0 = c.make_h0();
+      ApplyOptions apply;
+      if (h0) apply.h0 = h0->view();
+      std::mt19937_64 rng(c.seed * 31 + 7);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      Tensor g(dtype, cell.trajectory_shape(c.batch, c.time));
+      Tensor flat = g.reshaped({g.numel()});
+      for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
+      const Tolerance tau = tolerance_for({.dtype = dtype, .metric = Metric::gradient_coupled, .cell = "rwkv7",
+                                           .backend = "cuda"});
+      const NewtonConfig cpu{.scan_backend = ScanBackend::cpu}, gpu{.scan_backend = ScanBackend::cuda};
+      const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, cpu, apply), g, cpu, apply);
+      const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, gpu, apply), g, gpu, apply);
+      const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
+      EXPECT_TRUE(dx.ok()) << "∇x: " << dx.describe();
+      ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
+      if (want.h0) {
+        const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
+        EXPECT_TRUE(dh0.ok()) << "∇h0: " << dh0.describe();
+      }
+      ASSERT_EQ(got.parameters.size(), want.parameters.size());
+      for (const auto& [name, expected] : want.parameters) {
+        ASSERT_TRUE(got.parameters.contains(name)) << name;
+        const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
+        EXPECT_TRUE(dp.ok()) << "∇" << name << ": " << dp.describe();
+      }
     }
   }
 }

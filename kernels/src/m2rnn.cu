@@ -1,6 +1,8 @@
 // The ParaM2RNN kernels (kernels/m2rnn.hpp): the residual a thread per state entry
 // (grid-stride, entries fastest, so loads of H and F are coalesced); the walk and the loop a
-// block per batch row with the state double-buffered in shared memory next to W.
+// block per batch row with the state double-buffered in shared memory next to W. The backward:
+// the adjoint walk a block per row (μ and G ⊙ μ in shared memory), the VJP a thread per (row,
+// chunk of steps).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -138,6 +140,67 @@ cudaError_t row_launch_setup(const M2rnnInputs<T>& in, Kernel kernel, std::size_
   return cudaSuccess;
 }
 
+__global__ void __launch_bounds__(kRowThreads) m2rnn_adjoint_walk_kernel(M2rnnAdjointArgs a) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  double* W = reinterpret_cast<double*>(shared_bytes);
+  const int K = a.in.k, V = a.in.v, KV = K * V;
+  double* mu_s = load_w(a.in, W);  // μ_t, then (in place) the carry J_tᵀ[μ_t]
+  double* gain_mu = mu_s + KV;
+  const int64_t b = blockIdx.x, width = K + V + 1;
+  double* row = a.mu + b * a.in.time * KV;
+  const double* gain_row = a.gain + b * a.in.time * KV;
+  for (int e = static_cast<int>(threadIdx.x); e < KV; e += blockDim.x) mu_s[e] = 0.0;
+  for (int64_t t = a.in.time - 1; t >= 0; --t) {
+    // Every entry reads and writes only its own μ_s slot here, so no barrier is needed before.
+    for (int entry = static_cast<int>(threadIdx.x); entry < KV; entry += blockDim.x) {
+      const double m = row[t * KV + entry] + mu_s[entry];
+      row[t * KV + entry] = m;
+      mu_s[entry] = m;
+      gain_mu[entry] = gain_row[t * KV + entry] * m;
+    }
+    __syncthreads();
+    const double f = M2rnnMath::forget(K, V, a.in.wx + (b * a.in.time + t) * width);
+    for (int entry = static_cast<int>(threadIdx.x); entry < KV; entry += blockDim.x) {
+      const int i = entry / V, j = entry % V;
+      mu_s[entry] = M2rnnMath::jacobian_transpose_entry(V, W, f, mu_s[entry], gain_mu + i * V, j);
+    }
+    __syncthreads();  // gain_mu is rewritten by the next step
+  }
+  if (a.d_h0 != nullptr)
+    for (int e = static_cast<int>(threadIdx.x); e < KV; e += blockDim.x) a.d_h0[b * KV + e] = mu_s[e];
+}
+
+int64_t vjp_slot(const M2rnnInputs<double>& in) { return static_cast<int64_t>(in.k) * in.v + in.k + in.v + 1; }
+
+int64_t vjp_threads(const M2rnnInputs<double>& in) {
+  const int64_t items = in.batch * m2rnn_vjp_chunks(in.batch, in.time);
+  return items < kM2rnnVjpMaxThreads ? items : kM2rnnVjpMaxThreads;
+}
+
+template <class OutT>
+__global__ void __launch_bounds__(kResidualThreads)
+    m2rnn_vjp_kernel(M2rnnVjpArgs<OutT> a, double* scratch, int64_t threads, int64_t chunks, int64_t steps,
+                     int64_t slot) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tid >= threads) return;
+  const int K = a.in.k, V = a.in.v, KV = K * V, width = K + V + 1;
+  double* dA = scratch + tid * slot;
+  double* d_raw = dA + KV;
+  for (int64_t item = tid; item < a.in.batch * chunks; item += threads) {
+    const int64_t b = item / chunks, chunk = item - b * chunks;
+    double* dW = a.dW_partials + item * V * V;
+    for (int k = 0; k < V * V; ++k) dW[k] = 0.0;
+    const int64_t t_end = (chunk + 1) * steps < a.in.time ? (chunk + 1) * steps : a.in.time;
+    for (int64_t t = chunk * steps; t < t_end; ++t) {
+      const double* h_prev = t == 0 ? a.in.h0 + b * KV : a.H + (b * a.in.time + t - 1) * KV;
+      M2rnnMath::vjp(K, V, a.in.W, a.in.wx + (b * a.in.time + t) * width, h_prev, a.mu + (b * a.in.time + t) * KV,
+                     d_raw, dW, static_cast<double*>(nullptr), dA);
+      OutT* out = a.d_wx + (b * a.in.time + t) * width;
+      for (int k = 0; k < width; ++k) out[k] = static_cast<OutT>(d_raw[k]);
+    }
+  }
+}
+
 }  // namespace
 
 bool m2rnn_fits_on_gpu(int k, int v, std::size_t element_bytes) {
@@ -186,6 +249,42 @@ cudaError_t launch_m2rnn_sequential(const M2rnnInputs<ComputeOf<StorageT>>& in, 
   m2rnn_sequential_kernel<StorageT><<<static_cast<unsigned>(in.batch), threads, shared, stream>>>(in, H);
   return cudaGetLastError();
 }
+
+cudaError_t launch_m2rnn_adjoint_walk(const M2rnnAdjointArgs& a, cudaStream_t stream) {
+  if (!valid(a.in)) return cudaErrorInvalidValue;
+  if (a.in.batch * a.in.time == 0) return cudaSuccess;
+  if (a.gain == nullptr || a.mu == nullptr || a.in.batch > 0x7fffffff) return cudaErrorInvalidValue;
+  std::size_t shared = 0;
+  int threads = 0;
+  if (cudaError_t e = row_launch_setup(a.in, m2rnn_adjoint_walk_kernel, shared, threads); e != cudaSuccess) return e;
+  m2rnn_adjoint_walk_kernel<<<static_cast<unsigned>(a.in.batch), threads, shared, stream>>>(a);
+  return cudaGetLastError();
+}
+
+std::size_t m2rnn_vjp_workspace_bytes(const M2rnnInputs<double>& in) {
+  if (!valid(in)) return 0;
+  return static_cast<std::size_t>(vjp_threads(in) * vjp_slot(in)) * sizeof(double);
+}
+
+template <class OutT>
+cudaError_t launch_m2rnn_vjp(const M2rnnVjpArgs<OutT>& a, void* workspace, std::size_t workspace_bytes,
+                             cudaStream_t stream) {
+  if (!valid(a.in)) return cudaErrorInvalidValue;
+  const int64_t threads = vjp_threads(a.in);
+  if (threads == 0) return cudaSuccess;
+  if (a.H == nullptr || a.mu == nullptr || a.d_wx == nullptr || a.dW_partials == nullptr) return cudaErrorInvalidValue;
+  if (workspace == nullptr || workspace_bytes < m2rnn_vjp_workspace_bytes(a.in) ||
+      reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) != 0)
+    return cudaErrorInvalidValue;
+  const int64_t blocks = (threads + kResidualThreads - 1) / kResidualThreads;
+  m2rnn_vjp_kernel<OutT><<<static_cast<unsigned>(blocks), kResidualThreads, 0, stream>>>(
+      a, static_cast<double*>(workspace), threads, m2rnn_vjp_chunks(a.in.batch, a.in.time),
+      m2rnn_vjp_chunk_steps(a.in.batch, a.in.time), vjp_slot(a.in));
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_m2rnn_vjp<float>(const M2rnnVjpArgs<float>&, void*, std::size_t, cudaStream_t);
+template cudaError_t launch_m2rnn_vjp<double>(const M2rnnVjpArgs<double>&, void*, std::size_t, cudaStream_t);
 
 #define PARARNN_INSTANTIATE_M2RNN_COMPUTE(T)                                                          \
   template std::size_t m2rnn_residual_workspace_bytes<T>();                                          \

@@ -1,6 +1,7 @@
 // launch_rwkv7_elements (kernels/rwkv7_elements.hpp): one thread per (b, head, t), t fastest; the
 // gates in a local array, J_t and the drive rows written straight from cells/rwkv7.hpp's math.
 // launch_rwkv7_sequential: one block per (b, head), a thread per row, the gates in shared memory.
+// launch_rwkv7_vjp: one thread per (b, t, head), Rwkv7Math::vjp with its scratch in local arrays.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -72,7 +73,46 @@ __global__ void __launch_bounds__(kMaxD) rwkv7_sequential_kernel(Rwkv7Sequential
   }
 }
 
+template <class OutT>
+__global__ void __launch_bounds__(kThreads) rwkv7_vjp_kernel(Rwkv7VjpArgs<OutT> a) {
+  const int64_t total = a.batch * a.time * a.heads;
+  const int d = static_cast<int>(a.d);
+  const int64_t dd = a.d * a.d, D = a.heads * a.d;
+  double work[10 * kMaxD], d_raw[5 * kMaxD];
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = idx / a.heads;  // b · T + t
+    const int64_t head = idx - bt * a.heads;
+    const int64_t b = bt / a.time, t = bt - b * a.time;
+    const double* prev = t > 0 ? a.S + (idx - a.heads) * dd
+                               : (a.h0 != nullptr ? a.h0 + (b * a.heads + head) * dd : zero_state<double>);
+    double* d_prev = t == 0 && a.d_h0 != nullptr ? a.d_h0 + (b * a.heads + head) * dd : nullptr;
+    cells::Rwkv7Math::vjp(d, a.wx + bt * 6 * D + head * a.d, static_cast<long long>(D), prev, a.mu + idx * dd,
+                          d_raw, static_cast<long long>(a.d), d_prev, work);
+    // d_raw's blocks are d apart here (the raw gates D apart): copy them to the head's columns.
+    OutT* out = a.d_wx + bt * 6 * D + head * a.d;
+    for (int g = 0; g < 5; ++g)
+      for (int j = 0; j < d; ++j) out[g * D + j] = static_cast<OutT>(d_raw[g * d + j]);
+  }
+}
+
 }  // namespace
+
+template <class OutT>
+cudaError_t launch_rwkv7_vjp(const Rwkv7VjpArgs<OutT>& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.time < 0 || a.heads < 0 || a.d < 0) return cudaErrorInvalidValue;
+  const int64_t total = a.batch * a.time * a.heads;
+  if (total == 0) return cudaSuccess;
+  if (a.d < 1 || a.d > kDenseScanMaxN) return cudaErrorInvalidValue;
+  if (a.wx == nullptr || a.S == nullptr || a.mu == nullptr || a.d_wx == nullptr) return cudaErrorInvalidValue;
+  const int64_t wanted = (total + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
+  rwkv7_vjp_kernel<OutT><<<blocks, kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_rwkv7_vjp<float>(const Rwkv7VjpArgs<float>&, cudaStream_t);
+template cudaError_t launch_rwkv7_vjp<double>(const Rwkv7VjpArgs<double>&, cudaStream_t);
 
 template <class StorageT>
 cudaError_t launch_rwkv7_sequential(const Rwkv7SequentialArgs<StorageT>& a, cudaStream_t stream) {

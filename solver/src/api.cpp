@@ -5,7 +5,7 @@
 // cpu/dense.cpp or cuda/dense.cpp for chains of N <= 32; linear_gu (RWKV-7) -> cpu/exact_linear.cpp
 // or cuda/exact_linear.cpp's exact scan for heads of d <= 64; matrix_map (M2RNN) ->
 // cpu/matrix_state.cpp or cuda/matrix_state.cpp for states whose walk fits a block's shared
-// memory; on cuda the last two are forward-only), and run the residual gate.
+// memory), and run the residual gate.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -94,9 +94,10 @@ const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
                          detail::cuda_newton_backward, nullptr},
       /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply,
                    detail::cuda_dense_newton_forward, detail::cuda_dense_newton_backward, nullptr},
-      /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, nullptr, nullptr, nullptr},
-      /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply, nullptr, nullptr,
-                        nullptr}};
+      /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, detail::cuda_rwkv7_newton_forward,
+                       detail::cuda_rwkv7_newton_backward, nullptr},
+      /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply,
+                        detail::cuda_m2rnn_newton_forward, detail::cuda_m2rnn_newton_backward, nullptr}};
   static_assert(static_cast<int>(JacobianClass::per_channel) == 0 && static_cast<int>(JacobianClass::dense) == 1 &&
                 static_cast<int>(JacobianClass::linear_gu) == 2 && static_cast<int>(JacobianClass::matrix_map) == 3);
   return (backend == Resolved::cuda ? kCuda : kCpu)[static_cast<int>(family)];
@@ -144,16 +145,17 @@ void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
                                       detail::kCudaM2rnnSharedBytes));
 }
 
+// newton_backtrack (M2RNN) runs on the CPU backend only.
+void check_backtrack(const NewtonConfig& config, Resolved backend, const char* who) {
+  if (config.newton_backtrack && backend == Resolved::cuda)
+    throw UnsupportedPath(fmt::format("{}: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
+                                      "has no per-row backtracking); use scan_backend=cpu with host tensors", who));
+}
+
 // Gradients exist where the backend's family entry has a forward and a backward.
 void refuse_missing_gradients(const Cell& cell, Resolved backend, const char* who) {
   const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
   if (entry.forward != nullptr && entry.backward != nullptr) return;
-  if (is_linear_gu(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for linear (G, U) cells are built on the cpu backend only "
-                                      "(cell '{}'); use scan_backend=cpu with host tensors", who, cell.name()));
-  if (is_matrix_map(cell))
-    throw UnsupportedPath(fmt::format("{}: gradients for {} are built on the cpu backend only; use "
-                                      "scan_backend=cpu with host tensors", who, cell.spec().python_class));
   throw UnsupportedPath(fmt::format("{}: gradients for cell '{}' are not built on this backend", who, cell.name()));
 }
 
@@ -299,9 +301,7 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   const Resolved backend = resolve_backend(config.scan_backend, x);
   check_dense_backend(cell, backend, "newton_apply");
   check_coords(config, backend, "newton_apply");
-  if (config.newton_backtrack && backend == Resolved::cuda)
-    throw UnsupportedPath("newton_apply: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
-                          "has no per-row backtracking); use scan_backend=cpu with host tensors");
+  check_backtrack(config, backend, "newton_apply");
   check_linear_gu(cell, backend, options, &config, "newton_apply");
   detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
   if (!is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time) {
@@ -364,6 +364,7 @@ NewtonForward newton_forward(const Cell& cell, const TensorView& x, const Newton
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_forward");
   check_dense_backend(cell, backend, "newton_forward");
+  check_backtrack(config, backend, "newton_forward");
   check_coords(config, backend, "newton_forward");
   check_matrix_map_inputs(cell, &config, options, "newton_forward");
   check_linear_gu(cell, backend, options, &config, "newton_forward");
@@ -387,6 +388,7 @@ NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const New
   const Resolved backend = resolve_backend(config.scan_backend, x);
   refuse_missing_gradients(cell, backend, "newton_backward");
   check_dense_backend(cell, backend, "newton_backward");
+  check_backtrack(config, backend, "newton_backward");
   check_coords(config, backend, "newton_backward");
   check_matrix_map_inputs(cell, &config, options, "newton_backward");
   check_linear_gu(cell, backend, options, &config, "newton_backward");

@@ -109,11 +109,11 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
                                      const NewtonConfig& config, const ApplyOptions& options,
                                      Layout layout);
 
-// CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32; forward
-// and training, cuda/dense.cpp) and of ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64,
-// forward only, cuda/exact_linear.cpp): the CPU dense / RWKV-7 backends' algorithms with the
-// residual, the dense scan, the update, the sequential loop and the adjoint on the device. The
-// public routing (api.cpp) refuses wider chains.
+// CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32,
+// cuda/dense.cpp) and of ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64,
+// cuda/exact_linear.cpp), forward and training: the CPU dense / RWKV-7 backends' algorithms with
+// the residual, the dense scan, the update, the sequential loop and the adjoint on the device.
+// The public routing (api.cpp) refuses wider chains.
 inline constexpr std::int64_t kCudaDenseMaxChainWidth = 32;
 inline constexpr std::int64_t kCudaRwkv7MaxHeadDim = 64;
 Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
@@ -131,7 +131,12 @@ Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOption
 // The factorized step loop on the device (a block per (b, head), a thread per row of S).
 Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout);
-// CUDA backend of ParaM2RNN (cuda/matrix_state.cpp), forward only: the CPU M2RNN backend's
+NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout);
+// CUDA backend of ParaM2RNN (cuda/matrix_state.cpp), forward and training: the CPU M2RNN backend's
 // algorithm with the residual, the factorized walk and the sequential loop on the device, for
 // K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one
 // block's shared memory (kCudaM2rnnSharedBytes, kernels/m2rnn.hpp's limit); api.cpp refuses
@@ -145,5 +150,10 @@ Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const Newt
                                const ApplyOptions& options, Layout layout, NewtonStats& stats);
 Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout);
+NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout);
 
 }  // namespace pararnn::detail

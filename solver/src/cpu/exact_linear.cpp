@@ -18,10 +18,8 @@
 // parallel.
 //
 // Gradients: the recurrence is linear in S, so the adjoint is exact: per chain (b, head), in
-// double, μ_t = g_t + μ_{t+1} G_{t+1}ᵀ (i.e. dS_prev = μ ⊙ w_col − (μ (a⊙κ̂)) κ̂ᵀ), with the
-// closed-form VJP of the gates at every step: dw = Σ_i μ ⊙ S_prev, d(a⊙κ̂) = −μᵀ(S_prev κ̂),
-// dκ̂ = −S_prevᵀ (μ (a⊙κ̂)) + a ⊙ d(a⊙κ̂), dv = μ k, dk = μᵀ v, through σ and the L2
-// normalisation max(‖raw2‖, eps) to the raw gate inputs; the readout block r gets none.
+// double, the reverse walk μ_t = g_t + μ_{t+1} G_{t+1}ᵀ with Rwkv7Math::vjp at every step
+// (cells/rwkv7.hpp: the gates' closed-form VJP and dS_prev); the readout block r gets none.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -138,9 +136,7 @@ class Rwkv7Solver {
     std::vector<double> d_wx(wx.size(), 0.0), d_h0(h0.size(), 0.0);
     parallel_chains([&](std::int64_t b, std::int64_t head) {
       const auto n = static_cast<std::size_t>(d * d);
-      std::vector<double> mu(n), carry(n, 0.0), prev(n), gates(static_cast<std::size_t>(5 * d)), sk(static_cast<std::size_t>(d)),
-          mak(static_cast<std::size_t>(d)), dw(static_cast<std::size_t>(d)), dak(static_cast<std::size_t>(d)),
-          dkappa(static_cast<std::size_t>(d));
+      std::vector<double> mu(n), carry(n, 0.0), prev(n), work(static_cast<std::size_t>(Rwkv7Math::vjp_work_size(static_cast<int>(d))));
       for (std::int64_t t = T - 1; t >= 0; --t) {
         const std::int64_t at = offset(b, t, head);
         for (std::size_t e = 0; e < n; ++e) {
@@ -148,61 +144,9 @@ class Rwkv7Solver {
           prev[e] = t == 0 ? (h0.empty() ? 0.0 : h0[static_cast<std::size_t>(b * step_elems() + head * head_elems()) + e])
                            : static_cast<double>(S[static_cast<std::size_t>(offset(b, t - 1, head)) + e]);
         }
-        const double* raw = wx.data() + (b * T + t) * width_ + head * d;
-        Rwkv7Math::gates(static_cast<int>(d), raw, D, gates.data());
-        const double* w = gates.data();
-        const double* kappa = w + d;
-        const double* ak = w + 2 * d;
-        const double* v = w + 3 * d;
-        const double* k = w + 4 * d;
-        for (std::int64_t i = 0; i < d; ++i) {
-          double acc_s = 0.0, acc_m = 0.0;
-          for (std::int64_t l = 0; l < d; ++l) {
-            acc_s += prev[static_cast<std::size_t>(i * d + l)] * kappa[l];
-            acc_m += mu[static_cast<std::size_t>(i * d + l)] * ak[l];
-          }
-          sk[static_cast<std::size_t>(i)] = acc_s;   // (S κ̂)_i
-          mak[static_cast<std::size_t>(i)] = acc_m;  // (μ (a⊙κ̂))_i
-        }
-        double* dr = d_wx.data() + (b * T + t) * width_ + head * d;
-        for (std::int64_t j = 0; j < d; ++j) {
-          double acc_w = 0.0, acc_ak = 0.0, acc_kappa = 0.0, acc_k = 0.0;
-          for (std::int64_t i = 0; i < d; ++i) {
-            const double m = mu[static_cast<std::size_t>(i * d + j)];
-            acc_w += m * prev[static_cast<std::size_t>(i * d + j)];
-            acc_ak -= m * sk[static_cast<std::size_t>(i)];
-            acc_kappa -= prev[static_cast<std::size_t>(i * d + j)] * mak[static_cast<std::size_t>(i)];
-            acc_k += m * v[i];
-          }
-          dw[static_cast<std::size_t>(j)] = acc_w;
-          dak[static_cast<std::size_t>(j)] = acc_ak;
-          dkappa[static_cast<std::size_t>(j)] = acc_kappa;
-          dr[4 * D + j] = acc_k;  // dk
-          double acc_v = 0.0;
-          for (std::int64_t l = 0; l < d; ++l) acc_v += mu[static_cast<std::size_t>(j * d + l)] * k[l];
-          dr[3 * D + j] = acc_v;  // dv_j (row j of μ against k)
-        }
-        double norm_sq = 0.0;
-        for (std::int64_t j = 0; j < d; ++j) norm_sq += raw[2 * D + j] * raw[2 * D + j];
-        const double norm = std::sqrt(norm_sq);
-        const bool floored = norm < Rwkv7Math::kNormalizeEps;
-        const double denominator = floored ? Rwkv7Math::kNormalizeEps : norm;
-        double kappa_dot = 0.0;
-        for (std::int64_t j = 0; j < d; ++j) {
-          const double wj = w[j], aj = cells::sigmoid(raw[D + j]);
-          dr[j] = dw[static_cast<std::size_t>(j)] * wj * (1.0 - wj);
-          dr[D + j] = dak[static_cast<std::size_t>(j)] * kappa[j] * aj * (1.0 - aj);
-          dkappa[static_cast<std::size_t>(j)] += dak[static_cast<std::size_t>(j)] * aj;
-          kappa_dot += kappa[j] * dkappa[static_cast<std::size_t>(j)];
-        }
-        for (std::int64_t j = 0; j < d; ++j)
-          dr[2 * D + j] = floored ? dkappa[static_cast<std::size_t>(j)] / denominator
-                                  : (dkappa[static_cast<std::size_t>(j)] - kappa[j] * kappa_dot) / denominator;
-        // dS_prev = μ ⊙ w_col − (μ (a⊙κ̂)) κ̂ᵀ.
-        for (std::int64_t i = 0; i < d; ++i)
-          for (std::int64_t l = 0; l < d; ++l)
-            carry[static_cast<std::size_t>(i * d + l)] =
-                mu[static_cast<std::size_t>(i * d + l)] * w[l] - mak[static_cast<std::size_t>(i)] * kappa[l];
+        const std::int64_t row = (b * T + t) * width_ + head * d;
+        Rwkv7Math::vjp(static_cast<int>(d), wx.data() + row, D, prev.data(), mu.data(), d_wx.data() + row, D, carry.data(),
+                       work.data());
       }
       if (!d_h0.empty())
         std::copy(carry.begin(), carry.end(), d_h0.begin() + b * step_elems() + head * head_elems());

@@ -1,9 +1,15 @@
-// The CUDA exact linear family (ParaRWKV7), forward only, no Newton: launch_rwkv7_elements
-// (J_t = G_tᵀ, the drive rows, S_0 = step(S0)) then launch_scan_dense with rwkv7_scan_args, which
-// leaves S in place in the trajectory layout; one download, rounded to storage once. Stats as the
-// CPU's (cpu/exact_linear.cpp), scan_backend "rwkv7_scan_cuda". Its sequential_apply is
+// The CUDA exact linear family (ParaRWKV7), no Newton: launch_rwkv7_elements (J_t = G_tᵀ, the
+// drive rows, S_0 = step(S0)) then launch_scan_dense with rwkv7_scan_args, which leaves S in place
+// in the trajectory layout; one download, rounded to storage once. Stats as the CPU's
+// (cpu/exact_linear.cpp), scan_backend "rwkv7_scan_cuda". Its sequential_apply is
 // launch_rwkv7_sequential (the step loop, rows rounded every step). Heads of d <=
 // kernels::kDenseScanMaxN (64); api.cpp refuses wider ones.
+//
+// Training: newton_forward keeps S in the compute type (the CPU's saved trajectory); the
+// backward is the CPU's exact adjoint in double on the device: G_tᵀ again by the elements
+// kernel, μ by the reverse dense scan of the cotangent, Rwkv7Math::vjp per (b, t, head)
+// (launch_rwkv7_vjp), then the input affines' backward by cuBLAS (runtime.hpp). Deterministic, so
+// recompute gives the stored S and the same gradients bit for bit.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -20,32 +26,144 @@ namespace pararnn::detail {
 
 static_assert(kCudaRwkv7MaxHeadDim == kernels::kDenseScanMaxN);
 
-Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                        NewtonStats& stats) {
-  cuda::require_available("newton_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+namespace {
+
+void rwkv7_stats(NewtonStats& stats) {
   stats = NewtonStats{};
   stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
   stats.scan_backend = "rwkv7_scan_cuda";
   stats.converged = true;
+}
+
+// The elements of the (G, U) scan in ComputeT: J_t = G_tᵀ into J and the drive rows (S_0 =
+// step(S0)) into S; `scan` then turns S into the trajectory (or, with reverse, a cotangent in
+// S's layout into μ).
+template <class ComputeT>
+kernels::Rwkv7ElementArgs<ComputeT> rwkv7_elements(const Cell& cell, const Layout& L, const ComputeT* wx,
+                                                   const ComputeT* h0, cuda::DeviceBuffer& J, cuda::DeviceBuffer& S) {
+  const std::int64_t heads = cell.n_heads(), d = cell.head_dim();
+  const std::int64_t count = L.batch * L.time * heads * d * d;
+  S = cuda::DeviceBuffer(cuda::checked_bytes(count, sizeof(ComputeT), "S"), "the state S");
+  J = cuda::DeviceBuffer(cuda::checked_bytes(count, sizeof(ComputeT), "J"), "the transitions G_tᵀ");
+  const kernels::Rwkv7ElementArgs<ComputeT> a{.wx = wx, .h0 = h0, .jac = J.as<ComputeT>(), .S = S.as<ComputeT>(),
+                                              .batch = L.batch, .time = L.time, .heads = heads, .d = d};
+  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_elements<ComputeT>(a, cuda::kStream));
+  return a;
+}
+
+template <class ComputeT>
+void scan(kernels::DenseScanArgs<ComputeT> args, bool reverse) {
+  args.reverse = reverse;
+  const cuda::DeviceBuffer workspace(kernels::scan_dense_workspace_bytes<ComputeT>(args), "the dense scan workspace");
+  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(args, workspace.get(), workspace.bytes(), cuda::kStream));
+}
+
+// S on the device in the compute type, [b][t][head][d][d].
+template <class ComputeT>
+cuda::DeviceBuffer rwkv7_trajectory(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                    const Layout& L) {
+  const cuda::DeviceBuffer wx = cuda::device_input_affine(cell, x, L);
+  const cuda::DeviceBuffer h0 = cuda::device_h0(options, cuda::compute_dtype(cell.dtype()));
+  cuda::DeviceBuffer J, S;
+  const auto a = rwkv7_elements<ComputeT>(cell, L, wx.as<ComputeT>(), options.h0 ? h0.as<ComputeT>() : nullptr, J, S);
+  scan<ComputeT>(kernels::rwkv7_scan_args(a), /*reverse=*/false);
+  return S;
+}
+
+// The exact adjoint at S (compute type on the device); see the file comment.
+template <class ComputeT>
+NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* S,
+                              const TensorView& grad_H, const ApplyOptions& options) {
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  const std::int64_t heads = cell.n_heads(), d = cell.head_dim();
+  const std::int64_t count = L.batch * L.time * heads * d * d, width = gate_width(cell);
+  const cuda::DeviceBuffer wx = cuda::device_input_affine(cell, x, L);
+  const cuda::DeviceBuffer h0 = cuda::device_h0(options, compute);
+  cuda::DeviceBuffer wx64, h064, S64;
+  const double* wx_f64 = cuda::as_f64<ComputeT>(wx.get(), L.batch * L.time * width, wx64, "W_x x (f64)");
+  const double* h0_f64 = options.h0 ? cuda::as_f64<ComputeT>(h0.get(), L.batch * heads * d * d, h064, "h0 (f64)") : nullptr;
+  const double* S_f64 = cuda::as_f64<ComputeT>(S, count, S64, "S (f64)");
+  // μ: the cotangent (S's layout) through the reverse scan of G_tᵀ (the elements' S is scratch).
+  cuda::DeviceBuffer J, drive;
+  auto a = rwkv7_elements<double>(cell, L, wx_f64, h0_f64, J, drive);
+  const Tensor g = Tensor::converted(cuda::host_copy(grad_H, "grad_H"), DType::f64);
+  cuda::DeviceBuffer mu = cuda::upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  a.S = mu.as<double>();
+  scan<double>(kernels::rwkv7_scan_args(a), /*reverse=*/true);
+  // The per-step VJPs.
+  cuda::DeviceBuffer d_wx(cuda::checked_bytes(L.batch * L.time * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), cuda::kStream));
+  cuda::DeviceBuffer d_h0;
+  if (options.h0) d_h0 = cuda::DeviceBuffer(cuda::checked_bytes(L.batch * heads * d * d, sizeof(double), "∇h0"), "∇h0");
+  const kernels::Rwkv7VjpArgs<ComputeT> v{.wx = wx_f64, .h0 = h0_f64, .S = S_f64, .mu = mu.as<double>(),
+                                          .d_wx = d_wx.as<ComputeT>(),
+                                          .d_h0 = options.h0 ? d_h0.as<double>() : nullptr, .batch = L.batch,
+                                          .time = L.time, .heads = heads, .d = d};
+  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_vjp<ComputeT>(v, cuda::kStream));
+  NewtonGradients out;
+  const Tensor x_compute = Tensor::converted(cuda::host_copy(x, "x"), compute);
+  const cuda::DeviceBuffer xc = cuda::upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
+  const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  Tensor dx_host(compute, {L.batch, L.time, L.d_in});
+  if (dx_host.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  if (options.h0)
+    out.h0 = gradient_tensor(cell, options.h0->shape(),
+                             cuda::download_vector<double>(d_h0, L.batch * heads * d * d));
+  return out;
+}
+
+}  // namespace
+
+Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
+                        NewtonStats& stats) {
+  cuda::require_available("newton_apply on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  rwkv7_stats(stats);
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-    const cuda::DeviceBuffer wx = cuda::device_input_affine(cell, x, layout);
-    const cuda::DeviceBuffer h0 = cuda::device_h0(options, compute);
-    const std::int64_t heads = cell.n_heads(), d = cell.head_dim();
-    const std::int64_t count = layout.batch * layout.time * heads * d * d;
-    cuda::DeviceBuffer S(cuda::checked_bytes(count, sizeof(ComputeT), "S"), "the state S");
-    cuda::DeviceBuffer J(cuda::checked_bytes(count, sizeof(ComputeT), "J"), "the transitions G_tᵀ");
-    const kernels::Rwkv7ElementArgs<ComputeT> a{
-        .wx = wx.as<ComputeT>(), .h0 = options.h0 ? h0.as<ComputeT>() : nullptr, .jac = J.as<ComputeT>(),
-        .S = S.as<ComputeT>(), .batch = layout.batch, .time = layout.time, .heads = heads, .d = d};
-    PARARNN_CUDA_CHECK(kernels::launch_rwkv7_elements<ComputeT>(a, cuda::kStream));
-    const kernels::DenseScanArgs<ComputeT> scan = kernels::rwkv7_scan_args(a);
-    const cuda::DeviceBuffer workspace(kernels::scan_dense_workspace_bytes<ComputeT>(scan),
-                                       "the dense scan workspace");
-    PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(scan, workspace.get(), workspace.bytes(),
-                                                            cuda::kStream));
+    const cuda::DeviceBuffer S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
     return cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+  });
+}
+
+NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_forward on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  NewtonForward forward;
+  rwkv7_stats(forward.stats);
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    const cuda::DeviceBuffer S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
+    const Tensor saved = cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
+                                                   /*keep_compute=*/true);
+    forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
+    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+  });
+  return forward;
+}
+
+NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig&,
+                                           const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::DeviceBuffer S;
+    if (forward.saved_trajectory) {
+      const Tensor& saved = *forward.saved_trajectory;
+      const std::int64_t count = shape_numel(cell.trajectory_shape(layout.batch, layout.time));
+      if (saved.dtype() != compute || saved.numel() != count)
+        throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                                fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
+      S = cuda::upload_new(saved.data(), saved.nbytes(), "S");
+    } else {  // recompute: the same scan again (deterministic: the same bits)
+      S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
+    }
+    return rwkv7_adjoint<ComputeT>(cell, layout, x, S.as<ComputeT>(), grad_H, options);
   });
 }
 

@@ -1,10 +1,19 @@
-// The CUDA matrix-state family (ParaM2RNN), forward only: the family operations of
+// The CUDA matrix-state family (ParaM2RNN): the family operations of
 // newton/family.hpp on the device, step for step the CPU's cpu/matrix_state.cpp, driven by
 // newton/driver.hpp: launch_m2rnn_residual for F, the gains and max|F|; launch_m2rnn_walk for δ;
 // H += ωδ by cuBLAS axpy; the sequential kernel for the batch rows still at or above
 // residual_atol when adaptive Newton does not converge. H [b][t][K·V] in the compute type, which
 // is the trajectory layout. States whose W and two state buffers fit one block's shared memory
 // (kernels::kM2rnnRowSharedLimit); api.cpp refuses larger ones.
+//
+// Training: newton_forward keeps H* in the compute type (the CPU's saved trajectory); the
+// backward is the CPU's implicit adjoint in double on the device: the gains at H* by the residual
+// kernel, μ by the reverse walk μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] (a block per row; ∇h0 = J_0ᵀ[μ_0]),
+// M2rnnMath::vjp at every (b, t) in parallel, ∇W summed over rows and chunks in a fixed order on
+// the host, and the input affine's backward by cuBLAS (runtime.hpp). The walk keeps its state
+// in double, so training takes states whose W and two buffers fit in double
+// (kernels::m2rnn_fits_on_gpu(k, v, 8)); larger ones raise UnsupportedPath naming the sizes.
+// newton_backtrack stays CPU-only (api.cpp).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -113,6 +122,68 @@ class M2rnnDeviceSolve {
   std::int64_t n_ = 0;
   ComputeT* H_ = nullptr;
 };
+
+// UnsupportedPath naming `who` unless the adjoint walk's double state fits a block.
+void require_adjoint_fits(const Cell& cell, const char* who) {
+  const int k = static_cast<int>(cell.k_dim()), v = static_cast<int>(cell.v_dim());
+  if (!kernels::m2rnn_fits_on_gpu(k, v, sizeof(double)))
+    throw UnsupportedPath(fmt::format("{}: the CUDA M2RNN adjoint walk keeps W and two {} x {} states in double, "
+                                      "{} bytes, in one block's shared memory, which takes at most {}; use "
+                                      "scan_backend=cpu with host tensors",
+                                      who, k, v, (2 * k * v + v * v) * sizeof(double), kernels::kM2rnnRowSharedLimit));
+}
+
+// The implicit adjoint at H* (compute type on the device); see the file comment.
+template <class ComputeT>
+NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDeviceSolve<ComputeT>& solve,
+                              const ComputeT* H, const TensorView& x, const TensorView& grad_H,
+                              const ApplyOptions& options) {
+  const DType compute = compute_dtype(cell.dtype());
+  const kernels::M2rnnInputs<ComputeT>& in = solve.inputs();
+  const std::int64_t KV = static_cast<std::int64_t>(in.k) * in.v, VV = static_cast<std::int64_t>(in.v) * in.v;
+  const std::int64_t width = in.k + in.v + 1, n = solve.size();
+  DeviceBuffer wx64, W64, h064, H64;
+  const kernels::M2rnnInputs<double> in64{
+      .wx = as_f64<ComputeT>(in.wx, L.batch * L.time * width, wx64, "W_x x (f64)"),
+      .W = as_f64<ComputeT>(in.W, VV, W64, "W (f64)"), .h0 = as_f64<ComputeT>(in.h0, L.batch * KV, h064, "h0 (f64)"),
+      .batch = in.batch, .time = in.time, .k = in.k, .v = in.v};
+  const double* H_f64 = as_f64<ComputeT>(H, n, H64, "H* (f64)");
+  // The gains at H*, then μ by the reverse walk (∇h0 from its last step).
+  DeviceBuffer F(checked_bytes(n, sizeof(double), "F (f64)"), "F (f64)");
+  DeviceBuffer G(checked_bytes(n, sizeof(double), "G (f64)"), "the gains G (f64)");
+  const kernels::M2rnnResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .gain = G.as<double>()};
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<double>(r, nullptr, 0, kStream));
+  const Tensor g = Tensor::converted(host_copy(grad_H, "grad_H"), DType::f64);
+  DeviceBuffer mu = upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  DeviceBuffer d_h0;
+  if (options.h0) d_h0 = DeviceBuffer(checked_bytes(L.batch * KV, sizeof(double), "∇h0"), "∇h0");
+  const kernels::M2rnnAdjointArgs walk{.in = in64, .gain = G.as<double>(), .mu = mu.as<double>(),
+                                       .d_h0 = options.h0 ? d_h0.as<double>() : nullptr};
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_adjoint_walk(walk, kStream));
+  // The per-step VJPs.
+  const std::int64_t chunks = kernels::m2rnn_vjp_chunks(L.batch, L.time);
+  DeviceBuffer d_wx(checked_bytes(L.batch * L.time * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  DeviceBuffer partials(checked_bytes(L.batch * chunks * VV, sizeof(double), "∇W partials"), "∇W partials");
+  DeviceBuffer ws(kernels::m2rnn_vjp_workspace_bytes(in64), "the M2RNN VJP scratch");
+  const kernels::M2rnnVjpArgs<ComputeT> v{.in = in64, .H = H_f64, .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(),
+                                          .dW_partials = partials.as<double>()};
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_vjp<ComputeT>(v, ws.get(), ws.bytes(), kStream));
+  NewtonGradients out;
+  const std::vector<double> part = download_vector<double>(partials, L.batch * chunks * VV);
+  std::vector<double> dW(static_cast<std::size_t>(VV), 0.0);
+  for (std::int64_t item = 0; item < L.batch * chunks; ++item)
+    for (std::int64_t k = 0; k < VV; ++k) dW[static_cast<std::size_t>(k)] += part[static_cast<std::size_t>(item * VV + k)];
+  out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(), dW));
+  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
+  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  Tensor dx_host(compute, {L.batch, L.time, L.d_in});
+  if (dx_host.nbytes() > 0)
+    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, L.batch * KV));
+  return out;
+}
 }  // namespace
 }  // namespace cuda
 
@@ -126,6 +197,50 @@ Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const Newt
     cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
     solve.newton(cell, config, H.as<ComputeT>(), stats);
     return cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+  });
+}
+
+NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_forward on the CUDA backend");
+  cuda::require_adjoint_fits(cell, "newton_forward");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  NewtonForward forward;
+  cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
+    cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
+    solve.newton(cell, config, H.as<ComputeT>(), forward.stats);
+    const Tensor saved = cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
+                                                   /*keep_compute=*/true);
+    forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
+    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+  });
+  return forward;
+}
+
+NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::require_adjoint_fits(cell, "newton_backward");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
+    cuda::DeviceBuffer H;
+    if (forward.saved_trajectory) {
+      const Tensor& saved = *forward.saved_trajectory;
+      if (saved.dtype() != compute || saved.numel() != solve.size())
+        throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                                fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
+      H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
+    } else {  // recompute: the forward's solve again (deterministic: the same bits)
+      H = cuda::DeviceBuffer(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
+      NewtonStats stats;
+      solve.newton(cell, config, H.as<ComputeT>(), stats);
+    }
+    return cuda::m2rnn_adjoint<ComputeT>(cell, layout, solve, H.as<ComputeT>(), x, grad_H, options);
   });
 }
 

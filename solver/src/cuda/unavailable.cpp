@@ -68,7 +68,27 @@ Tensor cuda_m2rnn_newton_apply(const Cell&, const TensorView&, const NewtonConfi
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+NewtonForward cuda_m2rnn_newton_forward(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                                        Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_m2rnn_newton_backward(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                           const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 Tensor cuda_m2rnn_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonForward cuda_rwkv7_newton_forward(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                                        Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_rwkv7_newton_backward(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                           const NewtonConfig&, const ApplyOptions&, Layout) {
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 

@@ -78,24 +78,30 @@ struct M2rnnMath {
       for (int e = 0; e < V; ++e) out[i * V + e] = jacobian_entry(V, W, f, gain[i * V + e], delta, i, e);
   }
 
-  // out = Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ. mu and out must not overlap.
+  // Entry (i, j) of Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ from μ(i, j) and row i of G ⊙ μ (shared by
+  // `apply_jacobian_transpose` and the GPU adjoint walk, which keeps G ⊙ μ in shared memory).
+  template <class ComputeT>
+  PARARNN_HD static ComputeT jacobian_transpose_entry(int V, const ComputeT* W, ComputeT f, ComputeT mu_ij,
+                                                      const ComputeT* gain_mu_row, int j) {
+    ComputeT acc = ComputeT(0);
+    for (int e = 0; e < V; ++e) acc += gain_mu_row[e] * W[j * V + e];
+    return f * mu_ij + acc;
+  }
+
+  // out = Jᵀ[μ] = f μ + (G ⊙ μ) Wᵀ; `gain_mu` is V scratch values. mu and out must not overlap.
   template <class ComputeT>
   PARARNN_HD static void apply_jacobian_transpose(int K, int V, const ComputeT* W, ComputeT f,
                                                   const ComputeT* gain, const ComputeT* mu,
-                                                  ComputeT* out) {
+                                                  ComputeT* out, ComputeT* gain_mu) {
     for (int i = 0; i < K; ++i) {
-      const ComputeT* m_row = mu + i * V;
-      const ComputeT* g_row = gain + i * V;
-      for (int j = 0; j < V; ++j) {
-        ComputeT acc = ComputeT(0);
-        for (int e = 0; e < V; ++e) acc += (g_row[e] * m_row[e]) * W[j * V + e];
-        out[i * V + j] = f * m_row[j] + acc;
-      }
+      for (int e = 0; e < V; ++e) gain_mu[e] = gain[i * V + e] * mu[i * V + e];
+      for (int j = 0; j < V; ++j) out[i * V + j] = jacobian_transpose_entry(V, W, f, mu[i * V + j], gain_mu, j);
     }
   }
 
   // The VJP of one step at (h_prev, raw) for the cotangent μ of H′: d_raw (K + V + 1 values:
-  // dk, dv, d f_logit), dW (V·V, accumulated), d_prev = Jᵀ[μ]; `dA` is K·V scratch.
+  // dk, dv, d f_logit), dW (V·V, accumulated), d_prev = Jᵀ[μ] (skipped when null); `dA` is K·V
+  // scratch.
   template <class ComputeT>
   PARARNN_HD static void vjp(int K, int V, const ComputeT* W, const ComputeT* raw, const ComputeT* h_prev,
                              const ComputeT* mu, ComputeT* d_raw, ComputeT* dW, ComputeT* d_prev, ComputeT* dA) {
@@ -128,6 +134,7 @@ struct M2rnnMath {
         for (int i = 0; i < K; ++i) acc += h_prev[i * V + j] * dA[i * V + e];
         dW[j * V + e] += acc;
       }
+    if (d_prev == nullptr) return;
     for (int i = 0; i < K; ++i)
       for (int j = 0; j < V; ++j) {
         ComputeT acc = ComputeT(0);

@@ -11,8 +11,14 @@
 // an affine element (J = Gᵀ, r = uᵀ) of the project's one monoid (affine_monoid.hpp), the same J
 // for the d rows of a head. `transition` writes that J ([out][in], J[j][l] = G[l][j]).
 // Readout: y = S r (y_i = Σ_j S[i, j] r_j).
+// VJP of one step at (raw, S_prev) for the cotangent μ of S′ (the backward of training, both
+// backends): dw = Σ_i μ ⊙ S_prev, d(a⊙κ̂) = −μᵀ(S_prev κ̂), dκ̂ = −S_prevᵀ(μ (a⊙κ̂)) + a ⊙ d(a⊙κ̂),
+// dv = μ k, dk = μᵀ v, through σ and the normalisation max(‖raw2‖, eps) to the raw inputs, and
+// dS_prev = μ ⊙ w_col − (μ (a⊙κ̂)) κ̂ᵀ.
 // Guarantees: `gates` reads only the five blocks the step needs (r is read by `readout`);
-// `step` is the sequential twin of the (G, U) scan (the same map in exact arithmetic).
+// `step` is the sequential twin of the (G, U) scan (the same map in exact arithmetic); `vjp`
+// writes the five blocks' cotangents (never r's) and is the exact derivative of `step` (the
+// norm's floor branch included).
 // Example (d = 4, one head):
 //   float g[Rwkv7Math::gates_size(4)], S1[16];
 //   Rwkv7Math::gates(4, raw, /*gate_stride=*/H * 4, g);
@@ -87,6 +93,73 @@ struct Rwkv7Math {
     const ComputeT* v = g + 3 * d;
     const ComputeT* k = g + 4 * d;
     for (int j = 0; j < d; ++j) u_row[j] = v[i] * k[j];
+  }
+
+  // Scratch of vjp: the gates and five d-vectors.
+  PARARNN_HD static int vjp_work_size(int d) { return 10 * d; }
+
+  // d_raw[g · d_raw_stride + j] for the blocks w, a, κ, v, k (g = 0 .. 4), and dS_prev (d x d)
+  // when d_prev is non-null, from raw (as `gates` reads it), S_prev and μ (d x d, row-major).
+  template <class ComputeT>
+  PARARNN_HD static void vjp(int d, const ComputeT* raw, long long gate_stride, const ComputeT* prev,
+                             const ComputeT* mu, ComputeT* d_raw, long long d_raw_stride, ComputeT* d_prev,
+                             ComputeT* work) {
+    ComputeT* g = work;
+    ComputeT* sk = work + 5 * d;      // (S κ̂)_i
+    ComputeT* mak = work + 6 * d;     // (μ (a⊙κ̂))_i
+    ComputeT* dw = work + 7 * d;
+    ComputeT* dak = work + 8 * d;
+    ComputeT* dkappa = work + 9 * d;
+    gates(d, raw, gate_stride, g);
+    const ComputeT* w = g;
+    const ComputeT* kappa = g + d;
+    const ComputeT* ak = g + 2 * d;
+    const ComputeT* v = g + 3 * d;
+    const ComputeT* k = g + 4 * d;
+    for (int i = 0; i < d; ++i) {
+      ComputeT acc_s = ComputeT(0), acc_m = ComputeT(0);
+      for (int l = 0; l < d; ++l) {
+        acc_s += prev[i * d + l] * kappa[l];
+        acc_m += mu[i * d + l] * ak[l];
+      }
+      sk[i] = acc_s;
+      mak[i] = acc_m;
+    }
+    for (int j = 0; j < d; ++j) {
+      ComputeT acc_w = ComputeT(0), acc_ak = ComputeT(0), acc_kappa = ComputeT(0), acc_k = ComputeT(0);
+      for (int i = 0; i < d; ++i) {
+        const ComputeT m = mu[i * d + j];
+        acc_w += m * prev[i * d + j];
+        acc_ak -= m * sk[i];
+        acc_kappa -= prev[i * d + j] * mak[i];
+        acc_k += m * v[i];
+      }
+      dw[j] = acc_w;
+      dak[j] = acc_ak;
+      dkappa[j] = acc_kappa;
+      d_raw[4 * d_raw_stride + j] = acc_k;  // dk
+      ComputeT acc_v = ComputeT(0);
+      for (int l = 0; l < d; ++l) acc_v += mu[j * d + l] * k[l];
+      d_raw[3 * d_raw_stride + j] = acc_v;  // dv_j (row j of μ against k)
+    }
+    ComputeT norm_sq = ComputeT(0);
+    for (int j = 0; j < d; ++j) norm_sq += raw[2 * gate_stride + j] * raw[2 * gate_stride + j];
+    const ComputeT norm = ::sqrt(norm_sq);
+    const bool floored = norm < ComputeT(kNormalizeEps);
+    const ComputeT denominator = floored ? ComputeT(kNormalizeEps) : norm;
+    ComputeT kappa_dot = ComputeT(0);
+    for (int j = 0; j < d; ++j) {
+      const ComputeT wj = w[j], aj = sigmoid(raw[gate_stride + j]);
+      d_raw[j] = dw[j] * wj * (ComputeT(1) - wj);
+      d_raw[d_raw_stride + j] = dak[j] * kappa[j] * aj * (ComputeT(1) - aj);
+      dkappa[j] += dak[j] * aj;
+      kappa_dot += kappa[j] * dkappa[j];
+    }
+    for (int j = 0; j < d; ++j)
+      d_raw[2 * d_raw_stride + j] = floored ? dkappa[j] / denominator : (dkappa[j] - kappa[j] * kappa_dot) / denominator;
+    if (d_prev != nullptr)
+      for (int i = 0; i < d; ++i)
+        for (int l = 0; l < d; ++l) d_prev[i * d + l] = mu[i * d + l] * w[l] - mak[i] * kappa[l];
   }
 
   // y = S r for one head; r is the receptance block of the raw gate inputs (raw5, unsquashed).

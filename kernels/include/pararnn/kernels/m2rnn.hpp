@@ -16,6 +16,15 @@
 // launch_m2rnn_walk: δ_t = J_t[δ_{t−1}] + F_t in place on F (δ_0 = F_0), J_t[Δ] = f_t Δ +
 //   G_t ⊙ (Δ W).
 // launch_m2rnn_sequential: H_t = step(H_{t−1}), the state rounded to StorageT after every step.
+// The backward of training (in double, cells/m2rnn.hpp's adjoint and VJP):
+// launch_m2rnn_adjoint_walk: μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] for t = T−1 .. 0 in place on mu (in:
+//   the cotangent g, out: μ), J_tᵀ[μ] = f_t μ + (G_t ⊙ μ) Wᵀ with the gains at H*; d_h0
+//   (optional, [b][K·V]) receives J_0ᵀ[μ_0] = ∇h0. A block per row, μ and G ⊙ μ in shared memory
+//   next to W (the walk's footprint in double: m2rnn_fits_on_gpu(k, v, 8)).
+// launch_m2rnn_vjp: M2rnnMath::vjp at every (b, t) (h_prev = H[b][t−1], h0[b] at t = 0):
+//   d_wx[b][t][K + V + 1] (written, OutT) and dW_partials[b][chunk][V²] (Σ over the chunk's
+//   steps in order); (b, chunk) items as m2rnn_vjp_chunks, each thread's dA and d_raw scratch in
+//   the workspace (m2rnn_vjp_workspace_bytes). Deterministic (no atomics).
 //
 // Guarantees: never allocate; return cudaErrorInvalidValue for null required arrays, negative
 // sizes, K or V < 1, a too small or misaligned workspace, or a state that does not fit the
@@ -72,5 +81,42 @@ cudaError_t launch_m2rnn_walk(const M2rnnInputs<ComputeT>& in, const ComputeT* g
 template <class StorageT>
 cudaError_t launch_m2rnn_sequential(const M2rnnInputs<ComputeOf<StorageT>>& in, StorageT* H,
                                     cudaStream_t stream);
+
+inline constexpr std::int64_t kM2rnnVjpMaxThreads = 8192;
+inline constexpr std::int64_t kM2rnnVjpMinSteps = 16;
+
+// Chunks per batch row of launch_m2rnn_vjp and the steps of each (the last one shorter).
+constexpr std::int64_t m2rnn_vjp_chunks(std::int64_t batch, std::int64_t time) {
+  if (batch <= 0 || time <= 0) return 0;
+  const std::int64_t by_threads = kM2rnnVjpMaxThreads / batch > 1 ? kM2rnnVjpMaxThreads / batch : 1;
+  const std::int64_t by_steps = (time + kM2rnnVjpMinSteps - 1) / kM2rnnVjpMinSteps;
+  return by_threads < by_steps ? by_threads : by_steps;
+}
+constexpr std::int64_t m2rnn_vjp_chunk_steps(std::int64_t batch, std::int64_t time) {
+  const std::int64_t chunks = m2rnn_vjp_chunks(batch, time);
+  return chunks == 0 ? 0 : (time + chunks - 1) / chunks;
+}
+
+struct M2rnnAdjointArgs {
+  M2rnnInputs<double> in;
+  const double* gain = nullptr;  // G at H*, [b][t][K·V]
+  double* mu = nullptr;          // in: the cotangent; out: μ, [b][t][K·V]
+  double* d_h0 = nullptr;        // optional, [b][K·V]
+};
+cudaError_t launch_m2rnn_adjoint_walk(const M2rnnAdjointArgs& args, cudaStream_t stream);
+
+template <class OutT>
+struct M2rnnVjpArgs {
+  M2rnnInputs<double> in;
+  const double* H = nullptr;      // H*, [b][t][K·V]
+  const double* mu = nullptr;     // [b][t][K·V]
+  OutT* d_wx = nullptr;           // [b][t][K + V + 1]
+  double* dW_partials = nullptr;  // [b][chunk][V·V]
+};
+std::size_t m2rnn_vjp_workspace_bytes(const M2rnnInputs<double>& in);
+// OutT: float, double.
+template <class OutT>
+cudaError_t launch_m2rnn_vjp(const M2rnnVjpArgs<OutT>& args, void* workspace, std::size_t workspace_bytes,
+                             cudaStream_t stream);
 
 }  // namespace pararnn::kernels

@@ -1,5 +1,5 @@
 // The (G, U) elements of ParaRWKV7's linear recurrence on the GPU (and, at the end, its step
-// loop), written where
+// loop and the backward's per-step VJPs), written where
 // launch_scan_dense (kernels/scan_dense.hpp, RWKV-7 addressing) reads them, so that the scan then
 // leaves the matrix-state trajectory S in place: the device twin of solver/src/cpu/exact_linear.cpp's
 // scan() before its scan_dense calls. One thread per (b, head, t), cells/rwkv7.hpp's math:
@@ -72,5 +72,29 @@ struct Rwkv7SequentialArgs {
 
 template <class StorageT>
 cudaError_t launch_rwkv7_sequential(const Rwkv7SequentialArgs<StorageT>& args, cudaStream_t stream);
+
+// The per-step VJPs of the exact adjoint (training's backward), one thread per (b, t, head), in
+// double: Rwkv7Math::vjp at (raw gates of (b, t, head), S_prev, μ_t) with S_prev = S[b][t−1]
+// (h0[b][head] or zeros at t = 0), writing d_wx's five blocks w, a, κ, v, k of the head (in OutT;
+// the r block is not written) and, at t = 0 when d_h0 is given, ∇h0[b][head] = dS_prev. μ is the
+// adjoint trajectory μ_t = g_t + μ_{t+1} G_{t+1}ᵀ: launch_scan_dense with rwkv7_scan_args on the
+// cotangent and reverse = true yields it. Layouts as above (μ like S). OutT: float or double.
+// Deterministic; never allocates; cudaErrorInvalidValue for negative sizes, null wx, S, mu or
+// d_wx, or d outside 1 .. 64.
+template <class OutT>
+struct Rwkv7VjpArgs {
+  const double* wx = nullptr;  // [b][t][6·H·d]
+  const double* h0 = nullptr;  // optional, [b][head][d][d]
+  const double* S = nullptr;   // [b][t][head][d][d]
+  const double* mu = nullptr;  // [b][t][head][d][d]
+  OutT* d_wx = nullptr;        // [b][t][6·H·d]
+  double* d_h0 = nullptr;      // optional, [b][head][d][d]
+  std::int64_t batch = 0;
+  std::int64_t time = 0;
+  std::int64_t heads = 0;
+  std::int64_t d = 0;
+};
+template <class OutT>
+cudaError_t launch_rwkv7_vjp(const Rwkv7VjpArgs<OutT>& args, cudaStream_t stream);
 
 }  // namespace pararnn::kernels
