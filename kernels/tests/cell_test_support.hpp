@@ -57,7 +57,11 @@ struct CellCaseName {
   if (std::is_same_v<M, cells::Math>) cell = #kind;
     PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_CASE_NAME)
 #undef PARARNN_CELL_CASE_NAME
-    return cell + (std::is_same_v<typename Case::StorageT, float> ? "_f32" : "_f64");
+    using St = typename Case::StorageT;
+    return cell + (std::is_same_v<St, float>    ? "_f32"
+                   : std::is_same_v<St, double> ? "_f64"
+                   : std::is_same_v<St, __half> ? "_f16"
+                                                : "_bf16");
   }
 };
 
@@ -72,6 +76,37 @@ struct DropFirst<::testing::Types<First, Rest...>> {
 using CellCases =
     typename DropFirst<::testing::Types<void PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_CASES)>>::type;
 #undef PARARNN_CELL_CASES
+
+// Every per-channel cell in every storage dtype (kernels whose output is the storage dtype: the
+// sequential unroll rounds the state to f16 / bf16 every step, with f32 arithmetic).
+#define PARARNN_STORAGE_CELL_CASES(kind, Math, label)                                              \
+  , CellCase<cells::Math, float>, CellCase<cells::Math, double>, CellCase<cells::Math, __half>, \
+      CellCase<cells::Math, __nv_bfloat16>
+using StorageCellCases =
+    typename DropFirst<::testing::Types<void PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_STORAGE_CELL_CASES)>>::type;
+#undef PARARNN_STORAGE_CELL_CASES
+
+// The contract's dtype of a device storage type.
+template <class StorageT>
+inline constexpr DType kStorageDType = std::is_same_v<StorageT, float>    ? DType::f32
+                                       : std::is_same_v<StorageT, double> ? DType::f64
+                                       : std::is_same_v<StorageT, __half> ? DType::f16
+                                                                          : DType::bf16;
+
+// The same agreement bound for a kernel whose output is rounded to StorageT every step: the
+// trajectory τ of the storage dtype (two loops whose f32 steps differ by an ulp may round to
+// adjacent f16 / bf16 values and carry that on).
+template <class StorageT>
+inline const double kKernelVsHostStorageTau = tolerance_for({.dtype = kStorageDType<StorageT>}).atol;
+
+// A storage value as a double (the half types convert through float).
+template <class T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>)
+    return static_cast<double>(static_cast<float>(v));
+  else
+    return static_cast<double>(v);
+}
 
 template <class CellMath, class StorageT>
 struct CellProblem {
@@ -187,7 +222,7 @@ void expect_close(const std::vector<T>& expected, const std::vector<T>& actual, 
   std::int64_t bad = 0, worst = -1;
   double worst_excess = 0;
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    const double e = static_cast<double>(expected[i]), a = static_cast<double>(actual[i]);
+    const double e = as_double(expected[i]), a = as_double(actual[i]);
     const double allowed = tau * (1.0 + std::fabs(e));
     const double diff = std::fabs(a - e);
     if (!(diff <= allowed)) {
@@ -202,8 +237,8 @@ void expect_close(const std::vector<T>& expected, const std::vector<T>& actual, 
   if (bad > 0)
     ADD_FAILURE() << what << ": " << bad << " of " << expected.size()
                   << " elements beyond tau=" << tau << "·(1+|expected|); worst at flat index "
-                  << worst << ": expected " << hexfloat(expected[static_cast<std::size_t>(worst)])
-                  << ", actual " << hexfloat(actual[static_cast<std::size_t>(worst)]);
+                  << worst << ": expected " << hexfloat(as_double(expected[static_cast<std::size_t>(worst)]))
+                  << ", actual " << hexfloat(as_double(actual[static_cast<std::size_t>(worst)]));
 }
 
 // max|v| as every residual kernel reduces it: NaN ranks above every number.
