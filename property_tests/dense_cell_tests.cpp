@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "generators.hpp"
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
@@ -421,29 +422,9 @@ TEST(DenseCells, GpuEqualsCpuWithinTau) {
 TEST(DenseCells, GpuGradientsEqualCpuWithinTau) {
   QuietWarnings quiet;
   const auto check = [](const DenseCase& c, const Cell& cell, const Tensor& x, const ApplyOptions& apply) {
-    std::mt19937_64 rng(c.seed * 31 + 7);
-    std::normal_distribution<double> normal(0.0, 1.0);
-    Tensor g(c.dtype, cell.trajectory_shape(x.size(0), x.size(1)));
-    Tensor flat = g.reshaped({g.numel()});
-    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
-    const Tolerance tau = tolerance_for({.dtype = c.dtype, .metric = Metric::gradient_coupled, .cell = c.cell,
-                                         .backend = "cuda"});
-    const NewtonConfig cpu{.scan_backend = ScanBackend::cpu}, gpu{.scan_backend = ScanBackend::cuda};
-    const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, cpu, apply), g, cpu, apply);
-    const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, gpu, apply), g, gpu, apply);
-    const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
-    EXPECT_TRUE(dx.ok()) << "∇x, GPU vs CPU: " << dx.describe();
-    ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
-    if (want.h0) {
-      const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
-      EXPECT_TRUE(dh0.ok()) << "∇h0, GPU vs CPU: " << dh0.describe();
-    }
-    ASSERT_EQ(got.parameters.size(), want.parameters.size());
-    for (const auto& [name, expected] : want.parameters) {
-      ASSERT_TRUE(got.parameters.contains(name)) << name;
-      const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
-      EXPECT_TRUE(dp.ok()) << "∇" << name << ", GPU vs CPU: " << dp.describe();
-    }
+    testing::expect_gradients_agree_across_backends(
+        cell, x, apply, c.seed,
+        tolerance_for({.dtype = c.dtype, .metric = Metric::gradient_coupled, .cell = c.cell, .backend = "cuda"}));
   };
   for (const DenseCase& c : agreement_cases()) {
     if (c.time > 37) continue;

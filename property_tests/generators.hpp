@@ -3,6 +3,7 @@
 // problem names its values so a failure prints a readable case, and classifies itself.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <rapidcheck.h>
 
 #include <cstdlib>
@@ -13,8 +14,10 @@
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/tensor.hpp"
+#include "pararnn/solver/training.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 
@@ -154,6 +157,36 @@ inline const DenseVariant kDenseVariants[] = {{"hopfield", "hopfield", "diag", s
                                               {"slstm_dense", "slstm", "dense", std::nullopt, 3},
                                               {"m2rnn", "m2rnn", "diag", std::nullopt, 6, 2, 3, false},
                                               {"rwkv7", "rwkv7", "diag", 2, 4, std::nullopt, std::nullopt, false}};
+
+// The gradients of one problem on `tested` against `reference` (the same cotangent, a normal
+// draw from `seed`), every tensor within `tau`: ∇x, ∇h0 when h0 is given, and every parameter,
+// each failure naming the tensor (GPU ≡ CPU of the training claim).
+inline void expect_gradients_agree_across_backends(const Cell& cell, const Tensor& x, const ApplyOptions& apply,
+                                                   std::uint64_t seed, const Tolerance& tau,
+                                                   ScanBackend reference = ScanBackend::cpu,
+                                                   ScanBackend tested = ScanBackend::cuda) {
+  std::mt19937_64 rng(seed * 31 + 7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Tensor g(cell.dtype(), cell.trajectory_shape(x.size(0), x.size(1)));
+  Tensor flat = g.reshaped({g.numel()});
+  for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
+  const NewtonConfig a{.scan_backend = reference}, b{.scan_backend = tested};
+  const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, a, apply), g, a, apply);
+  const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, b, apply), g, b, apply);
+  const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
+  EXPECT_TRUE(dx.ok()) << "∇x: " << dx.describe();
+  ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
+  if (want.h0) {
+    const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
+    EXPECT_TRUE(dh0.ok()) << "∇h0: " << dh0.describe();
+  }
+  ASSERT_EQ(got.parameters.size(), want.parameters.size());
+  for (const auto& [name, expected] : want.parameters) {
+    ASSERT_TRUE(got.parameters.contains(name)) << name;
+    const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
+    EXPECT_TRUE(dp.ok()) << "∇" << name << ": " << dp.describe();
+  }
+}
 
 // A variant's CellOptions: `weight_std` for the recurrent parameters (M2RNN: W off the identity)
 // and the clamp `cap` where the cell has one (M2RNN and RWKV-7 have none).

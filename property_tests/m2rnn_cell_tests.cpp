@@ -450,29 +450,9 @@ TEST(M2rnn, GpuGradientsEqualCpuWithinTau) {
     const auto h0 = p.make_h0(cell.slots());
     ApplyOptions apply;
     if (h0) apply.h0 = h0->view();
-    std::mt19937_64 rng(p.seed * 31 + 7);
-    std::normal_distribution<double> normal(0.0, 1.0);
-    Tensor g(p.dtype, cell.trajectory_shape(p.batch, p.time));
-    Tensor flat = g.reshaped({g.numel()});
-    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
-    const Tolerance tau = tolerance_for({.dtype = p.dtype, .metric = Metric::gradient_coupled, .cell = "m2rnn",
-                                         .backend = "cuda"});
-    const NewtonConfig cpu{.scan_backend = ScanBackend::cpu}, gpu{.scan_backend = ScanBackend::cuda};
-    const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, cpu, apply), g, cpu, apply);
-    const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, gpu, apply), g, gpu, apply);
-    const ComparisonResult dx = compare(got.x.view(), want.x.view(), tau);
-    EXPECT_TRUE(dx.ok()) << "∇x: " << dx.describe();
-    ASSERT_EQ(got.h0.has_value(), want.h0.has_value());
-    if (want.h0) {
-      const ComparisonResult dh0 = compare(got.h0->view(), want.h0->view(), tau);
-      EXPECT_TRUE(dh0.ok()) << "∇h0: " << dh0.describe();
-    }
-    ASSERT_EQ(got.parameters.size(), want.parameters.size());
-    for (const auto& [name, expected] : want.parameters) {
-      ASSERT_TRUE(got.parameters.contains(name)) << name;
-      const ComparisonResult dp = compare(got.parameters.at(name).view(), expected.view(), tau);
-      EXPECT_TRUE(dp.ok()) << "∇" << name << ": " << dp.describe();
-    }
+    testing::expect_gradients_agree_across_backends(
+        cell, x, apply, p.seed,
+        tolerance_for({.dtype = p.dtype, .metric = Metric::gradient_coupled, .cell = "m2rnn", .backend = "cuda"}));
   }
 }
 

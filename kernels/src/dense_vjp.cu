@@ -1,5 +1,5 @@
 // launch_dense_vjp (kernels/dense_vjp.hpp): one thread per (chain, chunk) item (a grid-stride
-// loop beyond kDenseVjpMaxThreads items), t ascending inside the chunk, each input's VJP one
+// loop beyond kVjpMaxThreads items), t ascending inside the chunk, each input's VJP one
 // dual evaluation of the production step — the CPU dense backward's loop body, step for step.
 #include <cuda_runtime.h>
 
@@ -34,9 +34,7 @@ __host__ __device__ int64_t slot_elems(const DenseChainInputs<double>& in) {
 }
 
 int64_t thread_count(const DenseChainInputs<double>& in) {
-  const int64_t chains = in.batch * in.chains_per_row;
-  const int64_t items = chains * dense_vjp_chunks(chains, in.time);
-  return items < kDenseVjpMaxThreads ? items : kDenseVjpMaxThreads;
+  return vjp_threads(in.batch * in.chains_per_row, in.time);
 }
 
 template <class DenseMath, class OutT>
@@ -127,8 +125,8 @@ cudaError_t launch_dense_vjp(const DenseVjpArgs<OutT>& a, void* workspace, std::
   const int64_t chains = a.in.batch * a.in.chains_per_row;
   const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
   dense_vjp_kernel<DenseMath, OutT><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(
-      a, static_cast<D*>(workspace), threads, dense_vjp_chunks(chains, a.in.time),
-      dense_vjp_chunk_steps(chains, a.in.time));
+      a, static_cast<D*>(workspace), threads, vjp_chunks(chains, a.in.time),
+      vjp_chunk_steps(chains, a.in.time));
   return cudaGetLastError();
 }
 

@@ -172,11 +172,6 @@ __global__ void __launch_bounds__(kRowThreads) m2rnn_adjoint_walk_kernel(M2rnnAd
 
 int64_t vjp_slot(const M2rnnInputs<double>& in) { return static_cast<int64_t>(in.k) * in.v + in.k + in.v + 1; }
 
-int64_t vjp_threads(const M2rnnInputs<double>& in) {
-  const int64_t items = in.batch * m2rnn_vjp_chunks(in.batch, in.time);
-  return items < kM2rnnVjpMaxThreads ? items : kM2rnnVjpMaxThreads;
-}
-
 template <class OutT>
 __global__ void __launch_bounds__(kResidualThreads)
     m2rnn_vjp_kernel(M2rnnVjpArgs<OutT> a, double* scratch, int64_t threads, int64_t chunks, int64_t steps,
@@ -263,14 +258,14 @@ cudaError_t launch_m2rnn_adjoint_walk(const M2rnnAdjointArgs& a, cudaStream_t st
 
 std::size_t m2rnn_vjp_workspace_bytes(const M2rnnInputs<double>& in) {
   if (!valid(in)) return 0;
-  return static_cast<std::size_t>(vjp_threads(in) * vjp_slot(in)) * sizeof(double);
+  return static_cast<std::size_t>(vjp_threads(in.batch, in.time) * vjp_slot(in)) * sizeof(double);
 }
 
 template <class OutT>
 cudaError_t launch_m2rnn_vjp(const M2rnnVjpArgs<OutT>& a, void* workspace, std::size_t workspace_bytes,
                              cudaStream_t stream) {
   if (!valid(a.in)) return cudaErrorInvalidValue;
-  const int64_t threads = vjp_threads(a.in);
+  const int64_t threads = vjp_threads(a.in.batch, a.in.time);
   if (threads == 0) return cudaSuccess;
   if (a.H == nullptr || a.mu == nullptr || a.d_wx == nullptr || a.dW_partials == nullptr) return cudaErrorInvalidValue;
   if (workspace == nullptr || workspace_bytes < m2rnn_vjp_workspace_bytes(a.in) ||
@@ -278,8 +273,8 @@ cudaError_t launch_m2rnn_vjp(const M2rnnVjpArgs<OutT>& a, void* workspace, std::
     return cudaErrorInvalidValue;
   const int64_t blocks = (threads + kResidualThreads - 1) / kResidualThreads;
   m2rnn_vjp_kernel<OutT><<<static_cast<unsigned>(blocks), kResidualThreads, 0, stream>>>(
-      a, static_cast<double*>(workspace), threads, m2rnn_vjp_chunks(a.in.batch, a.in.time),
-      m2rnn_vjp_chunk_steps(a.in.batch, a.in.time), vjp_slot(a.in));
+      a, static_cast<double*>(workspace), threads, vjp_chunks(a.in.batch, a.in.time),
+      vjp_chunk_steps(a.in.batch, a.in.time), vjp_slot(a.in));
   return cudaGetLastError();
 }
 

@@ -255,7 +255,7 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   PARARNN_CUDA_CHECK(kernels::launch_scan_dense<double>(scan, scan_ws.get(), scan_ws.bytes(), kStream));
 
   // The per-step VJPs.
-  const std::int64_t chunks = kernels::dense_vjp_chunks(chains, T);
+  const std::int64_t chunks = kernels::vjp_chunks(chains, T);
   DeviceBuffer d_wx(checked_bytes(L.batch * T * in.width, sizeof(ComputeT), "d W_x x"), "d W_x x");
   PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), kStream));
   DeviceBuffer partials(checked_bytes(chains * chunks * P, sizeof(double), "dense parameter partials"),

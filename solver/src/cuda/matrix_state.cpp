@@ -161,7 +161,7 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
                                        .d_h0 = options.h0 ? d_h0.as<double>() : nullptr};
   PARARNN_CUDA_CHECK(kernels::launch_m2rnn_adjoint_walk(walk, kStream));
   // The per-step VJPs.
-  const std::int64_t chunks = kernels::m2rnn_vjp_chunks(L.batch, L.time);
+  const std::int64_t chunks = kernels::vjp_chunks(L.batch, L.time);
   DeviceBuffer d_wx(checked_bytes(L.batch * L.time * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
   DeviceBuffer partials(checked_bytes(L.batch * chunks * VV, sizeof(double), "∇W partials"), "∇W partials");
   DeviceBuffer ws(kernels::m2rnn_vjp_workspace_bytes(in64), "the M2RNN VJP scratch");

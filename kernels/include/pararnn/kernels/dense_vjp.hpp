@@ -14,9 +14,8 @@
 //
 // Layouts: `in` as kernels/dense_chain.hpp (in double); H and μ chain-major [chain][t][n];
 // d_wx [b][t][in.width], each column written by the one chain that reads it; the partials
-// [chain][chunk][params_size(n)] with dense_vjp_chunks(chains, T) chunks of
-// dense_vjp_chunk_steps(chains, T) consecutive steps (the last one shorter).
-// Work is split into (chain, chunk) items so that about kDenseVjpMaxThreads threads run; each
+// [chain][chunk][params_size(n)] with vjp_chunks(chains, T) chunks of vjp_chunk_steps(chains, T)
+// consecutive steps (launch.hpp's time split: about kVjpMaxThreads threads); each
 // thread keeps its dual copies of the parameters, gates, states and the step's work array in its
 // slot of the caller's workspace (dense_vjp_workspace_bytes).
 //
@@ -36,22 +35,6 @@
 #include "pararnn/kernels/dense_chain.hpp"
 
 namespace pararnn::kernels {
-
-inline constexpr std::int64_t kDenseVjpMaxThreads = 8192;
-inline constexpr std::int64_t kDenseVjpMinSteps = 16;  // the shortest chunk worth a thread
-
-// Chunks per chain: enough (chain, chunk) items for about kDenseVjpMaxThreads threads, none
-// shorter than kDenseVjpMinSteps steps (unless T is).
-constexpr std::int64_t dense_vjp_chunks(std::int64_t chains, std::int64_t time) {
-  if (chains <= 0 || time <= 0) return 0;
-  const std::int64_t by_threads = kDenseVjpMaxThreads / chains > 1 ? kDenseVjpMaxThreads / chains : 1;
-  const std::int64_t by_steps = (time + kDenseVjpMinSteps - 1) / kDenseVjpMinSteps;
-  return by_threads < by_steps ? by_threads : by_steps;
-}
-constexpr std::int64_t dense_vjp_chunk_steps(std::int64_t chains, std::int64_t time) {
-  const std::int64_t chunks = dense_vjp_chunks(chains, time);
-  return chunks == 0 ? 0 : (time + chunks - 1) / chunks;
-}
 
 template <class OutT>
 struct DenseVjpArgs {

@@ -23,7 +23,7 @@
 //   next to W (the walk's footprint in double: m2rnn_fits_on_gpu(k, v, 8)).
 // launch_m2rnn_vjp: M2rnnMath::vjp at every (b, t) (h_prev = H[b][t−1], h0[b] at t = 0):
 //   d_wx[b][t][K + V + 1] (written, OutT) and dW_partials[b][chunk][V²] (Σ over the chunk's
-//   steps in order); (b, chunk) items as m2rnn_vjp_chunks, each thread's dA and d_raw scratch in
+//   steps in order); (b, chunk) items as launch.hpp's vjp_chunks, each thread's dA and d_raw scratch in
 //   the workspace (m2rnn_vjp_workspace_bytes). Deterministic (no atomics).
 //
 // Guarantees: never allocate; return cudaErrorInvalidValue for null required arrays, negative
@@ -81,21 +81,6 @@ cudaError_t launch_m2rnn_walk(const M2rnnInputs<ComputeT>& in, const ComputeT* g
 template <class StorageT>
 cudaError_t launch_m2rnn_sequential(const M2rnnInputs<ComputeOf<StorageT>>& in, StorageT* H,
                                     cudaStream_t stream);
-
-inline constexpr std::int64_t kM2rnnVjpMaxThreads = 8192;
-inline constexpr std::int64_t kM2rnnVjpMinSteps = 16;
-
-// Chunks per batch row of launch_m2rnn_vjp and the steps of each (the last one shorter).
-constexpr std::int64_t m2rnn_vjp_chunks(std::int64_t batch, std::int64_t time) {
-  if (batch <= 0 || time <= 0) return 0;
-  const std::int64_t by_threads = kM2rnnVjpMaxThreads / batch > 1 ? kM2rnnVjpMaxThreads / batch : 1;
-  const std::int64_t by_steps = (time + kM2rnnVjpMinSteps - 1) / kM2rnnVjpMinSteps;
-  return by_threads < by_steps ? by_threads : by_steps;
-}
-constexpr std::int64_t m2rnn_vjp_chunk_steps(std::int64_t batch, std::int64_t time) {
-  const std::int64_t chunks = m2rnn_vjp_chunks(batch, time);
-  return chunks == 0 ? 0 : (time + chunks - 1) / chunks;
-}
 
 struct M2rnnAdjointArgs {
   M2rnnInputs<double> in;
