@@ -36,7 +36,7 @@ template <class DenseMath, class StorageT>
 class DenseSolver {
  public:
   using ComputeT = ComputeOf<StorageT>;
-  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  static constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
 
   DenseSolver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
               std::int64_t scan_chunk = 0)

@@ -40,7 +40,7 @@ template <class StorageT>
 class Rwkv7Solver {
  public:
   using ComputeT = ComputeOf<StorageT>;
-  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  static constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
 
   Rwkv7Solver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout)
       : cell_(cell), L_(std::move(layout)), heads_(cell.n_heads()), d_(cell.head_dim()) {

@@ -24,7 +24,7 @@ using SumOverRanks = std::function<void(std::span<double>)>;
 // block and batch row. Blocks land at first_gate times their block width.
 template <class ComputeT>
 std::vector<ComputeT> input_affine(const Cell& cell, const TensorView& x, const Layout& L) {
-  constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
   using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Stride = Eigen::OuterStride<Eigen::Dynamic>;
   const std::int64_t width = gate_width(cell);
@@ -63,7 +63,7 @@ template <class ComputeT>
 Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> input_affine_backward(
     const Cell& cell, const TensorView& x, const Layout& L, const std::vector<ComputeT>& d_wx,
     std::map<std::string, Tensor>& parameters, const SumOverRanks& sum_over_ranks = {}) {
-  constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
   using RowMatrix = Eigen::Matrix<ComputeT, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Stride = Eigen::OuterStride<Eigen::Dynamic>;

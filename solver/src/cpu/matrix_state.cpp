@@ -33,7 +33,7 @@ template <class StorageT>
 class M2rnnSolver {
  public:
   using ComputeT = ComputeOf<StorageT>;
-  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  static constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
 
   M2rnnSolver(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout)
       : cell_(cell), L_(std::move(layout)), K_(static_cast<int>(cell.k_dim())),

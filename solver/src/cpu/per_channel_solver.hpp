@@ -40,7 +40,7 @@ class CpuSolver {
   static constexpr int S = CellMath::kSlots;
   static constexpr int G = CellMath::kGates;
   static constexpr int R = CellMath::kRecurrent;
-  static constexpr DType kComputeDType = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  static constexpr DType kComputeDType = StorageTraits<ComputeT>::dtype;
 
   static constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;  // per-channel values
 

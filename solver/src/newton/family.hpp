@@ -94,7 +94,7 @@ std::int64_t host_fallback_units(const std::vector<double>& unit_max, double ato
 // `residual(H, F, nullptr)`, in the compute type.
 template <class ComputeT, class Solver>
 double host_residual_of(const Solver& solver, const TensorView& H_view) {
-  constexpr DType kCompute = std::is_same_v<ComputeT, double> ? DType::f64 : DType::f32;
+  constexpr DType kCompute = StorageTraits<ComputeT>::dtype;
   const Tensor Hc = Tensor::converted(H_view, kCompute);
   std::vector<ComputeT> H(Hc.data_as<ComputeT>(), Hc.data_as<ComputeT>() + Hc.numel());
   std::vector<ComputeT> F(H.size());
