@@ -2,16 +2,21 @@
 // the CPU backend, gives bit for bit the trajectories (default adaptive Newton, a fixed K, the
 // sequential loop, a forced k_max fallback) and, for the cells that train, the gradients that
 // were recorded in solver/tests/golden/ before the one-driver refactor, with the same iteration
-// counts. Set PARARNN_RECORD_GOLDEN=1 to re-record (only when a change of results is intended
-// and explained in the commit).
+// counts. The inputs (x, h0 and the parameters of both cells) are recorded beside the outputs
+// and read back, so a change of the generators (Cell::initialise's stream, the input draws)
+// moves no golden and the bits do not depend on the standard library. Set
+// PARARNN_RECORD_GOLDEN=1 to re-record (only when a change of results is intended and explained
+// in the commit).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/logging.hpp"
@@ -36,7 +41,13 @@ struct GoldenCase {
   std::optional<Tensor> h0;
 };
 
-GoldenCase make(const std::string& label, DType dtype, std::optional<double> weight_std) {
+// Recorded inputs are stored under this prefix (the hard cell's parameters under "input.hard.").
+constexpr std::string_view kInput = "input.";
+
+// The case of (label, dtype): generated, then, when `recorded` holds inputs, its x, h0 and
+// parameters replaced by the recorded ones (`params` names the recorded parameter prefix).
+GoldenCase make(const std::string& label, DType dtype, std::optional<double> weight_std,
+                const SafetensorsFile* recorded, const std::string& params) {
   const auto colon = label.find(':');
   const std::string name = label.substr(0, colon);
   const std::string variant = colon == std::string::npos ? "" : label.substr(colon + 1);
@@ -67,7 +78,29 @@ GoldenCase make(const std::string& label, DType dtype, std::optional<double> wei
     for (std::int64_t i = 0; i < h.numel(); ++i) flat.store({i}, std::abs(normal(rng)));  // sLSTM n >= 0
     h0 = h;
   }
+  if (recorded != nullptr && recorded->tensors.contains(std::string(kInput) + "x")) {
+    const auto stored = [&](const std::string& name) -> const Tensor& {
+      const auto it = recorded->tensors.find(name);
+      if (it == recorded->tensors.end()) throw Error("golden file lacks the recorded input '" + name + "'");
+      return it->second;
+    };
+    x = stored(std::string(kInput) + "x");
+    if (h0) h0 = stored(std::string(kInput) + "h0");
+    Case problem = cell.make_case(x, h0);
+    for (auto& [name, tensor] : problem.parameters) tensor = stored(params + name);
+    cell = Cell::from_case(problem);
+  }
   return {std::move(cell), std::move(x), std::move(h0)};
+}
+
+// The inputs of a (label, dtype) as they are recorded: x, h0, both cells' parameters.
+std::map<std::string, Tensor> inputs_of(const GoldenCase& easy, const GoldenCase& hard) {
+  std::map<std::string, Tensor> in = {{std::string(kInput) + "x", easy.x}};
+  if (easy.h0) in.emplace(std::string(kInput) + "h0", *easy.h0);
+  for (const auto& [name, tensor] : easy.cell.parameters()) in.emplace(std::string(kInput) + "param." + name, tensor);
+  for (const auto& [name, tensor] : hard.cell.parameters())
+    in.emplace(std::string(kInput) + "hard.param." + name, tensor);
+  return in;
 }
 
 // Every cell trains on the CPU since issue 16 (the dense, matrix-state and RWKV-7 gradients were
@@ -75,11 +108,14 @@ GoldenCase make(const std::string& label, DType dtype, std::optional<double> wei
 bool trains(const Cell&) { return true; }
 
 // Every recorded output of one (label, dtype), and the stats that must repeat.
-std::map<std::string, Tensor> outputs(const std::string& label, DType dtype,
-                                      std::map<std::string, std::string>& stats) {
+// `recorded`: the golden file whose inputs to use (nullptr: generate them); `in` receives the
+// inputs used.
+std::map<std::string, Tensor> outputs(const std::string& label, DType dtype, const SafetensorsFile* recorded,
+                                      std::map<std::string, std::string>& stats,
+                                      std::map<std::string, Tensor>& in) {
   const QuietWarnings quiet;
   std::map<std::string, Tensor> out;
-  const GoldenCase c = make(label, dtype, std::nullopt);
+  const GoldenCase c = make(label, dtype, std::nullopt, recorded, std::string(kInput) + "param.");
   ApplyOptions apply;
   if (c.h0) apply.h0 = c.h0->view();
   const auto record = [&](const std::string& name, const NewtonStats& s) {
@@ -97,7 +133,8 @@ std::map<std::string, Tensor> outputs(const std::string& label, DType dtype,
   record("fixed2", s);
   out["sequential"] = sequential_apply(c.cell, c.x, ScanBackend::cpu, apply);
   // Hard unclamped weights and k_max at the table's K: the adaptive path falls back.
-  const GoldenCase hard = make(label, dtype, 0.9);
+  const GoldenCase hard = make(label, dtype, 0.9, recorded, std::string(kInput) + "hard.param.");
+  in = inputs_of(c, hard);
   ApplyOptions hard_apply;
   if (hard.h0) hard_apply.h0 = hard.h0->view();
   NewtonConfig fallback{.scan_backend = ScanBackend::cpu, .residual_fail = std::nullopt, .picard_adapt = false};
@@ -129,18 +166,24 @@ class SolverGolden : public ::testing::TestWithParam<std::tuple<std::string, DTy
 
 TEST_P(SolverGolden, OutputsEqualTheRecordedOnesBitwise) {
   const auto& [label, dtype] = GetParam();
-  std::map<std::string, std::string> stats;
-  const std::map<std::string, Tensor> now = outputs(label, dtype, stats);
   const fs::path path = golden_dir() / file_name(label, dtype);
-  if (std::getenv("PARARNN_RECORD_GOLDEN")) {
+  std::map<std::string, std::string> stats;
+  std::map<std::string, Tensor> in;
+  if (std::getenv("PARARNN_RECORD_GOLDEN")) {  // fresh inputs, unless recorded ones exist
+    std::optional<SafetensorsFile> previous;
+    if (fs::exists(path)) previous = read_safetensors(path);
+    std::map<std::string, Tensor> now = outputs(label, dtype, previous ? &*previous : nullptr, stats, in);
+    now.insert(in.begin(), in.end());
     fs::create_directories(golden_dir());
     write_safetensors(path, now, stats);
     GTEST_SKIP() << "recorded " << path;
   }
   ASSERT_TRUE(fs::exists(path)) << path << " is missing (record with PARARNN_RECORD_GOLDEN=1)";
   const SafetensorsFile recorded = read_safetensors(path);
+  ASSERT_TRUE(recorded.tensors.contains(std::string(kInput) + "x")) << path << " holds no recorded inputs";
+  const std::map<std::string, Tensor> now = outputs(label, dtype, &recorded, stats, in);
   EXPECT_EQ(recorded.metadata, stats);
-  ASSERT_EQ(recorded.tensors.size(), now.size());
+  ASSERT_EQ(recorded.tensors.size(), now.size() + in.size());
   for (const auto& [name, tensor] : now) {
     const auto it = recorded.tensors.find(name);
     ASSERT_NE(it, recorded.tensors.end()) << name;
