@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/core/tensor.hpp"
 
 namespace pararnn::bench {
@@ -17,15 +18,9 @@ namespace pararnn::bench {
 inline Tensor uniform_input(std::int64_t B, std::int64_t T, std::int64_t d_in, std::uint64_t seed,
                             DType dtype = DType::f32) {
   Tensor x(DType::f32, {B, T, d_in});
-  std::uint64_t state = seed;
+  SplitMix64 rng(seed);
   float* p = x.data_as<float>();
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    p[i] = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-  }
+  for (std::int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>(rng.next() >> 40) * 0x1.0p-23f - 1.0f;
   return dtype == DType::f32 ? x : Tensor::converted(x, dtype);
 }
 

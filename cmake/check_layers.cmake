@@ -1,10 +1,11 @@
 # Configure-time check of the dependency direction (docs/architecture.md): each layer links only
 # layers below it; the solver never sees the oracle or the contracts; the oracle never sees cells.
 set(_pararnn_forbidden
-  "pararnn_core:pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels"
+  "pararnn_core:pararnn_cell_math;pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels"
+  "pararnn_cell_math:pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels"
   "pararnn_cells:pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels"
-  "pararnn_reference:pararnn_cells;pararnn_solver;pararnn_contracts;pararnn_kernels"
-  "pararnn_kernels:pararnn_reference;pararnn_solver;pararnn_contracts"
+  "pararnn_reference:pararnn_cell_math;pararnn_cells;pararnn_solver;pararnn_contracts;pararnn_kernels"
+  "pararnn_kernels:pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts"
   "pararnn_solver:pararnn_reference;pararnn_contracts;pararnn_numerics"
   "pararnn_numerics:pararnn_cells;pararnn_reference;pararnn_solver;pararnn_contracts;pararnn_kernels;pararnn_reports"
   "pararnn_contracts:pararnn_reports")

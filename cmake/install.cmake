@@ -2,14 +2,14 @@
 # `pararnn` CLI, with pararnnConfig.cmake and a version file, so that a consumer writes
 #   find_package(pararnn CONFIG REQUIRED)
 #   target_link_libraries(app PRIVATE pararnn::contracts)
-# Exported targets: pararnn::core, pararnn::cells, pararnn::numerics, pararnn::reference,
+# Exported targets: pararnn::core, pararnn::cell_math, pararnn::cells, pararnn::numerics, pararnn::reference,
 # pararnn::solver, pararnn::contracts, and pararnn::kernels when the CUDA backend is built
 # (pararnn_CUDA is then ON in the consumer). The test `cmake_package_consumer` installs to a
 # temporary prefix and builds the quick start of docs/cmake.md against it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(pararnn_export_targets pararnn_dlpack pararnn_core pararnn_cells pararnn_numerics pararnn_reference
+set(pararnn_export_targets pararnn_dlpack pararnn_core pararnn_cell_math pararnn_cells pararnn_numerics pararnn_reference
     pararnn_solver pararnn_contracts)
 set(pararnn_include_roots core cells contracts reference solver)
 if(PARARNN_HAVE_CUDA)

@@ -66,11 +66,9 @@ RC_GTEST_PROP(BackendEquivalence, GpuNewtonEqualsCpuNewtonWithinTau, ()) {
   const GeneratedProblem p = *gen_problem(2000, kCells, testing::kNewtonDtypes);
   RC_TAG(std::string(dtype_name(p.dtype)));
   RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto h0 = p.make_h0(cell.slots());
-  ApplyOptions options;
-  if (h0) options.h0 = h0->view();
+  const auto made = p.make();
+  const auto& [cell, x, h0] = made;
+  ApplyOptions options = made.options();
   NewtonStats cpu_stats, gpu_stats;
   const Tensor H_cpu = newton_apply(cell, x, on(ScanBackend::cpu), options, &cpu_stats);
   const Tensor H_gpu = newton_apply(cell, x, on(ScanBackend::cuda), options, &gpu_stats);

@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
@@ -60,21 +60,19 @@ struct DenseCase {
     return Cell::initialise(o, dtype, seed);
   }
   Tensor make_input(std::int64_t b, std::int64_t t) const {
-    std::mt19937_64 rng(seed * 7919 + 1);
-    std::normal_distribution<double> normal(0.0, 1.0);
+    SplitMix64 rng(seed * 7919 + 1);
     Tensor x(dtype, {b, t, d_in});
     Tensor flat = x.reshaped({x.numel()});
-    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal());
     return x;
   }
   std::int64_t slots() const { return cell == "slstm" ? 4 : 1; }
   Tensor make_h0(std::int64_t rows) const {
-    std::mt19937_64 rng(seed * 104729 + 3);
-    std::normal_distribution<double> normal(0.0, 0.5);
+    SplitMix64 rng(seed * 104729 + 3);
     Tensor h0(dtype, slots() == 1 ? Shape{rows, d_h} : Shape{rows, slots(), d_h});
     Tensor flat = h0.reshaped({h0.numel()});
     for (std::int64_t i = 0; i < h0.numel(); ++i) {
-      const double v = normal(rng);
+      const double v = rng.normal(0.0, 0.5);
       const bool normalizer = slots() == 4 && (i / d_h) % 4 == 1;  // sLSTM n0 >= 0
       flat.store({i}, normalizer ? std::abs(v) : v);
     }
@@ -171,11 +169,10 @@ PARARNN_HOST_ONLY_TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferen
     const Case problem = cell.make_case(x);
     const std::int64_t D = cell.slots() * cell.d_h(), n = cell.chain_width();
     const Tolerance tol = tolerance_for({.dtype = c.dtype, .metric = Metric::jacobian, .cell = c.cell});
-    std::mt19937_64 rng(c.seed);
-    std::normal_distribution<double> normal(0.0, 0.5);
+    SplitMix64 rng(c.seed);
     for (std::int64_t t = 0; t < 3; ++t) {
       std::vector<double> h(static_cast<std::size_t>(D));
-      for (double& v : h) v = normal(rng);
+      for (double& v : h) v = rng.normal(0.0, 0.5);
       if (cell.slots() == 4)  // sLSTM's normalizer slot n >= 0
         for (std::int64_t i = cell.d_h(); i < 2 * cell.d_h(); ++i) h[static_cast<std::size_t>(i)] = std::abs(h[static_cast<std::size_t>(i)]);
       const reference::OracleStep oracle = reference::oracle_step_with_jacobian(problem, 0, t, h);

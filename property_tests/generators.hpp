@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <string>
 
 #include "pararnn/cells/cell.hpp"
@@ -16,12 +15,28 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/core/tensor.hpp"
 #include "pararnn/solver/training.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 
 namespace pararnn::testing {
+
+// The cell, input and h0 of a generated problem, with the ApplyOptions that pass that h0:
+//   const auto made = p.make();
+//   const auto& [cell, x, h0] = made;
+//   ApplyOptions apply = made.options();
+struct MadeProblem {
+  Cell cell;
+  Tensor x;
+  std::optional<Tensor> h0;
+  ApplyOptions options() const {
+    ApplyOptions o;
+    if (h0) o.h0 = h0->view();
+    return o;
+  }
+};
 
 struct GeneratedProblem {
   std::string cell;
@@ -41,36 +56,24 @@ struct GeneratedProblem {
                             dtype, seed);
   }
   Tensor make_input() const {
-    std::mt19937_64 rng(seed * 7919 + 1);
-    std::normal_distribution<double> normal(0.0, 1.0);
+    SplitMix64 rng(seed * 7919 + 1);
     Tensor x(dtype, {batch, time, d_in});
     Tensor flat = x.reshaped({x.numel()});
-    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal());
     return x;
   }
   std::optional<Tensor> make_h0(int slots) const {
     if (!with_h0) return std::nullopt;
-    std::mt19937_64 rng(seed * 104729 + 3);
-    std::normal_distribution<double> normal(0.0, 0.5);
+    SplitMix64 rng(seed * 104729 + 3);
     Tensor h0(dtype, {batch, slots, d_h});
     Tensor flat = h0.reshaped({h0.numel()});
-    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, rng.normal(0.0, 0.5));
     if (cell == "slstm")  // the normalizer n0 (slot 1) of an sLSTM state is >= 0
       for (std::int64_t b = 0; b < batch; ++b)
         for (std::int64_t c = 0; c < d_h; ++c) h0.store({b, 1, c}, std::abs(h0.load({b, 1, c})));
     return h0;
   }
-  // The cell, input and h0 of the problem, with the ApplyOptions that pass that h0.
-  struct Made {
-    Cell cell;
-    Tensor x;
-    std::optional<Tensor> h0;
-    ApplyOptions options() const {
-      ApplyOptions o;
-      if (h0) o.h0 = h0->view();
-      return o;
-    }
-  };
+  using Made = MadeProblem;
   Made make() const {
     Cell c = make_cell();
     std::optional<Tensor> h = make_h0(c.slots());
@@ -165,11 +168,10 @@ inline void expect_gradients_agree_across_backends(const Cell& cell, const Tenso
                                                    std::uint64_t seed, const Tolerance& tau,
                                                    ScanBackend reference = ScanBackend::cpu,
                                                    ScanBackend tested = ScanBackend::cuda) {
-  std::mt19937_64 rng(seed * 31 + 7);
-  std::normal_distribution<double> normal(0.0, 1.0);
+  SplitMix64 rng(seed * 31 + 7);
   Tensor g(cell.dtype(), cell.trajectory_shape(x.size(0), x.size(1)));
   Tensor flat = g.reshaped({g.numel()});
-  for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, normal(rng));
+  for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, rng.normal());
   const NewtonConfig a{.scan_backend = reference}, b{.scan_backend = tested};
   const NewtonGradients want = newton_backward(cell, x, newton_forward(cell, x, a, apply), g, a, apply);
   const NewtonGradients got = newton_backward(cell, x, newton_forward(cell, x, b, apply), g, b, apply);

@@ -6,22 +6,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 namespace {
 
 Tensor normal(DType dtype, Shape shape, std::uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, scale);
+  SplitMix64 rng(seed);
   Tensor t(dtype, shape);
   Tensor flat = t.reshaped({t.numel()});
-  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, dist(rng));
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, rng.normal(0.0, scale));
   return t;
 }
 

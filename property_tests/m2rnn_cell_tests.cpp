@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
@@ -138,11 +138,10 @@ PARARNN_HOST_ONLY_TEST(M2rnn, JacobianMapEqualsOracleAutomaticDifferentiationAnd
     const int K = static_cast<int>(*p.k_dim), V = static_cast<int>(*p.v_dim), n = K * V;
     const Tolerance tol = tolerance_for({.dtype = p.dtype, .metric = Metric::jacobian, .cell = "m2rnn"});
     const std::vector<double> W = cell.parameter("W").to_f64_vector();
-    std::mt19937_64 rng(p.seed);
-    std::normal_distribution<double> normal(0.0, 0.7);
+    SplitMix64 rng(p.seed);
     for (std::int64_t t = 0; t < p.time; ++t) {
       std::vector<double> h(static_cast<std::size_t>(n)), h_new(h.size()), gain(h.size());
-      for (double& v : h) v = normal(rng);
+      for (double& v : h) v = rng.normal(0.0, 0.7);
       const reference::OracleStep oracle = reference::oracle_step_with_jacobian(problem, 0, t, h);
       const std::vector<double> raw = gate_inputs(cell, x, t);
       M2rnnMath::step(K, V, W.data(), raw.data(), h.data(), h_new.data(), gain.data());
@@ -179,11 +178,9 @@ TEST(M2rnn, OneStepIsExactlyTheSequentialStep) {
                                     m2rnn_problem(DType::bf16, 2, 1, 3, 2, 5, 0.5, true, 52),
                                     m2rnn_problem(DType::f64, 2, 1, 3, 4, 2, 0.3, false, 53)}) {
     SCOPED_TRACE(p.describe());
-    const Cell cell = p.make_cell();
-    const Tensor x = p.make_input();
-    const auto h0 = p.make_h0(cell.slots());
-    ApplyOptions apply;
-    if (h0) apply.h0 = h0->view();
+    const auto made = p.make();
+    const auto& [cell, x, h0] = made;
+    ApplyOptions apply = made.options();
     const Tensor newton = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
     const Tensor sequential = sequential_apply(cell, x, kTestBackend, apply);
     ASSERT_EQ(newton.shape(), (Shape{p.batch, 1, *p.k_dim, *p.v_dim}));
@@ -415,11 +412,9 @@ TEST(M2rnn, GpuEqualsCpuWithinTau) {
                                     m2rnn_problem(DType::bf16, 2, 500, 5, 16, 16, std::nullopt, true, 103),
                                     m2rnn_problem(DType::f32, 1, 200, 6, 8, 40, std::nullopt, false, 104)}) {
     SCOPED_TRACE(p.describe());
-    const Cell cell = p.make_cell();
-    const Tensor x = p.make_input();
-    const auto h0 = p.make_h0(cell.slots());
-    ApplyOptions apply;
-    if (h0) apply.h0 = h0->view();
+    const auto made = p.make();
+    const auto& [cell, x, h0] = made;
+    ApplyOptions apply = made.options();
     const Tolerance tau = tolerance_for({.dtype = p.dtype, .metric = Metric::trajectory, .cell = "m2rnn",
                                          .backend = "cuda"});
     NewtonStats cpu_stats, gpu_stats;
@@ -445,11 +440,9 @@ TEST(M2rnn, GpuGradientsEqualCpuWithinTau) {
                                     m2rnn_problem(DType::bf16, 2, 200, 5, 16, 16, std::nullopt, true, 113),
                                     m2rnn_problem(DType::f32, 1, 100, 6, 8, 40, std::nullopt, false, 114)}) {
     SCOPED_TRACE(p.describe());
-    const Cell cell = p.make_cell();
-    const Tensor x = p.make_input();
-    const auto h0 = p.make_h0(cell.slots());
-    ApplyOptions apply;
-    if (h0) apply.h0 = h0->view();
+    const auto made = p.make();
+    const auto& [cell, x, h0] = made;
+    ApplyOptions apply = made.options();
     testing::expect_gradients_agree_across_backends(
         cell, x, apply, p.seed,
         tolerance_for({.dtype = p.dtype, .metric = Metric::gradient_coupled, .cell = "m2rnn", .backend = "cuda"}));

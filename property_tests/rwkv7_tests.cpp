@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/scan.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -56,13 +56,14 @@ struct Rwkv7Case {
   Tensor make_input() const { return generated_case_input(dtype, batch, time, d_in, seed); }
   std::optional<Tensor> make_h0() const {
     if (!with_h0) return std::nullopt;
-    std::mt19937_64 rng(seed * 104729 + 3);
-    std::normal_distribution<double> normal(0.0, 0.5);
+    SplitMix64 rng(seed * 104729 + 3);
     Tensor h0(dtype, {batch, n_heads, d_head, d_head});
     Tensor flat = h0.reshaped({h0.numel()});
-    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < h0.numel(); ++i) flat.store({i}, rng.normal(0.0, 0.5));
     return h0;
   }
+  testing::MadeProblem make() const { return {make_cell(), make_input(), make_h0()}; }
+
   std::string describe() const {
     return fmt::format("cell=rwkv7 dtype={} B={} T={} d_in={} n_heads={} d_head={} h0={} seed={}",
                        dtype_name(dtype), batch, time, d_in, n_heads, d_head, with_h0, seed);
@@ -124,11 +125,9 @@ TEST(Rwkv7, ScanEqualsSequentialUnrollWithinTheLinearScanBand) {
     double worst = 0.0;
     for (const Rwkv7Case& c : scan_cases(dtype)) {
       SCOPED_TRACE(c.describe());
-      const Cell cell = c.make_cell();
-      const Tensor x = c.make_input();
-      const auto h0 = c.make_h0();
-      ApplyOptions apply;
-      if (h0) apply.h0 = h0->view();
+      const auto made = c.make();
+      const auto& [cell, x, h0] = made;
+      ApplyOptions apply = made.options();
       Tensor scanned = newton_apply(cell, x, {.scan_backend = kTestBackend}, apply);
       const Tensor stepped = sequential_apply(cell, x, apply);
       const ComparisonResult cmp = compare(scanned, stepped, band);
@@ -198,11 +197,10 @@ PARARNN_HOST_ONLY_TEST(Rwkv7, TransitionEqualsOracleAutomaticDifferentiation) {
   const Tolerance tol = tolerance_for({.dtype = c.dtype, .metric = Metric::jacobian, .cell = "rwkv7"});
   const int d = static_cast<int>(c.d_head);
   const std::int64_t H = c.n_heads, dd = c.d_head * c.d_head, n = H * dd;
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<double> normal(0.0, 0.5);
+  SplitMix64 rng(c.seed);
   for (std::int64_t t = 0; t < c.time; ++t) {
     std::vector<double> S(static_cast<std::size_t>(n));
-    for (double& v : S) v = normal(rng);
+    for (double& v : S) v = rng.normal(0.0, 0.5);
     const reference::OracleStep oracle = reference::oracle_step_with_jacobian(problem, 0, t, S);
     std::vector<double> raw(static_cast<std::size_t>(6 * c.d_h()));
     for (std::int64_t row = 0; row < 6 * c.d_h(); ++row) {
@@ -411,11 +409,9 @@ TEST(Rwkv7, GpuScanAndStepLoopEqualTheCpusWithinTau) {
                      .with_h0 = true, .seed = 45});
     for (const Rwkv7Case& c : cases) {
       SCOPED_TRACE(c.describe());
-      const Cell cell = c.make_cell();
-      const Tensor x = c.make_input();
-      const auto h0 = c.make_h0();
-      ApplyOptions apply;
-      if (h0) apply.h0 = h0->view();
+      const auto made = c.make();
+      const auto& [cell, x, h0] = made;
+      ApplyOptions apply = made.options();
       const Tolerance tau = tolerance_for({.dtype = dtype, .metric = Metric::trajectory, .cell = "rwkv7",
                                            .backend = "cuda"});
       const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply);
@@ -440,11 +436,9 @@ TEST(Rwkv7, GpuGradientsEqualCpuWithinTau) {
                      .with_h0 = true, .seed = 46});
     for (const Rwkv7Case& c : cases) {
       SCOPED_TRACE(c.describe());
-      const Cell cell = c.make_cell();
-      const Tensor x = c.make_input();
-      const auto h0 = c.make_h0();
-      ApplyOptions apply;
-      if (h0) apply.h0 = h0->view();
+      const auto made = c.make();
+      const auto& [cell, x, h0] = made;
+      ApplyOptions apply = made.options();
       testing::expect_gradients_agree_across_backends(
           cell, x, apply, c.seed,
           tolerance_for({.dtype = dtype, .metric = Metric::gradient_coupled, .cell = "rwkv7", .backend = "cuda"}));

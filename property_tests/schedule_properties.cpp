@@ -24,6 +24,7 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -158,11 +159,10 @@ RC_GTEST_PROP(Biases, NewtonAgreesWithOracleOnTrainedBiases, ()) {
     p.weight_std = 0.5;
   }
   Cell cell = p.make_cell();
-  std::mt19937_64 rng(p.seed * 31 + 7);
-  std::normal_distribution<double> normal(0.0, 0.5);
+  SplitMix64 rng(p.seed * 31 + 7);
   for (const AffineBlock& block : cell.spec().affine) {
     Tensor bias = Tensor::copy_of(cell.parameter(std::string(block.bias)).view());
-    for (std::int64_t i = 0; i < bias.numel(); ++i) bias.view().store({i}, normal(rng));
+    for (std::int64_t i = 0; i < bias.numel(); ++i) bias.view().store({i}, rng.normal(0.0, 0.5));
     cell.set_parameter(std::string(block.bias), bias);
   }
   const Tensor x = p.make_input();

@@ -17,13 +17,13 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <random>
 
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/seq_parallel.hpp"
 
 namespace pararnn {
@@ -97,10 +97,10 @@ std::vector<std::vector<std::int64_t>> splits_of(std::int64_t time, int ranks, s
   last_one = first_one;
   std::swap(last_one.front(), last_one.back());
   out.push_back(last_one);
-  std::mt19937_64 rng(seed);
+  SplitMix64 rng(seed);
   std::vector<std::int64_t> cuts = {0, time};
   while (static_cast<int>(cuts.size()) < ranks + 1) {
-    const auto cut = static_cast<std::int64_t>(1 + rng() % static_cast<std::uint64_t>(time - 1));
+    const auto cut = static_cast<std::int64_t>(1 + rng.next() % static_cast<std::uint64_t>(time - 1));
     if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
   }
   std::sort(cuts.begin(), cuts.end());
@@ -161,8 +161,8 @@ ExactCase exact_case(const std::string& label, DType dtype, std::int64_t batch, 
   Cell cell = Cell::initialise({.cell = variant.cell, .d_in = 3, .d_h = d_h, .gate_mix = variant.gate_mix}, dtype, seed);
   const ExactPlan plan = exact_plan(label);
   const CellSpec& spec = cell.spec();
-  std::mt19937_64 rng(seed * 977 + 5);
-  const auto sign = [&] { return rng() % 2 ? 1.0 : -1.0; };
+  SplitMix64 rng(seed * 977 + 5);
+  const auto sign = [&] { return rng.next() % 2 ? 1.0 : -1.0; };
   for (const AffineBlock& block : spec.affine) {
     Tensor w = Tensor::copy_of(cell.parameter(std::string(block.weight)).view());
     Tensor bias = Tensor::copy_of(cell.parameter(std::string(block.bias)).view());
@@ -189,7 +189,7 @@ ExactCase exact_case(const std::string& label, DType dtype, std::int64_t batch, 
     const bool zero = std::find(plan.zero_recurrent.begin(), plan.zero_recurrent.end(), static_cast<int>(k)) !=
                       plan.zero_recurrent.end();
     for (std::int64_t c = 0; c < d_h; ++c) {
-      const double v = zero ? 0.0 : sign() * (rng() % 2 ? 0.25 : 0.5);
+      const double v = zero ? 0.0 : sign() * (rng.next() % 2 ? 0.25 : 0.5);
       if (e.row < 0) t.store({c}, v); else t.store({e.row, c}, v);
     }
     cell.set_parameter(std::string(e.tensor), t);
@@ -198,7 +198,7 @@ ExactCase exact_case(const std::string& label, DType dtype, std::int64_t batch, 
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t t = 0; t < time; ++t) {
       x.store({b, t, 0}, sign());
-      x.store({b, t, 1}, static_cast<double>(static_cast<int>(rng() % 3) - 1));
+      x.store({b, t, 1}, static_cast<double>(static_cast<int>(rng.next() % 3) - 1));
       x.store({b, t, 2}, 1.0);
     }
   std::optional<Tensor> h0;
@@ -207,7 +207,7 @@ ExactCase exact_case(const std::string& label, DType dtype, std::int64_t batch, 
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t s = 0; s < cell.slots(); ++s)
         for (std::int64_t c = 0; c < d_h; ++c) {
-          double v = static_cast<double>(static_cast<int>(rng() % 9) - 4) / 4.0;  // quarters in [−1, 1]
+          double v = static_cast<double>(static_cast<int>(rng.next() % 9) - 4) / 4.0;  // quarters in [−1, 1]
           if (variant.cell == "slstm") v = s == 0 ? std::round(v) : s == 1 ? std::abs(std::round(v)) : 0.0;
           h.store({b, s, c}, v);
         }
@@ -412,9 +412,8 @@ SplitGradients backward_split(const Cell& cell, const Tensor& x, const Tensor& g
 Tensor normal_like(DType dtype, const Shape& shape, std::uint64_t seed) {
   Tensor t(dtype, shape);
   Tensor flat = t.reshaped({t.numel()});
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, normal(rng));
+  SplitMix64 rng(seed);
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat.store({i}, rng.normal());
   return t;
 }
 

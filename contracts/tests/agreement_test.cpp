@@ -3,19 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/core/random.hpp"
 
 namespace pararnn {
 namespace {
 
 Tensor normal_input(DType dtype, Shape shape, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal;
+  SplitMix64 rng(seed);
   Tensor x(dtype, shape);
   Tensor flat = x.reshaped({x.numel()});
-  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal());
   return x;
 }
 

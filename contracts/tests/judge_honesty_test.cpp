@@ -7,13 +7,13 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/case_file.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -21,11 +21,10 @@ namespace pararnn {
 namespace {
 
 Tensor normal_input(DType dtype, Shape shape, std::uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
+  SplitMix64 rng(seed);
   Tensor x(dtype, shape);
   Tensor flat = x.reshaped({x.numel()});
-  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal(0.0, scale));
   return x;
 }
 

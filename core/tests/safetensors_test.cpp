@@ -13,11 +13,11 @@
 #include <fstream>
 #include <map>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "pararnn/core/case_file.hpp"
+#include "pararnn/core/random.hpp"
 
 namespace pararnn {
 namespace {
@@ -86,11 +86,11 @@ std::string read_bytes(const fs::path& p) {
 // Values that exercise every dtype's bits: signs, zeros, fractions, extremes of the type.
 Tensor sample(DType dtype, Shape shape, int salt) {
   Tensor t(dtype, std::move(shape));
-  std::mt19937 rng(static_cast<unsigned>(salt) * 7919u + static_cast<unsigned>(dtype));
+  SplitMix64 rng(static_cast<std::uint64_t>(salt) * 7919u + static_cast<std::uint64_t>(dtype));
   std::vector<double> values(static_cast<std::size_t>(t.numel()));
-  std::uniform_int_distribution<int> small(-1000, 1000);
+  const auto small = [&] { return rng.below(2001) - 1000; };  // in [-1000, 1000]
   for (double& v : values) {
-    v = is_floating(dtype) ? small(rng) / 37.0 : small(rng) * 1000003.0;
+    v = is_floating(dtype) ? small() / 37.0 : small() * 1000003.0;
   }
   if (!values.empty() && is_floating(dtype)) values[0] = -0.0;
   return Tensor::from_values(dtype, t.shape(), values);
@@ -296,13 +296,13 @@ TEST_F(SafetensorsTest, CorruptedHeaderBytesNeverCrash) {
   const std::string bytes = read_bytes(good);
   const std::uint32_t seed = 977;
   std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::size_t> position(0, 8 + 120);
-  std::uniform_int_distribution<int> byte(0, 255);
+  SplitMix64 rng(seed);
+  const auto position = [&] { return rng.below(std::size_t{8 + 120 + 1}); };
+  const auto byte = [&] { return rng.below(256); };
   for (int trial = 0; trial < 500; ++trial) {
     std::string corrupted = bytes;
     for (int k = 0; k < 1 + trial % 3; ++k) {
-      corrupted[std::min(position(rng), corrupted.size() - 1)] = static_cast<char>(byte(rng));
+      corrupted[std::min(position(), corrupted.size() - 1)] = static_cast<char>(byte());
     }
     const fs::path p = bytes_file(corrupted);
     try {

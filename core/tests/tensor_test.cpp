@@ -11,9 +11,9 @@
 #include <limits>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <vector>
 
+#include "pararnn/core/random.hpp"
 #include "pararnn/core/tensor.hpp"
 
 namespace pararnn {
@@ -350,12 +350,10 @@ TEST(Rounding, TiesGoToEven) {
 }
 
 TEST(Rounding, StoreToHalfTypesEqualsNearestNeighbourSearch) {
-  std::mt19937_64 rng(20240601);
+  SplitMix64 rng(20240601);
   std::printf("seed 20240601\n");
-  std::uniform_real_distribution<double> exponent(-30.0, 20.0);
-  std::uniform_int_distribution<int> sign(0, 1);
   for (int i = 0; i < 20000; ++i) {
-    double value = std::exp2(exponent(rng)) * (sign(rng) ? -1 : 1);
+    double value = std::exp2(rng.uniform(-30.0, 20.0)) * (rng.below(2) ? -1 : 1);
     if (i % 3 != 0) {
       // On or next to a tie of bf16 (8 significant bits) or f16 (11): the hard cases.
       const int precision = i % 3 == 1 ? 8 : 11;

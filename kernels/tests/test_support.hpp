@@ -3,8 +3,8 @@
 //
 // DeviceBuffer<T>: an owning cudaMalloc'd array with upload/download; PARARNN_CUDA_OK: asserts a
 // cudaError_t is cudaSuccess and prints the runtime's message; test_seed: the seed of a random
-// test, printed, and replaced by PARARNN_TEST_SEED when set, so one line replays it; SplitMix64:
-// a small deterministic generator (the same bits on every platform).
+// test, printed, and replaced by PARARNN_TEST_SEED when set, so one line replays it. Random
+// draws come from the project's portable stream, pararnn::SplitMix64 (core/random.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +17,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "pararnn/core/random.hpp"
 
 namespace pararnn::kernels::test {
 
@@ -73,25 +75,6 @@ inline std::uint64_t test_seed(std::uint64_t fallback) {
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
   return seed;
 }
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1).
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-  // Uniform integer in [0, n).
-  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
-
- private:
-  std::uint64_t state_;
-};
 
 template <class T>
 std::string hexfloat(T v) {

@@ -1,6 +1,7 @@
 // run_campaign: the plan (variants x dtypes x backends x T x classes x seeds) becomes a list of
 // tasks (agreement rows, equivalences, K* measurements) run in order under the time budget;
 // report.json is assembled from their results and written once.
+#include "pararnn/core/random.hpp"
 #include "pararnn/reports/campaign.hpp"
 
 #include <fmt/format.h>
@@ -9,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <random>
 #include <set>
 
 #include "pararnn/cells/cell.hpp"
@@ -176,13 +176,12 @@ BuiltCase build_case(const Plan& plan, const CaseKey& k) {
     for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, kSaturatingInputScale * flat.load({i}));
   }
   if (k.cls == "h0") {  // as make-case --h0-std draws it (sLSTM's normalizer n0 >= 0)
-    std::mt19937_64 rng(k.case_seed ^ 0x5bd1e995ULL);
-    std::normal_distribution<double> normal(0.0, kInitialStateStd);
+    SplitMix64 rng(k.case_seed ^ 0x5bd1e995ULL);
     Shape shape = {batch};
     for (std::int64_t e : b.cell.state_shape()) shape.push_back(e);
     Tensor h(k.dtype, shape);
     Tensor flat = h.reshaped({h.numel()});
-    for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, normal(rng));
+    for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal(0.0, kInitialStateStd));
     if (b.cell.name() == "slstm")
       for (std::int64_t r = 0; r < batch; ++r)
         for (std::int64_t c = 0; c < b.cell.d_h(); ++c) h.store({r, 1, c}, std::abs(h.load({r, 1, c})));

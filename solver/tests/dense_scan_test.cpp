@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn {
@@ -23,19 +23,19 @@ struct DyadicDenseProblem {
   DyadicDenseProblem(std::int64_t time_, std::int64_t n_, std::int64_t stride_, std::uint64_t seed,
                      bool with_heads)
       : time(time_), n(n_), stride(stride_), offset(stride_ - n_) {
-    std::mt19937_64 rng(seed);
+    SplitMix64 rng(seed);
     const T j_values[] = {T(0), T(1), T(-1), T(1), T(-1)};
     J.assign(static_cast<std::size_t>(time * n * n), T(0));
     r.assign(static_cast<std::size_t>(time * stride), T(0));
     for (std::int64_t t = 0; t < time; ++t)
       for (std::int64_t o = 0; o < n; ++o) {
-        const std::int64_t col = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n));
-        J[static_cast<std::size_t>((t * n + o) * n + col)] = j_values[rng() % 5];
-        r[static_cast<std::size_t>(t * stride + offset + o)] = T(static_cast<int>(rng() % 17) - 8) / T(4);
+        const std::int64_t col = static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(n));
+        J[static_cast<std::size_t>((t * n + o) * n + col)] = j_values[rng.next() % 5];
+        r[static_cast<std::size_t>(t * stride + offset + o)] = T(static_cast<int>(rng.next() % 17) - 8) / T(4);
       }
     heads.assign(static_cast<std::size_t>(time), 0);
     if (with_heads)
-      for (std::int64_t t = 0; t < time; ++t) heads[static_cast<std::size_t>(t)] = rng() % 7 == 0;
+      for (std::int64_t t = 0; t < time; ++t) heads[static_cast<std::size_t>(t)] = rng.next() % 7 == 0;
   }
 };
 

@@ -14,12 +14,12 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -72,10 +72,9 @@ GoldenCase make(const std::string& label, DType dtype, std::optional<double> wei
     Shape shape = {2};
     for (std::int64_t extent : cell.state_shape()) shape.push_back(extent);
     Tensor h(dtype, shape);
-    std::mt19937_64 rng(13);
-    std::normal_distribution<double> normal(0.0, 0.3);
+    SplitMix64 rng(13);
     Tensor flat = h.reshaped({h.numel()});
-    for (std::int64_t i = 0; i < h.numel(); ++i) flat.store({i}, std::abs(normal(rng)));  // sLSTM n >= 0
+    for (std::int64_t i = 0; i < h.numel(); ++i) flat.store({i}, std::abs(rng.normal(0.0, 0.3)));  // sLSTM n >= 0
     h0 = h;
   }
   if (recorded != nullptr && recorded->tensors.contains(std::string(kInput) + "x")) {

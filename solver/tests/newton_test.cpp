@@ -6,9 +6,9 @@
 #include <limits>
 
 #include <cmath>
-#include <random>
 
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
 
 namespace pararnn {
@@ -16,11 +16,10 @@ namespace {
 
 Tensor random_input(DType dtype, std::int64_t batch, std::int64_t time, std::int64_t d_in,
                     std::uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
+  SplitMix64 rng(seed);
   Tensor x(dtype, {batch, time, d_in});
   Tensor flat = x.reshaped({x.numel()});
-  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, normal(rng));
+  for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal(0.0, scale));
   return x;
 }
 

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn {
@@ -22,24 +22,24 @@ struct DyadicProblem {
   std::vector<std::uint8_t> heads;
   DyadicProblem(std::int64_t time_, std::int64_t channels_, std::uint64_t seed, bool with_heads)
       : time(time_), channels(channels_) {
-    std::mt19937_64 rng(seed);
+    SplitMix64 rng(seed);
     const T j_values[] = {T(0), T(1), T(-1), T(1), T(-1)};
     J.resize(static_cast<std::size_t>(time * S * S * channels));
     r.resize(static_cast<std::size_t>(time * S * channels));
     for (std::int64_t t = 0; t < time; ++t)
       for (std::int64_t c = 0; c < channels; ++c) {
         for (int o = 0; o < S; ++o) {
-          const int col = static_cast<int>(rng() % S);
+          const int col = static_cast<int>(rng.next() % S);
           for (int i = 0; i < S; ++i)
             J[static_cast<std::size_t>((t * S * S + o * S + i) * channels + c)] =
-                i == col ? j_values[rng() % 5] : T(0);
+                i == col ? j_values[rng.next() % 5] : T(0);
           r[static_cast<std::size_t>((t * S + o) * channels + c)] =
-              T(static_cast<int>(rng() % 17) - 8) / T(4);
+              T(static_cast<int>(rng.next() % 17) - 8) / T(4);
         }
       }
     heads.assign(static_cast<std::size_t>(time), 0);
     if (with_heads)
-      for (std::int64_t t = 0; t < time; ++t) heads[static_cast<std::size_t>(t)] = rng() % 7 == 0;
+      for (std::int64_t t = 0; t < time; ++t) heads[static_cast<std::size_t>(t)] = rng.next() % 7 == 0;
   }
 };
 

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 #include "pararnn/cells/cell.hpp"
@@ -30,6 +29,7 @@
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/progress.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/reports/bug_bundle.hpp"
 #include "pararnn/solver/nccl_communicator.hpp"
@@ -369,7 +369,7 @@ int make_case(const MakeCaseArgs& args) {
                                 .v_dim = args.v_dim},
                                dtype, args.seed);
   const Tensor x = generated_case_input(dtype, args.batch, args.time, args.d_in, args.seed);
-  std::mt19937_64 rng(args.seed ^ 0x5bd1e995ULL);  // h0 draws, after the input's stream
+  SplitMix64 rng(args.seed ^ 0x5bd1e995ULL);  // h0 draws, after the input's stream
   std::optional<Tensor> cu;
   std::int64_t states = args.batch;
   if (!args.cu_seqlens.empty()) {
@@ -392,10 +392,9 @@ int make_case(const MakeCaseArgs& args) {
     Shape shape = {states};  // (S, d_h), (S, slots, d_h) or rwkv7's (S, n_heads, d, d)
     for (std::int64_t extent : cell.state_shape()) shape.push_back(extent);
     Tensor h(dtype, shape);
-    std::normal_distribution<double> h_normal(0.0, *args.h0_std);
     const std::int64_t n = h.numel();
     Tensor flat = h.reshaped({n});
-    for (std::int64_t i = 0; i < n; ++i) flat.store({i}, h_normal(rng));
+    for (std::int64_t i = 0; i < n; ++i) flat.store({i}, rng.normal(0.0, *args.h0_std));
     if (cell.name() == "slstm")  // the normalizer n0 (slot 1) of an sLSTM state is >= 0
       for (std::int64_t b = 0; b < states; ++b)
         for (std::int64_t c = 0; c < cell.d_h(); ++c) h.store({b, 1, c}, std::abs(h.load({b, 1, c})));
