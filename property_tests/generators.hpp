@@ -1,14 +1,20 @@
-// Our RapidCheck generators: problem shapes that shrink toward small B, T, d; weight-scale
-// classes (library init, clamped, unclamped std up to 0.7); every storage dtype. A generated
+// Our RapidCheck generators: problem shapes that shrink toward small B, T, d; conditioning
+// classes as data (kConditioningClasses: easy, moderate, hard |J|≈1, saturating, dyadic,
+// bf16-grid), shrinking toward easy; every storage dtype; values from the portable stream. A generated
 // problem names its values so a failure prints a readable case, and classifies itself.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
@@ -22,6 +28,53 @@
 #include "pararnn/solver/solver.hpp"
 
 namespace pararnn::testing {
+
+// The conditioning classes of a generated problem, as data: what its weights and inputs look
+// like. The generator draws a class index, so a failing case shrinks toward "easy" (then its
+// shape toward B = T = d = 1, its seed toward 0).
+enum class ValueGrid {
+  none,
+  dyadic,  // every input and parameter a multiple of 1/16 below 8 in magnitude: exact in every dtype
+  bf16,    // every input and parameter on bf16's grid: storage rounding loses nothing
+};
+struct ConditioningClass {
+  std::string_view name;
+  std::optional<double> weight_std = std::nullopt;  // nullopt: the library init 1/√d_h
+  bool clamped = true;                              // App. C.1 clamp at 0.5, or none
+  double input_scale = 1.0;                         // x = input_scale · N(0, 1)
+  ValueGrid grid = ValueGrid::none;
+  std::string_view not_for = {};                    // a cell the class does not apply to
+  std::string_view why_not = {};
+};
+inline const ConditioningClass kConditioningClasses[] = {
+    {.name = "easy"},
+    {.name = "moderate", .weight_std = 0.5},
+    {.name = "hard", .weight_std = 0.7, .clamped = false},  // |J| near 1, unclamped (CONTRACT §4)
+    {.name = "saturating", .input_scale = 6.0, .not_for = "titans",  // gates at 0 or 1
+     .why_not = "ParaTitans' memory is not squashed: large inputs make it grow without bound"},
+    {.name = "dyadic", .weight_std = 0.5, .grid = ValueGrid::dyadic},
+    {.name = "bf16_grid", .grid = ValueGrid::bf16},
+};
+
+inline const ConditioningClass& conditioning_class(std::string_view name) {
+  for (const ConditioningClass& c : kConditioningClasses)
+    if (c.name == name) return c;
+  throw Error(fmt::format("no conditioning class '{}'", name));
+}
+
+// `v` on the class's grid.
+inline double on_grid(double v, ValueGrid grid) {
+  switch (grid) {
+    case ValueGrid::none: return v;
+    case ValueGrid::dyadic: return std::clamp(std::round(v * 16.0) / 16.0, -7.9375, 7.9375);
+    case ValueGrid::bf16: {
+      Tensor t(DType::bf16, {1});
+      t.store({0}, v);
+      return t.load({0});
+    }
+  }
+  return v;
+}
 
 // The cell, input and h0 of a generated problem, with the ApplyOptions that pass that h0:
 //   const auto made = p.make();
@@ -48,18 +101,41 @@ struct GeneratedProblem {
   bool with_h0 = false;
   std::uint64_t seed = 0;
   std::optional<std::int64_t> k_dim, v_dim;  // ParaM2RNN (then d_h = k_dim·v_dim)
+  std::string_view conditioning = {};       // the class gen_problem drew; empty: fields set by hand
+  double input_scale = 1.0;
+  ValueGrid grid = ValueGrid::none;
+
+  // Takes the weights, input scale and grid of `c`.
+  void condition(const ConditioningClass& c) {
+    conditioning = c.name;
+    weight_std = c.weight_std;
+    clamped = c.clamped;
+    input_scale = c.input_scale;
+    grid = c.grid;
+  }
 
   Cell make_cell() const {
-    return Cell::initialise({.cell = cell, .d_in = d_in, .d_h = d_h,
-                             .max_recurrent_norm = clamped ? std::optional<double>(0.5) : std::nullopt,
-                             .weight_std = weight_std, .gate_mix = gate_mix, .k_dim = k_dim, .v_dim = v_dim},
-                            dtype, seed);
+    Cell made = Cell::initialise({.cell = cell, .d_in = d_in, .d_h = d_h,
+                                  .max_recurrent_norm = clamped ? std::optional<double>(0.5) : std::nullopt,
+                                  .weight_std = weight_std, .gate_mix = gate_mix, .k_dim = k_dim, .v_dim = v_dim},
+                                 dtype, seed);
+    if (grid != ValueGrid::none)
+      for (const auto& [name, value] : made.parameters()) {
+        Tensor gridded = Tensor::copy_of(value.view());
+        Tensor flat = gridded.reshaped({gridded.numel()});
+        for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, on_grid(flat.load({i}), grid));
+        made.set_parameter(name, gridded);
+      }
+    return made;
   }
   Tensor make_input() const {
     SplitMix64 rng(seed * 7919 + 1);
     Tensor x(dtype, {batch, time, d_in});
     Tensor flat = x.reshaped({x.numel()});
-    for (std::int64_t i = 0; i < x.numel(); ++i) flat.store({i}, rng.normal());
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const bool dt = cell == "cfc" && i % d_in == d_in - 1;  // CfC's Δt channel keeps its scale
+      flat.store({i}, on_grid((dt ? 1.0 : input_scale) * rng.normal(), grid));
+    }
     return x;
   }
   std::optional<Tensor> make_h0(int slots) const {
@@ -80,9 +156,10 @@ struct GeneratedProblem {
     return {std::move(c), make_input(), std::move(h)};
   }
   std::string describe() const {
-    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={}{} weight_std={} clamped={} h0={} seed={}",
+    return fmt::format("cell={}{} dtype={} B={} T={} d_in={} d_h={}{} class={} weight_std={} clamped={} h0={} seed={}",
                        cell, gate_mix == "input" ? "" : " gate_mix=" + gate_mix, dtype_name(dtype), batch, time, d_in, d_h,
                        k_dim ? fmt::format(" k_dim={} v_dim={}", *k_dim, v_dim.value_or(0)) : "",
+                       conditioning.empty() ? "set" : conditioning,
                        weight_std ? fmt::format("{}", *weight_std) : "init", clamped, with_h0, seed);
   }
 };
@@ -213,7 +290,7 @@ inline const std::vector<std::string> kPerChannelCellLabels = {PARARNN_FOR_EACH_
 inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<std::string> cells,
                                              std::vector<DType> dtypes) {
   return rc::gen::apply(
-      [](std::string label, DType dtype, int batch, int time, int d_in, int d_h, int scale_class,
+      [](std::string label, DType dtype, int batch, int time, int d_in, int d_h, std::size_t conditioning,
          bool with_h0, std::uint64_t seed) {
         GeneratedProblem p;
         const CellOptions variant = label_options(label);
@@ -229,17 +306,14 @@ inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<
         p.d_h = d_h;
         p.with_h0 = with_h0;
         p.seed = seed;
-        // 0: library init (clamped); 1: std 0.5 clamped; 2: unclamped std 0.7 (hard).
-        if (scale_class == 1) p.weight_std = 0.5;
-        if (scale_class == 2) {
-          p.weight_std = 0.7;
-          p.clamped = false;
-        }
+        const ConditioningClass& drawn = kConditioningClasses[conditioning];
+        p.condition(drawn.not_for == cell ? kConditioningClasses[0] : drawn);
         return p;
       },
       rc::gen::elementOf(cells), rc::gen::elementOf(dtypes), rc::gen::inRange(1, 4),
       rc::gen::inRange<int>(1, static_cast<int>(max_time) + 1), rc::gen::inRange(1, 9),
-      rc::gen::inRange(1, 17), rc::gen::inRange(0, 3), rc::gen::arbitrary<bool>(),
+      rc::gen::inRange(1, 17), rc::gen::inRange<std::size_t>(0, std::size(kConditioningClasses)),
+      rc::gen::arbitrary<bool>(),
       rc::gen::inRange<std::uint64_t>(0, 1u << 30));
 }
 

@@ -264,7 +264,7 @@ RC_GTEST_PROP(SeqParallel, PRanksAgreeWithOneRankWithinTau, ()) {
   const int ranks = *rc::gen::inRange(1, static_cast<int>(std::min<std::int64_t>(4, p.time)) + 1);
   const auto lengths = *rc::gen::elementOf(splits_of(p.time, ranks, p.seed));
   RC_TAG(std::string(dtype_name(p.dtype)), ranks);
-  RC_CLASSIFY(p.weight_std && !p.clamped, "hard weights");
+  RC_TAG(std::string(p.conditioning));
   const GeneratedProblem::Made made = p.make();
   const auto& [cell, x, h0] = made;
   const ApplyOptions options = made.options();
