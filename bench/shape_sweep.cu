@@ -130,19 +130,23 @@ const Shape kShapes[] = {
     PARARNN_SHAPE(1, 8, 16, 2, 4), PARARNN_SHAPE(1, 8, 32, 1, 4), PARARNN_SHAPE(4, 4, 16, 1, 4),
 };
 
-template <int kPrefetch>
+// kHeads: the kernel's packed-input form (a head flag loaded per step), here on input without
+// heads: what packing support costs the loop.
+template <int kPrefetch, bool kHeads>
 cudaError_t sequential_at(const SequentialArgs<float>& a, cudaStream_t s) {
   const std::int64_t blocks = (a.batch * a.channels + detail::kSequentialThreads - 1) / detail::kSequentialThreads;
-  detail::sequential_kernel<Gru, float, kPrefetch>
+  detail::sequential_kernel<Gru, float, kPrefetch, kHeads>
       <<<static_cast<unsigned>(blocks), detail::kSequentialThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 struct Prefetch {
   int distance;
+  bool heads;
   cudaError_t (*run)(const SequentialArgs<float>&, cudaStream_t);
 };
-const Prefetch kPrefetches[] = {{4, &sequential_at<4>}, {8, &sequential_at<8>}, {16, &sequential_at<16>},
-                                {24, &sequential_at<24>}, {32, &sequential_at<32>}};
+const Prefetch kPrefetches[] = {{4, false, &sequential_at<4, false>},   {8, false, &sequential_at<8, false>},
+                                {16, false, &sequential_at<16, false>}, {24, false, &sequential_at<24, false>},
+                                {32, false, &sequential_at<32, false>}, {24, true, &sequential_at<24, true>}};
 
 }  // namespace
 
@@ -262,8 +266,8 @@ int main(int argc, char** argv) {
     check(cudaDeviceSynchronize(), "sequential");
     const double err = max_abs_diff(download(H_out), ref_seq);
     const double ms = time_ms(runs, [&] { check(p.run(a, nullptr), "sequential"); });
-    std::printf("%s    {\"prefetch\": %d, \"ms\": %.4f, \"max_abs_vs_production\": %.3e}", first ? "" : ",\n",
-                p.distance, ms, err);
+    std::printf("%s    {\"prefetch\": %d, \"heads\": %s, \"ms\": %.4f, \"max_abs_vs_production\": %.3e}",
+                first ? "" : ",\n", p.distance, p.heads ? "true" : "false", ms, err);
     first = false;
   }
   std::printf("\n  ]\n}\n");

@@ -13,8 +13,13 @@ cudaError_t launch_sequential_apply(const SequentialArgs<StorageT>& a, cudaStrea
   if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr) return cudaErrorInvalidValue;
   const std::int64_t blocks = (a.batch * a.channels + kSequentialThreads - 1) / kSequentialThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  detail::sequential_kernel<CellMath, StorageT>
-      <<<static_cast<unsigned>(blocks), kSequentialThreads, 0, stream>>>(a);
+  constexpr int kPrefetch = detail::sequential_prefetch(CellMath::kGates);
+  if (a.head != nullptr || a.h0_row != nullptr)
+    detail::sequential_kernel<CellMath, StorageT, kPrefetch, true>
+        <<<static_cast<unsigned>(blocks), kSequentialThreads, 0, stream>>>(a);
+  else
+    detail::sequential_kernel<CellMath, StorageT, kPrefetch, false>
+        <<<static_cast<unsigned>(blocks), kSequentialThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
