@@ -25,6 +25,7 @@
 
 #include "backends.hpp"
 #include "cpu/input_affine.hpp"
+#include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
 #include "pararnn/cells/dual.hpp"
 #include "pararnn/solver/scan.hpp"
@@ -202,14 +203,8 @@ class DenseSolver {
   }
 
   // H* chain-major in the compute type, as a tensor (the forward's saved trajectory) and back.
-  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
-    Tensor out(kComputeDType, {static_cast<std::int64_t>(H.size())});
-    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
-    return out;
-  }
-  std::vector<ComputeT> from_saved(const Tensor& saved) const {
-    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
-  }
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const { return saved_trajectory(H, {static_cast<std::int64_t>(H.size())}); }
+  std::vector<ComputeT> from_saved(const Tensor& saved) const { return from_saved_trajectory<ComputeT>(saved); }
 
   // The implicit adjoint at H* (chain-major, the compute type), everything in double: the reverse
   // walk per chain (chains in parallel), the VJP of each step by duals, then the parameter sums

@@ -29,6 +29,7 @@
 
 #include "backends.hpp"
 #include "cpu/input_affine.hpp"
+#include "cpu/saved_trajectory.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {
@@ -104,11 +105,7 @@ class Rwkv7Solver {
     return S;
   }
 
-  Tensor to_compute_tensor(const std::vector<ComputeT>& S) const {
-    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
-    std::copy(S.begin(), S.end(), out.data_as<ComputeT>());
-    return out;
-  }
+  Tensor to_compute_tensor(const std::vector<ComputeT>& S) const { return saved_trajectory(S, cell_.trajectory_shape(L_.batch, L_.time)); }
   // The sequential loop in the compute type (scan_backend=eager's trajectory, unrounded).
   std::vector<ComputeT> sequential_compute() const {
     std::vector<ComputeT> S(static_cast<std::size_t>(L_.batch * L_.time * step_elems()));

@@ -22,6 +22,7 @@
 
 #include "backends.hpp"
 #include "cpu/input_affine.hpp"
+#include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
 
 namespace pararnn::detail {
@@ -144,14 +145,8 @@ class M2rnnSolver {
     });
   }
 
-  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
-    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
-    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
-    return out;
-  }
-  std::vector<ComputeT> from_saved(const Tensor& saved) const {
-    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
-  }
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const { return saved_trajectory(H, cell_.trajectory_shape(L_.batch, L_.time)); }
+  std::vector<ComputeT> from_saved(const Tensor& saved) const { return from_saved_trajectory<ComputeT>(saved); }
 
   // The implicit adjoint at H* (training.hpp), in double: rows in parallel, ∇W summed over rows
   // in a fixed order, then the input affine's backward.

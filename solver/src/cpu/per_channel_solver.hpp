@@ -24,6 +24,7 @@
 #include "cpu/fault_models.hpp"
 #include "cpu/input_affine.hpp"
 #include "cpu/log_coords.hpp"
+#include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
 #include "pararnn/cells/affine_monoid.hpp"
 #include "pararnn/core/logging.hpp"
@@ -420,15 +421,9 @@ class CpuSolver {
     return out;
   }
 
-  std::vector<ComputeT> from_saved(const Tensor& saved) const {
-    return std::vector<ComputeT>(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
-  }
+  std::vector<ComputeT> from_saved(const Tensor& saved) const { return from_saved_trajectory<ComputeT>(saved); }
 
-  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const {
-    Tensor out(kComputeDType, cell_.trajectory_shape(L_.batch, L_.time));
-    std::copy(H.begin(), H.end(), out.data_as<ComputeT>());
-    return out;
-  }
+  Tensor to_compute_tensor(const std::vector<ComputeT>& H) const { return saved_trajectory(H, cell_.trajectory_shape(L_.batch, L_.time)); }
 
   // The sequential recurrence on one tile, the state rounded to StoreT after every step.
   template <class StoreT>
