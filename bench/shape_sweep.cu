@@ -204,9 +204,10 @@ int main(int argc, char** argv) {
 
   const double tokens = static_cast<double>(n);
   std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+  const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
   std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"sm_clock_mhz\": %d, \"memory_clock_mhz\": %d, "
-              "\"runs\": %d},\n",
-              prop.name, prop.multiProcessorCount, clock_khz / 1000, mem_clock_khz / 1000, runs);
+              "\"runs\": %d, \"date\": \"%s\"},\n",
+              prop.name, prop.multiProcessorCount, clock_khz / 1000, mem_clock_khz / 1000, runs, date.c_str());
   std::printf("  \"shape\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"batch\": %lld, \"time\": %lld, \"d_h\": %lld},\n",
               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(D));
   const double prod_step_ms = time_ms(runs, [&] {

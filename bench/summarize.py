@@ -164,8 +164,18 @@ def main():
                          targets["context"]["date"])
     else:
         t["P10"] = entry(None, "ratio", 1.05, "lower", None, None, "not measured (pararnn_bench_targets P10 absent)", date)
-    seq = newton["sequential_kernel"]["ms"]
-    t["P13"] = entry(seq, "ms", 11.7, "lower", None, None, "sequential kernel, one thread per chain, S1 f32", date)
+    # The shape sweep times the production launcher at S1 beside its prefetch distances; its
+    # figure is the newer one when both benchmarks ran.
+    if shapes and "sequential_production_ms" in shapes:
+        t["P13"] = entry(shapes["sequential_production_ms"], "ms", 11.7, "lower", None, None,
+                         "sequential kernel, one thread per chain, S1 f32 (pararnn_bench_shapes: the production "
+                         "launcher; prefetch distances {})".format(", ".join(
+                             "{}{}: {:.2f} ms".format(p["prefetch"], " with head flags" if p.get("heads") else "",
+                                                     p["ms"]) for p in shapes.get("sequential", []))),
+                         shapes.get("context", {}).get("date", date))
+    else:
+        t["P13"] = entry(newton["sequential_kernel"]["ms"], "ms", 11.7, "lower", None, None,
+                         "sequential kernel, one thread per chain, S1 f32", date)
     p14 = targets.get("P14")
     if p14:
         ok = p14["check"]["vs_cpu_f32_loop_max_abs"] <= p14["check"]["tau_atol"]
