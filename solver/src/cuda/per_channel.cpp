@@ -894,9 +894,8 @@ void input_affine_on(cudaStream_t stream, cublasHandle_t handle, DType storage, 
                      std::int64_t d_in, std::int64_t width, const void* bias_row, const void* x,
                      std::span<const DeviceAffine> blocks, void* wx) {
   if (rows == 0 || width == 0) return;
-  // f32 with blocks covering every column, outside a graph capture (the decoder's step: its
-  // first call would allocate the cuBLASLt workspace): the bias in the GEMM's epilogue (one
-  // write of wx).
+  // f32 with blocks covering every column, outside a graph capture (cuBLASLt's first call
+  // allocates its workspace): the bias in the GEMM's epilogue (one write of wx).
   std::int64_t covered = 0;
   for (const DeviceAffine& block : blocks) covered += block.inputs > 0 ? block.outputs : 0;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -1096,27 +1095,13 @@ struct CudaDecoder::Impl {
   Cell cell;
   std::int64_t batch = 0;
   int device = 0;
-  std::int64_t width = 0;  // gate inputs per row, G·d_h
-  detail::cuda::DeviceBuffer values, bias, wx, cublas_workspace;
-  std::vector<detail::cuda::DeviceBuffer> weights;
-  std::vector<detail::cuda::DeviceAffine> blocks;
-  cublasHandle_t handle = nullptr;
+  std::int64_t affine_inputs = 0;  // the x columns the input affines read (CfC: all but Δt)
+  // values [k][c], bias [G·d_h], weight_t [affine_inputs][G·d_h]: the decode kernel's layout
+  // (kernels/decode.hpp), in the compute type.
+  detail::cuda::DeviceBuffer values, bias, weight_t;
 
   Impl(const Cell& c, std::int64_t b, int d) : cell(c), batch(b), device(d) {}
-  ~Impl() {
-    if (handle != nullptr) (void)cublasDestroy(handle);
-  }
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
 };
-
-namespace {
-
-// cuBLAS's workspace for the decoder's GEMM, owned by the decoder so that a captured graph
-// allocates nothing (cuBLAS recommends a user workspace under stream capture).
-constexpr std::size_t kDecodeCublasWorkspace = std::size_t{4} << 20;
-
-}  // namespace
 
 CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
   using namespace detail::cuda;
@@ -1135,27 +1120,38 @@ CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
   auto impl = std::make_unique<Impl>(cell, batch, device);
   const DType compute = compute_dtype(cell.dtype());
   const std::int64_t D = cell.d_h();
-  impl->width = cell.spec().gates * D;
+  const std::int64_t width = cell.spec().gates * D;
   const std::vector<double> values = cell.channel_values();
   const Tensor values_compute =
       Tensor::from_values(compute, {static_cast<std::int64_t>(values.size()) / D, D}, values);
   impl->values = upload_new(values_compute.data(), values_compute.nbytes(), "recurrent values");
-  std::vector<double> bias_row(static_cast<std::size_t>(impl->width), 0.0);
-  for (const AffineBlock& block : cell.spec().affine) {
-    const Tensor& weight = cell.parameter(std::string(block.weight));
-    impl->weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
-    impl->blocks.push_back({.weight = impl->weights.back().get(), .first_column = block.first_gate * D,
-                            .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
+  // Every block of a per-channel cell reads the same x columns (all, or CfC's features): one k
+  // range for the kernel's sum.
+  const auto& affine = cell.spec().affine;
+  impl->affine_inputs = affine.empty() ? 0 : cell.affine_inputs(affine.front());
+  for (const AffineBlock& block : affine)
+    if (cell.affine_inputs(block) != impl->affine_inputs)
+      throw UnsupportedPath(fmt::format("CudaDecoder: the input affines of cell '{}' read different x columns",
+                                        cell.name()));
+  std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
+  std::vector<double> weight_t(static_cast<std::size_t>(impl->affine_inputs * width), 0.0);
+  for (const AffineBlock& block : affine) {
+    const std::vector<double> w = cell.parameter(std::string(block.weight)).to_f64_vector();
     const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
-    std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
+    const std::int64_t first = block.first_gate * D, outputs = cell.affine_rows(block);
+    for (std::int64_t o = 0; o < outputs; ++o) {
+      bias_row[static_cast<std::size_t>(first + o)] = b[static_cast<std::size_t>(o)];
+      for (std::int64_t k = 0; k < impl->affine_inputs; ++k)
+        weight_t[static_cast<std::size_t>(k * width + first + o)] =
+            w[static_cast<std::size_t>(o * impl->affine_inputs + k)];
+    }
   }
-  const Tensor bias = Tensor::from_values(compute, {impl->width}, bias_row);
+  const Tensor bias = Tensor::from_values(compute, {width}, bias_row);
   impl->bias = upload_new(bias.data(), bias.nbytes(), "the input biases");
-  impl->wx = DeviceBuffer(checked_bytes(std::max<std::int64_t>(batch, 1) * impl->width, dtype_size(compute), "W_x x"),
-                          "W_x x");
-  impl->cublas_workspace = DeviceBuffer(kDecodeCublasWorkspace, "the decoder's cuBLAS workspace");
-  PARARNN_CUBLAS_CHECK(cublasCreate(&impl->handle));
-  PARARNN_CUBLAS_CHECK(cublasSetWorkspace(impl->handle, impl->cublas_workspace.get(), kDecodeCublasWorkspace));
+  if (impl->affine_inputs > 0) {
+    const Tensor wt = Tensor::from_values(compute, {impl->affine_inputs, width}, weight_t);
+    impl->weight_t = upload_new(wt.data(), wt.nbytes(), "the transposed input weights");
+  }
   detail::cuda::synchronize();
   impl_ = std::move(impl);
 }
@@ -1186,16 +1182,15 @@ void CudaDecoder::step(const TensorView& state, const TensorView& x, const Tenso
   if (batch == 0) return;
   DeviceGuard guard(d.device);
   const auto s = static_cast<cudaStream_t>(stream);
-  input_affine_on(s, d.handle, d.cell.dtype(), batch, d.cell.d_in(), d.width, d.bias.get(), x.data(),
-                  d.blocks, d.wx.get());
   dispatch_cell(d.cell.kind(), [&]<class CellMath>() {
     dispatch_device_storage(d.cell.dtype(), [&]<class StorageT>() {
       using ComputeT = kernels::ComputeOf<StorageT>;
       const kernels::DecodeArgs<StorageT> args{
-          .wx = d.wx.as<ComputeT>(), .values = d.values.as<ComputeT>(),
+          .weight_t = d.weight_t.as<ComputeT>(), .bias = d.bias.as<ComputeT>(), .values = d.values.as<ComputeT>(),
           .state = static_cast<const StorageT*>(state.data()), .x = static_cast<const StorageT*>(x.data()),
           .out = static_cast<StorageT*>(out.data()), .batch = batch, .channels = d.cell.d_h(),
-          .d_in = d.cell.d_in(), .dt_gate = d.cell.spec().dt_gate, .dt_floor = cells::kCfcDtFloor};
+          .d_in = d.cell.d_in(), .affine_inputs = d.affine_inputs, .dt_gate = d.cell.spec().dt_gate,
+          .dt_floor = cells::kCfcDtFloor};
       PARARNN_CUDA_CHECK((kernels::launch_decode_step<CellMath, StorageT>(args, s)));
     });
   });

@@ -1,20 +1,32 @@
-// One step of the recurrence for a batch of states on the GPU (decode, T = 1): one thread per
-// (b, c) computes state'[b][:, c] = CellMath::step(values[:, c], wx[b, :, c], state[b][:, c]) with
-// the production cell math, in the compute type, and stores it in the storage dtype.
+// One step of the recurrence for a batch of states on the GPU (decode, T = 1), the input affine
+// included: one launch computes, for every (b, c), the gate pre-activations
+// wx[g] = bias[g·D + c] + Σ_{k < affine_inputs} weight_t[k][g·D + c] · x[b][k] in the compute type,
+// then state'[b][:, c] = CellMath::step(values[:, c], wx, state[b][:, c]) with the production
+// cell math, stored in the storage dtype. No cuBLAS call, no W_x x buffer: a decoder step is a
+// single kernel node, whatever the batch.
 //
 // Layout (D = d_h channels, G = CellMath::kGates, S = kSlots, V = kRecurrent + kConstants):
-//   wx[b][g·D + c]     ComputeT, W_x x + b; the Δt gate (CfC, dt_gate >= 0) is not read from
-//                      here but formed in-kernel as max(x[b][d_in − 1], dt_floor)
-//   values[k][c]       ComputeT, k < V: the clamped recurrent values, then the cell's constants
-//   state[b][s][c]     StorageT
-//   x[b][i]            StorageT, read only for the Δt gate (may be null otherwise)
-//   out[b][s][c]       StorageT; may be `state` itself (each thread reads its entries first)
+//   weight_t[k][g·D + c]  ComputeT, k < affine_inputs: the transposed input weights of every
+//                         affine block at its gate columns; 0 in a column no block fills
+//   bias[g·D + c]         ComputeT, 0 where no block fills
+//   values[k][c]          ComputeT, k < V: the clamped recurrent values, then the cell's constants
+//   state[b][s][c]        StorageT
+//   x[b][i]               StorageT, i < d_in; the affines read its first affine_inputs columns
+//                         (CfC: all but the last, Δt); the Δt gate (dt_gate >= 0) is
+//                         max(x[b][d_in − 1], dt_floor), formed in the kernel
+//   out[b][s][c]          StorageT; may be `state` itself (each (b, c) reads its entries first)
+//
+// Work split: a block owns 32 channels × kDecodeRows batch rows; its warps split the k sum
+// (partial sums reduced in shared memory in a fixed order), x is staged in shared memory in
+// chunks of k, and each warp then steps one row. The sum's order is fixed by the launch shape, so
+// a step is deterministic (a graph replay equals the direct step bit for bit); it differs from a
+// GEMM's order by rounding only.
 //
 // Guarantees: never allocates, never synchronises, so it can be captured in a CUDA graph;
-// returns cudaErrorInvalidValue for null required arrays or negative sizes, else the launch's
-// error. Example:
-//   DecodeArgs<float> a{.wx = d_wx, .values = d_values, .state = d_s, .out = d_s, .batch = 8,
-//                       .channels = 256};
+// returns cudaErrorInvalidValue for null required arrays, negative sizes, affine_inputs outside
+// [0, d_in] or more than 65535·32 channels, else the launch's error. Example:
+//   DecodeArgs<float> a{.weight_t = d_wt, .bias = d_b, .values = d_values, .state = d_s, .x = d_x,
+//                       .out = d_s, .batch = 8, .channels = 256, .d_in = 256, .affine_inputs = 256};
 //   cudaError_t e = launch_decode_step<cells::GruDiagMath, float>(a, stream);
 #pragma once
 
@@ -27,7 +39,8 @@ namespace pararnn::kernels {
 template <class StorageT>
 struct DecodeArgs {
   using ComputeT = ComputeOf<StorageT>;
-  const ComputeT* wx = nullptr;
+  const ComputeT* weight_t = nullptr;
+  const ComputeT* bias = nullptr;
   const ComputeT* values = nullptr;
   const StorageT* state = nullptr;
   const StorageT* x = nullptr;
@@ -35,6 +48,7 @@ struct DecodeArgs {
   std::int64_t batch = 0;
   std::int64_t channels = 0;
   std::int64_t d_in = 0;
+  std::int64_t affine_inputs = 0;
   int dt_gate = -1;
   double dt_floor = 0.0;
 };

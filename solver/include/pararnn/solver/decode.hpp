@@ -8,10 +8,11 @@
 // and the value); `out` has state's shape, dtype and device, is contiguous and may be `state`
 // itself (in place). Host tensors run on the CPU for every cell; device tensors run on the GPU
 // for the per-channel cells (the dense-Jacobian cells are refused there with UnsupportedPath).
-// `CudaDecoder` is the CUDA-graph-safe form: everything it needs (weights, the clamped
-// recurrent values, the W_x x buffer, its own cuBLAS handle and workspace) is allocated once at
-// construction, and `step` only queues a bias copy, one GEMM and one kernel on the caller's
-// stream — no allocation, no synchronisation — so it can be captured and replayed. Example:
+// `CudaDecoder` is the CUDA-graph-safe form: everything it needs (the transposed input weights,
+// the biases, the clamped recurrent values) is uploaded once at construction, and `step` queues
+// one kernel on the caller's stream — W_x x + b and the cell step together (kernels/decode.hpp),
+// no allocation, no synchronisation — so it can be captured and replayed; its sums have a fixed
+// order, so a replay equals the direct step bit for bit. Example:
 //   CudaDecoder decoder(cell, /*batch=*/8);
 //   decoder.step(state_view, x_view, state_view, stream);   // device views, in place
 //   Tensor next = decode_step(cell, host_state, host_x);     // host tensors
