@@ -196,7 +196,7 @@ def main():
                          "CudaDecoder::step with W_x x inside (the target's 5 µs form; the 2.6 µs form with W_x x "
                          "precomputed has no API), graph replay of 100 steps, GRU d 256 f32: " + ", ".join(
                              "B {} {:.2f} µs".format(r["batch"], r["us_per_step"]) for r in rows),
-                         targets["context"]["date"])
+                         p16.get("run_context", targets["context"])["date"])
     else:
         t["P16"] = entry(None, "us", 2.6, "lower", None, peers_src,
                          "not measured (pararnn_bench_targets P16 absent)", date)

@@ -47,6 +47,9 @@ __global__ void __launch_bounds__(32 * kDecodeRows) decode_kernel(DecodeArgs<Sto
     }
     __syncthreads();
     if (channel) {
+      // Unrolled so that several k's weight loads (from L2) are in flight at once: the loop is
+      // bound by their latency, not by the FMAs.
+#pragma unroll 8
       for (int k = warp; k < n; k += kDecodeRows) {
         const ComputeT* w_row = a.weight_t + (k0 + k) * width + c;
         ComputeT w[G];
