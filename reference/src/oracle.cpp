@@ -349,7 +349,15 @@ PreparedCase prepare_case(const Case& problem) {
     }
     out.k_dim = problem.meta_int("k_dim", 0);
     out.v_dim = problem.meta_int("v_dim", 0);
-    out.d_h = out.k_dim * out.v_dim;
+    // A batch row's state holds at most 2^31 values (ParaM2RNN's bound in the library reading
+    // too): beyond it, or where k_dim·v_dim overflows, the case is refused by name.
+    constexpr std::int64_t kMaxStateElements = std::int64_t{1} << 31;
+    if (__builtin_mul_overflow(out.k_dim, out.v_dim, &out.d_h) || out.d_h > kMaxStateElements) {
+      throw ContractViolation("k_dim, v_dim",
+                              fmt::format("k_dim·v_dim must be at most {} (the state of one batch row)",
+                                          kMaxStateElements),
+                              fmt::format("k_dim={} v_dim={}", out.k_dim, out.v_dim));
+    }
     out.matrix_parameter_shapes["W"] = {out.v_dim, out.v_dim};
     out.value_matrix = lift_vector(
         checked_parameter(problem, spec, "W", {out.v_dim, out.v_dim},

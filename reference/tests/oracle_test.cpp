@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../src/oracle_internal.hpp"
@@ -535,6 +536,28 @@ TEST(Oracle, NonFiniteInputIsReportedNotHidden) {
 }
 
 // ---- refusals ----
+
+// Fuzzing found k_dim·v_dim overflowing int64 (signed overflow, UB) in the oracle's reading of an
+// M2RNN case (fuzz_metadata, input kept as seed regression-m2rnn-state-overflow): a state beyond
+// 2^31 values per row is refused by name, as the library reading refuses it.
+TEST(OracleRefuses, M2rnnStateBeyondTwoToThe31ValuesByName) {
+  for (const auto& [k_dim, v_dim] : {std::pair<std::string, std::string>{"8333333333333333333", "2"},
+                                     {"65536", "32769"}}) {
+    Case c;
+    c.cell = "m2rnn";
+    c.metadata = {{"cell", "m2rnn"}, {"k_dim", k_dim}, {"v_dim", v_dim}};
+    c.x = Tensor(DType::f32, {1, 3, 3});
+    c.parameters.emplace("W_x.weight", Tensor(DType::f32, {5, 3}));
+    c.parameters.emplace("W_x.bias", Tensor(DType::f32, {5}));
+    c.parameters.emplace("W", Tensor(DType::f32, {2, 2}));
+    try {
+      (void)oracle_state_shape(c);
+      ADD_FAILURE() << "k_dim=" << k_dim << " v_dim=" << v_dim << " was accepted";
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(std::string(e.argument()), "k_dim, v_dim") << e.what();
+    }
+  }
+}
 
 TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   Case c = make_case({});
