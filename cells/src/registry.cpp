@@ -128,13 +128,13 @@ const CellSpec& cell_spec(std::string_view name, std::string_view argument) {
   throw ContractViolation(argument, "must be one of " + known, name);
 }
 
-const CellSpec& cell_spec(std::string_view name, std::string_view mix,
-                                 std::string_view argument, std::string_view gate_mix) {
+const CellSpec& cell_spec(std::string_view name, std::string_view mix, std::string_view argument,
+                          std::string_view gate_mix) {
   (void)cell_spec(name, argument);  // an unknown cell is refused by name first
   const bool single_mix = has_single_mix(name);
   std::string mixes, gate_mixes;
   for (const auto& spec : cell_specs())
-    if (spec.name == name && mixes.find("'" + std::string(spec.mix) + "'") == std::string::npos)
+    if (spec.name == name && mixes.find(fmt::format("'{}'", spec.mix)) == std::string::npos)
       mixes += fmt::format("{}'{}'", mixes.empty() ? "" : ", ", spec.mix);
   bool mix_found = false;
   for (const auto& spec : cell_specs()) {
