@@ -164,8 +164,8 @@ def main():
                          targets["context"]["date"])
     else:
         t["P10"] = entry(None, "ratio", 1.05, "lower", None, None, "not measured (pararnn_bench_targets P10 absent)", date)
-    # The shape sweep times the production launcher at S1 beside its prefetch distances; its
-    # figure is the newer one when both benchmarks ran.
+    # P13 is the shape sweep's figure when the sweep ran (it times the production launcher at S1
+    # beside its prefetch distances and checks them against it), else pararnn_bench_newton's.
     if shapes and "sequential_production_ms" in shapes:
         t["P13"] = entry(shapes["sequential_production_ms"], "ms", 11.7, "lower", None, None,
                          "sequential kernel, one thread per chain, S1 f32 (pararnn_bench_shapes: the production "

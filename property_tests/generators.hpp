@@ -20,6 +20,7 @@
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/dtype.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/random.hpp"
 #include "pararnn/core/tensor.hpp"
@@ -67,11 +68,7 @@ inline double on_grid(double v, ValueGrid grid) {
   switch (grid) {
     case ValueGrid::none: return v;
     case ValueGrid::dyadic: return std::clamp(std::round(v * 16.0) / 16.0, -7.9375, 7.9375);
-    case ValueGrid::bf16: {
-      Tensor t(DType::bf16, {1});
-      t.store({0}, v);
-      return t.load({0});
-    }
+    case ValueGrid::bf16: return static_cast<double>(round_to_storage<Eigen::bfloat16>(v));
   }
   return v;
 }

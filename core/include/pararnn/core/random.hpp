@@ -1,9 +1,11 @@
 // The project's one random stream: SplitMix64 and the draws made from it. Every generated value
-// of the project (Cell::initialise, generated case inputs, make-case's h0, the campaign's
-// conditioning classes, the property generators, the benchmarks' inputs, the kernel tests) comes
-// from here, so a seed replays the same case with every compiler and standard library (the
-// <random> distributions are implementation-defined: libstdc++ and libc++ draw different normals
-// from the same engine).
+// of the library and its tests (Cell::initialise, generated case inputs, make-case's h0, the
+// campaign's h0, the property generators, the benchmarks' inputs, the kernel tests) comes from
+// here, so a seed replays the same case with every compiler and standard library (the <random>
+// distributions are implementation-defined: libstdc++ and libc++ draw different normals from the
+// same engine). The oracle keeps its own generators, independent of production code by design:
+// its certification sample and its tests draw from std::mt19937_64's engine output (specified
+// by the standard) through their own transforms, never through a <random> distribution.
 //
 // Guarantees: `next()` is SplitMix64 (Steele, Lea, Flood 2014), the same 64 bits everywhere;
 // `uniform()` is the top 53 bits of one `next()` scaled to [0, 1); `below(n)` is `next() % n`
