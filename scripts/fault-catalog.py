@@ -9,14 +9,20 @@ one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
 
   scripts/fault-catalog.py --build build-faults --fault clamp_skipped --out f.json  # one (ctest)
   scripts/fault-catalog.py --build build-faults --all --out docs/faults/catalog.json
+  scripts/fault-catalog.py --build build-faults-cuda --fault missing_scan_barrier \
+      --merge --out docs/faults/catalog.json          # a GPU fault, into the committed catalog
   scripts/fault-catalog.py --render docs/faults/catalog.json > docs/faults/README.md
-Exit status: 0 when every fault run was detected, 1 otherwise.
+A GPU fault ("gpu_only") whose suites cannot run here (no device: exit 77, or not a CUDA build)
+is recorded as not run (detected null), never as detected. Every entry records where it ran.
+Exit status: 0 when every fault run was detected, 77 when the one fault asked for could not run
+here, 1 otherwise.
 """
 import argparse
 import datetime
 import json
 import os
 import pathlib
+import platform
 import re
 import subprocess
 import sys
@@ -28,6 +34,7 @@ SHAPE = re.compile(r"\bB=(\d+) T=(\d+) d_in=\d+ d_h=(\d+)")
 FAILED = re.compile(r"^\[  FAILED  \] ([^\s,]+)", re.M)
 LOOSE = {"B": re.compile(r"\bB=(\d+)"), "T": re.compile(r"\bT=(\d+)"), "channels": re.compile(r"\b(?:d_h|channels)=(\d+)")}
 REPRO = re.compile(r'RC_PARAMS="(reproduce=[^"]+)"')
+SKIPPED = 77  # a GPU test executable without a device (and without PARARNN_REQUIRE_CUDA=1)
 
 
 def run_suite(build, fault, exe, gtest_filter, timeout):
@@ -71,14 +78,17 @@ def run_fault(build, entry, timeout):
     name = entry["name"]
     result = {"name": name, "models": entry["models"], "where": entry["where"], "detected": False,
               "caught_by": None, "shrunk": None, "repro": None, "seconds": 0.0, "injected": False}
-    if entry.get("gpu_only"):
-        result["note"] = "GPU-only fault: not defined in the CPU backend, runs on the GPU machine only"
-        result["detected"] = None
-        return result
     total = 0.0
+    skipped = 0
     for exe, gtest_filter in entry["suites"]:
+        if not (build / exe).is_file():
+            result.setdefault("missing", []).append(exe)
+            continue
         code, out, seconds = run_suite(build, name, exe, gtest_filter, timeout)
         total += seconds
+        if code == SKIPPED:  # a GPU suite on a machine without a device
+            skipped += 1
+            continue
         injected = f"pararnn fault '{name}' injected" in out
         result["injected"] = result["injected"] or injected
         if code is None:
@@ -96,7 +106,18 @@ def run_fault(build, entry, timeout):
         if code != 0:
             result.setdefault("failed_without_injection", []).append(f"{exe} --gtest_filter={gtest_filter}")
     result["seconds"] = round(total, 2)
+    if not result["detected"] and entry.get("gpu_only") and skipped + len(result.get("missing", [])) == len(entry["suites"]):
+        result["detected"] = None  # not run: no device here, or not a CUDA faults build
+        result["note"] = "GPU fault: run it in a CUDA faults build on the GPU machine"
+    result["run"] = run_context(build)
     return result
+
+
+def run_context(build):
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_sha": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                      capture_output=True, text=True).stdout.strip() or None,
+            "build": build.name, "host": platform.node()}
 
 
 def render(report):
@@ -105,7 +126,7 @@ def render(report):
     lines = ["# Fault catalog: the last run", "",
              f"Rendered from `catalog.json` (scripts/fault-catalog.py --render) of commit "
              f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}. "
-             f"Detected: {sum(1 for f in ran if f['detected'])} of {len(ran)} CPU faults "
+             f"Detected: {sum(1 for f in ran if f['detected'])} of {len(ran)} faults run "
              f"({100 * report['detected_share']:.0f} %).", "",
              "| fault | models | detected | caught by | shrunk (B, T, channels) | repro | seconds |",
              "|---|---|---|---|---|---|---|"]
@@ -115,6 +136,12 @@ def render(report):
         detected = {True: "yes", False: "**no**", None: "GPU only, not run"}[f["detected"]]
         repro = f"`{f['repro']}`" if f["repro"] else ""
         lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
+    merged = [f for f in report["faults"] if f.get("run") and report["context"].get("merged")
+              and f["run"].get("date") == report["context"]["merged"].get("date")]
+    if merged:
+        lines += ["", "Run separately and merged into this catalog (`--merge`):", ""]
+        lines += [f"- `{f['name']}`: {f['run']['date']}, commit `{(f['run']['git_sha'] or '?')[:12]}`, "
+                  f"build `{f['run']['build']}`" for f in merged]
     return "\n".join(lines) + "\n"
 
 
@@ -129,6 +156,8 @@ def main():
     which.add_argument("--all", action="store_true", help="every fault")
     parser.add_argument("--out", required=True, type=pathlib.Path)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per suite run")
+    parser.add_argument("--merge", action="store_true",
+                        help="--out is an existing catalog: replace only the entries of the faults run")
     args = parser.parse_args()
     build = args.build.resolve()
     spec = json.loads(SPEC.read_text())["faults"]
@@ -141,17 +170,28 @@ def main():
         print(f"{r['name']}: detected={r['detected']} by {r['caught_by']} shrunk={r['shrunk']} "
               f"{r['seconds']} s", flush=True)
         results.append(r)
+    this_run = [r for r in results if r["detected"] is not None]
+    context = dict(run_context(build), argv=sys.argv[1:])
+    if args.merge:
+        try:
+            previous = json.loads(args.out.read_text())
+            kept = {f["name"]: f for f in previous["faults"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"fault-catalog: --merge needs an existing catalog at {args.out}: {e}")
+        kept.update({r["name"]: r for r in results})
+        results = [kept[e["name"]] for e in spec if e["name"] in kept]
+        context = dict(previous.get("context", {}), merged=context)
     ran = [r for r in results if r["detected"] is not None]
-    report = {"schema_version": 1,
-              "context": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                          "git_sha": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                                                    capture_output=True, text=True).stdout.strip(),
-                          "build": build.name, "argv": sys.argv[1:]},
+    report = {"schema_version": 1, "context": context,
               "detected_share": (sum(1 for r in ran if r["detected"]) / len(ran)) if ran else None,
               "faults": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    sys.exit(0 if all(r["detected"] for r in ran) else 1)
+    tmp = args.out.with_name(args.out.name + ".part")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(args.out)
+    if not this_run and not args.all:
+        sys.exit(SKIPPED)
+    sys.exit(0 if all(r["detected"] for r in this_run) else 1)
 
 
 if __name__ == "__main__":

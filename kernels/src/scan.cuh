@@ -20,6 +20,7 @@
 
 #include "device_util.cuh"
 #include "pararnn/cells/affine_monoid.hpp"
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/scan.hpp"
 
 namespace pararnn::kernels::detail {
@@ -225,7 +226,10 @@ __device__ __forceinline__ void publish_flag(unsigned* flag, unsigned value) {
   }
 }
 
-template <int S, class T, int V, bool kReverse, class Source, class Shape>
+// kMissingBarrier is the fault `missing_scan_barrier` (core/fault.hpp): the barrier between the
+// look-back and the groups' re-run is left out, so a group may read its slot before warp 0 has
+// written the carry into it (a real race). Only a faults build instantiates it.
+template <int S, class T, int V, bool kReverse, class Source, class Shape, bool kMissingBarrier = false>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     scan_single_pass_kernel(Source src, const std::uint8_t* __restrict__ head, ScanGeometry g,
                             unsigned* ticket, unsigned* flags, T* aggregates, T* inclusives) {
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
       for (int v = 0; v < V; ++v) advance(ga[v], rq, carry[v]);
     }
   }
-  __syncthreads();
+  if constexpr (!kMissingBarrier) __syncthreads();
 
   // Every thread re-runs its elements from the state entering its group.
   if (active && n_valid > 0) {
@@ -739,11 +743,17 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   g.groups = static_cast<int>(chunk / steps);
   if (cudaError_t e = cudaMemsetAsync(base, 0, l.zeroed, stream); e != cudaSuccess) return e;
   const std::size_t smem = static_cast<std::size_t>(g.groups) * (S * S + S) * 32 * V * sizeof(T);
-  scan_single_pass_kernel<S, T, V, kReverse, Source, Shape>
-      <<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
-          source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
-          reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));
-  return cudaGetLastError();
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
+        source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
+        reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));
+    return cudaGetLastError();
+  };
+#if PARARNN_FAULTS_COMPILED
+  if (PARARNN_FAULT_POINT("missing_scan_barrier"))
+    return launch(scan_single_pass_kernel<S, T, V, kReverse, Source, Shape, true>);
+#endif
+  return launch(scan_single_pass_kernel<S, T, V, kReverse, Source, Shape>);
 }
 
 template <int S, class T, int V, bool kReverse>
