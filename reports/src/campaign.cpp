@@ -9,8 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <atomic>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
+
+#include <omp.h>
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
@@ -209,7 +215,9 @@ NewtonConfig config_for(const std::string& backend, std::optional<std::int64_t> 
 // reason recorded is the solver's own (UnsupportedPath), never a list kept here.
 std::optional<std::string> gradient_unsupported(const Variant& v, DType dtype, const std::string& backend,
                                                 const Plan& plan) {
+  static std::mutex mutex;  // the tasks run on --jobs workers; a probe runs once per key
   static std::map<std::string, std::optional<std::string>> cache;
+  const std::lock_guard lock(mutex);
   const std::string key = fmt::format("{}/{}/{}", v.name, dtype_name(dtype), backend);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const CaseKey k{.variant = &v, .dtype = dtype, .time = 2, .cls = "init", .case_seed = 7};
@@ -228,9 +236,15 @@ std::optional<std::string> gradient_unsupported(const Variant& v, DType dtype, c
 }
 
 
+// What one task adds to the report; the report concatenates them in the planned task order, so
+// report.json does not depend on which worker ran what (--jobs).
+struct TaskOutput {
+  Json rows = Json::array(), equivalences = Json::array(), kstar_rows = Json::array(), skipped = Json::array();
+};
+
 struct Task {
   std::string label;
-  std::function<void()> run;
+  std::function<void(TaskOutput&)> run;
   std::string group;  // the variant: the run order interleaves variants (interleaved())
 };
 
@@ -298,6 +312,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
     throw ContractViolation("--out", "must be a directory (the report folder)", options.out_dir.string());
   if (options.time_budget_s && !(*options.time_budget_s > 0.0))
     throw ContractViolation("--time-budget", "must be > 0 seconds", fmt::format("{}", *options.time_budget_s));
+
+  if (options.jobs && *options.jobs < 1)
+    throw ContractViolation("--jobs", "must be >= 1 (tasks run at once)", fmt::format("{}", *options.jobs));
+  const std::int64_t cpus = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
+  const std::int64_t jobs = options.jobs.value_or(cpus);
+  const int threads_per_job = static_cast<int>(std::max<std::int64_t>(1, cpus / jobs));
 
   Plan plan;
   plan.quick = options.quick;
@@ -420,7 +440,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                               .case_seed = static_cast<std::uint64_t>(1000 * time + s)};
             for (const std::string& backend : plan.backends) {
               const std::string id = case_id(key) + "." + backend;
-              tasks.push_back({id, [&, key, backend, id] {
+              tasks.push_back({id, [&, key, backend, id](TaskOutput& out) {
                 const Variant& v = *key.variant;
                 const BuiltCase built = build_case(plan, key);
                 Json row;
@@ -466,7 +486,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   row["outcome"] = outcome;
                   row["agreement"] = r.to_json();
                 } catch (const UnsupportedPath& e) {
-                  skipped.push_back({{"what", "row " + id}, {"reason", e.what()}});
+                  out.skipped.push_back({{"what", "row " + id}, {"reason", e.what()}});
                   return;
                 } catch (const NewtonDivergenceError& e) {
                   // The residual gate: the solver did not produce the sequential answer (`pararnn
@@ -508,14 +528,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   }
                   row["newton_ms_repeats"] = repeats;
                 }
-                rows.push_back(std::move(row));
+                out.rows.push_back(std::move(row));
               }, key.variant->name});
             }
             // Packed = each segment alone, per backend.
             if (cls == "packed")
               for (const std::string& backend : plan.backends) {
                 const std::string id = "packed_vs_per_sequence." + case_id(key) + "." + backend;
-                tasks.push_back({id, [&, key, backend, id] {
+                tasks.push_back({id, [&, key, backend, id](TaskOutput& out) {
                   const BuiltCase built = build_case(plan, key);
                   Json e = {{"id", id}, {"name", "packed_vs_per_sequence"}, {"variant", key.variant->name},
                             {"dtype", dtype_name(key.dtype)}, {"backend", backend}, {"T", key.time},
@@ -548,14 +568,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["atol"] = nullptr;
                     e["error"] = ex.what();
                   }
-                  equivalences.push_back(std::move(e));
+                  out.equivalences.push_back(std::move(e));
                 }, key.variant->name});
               }
             // Strided ≡ contiguous (class init): x read through a time-skipping view.
             if (cls == "init")
               for (const std::string& backend : plan.backends) {
                 const std::string id = "strided_vs_contiguous." + case_id(key) + "." + backend;
-                tasks.push_back({id, [&, key, backend, id] {
+                tasks.push_back({id, [&, key, backend, id](TaskOutput& out) {
                   const BuiltCase built = build_case(plan, key);
                   Json e = {{"id", id}, {"name", "strided_vs_contiguous"}, {"variant", key.variant->name},
                             {"dtype", dtype_name(key.dtype)}, {"backend", backend}, {"T", key.time},
@@ -575,7 +595,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
                     record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise);
                   } catch (const UnsupportedPath& ex) {
-                    skipped.push_back({{"what", id}, {"reason", ex.what()}});
+                    out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
                     return;
                   } catch (const std::exception& ex) {
                     e["verdict"] = kOutcomeError;
@@ -583,7 +603,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["atol"] = nullptr;
                     e["error"] = ex.what();
                   }
-                  equivalences.push_back(std::move(e));
+                  out.equivalences.push_back(std::move(e));
                 }, key.variant->name});
               }
             // Recompute ≡ stored (rows whose gradients are judged): outputs and every gradient.
@@ -591,7 +611,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end())
               for (const std::string& backend : plan.backends) {
                 const std::string id = "recompute_vs_stored." + case_id(key) + "." + backend;
-                tasks.push_back({id, [&, key, backend, id] {
+                tasks.push_back({id, [&, key, backend, id](TaskOutput& out) {
                   if (gradient_unsupported(*key.variant, key.dtype, backend, plan)) return;  // recorded on the row
                   const BuiltCase built = build_case(plan, key);
                   Json e = {{"id", id}, {"name", "recompute_vs_stored"}, {"variant", key.variant->name},
@@ -621,7 +641,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     record_comparison(e, worst, kBitwise);
                     e["worst_tensor"] = worst_name;
                   } catch (const UnsupportedPath& ex) {
-                    skipped.push_back({{"what", id}, {"reason", ex.what()}});
+                    out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
                     return;
                   } catch (const std::exception& ex) {
                     e["verdict"] = kOutcomeError;
@@ -629,13 +649,13 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["atol"] = nullptr;
                     e["error"] = ex.what();
                   }
-                  equivalences.push_back(std::move(e));
+                  out.equivalences.push_back(std::move(e));
                 }, key.variant->name});
               }
             // GPU = CPU.
             if (gpu && std::find(plan.gpu_cpu_classes.begin(), plan.gpu_cpu_classes.end(), cls) != plan.gpu_cpu_classes.end()) {
               const std::string id = "gpu_vs_cpu." + case_id(key);
-              tasks.push_back({id, [&, key, id] {
+              tasks.push_back({id, [&, key, id](TaskOutput& out) {
                 const BuiltCase built = build_case(plan, key);
                 Json e = {{"id", id}, {"name", "gpu_vs_cpu"}, {"variant", key.variant->name},
                           {"dtype", dtype_name(key.dtype)}, {"backend", "cuda"}, {"T", key.time},
@@ -648,7 +668,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   const ComparisonResult c = compare(on_gpu, on_cpu, tau);
                   record_comparison(e, c, tau);
                 } catch (const UnsupportedPath& ex) {
-                  skipped.push_back({{"what", id}, {"reason", ex.what()}});
+                  out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
                   return;
                 } catch (const std::exception& ex) {
                   e["verdict"] = kOutcomeError;
@@ -656,7 +676,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   e["atol"] = nullptr;
                   e["error"] = ex.what();
                 }
-                equivalences.push_back(std::move(e));
+                out.equivalences.push_back(std::move(e));
               }, key.variant->name});
             }
           }
@@ -679,7 +699,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
           if (t <= plan.kstar_max_t) times.push_back(t);
         if (times.empty()) continue;
         const std::string id = fmt::format("kstar.{}.{}.{}", vp->name, dtype_name(dtype), cls);
-        tasks.push_back({id, [&, vp, dtype, cls, times] {
+        tasks.push_back({id, [&, vp, dtype, cls, times](TaskOutput& out) {
           const Variant& v = *vp;
           const CellSpec& spec = spec_of(v);
           KstarOptions ko;
@@ -708,41 +728,85 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   by_seed.push_back(r.kstar);
                   floor = std::max(floor, r.sequential_max_abs);
                 }
-              kstar_rows.push_back({{"variant", v.name}, {"cell", v.cell}, {"mix", v.mix},
+              out.kstar_rows.push_back({{"variant", v.name}, {"cell", v.cell}, {"mix", v.mix},
                                     {"dtype", dtype_name(dtype)}, {"class", cls}, {"T", t},
                                     {"kstar_by_seed", by_seed}, {"max_kstar", table.max_kstar_by_t[i].second},
                                     {"shipped_k", table.shipped_k_by_t[i].second}, {"k_limit", ko.k_limit},
                                     {"sequential_max_abs", floor}, {"tau", table.tau}});
             }
           } catch (const std::exception& e) {
-            skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype_name(dtype), cls)},
+            out.skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype_name(dtype), cls)},
                                {"reason", std::string("measure_kstar failed: ") + e.what()}});
           }
         }, vp->name});
       }
 
-  // Run, under the budget.
+  // Run, under the budget: `jobs` workers take the tasks in the interleaved order; each task's
+  // OpenMP loops get cpus / jobs threads (one worker: the calling thread, its OpenMP default).
+  const std::vector<const Task*> order = interleaved(tasks);
+  std::vector<TaskOutput> outputs(tasks.size());
   std::int64_t done = 0, not_run = 0;
   bool budget_exhausted = false;
-  for (const Task* next : interleaved(tasks)) {
-    const Task& task = *next;
-    if (options.time_budget_s && elapsed() > *options.time_budget_s) {
-      budget_exhausted = true;
-      ++not_run;
-      continue;
+  std::mutex mutex;  // done, not_run, budget_exhausted, failure, the progress callback
+  std::exception_ptr failure;
+  std::atomic<std::size_t> next{0};
+  const auto report_progress = [&](const std::string& current) {  // under mutex
+    if (!options.progress) return;
+    const double t = elapsed();
+    const auto total = static_cast<std::int64_t>(tasks.size());
+    options.progress({.done = done, .total = total, .elapsed_s = t,
+                      .eta_s = done > 0 && !current.empty() ? t / static_cast<double>(done) * static_cast<double>(total - done) : 0.0,
+                      .current = current});
+  };
+  const auto work = [&] {
+    for (std::size_t i = next++; i < order.size(); i = next++) {
+      const Task& task = *order[i];
+      {
+        const std::lock_guard lock(mutex);
+        if (failure) return;
+        if (options.time_budget_s && elapsed() > *options.time_budget_s) {
+          budget_exhausted = true;
+          ++not_run;
+          continue;
+        }
+        report_progress(task.label);
+      }
+      try {
+        task.run(outputs[static_cast<std::size_t>(&task - tasks.data())]);
+      } catch (...) {
+        const std::lock_guard lock(mutex);
+        if (!failure) failure = std::current_exception();
+        return;
+      }
+      const std::lock_guard lock(mutex);
+      ++done;
     }
-    if (options.progress) {
-      const double t = elapsed();
-      options.progress({.done = done, .total = static_cast<std::int64_t>(tasks.size()), .elapsed_s = t,
-                        .eta_s = done > 0 ? t / static_cast<double>(done) * static_cast<double>(tasks.size() - done) : 0.0,
-                        .current = task.label});
-    }
-    task.run();
-    ++done;
+  };
+  if (jobs == 1) {
+    work();
+  } else {
+    std::vector<std::jthread> workers;
+    for (std::int64_t w = 0; w < jobs; ++w)
+      workers.emplace_back([&] {
+        omp_set_num_threads(threads_per_job);
+        work();
+      });
+  }  // the workers join here
+  if (failure) std::rethrow_exception(failure);
+  {
+    const std::lock_guard lock(mutex);
+    report_progress("");
   }
-  if (options.progress)
-    options.progress({.done = done, .total = static_cast<std::int64_t>(tasks.size()), .elapsed_s = elapsed(),
-                      .eta_s = 0.0, .current = ""});
+  const auto append = [](Json& to, Json& from) {
+    for (Json& j : from) to.push_back(std::move(j));
+  };
+  for (const Task* task : order) {
+    TaskOutput& o = outputs[static_cast<std::size_t>(task - tasks.data())];
+    append(rows, o.rows);
+    append(equivalences, o.equivalences);
+    append(kstar_rows, o.kstar_rows);
+    append(skipped, o.skipped);
+  }
 
   // Summary.
   std::map<std::string, std::int64_t> by_outcome = {{"Agree", 0}, {"Disagree", 0}, {"Inconclusive", 0}, {"Error", 0}};
@@ -796,6 +860,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   plan_json["kstar_max_T"] = plan.kstar_max_t;
   plan_json["timing_repeats"] = plan.timing_repeats;
   plan_json["time_budget_s"] = options.time_budget_s ? Json(*options.time_budget_s) : Json(nullptr);
+  plan_json["jobs"] = jobs;  // the timings were taken with this many tasks at once
+  plan_json["threads_per_job"] = jobs == 1 ? Json("openmp default") : Json(threads_per_job);
 
   Json summary;
   summary["rows"] = rows.size();

@@ -150,7 +150,14 @@ DiffResult diff_reports(const Json& old_report, const Json& new_report, const Di
                                            was, k["shipped_k"].get<std::int64_t>())});
   }
 
-  const auto old_t = time_groups(old_report), new_t = time_groups(new_report);
+  // Timings taken with a different number of campaign tasks at once (--jobs) are not comparable.
+  const auto jobs_of = [](const Json& report) {
+    const Json& plan = report.contains("plan") ? report["plan"] : Json::object();
+    return plan.contains("jobs") && plan["jobs"].is_number_integer() ? plan["jobs"].get<std::int64_t>() : std::int64_t{1};
+  };
+  const std::int64_t old_jobs = jobs_of(old_report), new_jobs = jobs_of(new_report);
+  const bool times_comparable = old_jobs == new_jobs;
+  const auto old_t = time_groups(old_report), new_t = times_comparable ? time_groups(new_report) : decltype(old_t){};
   for (const auto& [group, g] : new_t) {
     const auto it = old_t.find(group);
     if (it == old_t.end()) continue;
@@ -190,6 +197,10 @@ DiffResult diff_reports(const Json& old_report, const Json& new_report, const Di
                     "compared for groups with repeated runs in both reports.\n",
                     new_rows.size() - d.only_in_new.size(), d.only_in_old.size(), options.old_name, d.only_in_new.size(),
                     options.new_name, options.error_factor, 100.0 * options.time_noise, options.time_floor_ms);
+  if (!times_comparable)
+    md += fmt::format("\nTimes not compared: {} ran {} campaign task(s) at once, {} ran {} (--jobs); their timings "
+                      "were taken under different loads.\n",
+                      options.old_name, old_jobs, options.new_name, new_jobs);
   d.markdown = md;
   return d;
 }

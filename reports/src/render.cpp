@@ -289,16 +289,17 @@ std::string render_markdown(const Json& report, bool plots) {
                     str(ctx["git_sha"]), str(ctx["compiler"]), str(ctx["cuda_runtime"]), str(ctx["cuda_driver"]),
                     str(ctx["gpu"]), str(ctx["date_utc"]));
   std::string argv;
-  for (const auto& a : ctx["argv"]) argv += (argv.empty() ? "" : " ") + str(a);
+  for (const auto& a : ctx["argv"]) argv += fmt::format("{}{}", argv.empty() ? "" : " ", str(a));
   md += fmt::format("Command: `{}`  \n", argv);
   md += fmt::format("Plan: {} variants × {} × backends {} × T {} × classes {} × {} seed(s); B {}, d_in {}, d_h {}; "
-                    "oracle certification budget {} chain-steps{}.\n\n",
+                    "oracle certification budget {} chain-steps{}{}.\n\n",
                     variants.size(), fmt::join(strings(plan["dtypes"]), ", "), fmt::join(strings(plan["backends"]), ", "),
                     fmt::join(ints(plan["times"]), ", "), fmt::join(strings(plan["classes"]), ", "),
                     integer(plan.value("seeds", Json(0))), integer(plan.value("batch", Json(0))),
                     integer(plan.value("d_in", Json(0))), integer(plan.value("d_h", Json(0))),
                     integer(plan.value("certify_budget", Json(0))),
-                    plan.value("quick", Json(false)).get<bool>() ? "; quick" : "");
+                    plan.value("quick", Json(false)).get<bool>() ? "; quick" : "",
+                    plan.contains("jobs") ? fmt::format("; {} tasks at once (timings under that load)", integer(plan["jobs"])) : "");
 
   // Summary.
   md += "## Summary\n\n";

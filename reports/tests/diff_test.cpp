@@ -118,6 +118,17 @@ TEST(Diff, TimeRegressionBeyondTheNoiseBandOnly) {
   set_newton_ms(spread_old, 100.0, 4.0);
   set_newton_ms(spread_new, 300.0);
   EXPECT_TRUE(diff_reports(spread_old, spread_new, {.time_noise = 0.5, .time_floor_ms = 5}).regressions.empty());
+  // The same 3x under a different number of campaign tasks at once is not compared, and says so;
+  // with equal jobs it is found again.
+  Json serial = old, parallel = slower;
+  serial["plan"]["jobs"] = 1;
+  parallel["plan"]["jobs"] = 16;
+  const DiffResult loads = diff_reports(serial, parallel, {.time_noise = 0.5, .time_floor_ms = 5});
+  EXPECT_TRUE(loads.regressions.empty()) << loads.markdown;
+  EXPECT_NE(loads.markdown.find("Times not compared"), std::string::npos) << loads.markdown;
+  serial["plan"]["jobs"] = 16;
+  EXPECT_EQ(kinds(diff_reports(serial, parallel, {.time_noise = 0.5, .time_floor_ms = 5})),
+            std::vector<std::string>{"time_regression"});
 }
 
 TEST(Diff, GradientsNoLongerJudgedIsARegression) {

@@ -78,6 +78,7 @@ struct NightlyArgs {
   bool quick = false;
   std::optional<std::int64_t> seeds;
   std::optional<double> time_budget;
+  std::optional<std::int64_t> jobs;
   std::vector<std::string> argv;
 };
 

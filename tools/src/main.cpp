@@ -195,6 +195,7 @@ int main(int argc, char** argv) {
   nightly_cmd->add_option("--max-iters", na.max_iters, "a fixed K for every row, or none (default: K table + adaptive)");
   nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
   nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
+  nightly_cmd->add_option("--jobs", na.jobs, "tasks run at once (default: the CPUs; 1: one after another)")->check(count);
   nightly_cmd->add_option("--bench-summary", na.bench_summary,
                           "a bench summary (bench/results/h200-summary.json) to embed as the report's performance");
   RenderArgs ra;

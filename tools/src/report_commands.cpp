@@ -73,6 +73,7 @@ int report_nightly(const NightlyArgs& args) {
   }
   options.seeds = args.seeds;
   options.time_budget_s = args.time_budget;
+  options.jobs = args.jobs;
   if (!args.bench_summary.empty()) options.performance = reports::load_bench_summary(args.bench_summary);
   options.build = build_context();
   options.gpu_available = cuda_device_available();

@@ -45,6 +45,34 @@ PY
   check_png "$work/quick/rendered/plots/error-f32-init.png"
   expect_rc 0 "$pararnn" report diff "$work/quick/report.json" "$work/quick/report.json"
   ;;
+report_is_the_same_for_any_jobs)
+  # --jobs N runs N tasks at once; the report is the planned order's, bit for bit, whatever N is
+  # (only the timings and the recorded jobs differ). A planted failure (--max-iters 1) keeps its
+  # case file either way.
+  for j in 1 3; do
+    expect_rc 1 "$pararnn" report nightly --quick --cells gru,hopfield,m2rnn,slstm-dense --max-iters 1 --jobs $j \
+      --out "$work/jobs$j"
+  done
+  python3 - "$work/jobs1/report.json" "$work/jobs3/report.json" <<'PY' || fail "reports differ between --jobs 1 and --jobs 3"
+import json, sys
+TIMES = {"timings_ms", "newton_ms_repeats", "duration_s", "context", "jobs", "threads_per_job"}
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if k not in TIMES}
+    if isinstance(x, list):
+        return [strip(v) for v in x]
+    return x
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["plan"]["jobs"] == 1 and b["plan"]["jobs"] == 3, (a["plan"]["jobs"], b["plan"]["jobs"])
+assert b["plan"]["threads_per_job"] >= 1
+assert a["rows"] and a["equivalences"] and any(r["outcome"] != "Agree" for r in a["rows"])
+for key in ("rows", "equivalences", "kstar", "skipped", "summary"):
+    assert strip(a[key]) == strip(b[key]), key
+PY
+  cmp -s <(cd "$work/jobs1" && ls cases) <(cd "$work/jobs3" && ls cases) || fail "the failing cases' files differ"
+  expect_rc 2 "$pararnn" report nightly --quick --jobs 0 --out "$work/jobs0"
+  says "--jobs"
+  ;;
 cuda_is_skipped_and_recorded_without_a_gpu)
   expect_rc 0 "$pararnn" report nightly --backends cpu,cuda --cells gru --T 64 --classes init --out "$work/r"
   gpu=$(python3 -c "import json; print(json.load(open('$work/r/report.json'))['context']['gpu'])")

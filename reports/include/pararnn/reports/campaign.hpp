@@ -53,6 +53,9 @@ struct CampaignOptions {
   std::optional<std::int64_t> max_iters;         // a fixed K for every row (the seed's fixed-K
                                                  // behaviour); default: the K table + adaptive
   std::optional<double> time_budget_s;           // no task starts after it
+  std::optional<std::int64_t> jobs;              // tasks run at once (default: the CPUs); each
+                                                 // task's OpenMP loops get CPUs / jobs threads;
+                                                 // the report does not depend on it, its timings do
   BuildContext build;                            // from the caller (the CLI's env)
   bool gpu_available = false;                    // a CUDA device answers (the CLI checks)
   std::vector<std::string> argv;                 // recorded in the context block
