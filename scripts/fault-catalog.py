@@ -13,7 +13,8 @@ one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
       --merge --out docs/faults/catalog.json          # a GPU fault, into the committed catalog
   scripts/fault-catalog.py --render docs/faults/catalog.json > docs/faults/README.md
 A GPU fault ("gpu_only") whose suites cannot run here (no device: exit 77, or not a CUDA build)
-is recorded as not run (detected null), never as detected. Every entry records where it ran.
+is recorded as not run (detected null), never as detected. Every entry records where it ran
+(PARARNN_GIT_SHA names the commit where the tree is a copy without its git history).
 Exit status: 0 when every fault run was detected, 77 when the one fault asked for could not run
 here, 1 otherwise.
 """
@@ -99,6 +100,10 @@ def run_fault(build, entry, timeout):
             repro = REPRO.search(out)
             test_filter = test or gtest_filter
             env = f"PARARNN_FAULT={name}" + (f' RC_PARAMS="{repro.group(1)}"' if repro else "")
+            # What the failing test said (a wrong value, not the injection breaking the run).
+            block = out[out.find(f"[ RUN      ] {test}"):] if test else out
+            said = [l.strip() for l in block.splitlines() if l.strip() and not l.startswith("[")][:4]
+            result["failure_excerpt"] = " | ".join(said)[:400]
             result.update(detected=True, caught_by=f"{pathlib.Path(exe).name}:{test or '(crash)'}",
                           shrunk=shrunk_size(out, test), exit_code=code,
                           repro=f"{env} {build.name}/{exe} --gtest_filter='{test_filter}'")
@@ -115,8 +120,9 @@ def run_fault(build, entry, timeout):
 
 def run_context(build):
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_sha": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                                      capture_output=True, text=True).stdout.strip() or None,
+            "git_sha": os.environ.get("PARARNN_GIT_SHA")  # a copied tree without its history
+                       or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip() or None,
             "build": build.name, "host": platform.node()}
 
 

@@ -749,7 +749,7 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
         reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));
     return cudaGetLastError();
   };
-#if PARARNN_FAULTS_COMPILED
+#if defined(PARARNN_FAULTS) && PARARNN_FAULTS  // both passes: the device pass must compile the faulty kernel
   if (PARARNN_FAULT_POINT("missing_scan_barrier"))
     return launch(scan_single_pass_kernel<S, T, V, kReverse, Source, Shape, true>);
 #endif
