@@ -54,8 +54,10 @@ slow_filter() {
       echo "BackendEquivalence.*:CudaBackend.*:Decode.*" ;;
     gradient_tests_cuda:racecheck|gradient_tests_cuda:initcheck)
       echo "*/EveryCell.RecomputeIsBitwiseEqual/*:*PackedGradientsArePerSegment*" ;;
-    kernels_cuda_tests:*)
-      echo "*-$kernels_long" ;;
+    kernels_cuda_tests:racecheck)  # 8 scan tests took 240 s on the H200: the small kernels' tests
+      echo "*Launcher*:*Rules*:*Arguments*:TileMaxKernel*:Rwkv7Elements*:M2rnnKernels*:PicardPass*:DyadicScan/S1_f32.MisalignedArraysTakeTheScalarPathExactly" ;;
+    kernels_cuda_tests:*)  # memcheck/initcheck stalled in the dense scans over every chunking
+      echo "*-$kernels_long:*DenseScan*EqualsSequentialSubstitutionBitwiseForEveryChunking*" ;;
     m2rnn_tests_cuda:racecheck|m2rnn_tests_cuda:initcheck)
       echo "M2rnn.GpuEqualsCpuWithinTau:M2rnn.OneStepIsExactlyTheSequentialStep" ;;
     *) echo "*" ;;
