@@ -110,7 +110,9 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
   DeviceBuffer<T> d_in(n), d_out(n), d_max(3);
   DeviceBuffer<unsigned char> d_ws(newton_step_workspace_bytes<CellMath, T>(p.batch, p.time, p.channels));
   for (cudaError_t e : {d_in.status(), d_out.status(), d_max.status(), d_ws.status()}) EXPECT_EQ(e, cudaSuccess);
-  if (!from_guess) EXPECT_EQ(d_in.upload(H), cudaSuccess);
+  if (!from_guess) {
+    EXPECT_EQ(d_in.upload(H), cudaSuccess);
+  }
   EXPECT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);  // poison: NaN until written
   const NewtonStepArgs<T> args{.wx = in.wx.get(),
                                .recurrent = in.recurrent.get(),

@@ -745,6 +745,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   // OpenMP loops get cpus / jobs threads (one worker: the calling thread, its OpenMP default).
   const std::vector<const Task*> order = interleaved(tasks);
   std::vector<TaskOutput> outputs(tasks.size());
+  std::vector<double> task_seconds(tasks.size(), -1.0);  // wall seconds of each task run (-1: not run)
   std::int64_t done = 0, not_run = 0;
   bool budget_exhausted = false;
   std::mutex mutex;  // done, not_run, budget_exhausted, failure, the progress callback
@@ -771,8 +772,11 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         }
         report_progress(task.label);
       }
+      const auto index = static_cast<std::size_t>(&task - tasks.data());
       try {
-        task.run(outputs[static_cast<std::size_t>(&task - tasks.data())]);
+        const auto t0 = Clock::now();
+        task.run(outputs[index]);
+        task_seconds[index] = std::chrono::duration<double>(Clock::now() - t0).count();
       } catch (...) {
         const std::lock_guard lock(mutex);
         if (!failure) failure = std::current_exception();
@@ -877,6 +881,23 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   summary["rows_not_run"] = not_run;
   summary["budget_exhausted"] = budget_exhausted;
   summary["duration_s"] = std::round(elapsed() * 10.0) / 10.0;
+  // Where the time went: the tasks' summed wall seconds (the work to spread over --jobs) and the
+  // slowest tasks (the stragglers that bound a run's length).
+  {
+    std::vector<std::pair<double, std::string>> timed;
+    double total = 0.0;
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (task_seconds[i] >= 0.0) {
+        timed.emplace_back(task_seconds[i], tasks[i].label);
+        total += task_seconds[i];
+      }
+    std::sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    Json slowest = Json::array();
+    for (std::size_t i = 0; i < timed.size() && i < 10; ++i)
+      slowest.push_back({{"task", timed[i].second}, {"seconds", std::round(timed[i].first * 100.0) / 100.0}});
+    summary["task_seconds_total"] = std::round(total * 10.0) / 10.0;
+    summary["slowest_tasks"] = slowest;
+  }
 
   Json report;
   report["format"] = kReportFormat;

@@ -330,7 +330,15 @@ std::string render_markdown(const Json& report, bool plots) {
   md += fmt::format("- Skipped: {} (listed below).", report["skipped"].size());
   if (summary.value("budget_exhausted", Json(false)).get<bool>())
     md += fmt::format(" **Time budget exhausted: {} tasks not run.**", integer(summary["rows_not_run"]));
-  md += fmt::format("\n- Duration: {} s.\n\n", str(summary["duration_s"]));
+  md += fmt::format("\n- Duration: {} s.\n", str(summary["duration_s"]));
+  if (summary.contains("task_seconds_total") && summary.contains("slowest_tasks")) {
+    std::vector<std::string> slowest;
+    for (const auto& t : summary["slowest_tasks"])
+      if (t.is_object() && slowest.size() < 3)
+        slowest.push_back(fmt::format("`{}` {} s", str(t.value("task", Json(""))), str(t.value("seconds", Json(0)))));
+    md += fmt::format("- Task time: {} s in all; slowest {}.\n", str(summary["task_seconds_total"]), fmt::join(slowest, ", "));
+  }
+  md += "\n";
 
   // Failures first.
   md += fmt::format("## Failures ({})\n\n", failures.size());

@@ -55,7 +55,7 @@ report_is_the_same_for_any_jobs)
   done
   python3 - "$work/jobs1/report.json" "$work/jobs3/report.json" <<'PY' || fail "reports differ between --jobs 1 and --jobs 3"
 import json, sys
-TIMES = {"timings_ms", "newton_ms_repeats", "duration_s", "context", "jobs", "threads_per_job"}
+TIMES = {"timings_ms", "newton_ms_repeats", "duration_s", "context", "jobs", "threads_per_job", "task_seconds_total", "slowest_tasks"}
 def strip(x):
     if isinstance(x, dict):
         return {k: strip(v) for k, v in x.items() if k not in TIMES}
