@@ -1,5 +1,6 @@
 // verify_agreement and compare_trajectory: the only code that sees the solver and the oracle.
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/oracle_memo.hpp"
 
 #include <fmt/format.h>
 
@@ -186,6 +187,17 @@ std::string_view verdict_name(Verdict verdict) {
 }
 
 AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
+  if (options.oracle_memo && options.oracle_key.empty())
+    throw ContractViolation("oracle_key", "must name the case when oracle_memo is set", "(empty)");
+  if (options.oracle_memo && options.oracle_uses < 1)
+    throw ContractViolation("oracle_uses", "must be >= 1 when oracle_memo is set", std::to_string(options.oracle_uses));
+  // This call is one of the key's users on every path out, the oracle reached or not.
+  struct MemoUse {
+    const VerifyOptions& o;
+    ~MemoUse() {
+      if (o.oracle_memo) o.oracle_memo->done(o.oracle_key, o.oracle_uses);
+    }
+  } memo_use{options};
   AgreementReport r;
   r.cell = std::string(cell.name());
   r.slots = cell.slots();
@@ -217,9 +229,16 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   phase("oracle");
   start = Clock::now();
   const Case problem = case_for(cell, x, options);
-  const reference::OracleResult oracle = reference::oracle_sequential(
-      problem, {.certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed});
-  r.timings_ms["oracle"] = ms_since(start);
+  const reference::OracleOptions oracle_options{
+      .certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed};
+  std::shared_ptr<const reference::OracleResult> oracle_result;
+  if (options.oracle_memo) {
+    oracle_result = options.oracle_memo->trajectory(options.oracle_key, options.oracle_uses, problem, oracle_options);
+  } else {
+    oracle_result = std::make_shared<const reference::OracleResult>(reference::oracle_sequential(problem, oracle_options));
+  }
+  const reference::OracleResult& oracle = *oracle_result;
+  r.timings_ms["oracle"] = ms_since(start);  // with a memo: the wait for the shared oracle
 
   const Tolerance tau = trajectory_tolerance(cell.dtype(), r.cell, r.backend, options);
   judge(r, H, oracle, tau, problem);

@@ -22,6 +22,7 @@
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/kstar.hpp"
+#include "pararnn/contracts/oracle_memo.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/logging.hpp"
@@ -420,6 +421,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   const QuietWarnings quiet;  // fixed-K and hard rows warn on purpose; the report keeps the figures
   Json rows = Json::array(), equivalences = Json::array(), kstar_rows = Json::array();
   std::vector<Task> tasks;
+  OracleMemo oracle_memo;
 
   // Classes a variant cannot have: recorded once.
   for (const Variant* v : plan.variants)
@@ -479,6 +481,10 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 vo.certify_budget = plan.certify_budget_for(key.dtype);
                 vo.gradients = gradients;
                 vo.repro_command = repro;
+                // The case's rows on every backend share one oracle trajectory.
+                vo.oracle_memo = &oracle_memo;
+                vo.oracle_key = case_id(key);
+                vo.oracle_uses = static_cast<std::int64_t>(plan.backends.size());
                 std::string outcome;
                 try {
                   const AgreementReport r = verify_agreement(built.cell, built.x, vo);
@@ -896,6 +902,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
     for (std::size_t i = 0; i < timed.size() && i < 10; ++i)
       slowest.push_back({{"task", timed[i].second}, {"seconds", std::round(timed[i].first * 100.0) / 100.0}});
     summary["task_seconds_total"] = std::round(total * 10.0) / 10.0;
+    summary["oracle_runs"] = {{"computed", oracle_memo.computed()}, {"shared", oracle_memo.reused()}};
     summary["slowest_tasks"] = slowest;
   }
 

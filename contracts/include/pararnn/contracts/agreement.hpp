@@ -40,6 +40,8 @@ Metric gradient_metric(const Cell& cell);
 // certifier, ~15 s), 1e5 for f64 cases (cpp_bin_float_50 certifier, ~5-20 k steps/s).
 std::int64_t default_certify_budget(DType dtype);
 
+class OracleMemo;
+
 struct VerifyOptions {
   NewtonConfig config{};
   std::optional<TensorView> h0;
@@ -61,6 +63,12 @@ struct VerifyOptions {
   // Called as each phase starts ("newton", "sequential", "oracle", then "gradients" when asked):
   // the CLI's progress (core/progress.hpp).
   std::function<void(std::string_view phase)> progress;
+  // One oracle for several calls on the same case (contracts/oracle_memo.hpp): the trajectory
+  // oracle is taken from `oracle_memo` under `oracle_key`, computed by the first of its
+  // `oracle_uses` calls; a key bound to another case or other oracle options throws.
+  OracleMemo* oracle_memo = nullptr;
+  std::string oracle_key;
+  std::int64_t oracle_uses = 1;
 };
 
 struct AgreementReport {

@@ -1,0 +1,107 @@
+// OracleMemo (oracle_memo.hpp).
+#include "pararnn/contracts/oracle_memo.hpp"
+
+#include <cstring>
+
+#include "pararnn/core/errors.hpp"
+
+namespace pararnn {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+bool same_bits(const std::optional<Tensor>& a, const std::optional<Tensor>& b) {
+  return a.has_value() == b.has_value() && (!a || same_bits(*a, *b));
+}
+
+bool same_case(const Case& a, const Case& b) {
+  if (a.cell != b.cell || a.metadata != b.metadata || a.parameters.size() != b.parameters.size()) return false;
+  for (const auto& [name, t] : a.parameters) {
+    const auto it = b.parameters.find(name);
+    if (it == b.parameters.end() || !same_bits(t, it->second)) return false;
+  }
+  return same_bits(a.x, b.x) && same_bits(a.h0, b.h0) && same_bits(a.cu_seqlens, b.cu_seqlens);
+}
+
+// The case's tensors copied (a Case shares its tensors' storage with the caller's).
+Case owned_copy(const Case& c) {
+  Case out = c;
+  for (auto& [name, t] : out.parameters) t = Tensor::copy_of(t.view());
+  out.x = Tensor::copy_of(c.x.view());
+  if (c.h0) out.h0 = Tensor::copy_of(c.h0->view());
+  if (c.cu_seqlens) out.cu_seqlens = Tensor::copy_of(c.cu_seqlens->view());
+  out.grad_H.reset();
+  return out;
+}
+
+}  // namespace
+
+OracleMemo::Entry& OracleMemo::entry(const std::string& key, std::int64_t uses) {
+  if (uses < 1) throw ContractViolation("oracle_uses", "must be >= 1", std::to_string(uses));
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    it = entries_.emplace(key, Entry{}).first;
+    it->second.remaining = uses;
+  }
+  return it->second;
+}
+
+std::shared_ptr<const reference::OracleResult> OracleMemo::trajectory(const std::string& key, std::int64_t uses,
+                                                                      const Case& problem,
+                                                                      const reference::OracleOptions& options) {
+  std::promise<std::shared_ptr<const reference::OracleResult>> promise;
+  std::shared_future<std::shared_ptr<const reference::OracleResult>> result;
+  bool compute = false;
+  {
+    const std::lock_guard lock(mutex_);
+    Entry& e = entry(key, uses);
+    if (!e.bound) {
+      e.bound = true;
+      e.problem = owned_copy(problem);
+      e.options = options;
+      e.result = promise.get_future().share();
+      compute = true;
+      ++computed_;
+    } else {
+      if (!same_case(e.problem, problem) || e.options.certify != options.certify ||
+          e.options.certify_budget != options.certify_budget || e.options.seed != options.seed)
+        throw Error("oracle memo: key '" + key + "' was bound to another case or other oracle options; "
+                    "a memoised oracle is never reused for a different problem");
+      ++reused_;
+    }
+    result = e.result;
+  }
+  if (compute) {
+    try {
+      promise.set_value(std::make_shared<const reference::OracleResult>(reference::oracle_sequential(problem, options)));
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+    }
+  }
+  return result.get();
+}
+
+void OracleMemo::done(const std::string& key, std::int64_t uses) {
+  const std::lock_guard lock(mutex_);
+  Entry& e = entry(key, uses);
+  if (--e.remaining <= 0) entries_.erase(key);
+}
+
+std::int64_t OracleMemo::computed() const {
+  const std::lock_guard lock(mutex_);
+  return computed_;
+}
+
+std::int64_t OracleMemo::reused() const {
+  const std::lock_guard lock(mutex_);
+  return reused_;
+}
+
+std::size_t OracleMemo::live() const {
+  const std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+}  // namespace pararnn
