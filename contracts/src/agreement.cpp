@@ -139,8 +139,13 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   r.timings_ms["backward"] = ms_since(start);
   problem.grad_H = Tensor::converted(g, cell.dtype());
   start = Clock::now();
-  const reference::OracleGradients oracle = reference::oracle_gradients(
-      problem, {.certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed});
+  const reference::OracleOptions oracle_options{
+      .certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed};
+  const std::shared_ptr<const reference::OracleGradients> oracle_result =
+      options.oracle_memo
+          ? options.oracle_memo->gradients(options.oracle_key, options.oracle_uses, problem, oracle_options)
+          : std::make_shared<const reference::OracleGradients>(reference::oracle_gradients(problem, oracle_options));
+  const reference::OracleGradients& oracle = *oracle_result;
   r.timings_ms["oracle_gradients"] = ms_since(start);
   r.gradient_self_check_delta = oracle.self_check_delta;
   const Metric metric = gradient_metric(cell);

@@ -22,7 +22,8 @@ bool same_case(const Case& a, const Case& b) {
     const auto it = b.parameters.find(name);
     if (it == b.parameters.end() || !same_bits(t, it->second)) return false;
   }
-  return same_bits(a.x, b.x) && same_bits(a.h0, b.h0) && same_bits(a.cu_seqlens, b.cu_seqlens);
+  return same_bits(a.x, b.x) && same_bits(a.h0, b.h0) && same_bits(a.cu_seqlens, b.cu_seqlens) &&
+         same_bits(a.grad_H, b.grad_H);
 }
 
 // The case's tensors copied (a Case shares its tensors' storage with the caller's).
@@ -32,7 +33,7 @@ Case owned_copy(const Case& c) {
   out.x = Tensor::copy_of(c.x.view());
   if (c.h0) out.h0 = Tensor::copy_of(c.h0->view());
   if (c.cu_seqlens) out.cu_seqlens = Tensor::copy_of(c.cu_seqlens->view());
-  out.grad_H.reset();
+  if (c.grad_H) out.grad_H = Tensor::copy_of(c.grad_H->view());
   return out;
 }
 
@@ -48,39 +49,54 @@ OracleMemo::Entry& OracleMemo::entry(const std::string& key, std::int64_t uses) 
   return it->second;
 }
 
-std::shared_ptr<const reference::OracleResult> OracleMemo::trajectory(const std::string& key, std::int64_t uses,
-                                                                      const Case& problem,
-                                                                      const reference::OracleOptions& options) {
-  std::promise<std::shared_ptr<const reference::OracleResult>> promise;
-  std::shared_future<std::shared_ptr<const reference::OracleResult>> result;
-  bool compute = false;
+template <class Result, class Compute>
+std::shared_ptr<const Result> OracleMemo::memoised(const std::string& key, std::int64_t uses,
+                                                   Slot<Result> Entry::*slot, const Case& problem,
+                                                   const reference::OracleOptions& options, Compute compute) {
+  std::promise<std::shared_ptr<const Result>> promise;
+  std::shared_future<std::shared_ptr<const Result>> result;
+  bool first = false;
   {
     const std::lock_guard lock(mutex_);
-    Entry& e = entry(key, uses);
-    if (!e.bound) {
-      e.bound = true;
-      e.problem = owned_copy(problem);
-      e.options = options;
-      e.result = promise.get_future().share();
-      compute = true;
+    Slot<Result>& s = entry(key, uses).*slot;
+    if (!s.bound) {
+      s.bound = true;
+      s.problem = owned_copy(problem);
+      s.options = options;
+      s.result = promise.get_future().share();
+      first = true;
       ++computed_;
     } else {
-      if (!same_case(e.problem, problem) || e.options.certify != options.certify ||
-          e.options.certify_budget != options.certify_budget || e.options.seed != options.seed)
+      if (!same_case(s.problem, problem) || s.options.certify != options.certify ||
+          s.options.certify_budget != options.certify_budget || s.options.seed != options.seed)
         throw Error("oracle memo: key '" + key + "' was bound to another case or other oracle options; "
                     "a memoised oracle is never reused for a different problem");
       ++reused_;
     }
-    result = e.result;
+    result = s.result;
   }
-  if (compute) {
+  if (first) {
     try {
-      promise.set_value(std::make_shared<const reference::OracleResult>(reference::oracle_sequential(problem, options)));
+      promise.set_value(std::make_shared<const Result>(compute()));
     } catch (...) {
       promise.set_exception(std::current_exception());
     }
   }
   return result.get();
+}
+
+std::shared_ptr<const reference::OracleResult> OracleMemo::trajectory(const std::string& key, std::int64_t uses,
+                                                                      const Case& problem,
+                                                                      const reference::OracleOptions& options) {
+  return memoised(key, uses, &Entry::trajectory, problem, options,
+                  [&] { return reference::oracle_sequential(problem, options); });
+}
+
+std::shared_ptr<const reference::OracleGradients> OracleMemo::gradients(const std::string& key, std::int64_t uses,
+                                                                        const Case& problem,
+                                                                        const reference::OracleOptions& options) {
+  return memoised(key, uses, &Entry::gradients, problem, options,
+                  [&] { return reference::oracle_gradients(problem, options); });
 }
 
 void OracleMemo::done(const std::string& key, std::int64_t uses) {

@@ -50,6 +50,32 @@ TEST(OracleMemo, TwoCallsShareOneOracleRunAndJudgeAsWithoutIt) {
   }
 }
 
+TEST(OracleMemo, GradientsAreSharedTooAndJudgedAsWithoutIt) {
+  const Problem p = make_problem(1);
+  VerifyOptions plain;
+  plain.seed = 5;
+  plain.gradients = true;
+  const AgreementReport alone = verify_agreement(p.cell, p.x, plain);
+  OracleMemo memo;
+  VerifyOptions vo = with_memo(memo, "case", 2);
+  vo.gradients = true;
+  const AgreementReport first = verify_agreement(p.cell, p.x, vo);
+  const AgreementReport second = verify_agreement(p.cell, p.x, vo);
+  EXPECT_EQ(memo.computed(), 2);  // the trajectory and the gradients, once each
+  EXPECT_EQ(memo.reused(), 2);
+  EXPECT_EQ(memo.live(), 0u);
+  ASSERT_FALSE(alone.gradients.empty());
+  for (const AgreementReport* r : {&first, &second}) {
+    EXPECT_EQ(r->verdict, alone.verdict);
+    EXPECT_EQ(r->gradient_self_check_delta, alone.gradient_self_check_delta);
+    ASSERT_EQ(r->gradients.size(), alone.gradients.size());
+    for (std::size_t i = 0; i < alone.gradients.size(); ++i) {
+      EXPECT_EQ(r->gradients[i].name, alone.gradients[i].name);
+      EXPECT_EQ(r->gradients[i].comparison.max_abs, alone.gradients[i].comparison.max_abs) << alone.gradients[i].name;
+    }
+  }
+}
+
 TEST(OracleMemo, AKeyBoundToOneCaseRefusesAnother) {
   const Problem a = make_problem(1), b = make_problem(2);
   OracleMemo memo;
