@@ -247,11 +247,24 @@ struct Task {
   std::string label;
   std::function<void(TaskOutput&)> run;
   std::string group;  // the variant: the run order interleaves variants (interleaved())
+  double cost = 1.0;  // a relative work estimate (task_cost): a variant's costly tasks start first
 };
 
-// The tasks in run order: one task of each variant in turn, each variant's own tasks in the
-// order they were planned, so a time budget cuts every variant short instead of leaving the
-// variants planned last unvisited.
+// A relative work estimate, for the run order only (never in the report): the oracle dominates,
+// and its cost grows with T, with f64 (a float128 primary, a cpp_bin_float_50 certifier), with a
+// dense Jacobian (d_h times the per-channel work per step) and most with gradients of a dense
+// cell (measured on 2 cores: a Hopfield f64 T = 1024 gradient row ~110 s, a per-channel one ~1 s).
+double task_cost(const Variant& v, DType dtype, std::int64_t time, bool oracle, bool gradients) {
+  const bool dense = spec_of(v).jacobian != JacobianClass::per_channel;
+  double cost = static_cast<double>(time) * (dtype == DType::f64 ? 3.0 : 1.0) * (dense ? 4.0 : 1.0);
+  if (!oracle) cost *= 0.3;
+  if (gradients) cost *= dense ? 100.0 : 4.0;
+  return cost;
+}
+
+// The tasks in run order: one task of each variant in turn, each variant's own tasks costliest
+// first, so a time budget cuts every variant short instead of leaving the variants planned last
+// unvisited.
 std::vector<const Task*> interleaved(const std::vector<Task>& tasks) {
   std::vector<std::string> groups;
   std::map<std::string, std::vector<const Task*>> by_group;
@@ -260,6 +273,10 @@ std::vector<const Task*> interleaved(const std::vector<Task>& tasks) {
     if (fresh) groups.push_back(t.group);
     it->second.push_back(&t);
   }
+  // Within a variant, the costliest first (ties in plan order): with --jobs the long tasks start
+  // early instead of finishing last on one thread while the other workers idle.
+  for (auto& [group, list] : by_group)
+    std::stable_sort(list.begin(), list.end(), [](const Task* a, const Task* b) { return a->cost > b->cost; });
   std::vector<const Task*> order;
   order.reserve(tasks.size());
   for (std::size_t round = 0; order.size() < tasks.size(); ++round)
@@ -437,6 +454,9 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         for (const std::string& cls : plan.classes) {
           std::string why;
           if (!class_applies(*vp, cls, &why) || !plan.class_at_t(cls, time, dtype)) continue;
+          const bool gradient_class =
+              time <= plan.gradient_max_t &&
+              std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end();
           for (std::int64_t s = 1; s <= plan.seeds; ++s) {
             const CaseKey key{.variant = vp, .dtype = dtype, .time = time, .cls = cls, .seed_index = s,
                               .case_seed = static_cast<std::uint64_t>(1000 * time + s)};
@@ -535,7 +555,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   row["newton_ms_repeats"] = repeats;
                 }
                 out.rows.push_back(std::move(row));
-              }, key.variant->name});
+              }, key.variant->name, task_cost(*vp, dtype, time, true, gradient_class)});
             }
             // Packed = each segment alone, per backend.
             if (cls == "packed")
@@ -575,7 +595,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   out.equivalences.push_back(std::move(e));
-                }, key.variant->name});
+                }, key.variant->name, task_cost(*vp, dtype, time, false, false)});
               }
             // Strided ≡ contiguous (class init): x read through a time-skipping view.
             if (cls == "init")
@@ -610,7 +630,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   out.equivalences.push_back(std::move(e));
-                }, key.variant->name});
+                }, key.variant->name, task_cost(*vp, dtype, time, false, false)});
               }
             // Recompute ≡ stored (rows whose gradients are judged): outputs and every gradient.
             if (time <= plan.gradient_max_t &&
@@ -656,7 +676,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     e["error"] = ex.what();
                   }
                   out.equivalences.push_back(std::move(e));
-                }, key.variant->name});
+                }, key.variant->name, task_cost(*vp, dtype, time, false, false)});
               }
             // GPU = CPU.
             if (gpu && std::find(plan.gpu_cpu_classes.begin(), plan.gpu_cpu_classes.end(), cls) != plan.gpu_cpu_classes.end()) {
@@ -683,7 +703,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   e["error"] = ex.what();
                 }
                 out.equivalences.push_back(std::move(e));
-              }, key.variant->name});
+              }, key.variant->name, task_cost(*vp, dtype, time, false, false)});
             }
           }
         }
@@ -705,6 +725,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
           if (t <= plan.kstar_max_t) times.push_back(t);
         if (times.empty()) continue;
         const std::string id = fmt::format("kstar.{}.{}.{}", vp->name, dtype_name(dtype), cls);
+        std::int64_t kstar_steps = 0;  // every K of the search, every seed, over the ladder (roughly)
+        for (auto t : times) kstar_steps += 3 * plan.seeds * t;
         tasks.push_back({id, [&, vp, dtype, cls, times](TaskOutput& out) {
           const Variant& v = *vp;
           const CellSpec& spec = spec_of(v);
@@ -744,7 +766,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
             out.skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype_name(dtype), cls)},
                                {"reason", std::string("measure_kstar failed: ") + e.what()}});
           }
-        }, vp->name});
+        }, vp->name, task_cost(*vp, dtype, kstar_steps, true, false)});
       }
 
   // Run, under the budget: `jobs` workers take the tasks in the interleaved order; each task's

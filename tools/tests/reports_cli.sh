@@ -28,8 +28,10 @@ variants = r["plan"]["variants"]
 assert len(variants) == 13, variants
 covered = {row["variant"] for row in r["rows"] if row["dtype"] == "f32"}
 assert covered == set(variants), set(variants) - covered
-# The run interleaves the variants (a time budget cuts every variant short, none unvisited).
-assert [row["variant"] for row in r["rows"][:len(variants)]] == variants, [row["variant"] for row in r["rows"][:14]]
+# The run interleaves the variants (a time budget cuts every variant short, none unvisited):
+# each variant's costliest task starts in the first round (for some a K* measurement, no row),
+# so every variant has a row among the first two rounds' rows.
+assert set(row["variant"] for row in r["rows"][:2 * len(variants)]) == set(variants), [row["variant"] for row in r["rows"][:2 * len(variants)]]
 assert r["summary"]["rows"] == len(r["rows"])
 assert all(row["outcome"] == "Agree" for row in r["rows"]), [row["id"] for row in r["rows"] if row["outcome"] != "Agree"]
 assert all(row["agreement"]["verdict"] == "Agree" for row in r["rows"])
