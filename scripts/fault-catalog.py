@@ -142,8 +142,9 @@ def render(report):
         detected = {True: "yes", False: "**no**", None: "GPU only, not run"}[f["detected"]]
         repro = f"`{f['repro']}`" if f["repro"] else ""
         lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
-    merged = [f for f in report["faults"] if f.get("run") and report["context"].get("merged")
-              and f["run"].get("date") == report["context"]["merged"].get("date")]
+    merges = report["context"].get("merged", [])
+    merges = [merges] if isinstance(merges, dict) else merges
+    merged = [f for f in report["faults"] if f.get("run") and f["run"].get("date") in {m.get("date") for m in merges}]
     if merged:
         lines += ["", "Run separately and merged into this catalog (`--merge`):", ""]
         lines += [f"- `{f['name']}`: {f['run']['date']}, commit `{(f['run']['git_sha'] or '?')[:12]}`, "
@@ -186,7 +187,9 @@ def main():
             sys.exit(f"fault-catalog: --merge needs an existing catalog at {args.out}: {e}")
         kept.update({r["name"]: r for r in results})
         results = [kept[e["name"]] for e in spec if e["name"] in kept]
-        context = dict(previous.get("context", {}), merged=context)
+        merges = previous.get("context", {}).get("merged", [])
+        merges = [merges] if isinstance(merges, dict) else list(merges)
+        context = dict(previous.get("context", {}), merged=merges + [context])
     ran = [r for r in results if r["detected"] is not None]
     report = {"schema_version": 1, "context": context,
               "detected_share": (sum(1 for r in ran if r["detected"]) / len(ran)) if ran else None,
