@@ -56,22 +56,23 @@ std::map<std::string, std::vector<double>> oracle_outputs(const Problem& p) {
   return out;
 }
 
-class ThreadCount : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ThreadCount, SolverTrajectoryAndGradientsAreTheSameBitsOnOneAndFourThreads) {
-  const Problem p = make_problem(GetParam());
-  const auto one = with_threads(1, [&] { return solver_outputs(p); });
-  const auto four = with_threads(4, [&] { return solver_outputs(p); });
+// outputs(p) on one thread and on four: the same tensors, the same bits.
+template <class Outputs>
+void expect_the_same_bits_on_one_and_four_threads(const Problem& p, Outputs outputs) {
+  const auto one = with_threads(1, [&] { return outputs(p); });
+  const auto four = with_threads(4, [&] { return outputs(p); });
   ASSERT_EQ(one.size(), four.size());
   for (const auto& [name, values] : one) EXPECT_TRUE(values == four.at(name)) << name;
 }
 
+class ThreadCount : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ThreadCount, SolverTrajectoryAndGradientsAreTheSameBitsOnOneAndFourThreads) {
+  expect_the_same_bits_on_one_and_four_threads(make_problem(GetParam()), solver_outputs);
+}
+
 TEST_P(ThreadCount, OracleTrajectoryAndGradientsAreTheSameBitsOnOneAndFourThreads) {
-  const Problem p = make_problem(GetParam());
-  const auto one = with_threads(1, [&] { return oracle_outputs(p); });
-  const auto four = with_threads(4, [&] { return oracle_outputs(p); });
-  ASSERT_EQ(one.size(), four.size());
-  for (const auto& [name, values] : one) EXPECT_TRUE(values == four.at(name)) << name;
+  expect_the_same_bits_on_one_and_four_threads(make_problem(GetParam()), oracle_outputs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, ThreadCount, ::testing::Values("gru", "lstm", "cfc", "hopfield"),

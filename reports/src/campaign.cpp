@@ -1,6 +1,7 @@
 // run_campaign: the plan (variants x dtypes x backends x T x classes x seeds) becomes a list of
-// tasks (agreement rows, equivalences, K* measurements) run in order under the time budget;
-// report.json is assembled from their results and written once.
+// tasks (agreement rows, equivalences, K* measurements), taken in the interleaved order by
+// --jobs workers under the time budget; report.json is assembled from their outputs in that
+// order (whatever the number of workers) and written once.
 #include "pararnn/core/random.hpp"
 #include "pararnn/reports/campaign.hpp"
 
