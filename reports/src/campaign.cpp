@@ -98,6 +98,10 @@ struct Plan {
   std::int64_t batch = 2, d_in = 8, d_h = 16;
   std::int64_t certify_budget = 0;
   std::int64_t gradient_max_t = 0;     // gradients judged on rows with T <= this
+  // ... and f64 rows of a cell with a non-diagonal Jacobian only to this T: their certification
+  // (one whole chain's BPTT in cpp_bin_float_50, the least it can certify) costs ~100 s at
+  // T = 1024 (Hopfield, d_h 16) against ~6 s at T = 64.
+  std::int64_t gradient_max_t_f64_dense = 64;
   std::int64_t kstar_max_t = 0;        // K* measured at T <= this
   std::int64_t kstar_k_limit = 12;
   // Rows of class init time newton_apply again this many times (newton_ms_repeats): the noise
@@ -286,6 +290,15 @@ std::vector<const Task*> interleaved(const std::vector<Task>& tasks) {
   return order;
 }
 
+// Whether the rows of (variant, dtype, T, class) judge gradients (also their recompute ≡ stored).
+bool judges_gradients(const Plan& plan, const Variant& v, DType dtype, std::int64_t time, const std::string& cls) {
+  const bool dense = spec_of(v).jacobian != JacobianClass::per_channel;
+  const std::int64_t max_t = dtype == DType::f64 && dense ? std::min(plan.gradient_max_t, plan.gradient_max_t_f64_dense)
+                                                          : plan.gradient_max_t;
+  return time <= max_t &&
+         std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end();
+}
+
 Json worst_index_json(const Shape& index) { return Json(index); }
 
 // CONTRACT §5: strided ≡ contiguous and recompute ≡ stored are bitwise on the same backend.
@@ -440,6 +453,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   Json rows = Json::array(), equivalences = Json::array(), kstar_rows = Json::array();
   std::vector<Task> tasks;
   OracleMemo oracle_memo;
+  // A task cut short at the time budget: thrown at its phase boundaries (verify_agreement's
+  // phases, K*'s (T, seed) steps), so a long task does not run the campaign past --time-budget
+  // by more than one phase. Not a std::exception: no task's own error handling turns it into a
+  // row; the workers count the task as not run.
+  struct BudgetCut {};
+  const auto checkpoint = [&] {
+    if (options.time_budget_s && elapsed() > *options.time_budget_s) throw BudgetCut{};
+  };
 
   // Classes a variant cannot have: recorded once.
   for (const Variant* v : plan.variants)
@@ -455,9 +476,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         for (const std::string& cls : plan.classes) {
           std::string why;
           if (!class_applies(*vp, cls, &why) || !plan.class_at_t(cls, time, dtype)) continue;
-          const bool gradient_class =
-              time <= plan.gradient_max_t &&
-              std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end();
+          const bool gradient_class = judges_gradients(plan, *vp, dtype, time, cls);
           for (std::int64_t s = 1; s <= plan.seeds; ++s) {
             const CaseKey key{.variant = vp, .dtype = dtype, .time = time, .cls = cls, .seed_index = s,
                               .case_seed = static_cast<std::uint64_t>(1000 * time + s)};
@@ -480,10 +499,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 row["class"] = key.cls;
                 row["seed"] = key.seed_index;
                 row["case_seed"] = key.case_seed;
-                const bool wants_gradients =
-                    key.time <= plan.gradient_max_t &&
-                    std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), key.cls) !=
-                        plan.gradient_classes.end();
+                const bool wants_gradients = judges_gradients(plan, v, key.dtype, key.time, key.cls);
                 std::optional<std::string> no_gradients;
                 if (wants_gradients) no_gradients = gradient_unsupported(v, key.dtype, backend, plan);
                 const bool gradients = wants_gradients && !no_gradients;
@@ -506,6 +522,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 vo.oracle_memo = &oracle_memo;
                 vo.oracle_key = case_id(key);
                 vo.oracle_uses = static_cast<std::int64_t>(plan.backends.size());
+                vo.progress = [&](std::string_view) { checkpoint(); };
                 std::string outcome;
                 try {
                   const AgreementReport r = verify_agreement(built.cell, built.x, vo);
@@ -634,8 +651,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 }, key.variant->name, task_cost(*vp, dtype, time, false, false)});
               }
             // Recompute ≡ stored (rows whose gradients are judged): outputs and every gradient.
-            if (time <= plan.gradient_max_t &&
-                std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end())
+            if (gradient_class)
               for (const std::string& backend : plan.backends) {
                 const std::string id = "recompute_vs_stored." + case_id(key) + "." + backend;
                 tasks.push_back({id, [&, key, backend, id](TaskOutput& out) {
@@ -746,6 +762,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
           ko.k_limit = plan.kstar_k_limit;
           ko.weight_std = cls == "hard" ? v.hard_std : std::nullopt;
           ko.max_recurrent_norm = cls == "hard" ? std::nullopt : spec.default_cap;
+          ko.progress = [&](const std::string&) { checkpoint(); };
           try {
             const KstarTable table = measure_kstar(ko);
             for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i) {
@@ -775,9 +792,9 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   const std::vector<const Task*> order = interleaved(tasks);
   std::vector<TaskOutput> outputs(tasks.size());
   std::vector<double> task_seconds(tasks.size(), -1.0);  // wall seconds of each task run (-1: not run)
-  std::int64_t done = 0, not_run = 0;
+  std::int64_t done = 0, not_run = 0, cut = 0;  // cut: started, then stopped at the budget
   bool budget_exhausted = false;
-  std::mutex mutex;  // done, not_run, budget_exhausted, failure, the progress callback
+  std::mutex mutex;  // done, not_run, cut, budget_exhausted, failure, the progress callback
   std::exception_ptr failure;
   std::atomic<std::size_t> next{0};
   const auto report_progress = [&](const std::string& current) {  // under mutex
@@ -806,6 +823,13 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         const auto t0 = Clock::now();
         task.run(outputs[index]);
         task_seconds[index] = std::chrono::duration<double>(Clock::now() - t0).count();
+      } catch (const BudgetCut&) {
+        outputs[index] = TaskOutput{};  // nothing of a task cut short reaches the report
+        const std::lock_guard lock(mutex);
+        budget_exhausted = true;
+        ++not_run;
+        ++cut;
+        continue;
       } catch (...) {
         const std::lock_guard lock(mutex);
         if (!failure) failure = std::current_exception();
@@ -889,6 +913,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   plan_json["certify_budget_f64"] = plan.certify_budget_for(DType::f64);
   plan_json["gradient_classes"] = plan.gradient_classes;
   plan_json["gradient_max_T"] = plan.gradient_max_t;
+  plan_json["gradient_max_T_f64_dense"] = std::min(plan.gradient_max_t, plan.gradient_max_t_f64_dense);
   plan_json["kstar_classes"] = plan.kstar_classes;
   plan_json["kstar_max_T"] = plan.kstar_max_t;
   plan_json["timing_repeats"] = plan.timing_repeats;
@@ -908,6 +933,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   summary["skipped"] = skipped.size();
   summary["tasks"] = tasks.size();
   summary["rows_not_run"] = not_run;
+  summary["tasks_cut_at_budget"] = cut;
   summary["budget_exhausted"] = budget_exhausted;
   summary["duration_s"] = std::round(elapsed() * 10.0) / 10.0;
   // Where the time went: the tasks' summed wall seconds (the work to spread over --jobs) and the
@@ -958,7 +984,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
 
   CampaignResult result{report, report_path, 0};
   const bool failed = by_outcome["Disagree"] + by_outcome["Error"] + eq_by["Disagree"] + eq_by["Error"] > 0;
-  result.exit_code = failed ? 1 : (by_outcome["Inconclusive"] + eq_by["Inconclusive"] > 0 ? 2 : 0);
+  // A run cut by its time budget did not judge its whole plan: never exit 0 (2, as Inconclusive).
+  result.exit_code = failed ? 1 : (by_outcome["Inconclusive"] + eq_by["Inconclusive"] > 0 || budget_exhausted ? 2 : 0);
   return result;
 }
 

@@ -19,7 +19,7 @@
 //   budget the rows not started are counted (summary.rows_not_run), never reported as passing.
 // Example:
 //   CampaignResult r = run_campaign({.out_dir = "nightly", .quick = true});
-//   // nightly/report.json; r.exit_code: 0 all Agree, 1 a Disagree or Error, 2 an Inconclusive
+//   // nightly/report.json; r.exit_code: 0 all Agree, 1 a Disagree or Error, 2 an Inconclusive or a cut plan
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -52,7 +52,8 @@ struct CampaignOptions {
   std::optional<std::int64_t> seeds;             // per configuration; default 1 (quick) or 2
   std::optional<std::int64_t> max_iters;         // a fixed K for every row (the seed's fixed-K
                                                  // behaviour); default: the K table + adaptive
-  std::optional<double> time_budget_s;           // no task starts after it
+  std::optional<double> time_budget_s;           // no task starts after it; one running stops
+                                                 // at its next phase (not run, exit 2)
   std::optional<std::int64_t> jobs;              // tasks run at once (default: the CPUs); each
                                                  // task's OpenMP loops get CPUs / jobs threads;
                                                  // the report does not depend on it, its timings do
@@ -67,7 +68,8 @@ struct CampaignOptions {
 struct CampaignResult {
   nlohmann::ordered_json report;
   std::filesystem::path report_path;
-  int exit_code = 0;  // 0: every row and equivalence Agree; 1: any Disagree or Error; 2: else Inconclusive
+  int exit_code = 0;  // 0: every row and equivalence Agree, whole plan run; 1: any Disagree or Error;
+                     // 2: else an Inconclusive, or the time budget left tasks not run
 };
 
 // The names the campaign knows (`--cells`): gru, gru-head, lstm, nlru, slstm, slstm-head,
