@@ -131,22 +131,27 @@ const Shape kShapes[] = {
 };
 
 // kHeads: the kernel's packed-input form (a head flag loaded per step), here on input without
-// heads: what packing support costs the loop.
-template <int kPrefetch, bool kHeads>
+// heads: what packing support costs the loop. kPicard: the per-step branch of sLSTM's Picard
+// passes left in (the general instantiation has both; S1's production launch has neither).
+template <int kPrefetch, bool kHeads, bool kPicard = kHeads>
 cudaError_t sequential_at(const SequentialArgs<float>& a, cudaStream_t s) {
   const std::int64_t blocks = (a.batch * a.channels + detail::kSequentialThreads - 1) / detail::kSequentialThreads;
-  detail::sequential_kernel<Gru, float, kPrefetch, kHeads>
+  detail::sequential_kernel<Gru, float, kPrefetch, kHeads, kPicard>
       <<<static_cast<unsigned>(blocks), detail::kSequentialThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 struct Prefetch {
   int distance;
-  bool heads;
+  bool heads, picard;
   cudaError_t (*run)(const SequentialArgs<float>&, cudaStream_t);
 };
-const Prefetch kPrefetches[] = {{4, false, &sequential_at<4, false>},   {8, false, &sequential_at<8, false>},
-                                {16, false, &sequential_at<16, false>}, {24, false, &sequential_at<24, false>},
-                                {32, false, &sequential_at<32, false>}, {24, true, &sequential_at<24, true>}};
+const Prefetch kPrefetches[] = {{4, false, false, &sequential_at<4, false>},
+                                {8, false, false, &sequential_at<8, false>},
+                                {16, false, false, &sequential_at<16, false>},
+                                {24, false, false, &sequential_at<24, false>},
+                                {32, false, false, &sequential_at<32, false>},
+                                {24, false, true, &sequential_at<24, false, true>},
+                                {24, true, true, &sequential_at<24, true>}};
 
 }  // namespace
 
@@ -267,8 +272,8 @@ int main(int argc, char** argv) {
     check(cudaDeviceSynchronize(), "sequential");
     const double err = max_abs_diff(download(H_out), ref_seq);
     const double ms = time_ms(runs, [&] { check(p.run(a, nullptr), "sequential"); });
-    std::printf("%s    {\"prefetch\": %d, \"heads\": %s, \"ms\": %.4f, \"max_abs_vs_production\": %.3e}",
-                first ? "" : ",\n", p.distance, p.heads ? "true" : "false", ms, err);
+    std::printf("%s    {\"prefetch\": %d, \"heads\": %s, \"picard\": %s, \"ms\": %.4f, \"max_abs_vs_production\": %.3e}",
+                first ? "" : ",\n", p.distance, p.heads ? "true" : "false", p.picard ? "true" : "false", ms, err);
     first = false;
   }
   std::printf("\n  ]\n}\n");

@@ -14,11 +14,13 @@ cudaError_t launch_sequential_apply(const SequentialArgs<StorageT>& a, cudaStrea
   const std::int64_t blocks = (a.batch * a.channels + kSequentialThreads - 1) / kSequentialThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   constexpr int kPrefetch = detail::sequential_prefetch(CellMath::kGates);
-  if (a.head != nullptr || a.h0_row != nullptr)
-    detail::sequential_kernel<CellMath, StorageT, kPrefetch, true>
+  // Two instantiations: the general one, and the plain recurrence from t = 0 (S1's case), whose
+  // steps carry no head flag and no Picard branch.
+  if (a.head != nullptr || a.h0_row != nullptr || a.frozen_hidden != nullptr || a.zero_hidden)
+    detail::sequential_kernel<CellMath, StorageT, kPrefetch, true, true>
         <<<static_cast<unsigned>(blocks), kSequentialThreads, 0, stream>>>(a);
   else
-    detail::sequential_kernel<CellMath, StorageT, kPrefetch, false>
+    detail::sequential_kernel<CellMath, StorageT, kPrefetch, false, false>
         <<<static_cast<unsigned>(blocks), kSequentialThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }

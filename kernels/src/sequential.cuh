@@ -27,11 +27,14 @@ constexpr int kSequentialThreads = 32;
 constexpr int sequential_prefetch(int gates) { return gates <= 3 ? 24 : 8; }
 
 // kHeads: the problem has heads after t = 0 or h0 rows (packed input); without, the only head
-// is t = 0 and no per-step head flag is loaded. The loop is issue-bound (a few thousand chains,
+// is t = 0 and no per-step head flag is loaded. kPicard: the launch may be a Picard pass
+// (frozen_hidden, zero_hidden); without, those arguments are not read, and a step has no branch
+// before the cell's arithmetic (the launcher picks it only when both are unset). The loop is issue-bound (a few thousand chains,
 // a warp per scheduler at most), so the addresses advance by a stride per step instead of being
 // recomputed from (b, t) with 64-bit multiplies, and full prefetch blocks run without per-step
 // bounds checks; the arithmetic of a step is the cell's and nothing else.
-template <class CellMath, class StorageT, int kPrefetch = sequential_prefetch(CellMath::kGates), bool kHeads = true>
+template <class CellMath, class StorageT, int kPrefetch = sequential_prefetch(CellMath::kGates), bool kHeads = true,
+          bool kPicard = true>
 __global__ void __launch_bounds__(kSequentialThreads)
     sequential_kernel(SequentialArgs<StorageT> a) {
   using ComputeT = ComputeOf<StorageT>;
@@ -52,7 +55,7 @@ __global__ void __launch_bounds__(kSequentialThreads)
   const ComputeT* const wx = a.wx + b * T * gate_step + c;  // this chain's step 0
   StorageT* const out = a.H + b * T * state_step + c;
   const ComputeT* const frozen =  // the hidden slot of this chain's step 0 in frozen_hidden
-      a.frozen_hidden != nullptr ? a.frozen_hidden + b * T * state_step + (S - 1) * D + c : nullptr;
+      kPicard && a.frozen_hidden != nullptr ? a.frozen_hidden + b * T * state_step + (S - 1) * D + c : nullptr;
 
   ComputeT cur[kPrefetch][G], nxt[kPrefetch][G];
   bool cur_head[kPrefetch], nxt_head[kPrefetch];
@@ -86,9 +89,11 @@ __global__ void __launch_bounds__(kSequentialThreads)
 #pragma unroll
       for (int s = 0; s < S; ++s) h_prev[s] = h[s];
       // A Picard pass: the hidden slot (the last) entering the step is the previous pass's.
-      if (frozen != nullptr) h_prev[S - 1] = frozen[off - state_step];
+      if constexpr (kPicard)
+        if (frozen != nullptr) h_prev[S - 1] = frozen[off - state_step];
     }
-    if (a.zero_hidden) h_prev[S - 1] = ComputeT(0);  // the zero-hidden pass, heads included
+    if constexpr (kPicard)
+      if (a.zero_hidden) h_prev[S - 1] = ComputeT(0);  // the zero-hidden pass, heads included
     ComputeT h_new[S];
     CellMath::step(rec, cur[u], h_prev, h_new, static_cast<ComputeT*>(nullptr));
 #pragma unroll

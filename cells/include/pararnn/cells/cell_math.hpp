@@ -2,7 +2,8 @@
 //
 // Guarantees: PARARNN_HD marks functions compiled for both sides under nvcc and plain inline
 // functions under a host compiler; `sigmoid`, `tanh_of`, `exp_of`, `log_of` dispatch to the
-// float or double library function of the side they run on; `logaddexp` is exact at −∞;
+// float or double library function of the side they run on (the device's f32 sigmoid divides
+// without a branch: reciprocal_at_least_one); `logaddexp` is exact at −∞;
 // `clamp_recurrent` is the App. C.1 clamp (cap <= 0 or negative means "no clamp" is expressed by
 // the caller passing +infinity).
 #pragma once
@@ -51,9 +52,32 @@ PARARNN_HD ComputeT logaddexp(ComputeT a, ComputeT b) {
   return hi + ::log1p(exp_of(lo - hi));
 }
 
+// 1/x for x >= 1 (or NaN) on the device without the IEEE division's out-of-range branch: the
+// approximate reciprocal and one Newton step, the sequence nvcc emits for 1.0f / x when x lies in
+// [2^-126, 2^126), where it is correctly rounded (bitwise 1.0f / x; checked on every such x by
+// DeviceMath.SigmoidReciprocalIsTheIeeeDivision). Above, where 1/x is a subnormal (sigmoid of
+// v < -87.3), it returns 0, as a flush-to-zero f32 division does (docs/choices.md). The
+// division's branch kept a step's independent gates from being scheduled together.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float reciprocal_at_least_one(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  r = fmaf(r, -fmaf(x, r, -1.0f), r);
+  return x >= 0x1p126f ? 0.0f : r;  // NaN fails the test and stays NaN
+}
+#endif
+
 template <class ComputeT>
 PARARNN_HD ComputeT sigmoid(ComputeT v) {
   return ComputeT(1) / (ComputeT(1) + exp_of(-v));
+}
+template <>
+PARARNN_HD float sigmoid<float>(float v) {
+#if defined(__CUDA_ARCH__)
+  return reciprocal_at_least_one(1.0f + ::expf(-v));
+#else
+  return 1.0f / (1.0f + ::expf(-v));
+#endif
 }
 // sLSTM's stabiliser max(left, right) with the contract's tie convention: the value is the
 // larger one; at left == right its derivative is 1/2 to each side. For a plain scalar only the
