@@ -170,8 +170,9 @@ def main():
         t["P13"] = entry(shapes["sequential_production_ms"], "ms", 11.7, "lower", None, None,
                          "sequential kernel, one thread per chain, S1 f32 (pararnn_bench_shapes: the production "
                          "launcher; prefetch distances {})".format(", ".join(
-                             "{}{}: {:.2f} ms".format(p["prefetch"], " with head flags" if p.get("heads") else "",
-                                                     p["ms"]) for p in shapes.get("sequential", []))),
+                             "{}{}{}: {:.2f} ms".format(p["prefetch"], " with head flags" if p.get("heads") else "",
+                                                       " with the Picard branch" if p.get("picard") else "",
+                                                       p["ms"]) for p in shapes.get("sequential", []))),
                          shapes.get("context", {}).get("date", date))
     else:
         t["P13"] = entry(newton["sequential_kernel"]["ms"], "ms", 11.7, "lower", None, None,
