@@ -19,14 +19,16 @@ TEST(CampaignBudget, ATaskRunningAtTheBudgetIsCutAndNotReported) {
   o.classes = {"init"};
   o.times = {64};
   o.jobs = 1;
-  o.time_budget_s = 0.5;
-  // The first task passes the start check, then its start is held past the budget: it must stop
-  // at its first phase (verify's "newton") instead of running to the end.
+  // Far more than planning takes, even on a loaded machine: the first task passes the start
+  // check; then its start is held past the budget, and it must stop at its first phase (verify's
+  // "newton") instead of running to the end.
+  constexpr double kBudget = 3.0;
+  o.time_budget_s = kBudget;
   bool held = false;
   o.progress = [&](const CampaignProgress& p) {
     if (!held && !p.current.empty()) {
       held = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      std::this_thread::sleep_for(std::chrono::duration<double>(kBudget + 0.3 - p.elapsed_s));
     }
   };
   const CampaignResult result = run_campaign(o);
