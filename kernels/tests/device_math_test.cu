@@ -54,8 +54,9 @@ TEST(DeviceMath, SigmoidReciprocalIsTheIeeeDivision) {
   PARARNN_CUDA_OK(cudaMemcpy(&m, d_out.get(), sizeof m, cudaMemcpyDeviceToHost));
   EXPECT_EQ(m.count, 0u) << "the device sigmoid differs from 1/(1+expf(-v)) on " << m.count
                          << " inputs, e.g. bits 0x" << std::hex << m.first_bits;
-  // The flushed range exists (v in (-88.7, -87.3], both signs of NaN payloads excluded), so the
-  // check above covered it: a reciprocal that returned the subnormal would have failed there.
+  // The flushed range was reached (v in (-88.7, -87.3]), so the comparison above covered it: a
+  // reciprocal that returned the subnormal would have failed there (and one that returned NaN
+  // for x = inf, v < -88.7, fails where the reference is 0).
   EXPECT_GT(m.flushed, 0u);
 }
 

@@ -262,6 +262,7 @@ std::optional<std::string> gradient_unsupported(const Variant& v, DType dtype, c
 // report.json does not depend on which worker ran what (--jobs).
 struct TaskOutput {
   Json rows = Json::array(), equivalences = Json::array(), kstar_rows = Json::array(), skipped = Json::array();
+  std::vector<std::filesystem::path> case_files;  // written under the staging folder (removed if the task is cut)
 };
 
 struct Task {
@@ -575,7 +576,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                   row["error"] = e.what();
                 }
                 if (outcome != "Agree") {
-                  write_case(staging.path() / (id + ".safetensors"), built.problem());
+                  out.case_files.push_back(staging.path() / (id + ".safetensors"));
+                  write_case(out.case_files.back(), built.problem());
                   row["case_file"] = case_rel;
                   row["repro"] = repro;
                   row["bug_bundle"] = fmt::format(
@@ -857,7 +859,13 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         task.run(outputs[index]);
         task_seconds[index] = std::chrono::duration<double>(Clock::now() - t0).count();
       } catch (const BudgetCut&) {
-        outputs[index] = TaskOutput{};  // nothing of a task cut short reaches the report
+        // Nothing of a task cut short reaches the report or cases/ (its cpu row may have written
+        // a case before its cuda row was cut).
+        for (const auto& f : outputs[index].case_files) {
+          std::error_code ignored;
+          std::filesystem::remove(f, ignored);
+        }
+        outputs[index] = TaskOutput{};
         const std::lock_guard lock(mutex);
         budget_exhausted = true;
         ++not_run;
