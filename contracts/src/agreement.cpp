@@ -234,8 +234,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   phase("oracle");
   start = Clock::now();
   const Case problem = case_for(cell, x, options);
-  const reference::OracleOptions oracle_options{
-      .certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed};
+  const reference::OracleOptions oracle_options{.certify = true,
+                                                .certify_budget = certify_budget(options, cell.dtype()),
+                                                .seed = options.seed,
+                                                .poll = options.poll};
   std::shared_ptr<const reference::OracleResult> oracle_result;
   if (options.oracle_memo) {
     oracle_result = options.oracle_memo->trajectory(options.oracle_key, options.oracle_uses, problem, oracle_options);

@@ -38,7 +38,7 @@ KstarTable measure_kstar(const KstarOptions& options) {
                                           .k_dim = options.k_dim, .v_dim = options.v_dim},
                                          options.dtype, seed);
       const Tensor x = generated_case_input(options.dtype, options.batch, time, options.d_in, seed);
-      const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false});
+      const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false, .poll = options.poll});
       KstarRow row{.time = time, .seed = seed};
       row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;
       {

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <string_view>
 
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/oracle_memo.hpp"
 #include "pararnn/core/random.hpp"
 
 namespace pararnn {
@@ -27,6 +30,30 @@ TEST(VerifyAgreement, LibraryInitGruAgreesAndReportsEverything) {
   EXPECT_EQ(r.certifier_type, "float128");
   EXPECT_TRUE(r.certified_all_chains);
   EXPECT_LE(r.vs_sequential_max_abs, r.atol);
+}
+
+// VerifyOptions::poll reaches the oracle: what it throws abandons verify_agreement (the
+// campaign's time budget cuts a row inside a long oracle this way), and the memo's key is
+// released on that path too.
+TEST(VerifyAgreement, PollStopsTheCallInsideTheOracle) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 4, .d_h = 8}, DType::f32, 1);
+  const Tensor x = normal_input(DType::f32, {2, 3000, 4}, 2);
+  struct Stop {};
+  std::string phase_at_stop;
+  OracleMemo memo;
+  VerifyOptions o{.seed = 5};
+  o.oracle_memo = &memo;
+  o.oracle_key = "poll";
+  o.oracle_uses = 1;
+  std::string phase;
+  o.progress = [&](std::string_view p) { phase = p; };
+  o.poll = [&] {
+    phase_at_stop = phase;
+    throw Stop{};
+  };
+  EXPECT_THROW((void)verify_agreement(cell, x, o), Stop);
+  EXPECT_EQ(phase_at_stop, "oracle");
+  EXPECT_EQ(memo.live(), 0u);
 }
 
 TEST(VerifyAgreement, JsonKeysFollowTheContractOrder) {

@@ -643,9 +643,9 @@ OracleResult oracle_sequential(const Case& problem, const OracleOptions& options
                       2 * std::numeric_limits<ComputeOf<StorageT>>::digits,
                   "the oracle needs twice the significand bits of the solver's compute type");
     if constexpr (std::is_same_v<Primary, double>) {
-      detail::unroll_rows<double>(prepared, H);
+      detail::unroll_rows<double>(prepared, H, options.poll);
     } else {
-      detail::unroll_float128(prepared, H);
+      detail::unroll_float128(prepared, H, options.poll);
     }
     result.type = detail::type_name<Primary>();
     result.digits = std::numeric_limits<Primary>::digits;

@@ -90,7 +90,8 @@ void visit_permutation(std::mt19937_64& rng, std::int64_t n, Visit&& visit) {
 
 // max |primary - certifier| over one chain, in the certifier type, NaN when either side is NaN.
 template <class Certifier, class PrimaryAt>
-double chain_delta(const PreparedCase& problem, const ChainSpec& spec, PrimaryAt&& primary_at) {
+double chain_delta(const PreparedCase& problem, const ChainSpec& spec, const std::function<void()>& poll,
+                   PrimaryAt&& primary_at) {
   using std::abs;
   ChainRunner<Certifier> certifier(problem, spec);
   const std::int64_t width = certifier.width();
@@ -98,6 +99,7 @@ double chain_delta(const PreparedCase& problem, const ChainSpec& spec, PrimaryAt
   Certifier worst(0);
   bool nan = false;
   while (certifier.advance()) {
+    if (poll && certifier.time() % kPollSteps == 0) poll();
     const Certifier* s = certifier.state();
     for (std::int64_t k = 0; k < n; ++k) {
       const Certifier diff = abs(primary_at(certifier.time(), k) - s[k]);
@@ -205,7 +207,7 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
       const ChainSpec& spec = items[static_cast<std::size_t>(i)];
       ChainRunner<Float128> primary(problem, spec);
       deltas[static_cast<std::size_t>(i)] =
-          chain_delta<Bin50>(problem, spec, [&](std::int64_t t, std::int64_t k) {
+          chain_delta<Bin50>(problem, spec, options.poll, [&](std::int64_t t, std::int64_t k) {
             if (primary.time() != t) primary.advance();
             const Float128& value = primary.state()[k];
             const double h = reported(spec, t, k);
@@ -222,7 +224,7 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
       const ChainSpec& spec = items[static_cast<std::size_t>(i)];
       deltas[static_cast<std::size_t>(i)] =
-          chain_delta<Float128>(problem, spec, [&](std::int64_t t, std::int64_t k) {
+          chain_delta<Float128>(problem, spec, options.poll, [&](std::int64_t t, std::int64_t k) {
             return Float128(reported(spec, t, k));
           });
     });

@@ -9,8 +9,8 @@ namespace pararnn::reference::detail {
 
 template class ChainRunner<Float128>;
 
-void unroll_float128(const PreparedCase& problem, double* H) {
-  unroll_rows<Float128>(problem, H);
+void unroll_float128(const PreparedCase& problem, double* H, const std::function<void()>& poll) {
+  unroll_rows<Float128>(problem, H, poll);
 }
 
 OracleStep step_with_jacobian_float128(const PreparedCase& problem, std::int64_t b,

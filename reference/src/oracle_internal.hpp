@@ -197,7 +197,7 @@ class ChainRunner {
 };
 
 // Unrolls every chain (rows in parallel) in float128 into H (f64, rounded). oracle_float128.cpp.
-void unroll_float128(const PreparedCase& problem, double* H);
+void unroll_float128(const PreparedCase& problem, double* H, const std::function<void()>& poll);
 // One step with its Jacobian by AD, in float128 (oracle_float128.cpp).
 OracleStep step_with_jacobian_float128(const PreparedCase& problem, std::int64_t b,
                                        std::int64_t t, std::span<const double> h_prev);

@@ -720,8 +720,10 @@ std::vector<ChainSpec> work_items(const PreparedCase& problem, const std::vector
 }
 
 // Every chain of the case in Real, rounded into H (f64, the trajectory layout).
+// `poll` (OracleOptions::poll) runs every kPollSteps steps of each chain.
+constexpr std::int64_t kPollSteps = 1024;
 template <class Real>
-void unroll_rows(const PreparedCase& problem, double* H) {
+void unroll_rows(const PreparedCase& problem, double* H, const std::function<void()>& poll) {
   std::vector<ChainSpec> rows;
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(problem.chains.size()); ++i) {
     rows.push_back({i, -1});
@@ -734,6 +736,7 @@ void unroll_rows(const PreparedCase& problem, double* H) {
     const std::int64_t width = runner.width();
     const std::int64_t first_channel = spec.channel < 0 ? 0 : spec.channel;
     while (runner.advance()) {
+      if (poll && runner.time() % kPollSteps == 0) poll();
       const Real* s = runner.state();
       for (std::int64_t slot = 0; slot < problem.slots; ++slot) {
         double* out = H + problem.h_offset(chain.b, runner.time(), slot, first_channel);

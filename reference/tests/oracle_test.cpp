@@ -3,6 +3,7 @@
 // specification's Jacobian; CfC with Δt below its floor), h0 and packing mean what the contract
 // says, bad cases are refused with typed errors, large cases are certified on a seeded sample.
 // Every case is generated from a printed seed (SCOPED_TRACE) and replays from it.
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -516,6 +517,26 @@ TEST(Oracle, RowsBeyondTheBudgetAreCertifiedOnChannelChainsOverFullT) {
     EXPECT_LE(r.self_check_delta, dtype == DType::f64 ? kFloat128VsBin50 : kDoubleVsFloat128);
     EXPECT_EQ(oracle_sequential(c, options).certified_chains, r.certified_chains);
   }
+}
+
+// OracleOptions::poll: called through the unroll and the certification (a caller's time budget
+// stops a long oracle through it); what it throws comes out of oracle_sequential.
+TEST(Oracle, PollRunsThroughUnrollAndCertificationAndWhatItThrowsStopsTheOracle) {
+  const CaseSpec spec{.cell = "gru", .batch = 2, .time = 3000, .seed = 25};
+  SCOPED_TRACE(describe(spec));
+  const Case c = make_case(spec);
+  const std::int64_t polls_per_chain = (spec.time + 1023) / 1024;  // every 1024 steps from t = 0
+  std::atomic<std::int64_t> unroll_polls{0}, all_polls{0};
+  (void)oracle_sequential(c, {.certify = false, .poll = [&] { ++unroll_polls; }});
+  EXPECT_EQ(unroll_polls.load(), spec.batch * polls_per_chain);  // one chain per row
+  (void)oracle_sequential(c, {.certify = true, .poll = [&] { ++all_polls; }});
+  EXPECT_GE(all_polls.load(), 2 * spec.batch * polls_per_chain) << "the certification never polled";
+  struct Stop {};
+  std::atomic<std::int64_t> calls{0};
+  EXPECT_THROW((void)oracle_sequential(c, {.poll = [&] { if (++calls > 0) throw Stop{}; }}), Stop);
+  // Stopped in the certification (the unroll's polls pass): the same.
+  calls = 0;
+  EXPECT_THROW((void)oracle_sequential(c, {.poll = [&] { if (++calls > unroll_polls.load()) throw Stop{}; }}), Stop);
 }
 
 TEST(Oracle, CertifyOffLeavesNoCertificate) {

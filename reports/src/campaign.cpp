@@ -57,7 +57,19 @@ struct Variant {
   bool kstar = true;                 // measure_kstar can build it (it has no gate_mix)
   // Why the saturating class does not apply, if it does not.
   std::string no_saturating = {};
+  // The GPU plan's ladder stops at this T for the variant (an explicit --T runs every length),
+  // with the measured reason recorded under `skipped`.
+  std::optional<std::int64_t> gpu_plan_max_t = {};
+  std::string gpu_plan_max_t_reason = {};
 };
+
+// Why the GPU plan stops ParaSLSTM's dense-Jacobian mixes at T = 1024 (measured on the H200,
+// 2026-12-02, `pararnn solve --backend cuda`, B 2, d_h 16 / 8, f32).
+constexpr const char* kSlstmDenseLongT =
+    "Newton does not reach residual_atol within k_max at T >= 16384 (f32), and the sLSTM Picard adapt "
+    "ladder and the sequential fallback follow: one cuda solve takes 3.5 s (head) / 1.7 s (dense) at "
+    "T = 16384 and 56 s / 54 s at T = 131072 on the H200 (one cpu solve of the head mix 77 s at T = 131072 "
+    "on one core); the GPU plan cannot hold their long rows in its 10 minutes (--T runs them)";
 
 const std::vector<Variant>& all_variants() {
   static const std::vector<Variant> v = {
@@ -66,8 +78,10 @@ const std::vector<Variant>& all_variants() {
       {.name = "lstm", .cell = "lstm", .hard_std = 0.7},
       {.name = "nlru", .cell = "nlru", .hard_std = 0.7},
       {.name = "slstm", .cell = "slstm", .hard_std = 0.7},
-      {.name = "slstm-head", .cell = "slstm", .mix = "head", .n_heads = 2, .hard_std = 0.7 / std::sqrt(8.0)},
-      {.name = "slstm-dense", .cell = "slstm", .mix = "dense", .d_h = 8, .hard_std = 0.7 / std::sqrt(8.0)},
+      {.name = "slstm-head", .cell = "slstm", .mix = "head", .n_heads = 2, .hard_std = 0.7 / std::sqrt(8.0),
+       .gpu_plan_max_t = 1024, .gpu_plan_max_t_reason = kSlstmDenseLongT},
+      {.name = "slstm-dense", .cell = "slstm", .mix = "dense", .d_h = 8, .hard_std = 0.7 / std::sqrt(8.0),
+       .gpu_plan_max_t = 1024, .gpu_plan_max_t_reason = kSlstmDenseLongT},
       {.name = "cfc", .cell = "cfc", .hard_std = 0.7},
       {.name = "cfc-diag-h", .cell = "cfc", .gate_mix = "diag_h", .hard_std = 0.7, .kstar = false},
       {.name = "titans", .cell = "titans", .hard_std = 0.7,
@@ -103,6 +117,19 @@ struct Plan {
   // (one whole chain's BPTT in cpp_bin_float_50, the least it can certify) costs ~100 s at
   // T = 1024 (Hopfield, d_h 16) against ~6 s at T = 64.
   std::int64_t gradient_max_t_f64_dense = 64;
+  // ... and beyond this T, gradients of a non-diagonal cell only on class init, seed 1 (GPU
+  // plan): their oracle gradients certify every chain's BPTT in the certifier type (float128),
+  // ~35 s a row at T = 1024 on one core here, ~60 s on the H200's; the plan held 60 such rows.
+  std::int64_t gradient_dense_sampled_above_t = std::numeric_limits<std::int64_t>::max();
+  // Rows at T >= this run seed 1 only (GPU plan): an oracle at T = 131072 is 8-25 s on one core.
+  std::int64_t one_seed_from_t = std::numeric_limits<std::int64_t>::max();
+  // The plan's own ladder (not --T): a variant's gpu_plan_max_t applies.
+  bool gpu_ladder = false;
+  // The lengths a variant runs.
+  bool variant_runs_t(const Variant& v, std::int64_t time) const {
+    return !(gpu_ladder && v.gpu_plan_max_t && time > *v.gpu_plan_max_t);
+  }
+  std::int64_t seeds_at(std::int64_t time) const { return time >= one_seed_from_t ? 1 : seeds; }
   std::int64_t kstar_max_t = 0;        // K* measured at T <= this
   std::int64_t kstar_k_limit = 12;
   // Rows of class init time newton_apply again this many times (newton_ms_repeats): the noise
@@ -307,11 +334,13 @@ std::vector<const Task*> interleaved(const std::vector<Task>& tasks) {
   return order;
 }
 
-// Whether the rows of (variant, dtype, T, class) judge gradients (also their recompute ≡ stored).
-bool judges_gradients(const Plan& plan, const Variant& v, DType dtype, std::int64_t time, const std::string& cls) {
+// Whether the rows of (variant, dtype, T, class, seed) judge gradients (also their recompute ≡ stored).
+bool judges_gradients(const Plan& plan, const Variant& v, DType dtype, std::int64_t time, const std::string& cls,
+                      std::int64_t seed_index) {
   const bool dense = spec_of(v).jacobian != JacobianClass::per_channel;
   const std::int64_t max_t = dtype == DType::f64 && dense ? std::min(plan.gradient_max_t, plan.gradient_max_t_f64_dense)
                                                           : plan.gradient_max_t;
+  if (dense && time > plan.gradient_dense_sampled_above_t && (cls != "init" || seed_index != 1)) return false;
   return time <= max_t &&
          std::find(plan.gradient_classes.begin(), plan.gradient_classes.end(), cls) != plan.gradient_classes.end();
 }
@@ -431,7 +460,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
     plan.certify_budget = 100'000;
     plan.gradient_max_t = 8192;
     plan.kstar_max_t = gpu ? 16384 : 8192;
-    if (gpu) plan.cpu_max_t = 16384;
+    if (gpu) {
+      plan.cpu_max_t = 16384;
+      plan.gpu_ladder = true;
+      plan.one_seed_from_t = 16384;
+      plan.gradient_dense_sampled_above_t = 64;
+    }
     // Beyond T = 8192 the oracle's unroll dominates (it runs on the CPU, float128 for f64): the long
     // rows are classes init and hard in f32, f16 and bf16.
     plan.class_at_t = [](const std::string& cls, std::int64_t t, DType dtype) {
@@ -444,6 +478,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
     plan.times = options.times;
     plan.class_at_t = [](const std::string&, std::int64_t, DType) { return true; };
     plan.cpu_max_t = std::numeric_limits<std::int64_t>::max();  // lengths asked for run on every backend
+    plan.gpu_ladder = false;                                      // ... for every variant
+    plan.one_seed_from_t = std::numeric_limits<std::int64_t>::max();
   }
   if (!options.classes.empty()) {
     for (const auto& c : options.classes)
@@ -457,6 +493,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   if (options.seeds) {
     if (*options.seeds < 1) throw ContractViolation("--seeds", "must be >= 1", std::to_string(*options.seeds));
     plan.seeds = *options.seeds;
+    plan.one_seed_from_t = std::numeric_limits<std::int64_t>::max();  // the seeds asked for, at every T
   }
   std::vector<std::uint64_t> seed_list;
   for (std::int64_t s = 1; s <= plan.seeds; ++s) seed_list.push_back(static_cast<std::uint64_t>(s));
@@ -489,6 +526,17 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                            {"reason", fmt::format("the cpu backend's rows stop at T = {} when a GPU runs the long ones "
                                                   "(its solves there cost minutes; --T runs every backend)",
                                                   plan.cpu_max_t)}});
+  // Lengths the GPU plan leaves out for a variant, and the seeds it drops at long T: recorded once.
+  for (const Variant* v : plan.variants)
+    for (std::int64_t t : plan.times)
+      if (!plan.variant_runs_t(*v, t))
+        skipped.push_back({{"what", fmt::format("{} at T = {}", v->name, t)}, {"reason", v->gpu_plan_max_t_reason}});
+  for (std::int64_t t : plan.times)
+    if (plan.seeds_at(t) < plan.seeds)
+      skipped.push_back({{"what", fmt::format("seeds 2..{} at T = {}", plan.seeds, t)},
+                         {"reason", fmt::format("the GPU plan runs seed 1 only from T = {} (its oracles cost 1-25 s "
+                                                "a row on one core; --seeds runs every seed at every T)",
+                                                plan.one_seed_from_t)}});
   // Classes a variant cannot have: recorded once.
   for (const Variant* v : plan.variants)
     for (const std::string& cls : plan.classes) {
@@ -502,9 +550,10 @@ CampaignResult run_campaign(const CampaignOptions& options) {
       for (std::int64_t time : plan.times)
         for (const std::string& cls : plan.classes) {
           std::string why;
-          if (!class_applies(*vp, cls, &why) || !plan.class_at_t(cls, time, dtype)) continue;
-          const bool gradient_class = judges_gradients(plan, *vp, dtype, time, cls);
-          for (std::int64_t s = 1; s <= plan.seeds; ++s) {
+          if (!class_applies(*vp, cls, &why) || !plan.class_at_t(cls, time, dtype) || !plan.variant_runs_t(*vp, time))
+            continue;
+          for (std::int64_t s = 1; s <= plan.seeds_at(time); ++s) {
+            const bool gradient_class = judges_gradients(plan, *vp, dtype, time, cls, s);
             const CaseKey key{.variant = vp, .dtype = dtype, .time = time, .cls = cls, .seed_index = s,
                               .case_seed = static_cast<std::uint64_t>(1000 * time + s)};
             // One task per case: its rows on every backend one after another, so the second
@@ -529,7 +578,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 row["class"] = key.cls;
                 row["seed"] = key.seed_index;
                 row["case_seed"] = key.case_seed;
-                const bool wants_gradients = judges_gradients(plan, v, key.dtype, key.time, key.cls);
+                const bool wants_gradients = judges_gradients(plan, v, key.dtype, key.time, key.cls, key.seed_index);
                 std::optional<std::string> no_gradients;
                 if (wants_gradients) no_gradients = gradient_unsupported(v, key.dtype, backend, plan);
                 const bool gradients = wants_gradients && !no_gradients;
@@ -553,6 +602,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                 vo.oracle_key = case_id(key);
                 vo.oracle_uses = static_cast<std::int64_t>(plan.backends_at(key.time).size());
                 vo.progress = [&](std::string_view) { checkpoint(); };
+                vo.poll = checkpoint;
                 std::string outcome;
                 try {
                   const AgreementReport r = verify_agreement(built.cell, built.x, vo);
@@ -774,7 +824,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         }
         std::vector<std::int64_t> times;
         for (auto t : plan.times)
-          if (t <= plan.kstar_max_t) times.push_back(t);
+          if (t <= plan.kstar_max_t && plan.variant_runs_t(*vp, t)) times.push_back(t);
         if (times.empty()) continue;
         const std::string id = fmt::format("kstar.{}.{}.{}", vp->name, dtype_name(dtype), cls);
         std::int64_t kstar_steps = 0;  // every K of the search, every seed, over the ladder (roughly)
@@ -798,6 +848,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
           ko.weight_std = cls == "hard" ? v.hard_std : std::nullopt;
           ko.max_recurrent_norm = cls == "hard" ? std::nullopt : spec.default_cap;
           ko.progress = [&](const std::string&) { checkpoint(); };
+          ko.poll = checkpoint;
           try {
             const KstarTable table = measure_kstar(ko);
             for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i) {
@@ -832,13 +883,14 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   std::mutex mutex;  // done, not_run, cut, budget_exhausted, failure, the progress callback
   std::exception_ptr failure;
   std::atomic<std::size_t> next{0};
-  const auto report_progress = [&](const std::string& current) {  // under mutex
+  const auto report_progress = [&](const std::string& current, const std::string& finished = {},
+                                   double finished_s = 0.0) {  // under mutex
     if (!options.progress) return;
     const double t = elapsed();
     const auto total = static_cast<std::int64_t>(tasks.size());
     options.progress({.done = done, .total = total, .elapsed_s = t,
                       .eta_s = done > 0 && !current.empty() ? t / static_cast<double>(done) * static_cast<double>(total - done) : 0.0,
-                      .current = current});
+                      .current = current, .finished = finished, .finished_s = finished_s});
   };
   const auto work = [&] {
     for (std::size_t i = next++; i < order.size(); i = next++) {
@@ -878,6 +930,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
       }
       const std::lock_guard lock(mutex);
       ++done;
+      report_progress("", task.label, task_seconds[index]);
     }
   };
   if (jobs == 1) {
@@ -956,6 +1009,11 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   plan_json["gradient_classes"] = plan.gradient_classes;
   plan_json["gradient_max_T"] = plan.gradient_max_t;
   plan_json["gradient_max_T_f64_dense"] = std::min(plan.gradient_max_t, plan.gradient_max_t_f64_dense);
+  plan_json["gradient_dense_sampled_above_T"] =  // beyond it: class init, seed 1 (null: never)
+      plan.gradient_dense_sampled_above_t == std::numeric_limits<std::int64_t>::max()
+          ? Json(nullptr) : Json(plan.gradient_dense_sampled_above_t);
+  plan_json["one_seed_from_T"] =  // rows from this T: seed 1 only (null: every T has every seed)
+      plan.one_seed_from_t == std::numeric_limits<std::int64_t>::max() ? Json(nullptr) : Json(plan.one_seed_from_t);
   plan_json["kstar_classes"] = plan.kstar_classes;
   plan_json["kstar_max_T"] = plan.kstar_max_t;
   plan_json["timing_repeats"] = plan.timing_repeats;

@@ -81,7 +81,8 @@ int report_nightly(const NightlyArgs& args) {
   Progress progress("nightly", 0, "tasks");
   options.progress = [&](const reports::CampaignProgress& p) {
     progress.set_total(p.total);
-    progress.update(p.done, p.current);
+    // A finished task's line names it with its seconds (a log of where a campaign's time went).
+    progress.update(p.done, p.finished.empty() ? p.current : fmt::format("done {} ({:.1f} s)", p.finished, p.finished_s));
   };
   const reports::CampaignResult result = reports::run_campaign(options);
   progress.finish();

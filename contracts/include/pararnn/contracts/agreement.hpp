@@ -63,6 +63,10 @@ struct VerifyOptions {
   // Called as each phase starts ("newton", "sequential", "oracle", then "gradients" when asked):
   // the CLI's progress (core/progress.hpp).
   std::function<void(std::string_view phase)> progress;
+  // Cancellation inside the oracle's unroll and certification (reference::OracleOptions::poll,
+  // called on its OpenMP threads): an exception it throws abandons the call. The campaign's
+  // time budget, so that one long oracle does not run a campaign past it.
+  std::function<void()> poll;
   // One oracle for several calls on the same case (contracts/oracle_memo.hpp): the trajectory
   // oracle is taken from `oracle_memo` under `oracle_key`, computed by the first of its
   // `oracle_uses` calls; a key bound to another case or other oracle options throws.

@@ -35,6 +35,7 @@ struct KstarOptions {
   Coords coords = Coords::native;                   // sLSTM (NewtonConfig::coords)
   std::int64_t k_limit = 16;                        // give up above this K (K* reported as -1)
   std::function<void(const std::string&)> progress;  // optional progress lines
+  std::function<void()> poll;  // cancellation inside each oracle unroll (reference::OracleOptions::poll)
 };
 
 struct KstarRow {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -33,6 +34,10 @@ struct OracleOptions {
   // affordable for the gradients.
   std::int64_t certify_budget = 4'000'000;
   std::uint64_t seed = 0;  // picks the sampled chains
+  // Cancellation: oracle_sequential calls it every 1024 steps of each chain its unroll and its
+  // certification run, on the OpenMP threads (so it must be thread-safe); an exception it throws
+  // abandons the oracle and propagates out (a caller's time budget). Empty: never called.
+  std::function<void()> poll;
 };
 
 struct OracleResult {

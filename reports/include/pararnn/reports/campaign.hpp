@@ -38,7 +38,9 @@ namespace pararnn::reports {
 struct CampaignProgress {
   std::int64_t done = 0, total = 0;
   double elapsed_s = 0.0, eta_s = 0.0;
-  std::string current;  // the task being started
+  std::string current;  // the task being started; empty when a task has just finished
+  std::string finished;  // the task that has just finished (its own call), with its wall seconds
+  double finished_s = 0.0;
 };
 
 struct CampaignOptions {
@@ -62,7 +64,8 @@ struct CampaignOptions {
   std::vector<std::string> argv;                 // recorded in the context block
   std::optional<nlohmann::ordered_json> performance;  // a validated bench summary: the report's
                                                  // "performance", its peer_versions the context's peers
-  std::function<void(const CampaignProgress&)> progress;  // once per task started and at the end
+  std::function<void(const CampaignProgress&)> progress;  // once per task started, once per task
+                                                         // finished, and at the end
 };
 
 struct CampaignResult {
