@@ -718,19 +718,19 @@ DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 :
 
 // Chains per SM from which the sequential kernel beats the fused Newton solve at equal tokens:
 // 2048 × (sequential kernel / fused adaptive solve) / SMs at B 8, T 16384, d 256, f32
-// (bench/targets_bench.cpp "P6" crossover, H200, 132 SMs, 2026-12-01): GRU 48.3, LSTM 25.4,
-// NLRU 39.4, CfC 56.6, Titans 52.5; sLSTM 0.1 (its Newton solve starts with P + 1 sequential
-// passes and did not converge by k_max there), kept at 1 so that a few hundred chains still
-// run Newton.
+// (bench/targets_bench.cpp "P6" crossover, H200, 132 SMs, 2026-12-02, the sequential kernel of
+// 66a061c): GRU 21.8, LSTM 14.9, NLRU 14.3, CfC 35.6, Titans 30.0; sLSTM 0.5 (its Newton solve
+// starts with P + 1 sequential passes and did not converge by k_max there), kept at 1 so that a
+// few hundred chains still run Newton.
 std::int64_t sequential_min_chains(CellKind cell, int sm_count) {
   std::int64_t per_sm = 0;
   switch (cell) {
-    case CellKind::gru: per_sm = 48; break;
-    case CellKind::lstm: per_sm = 25; break;
+    case CellKind::gru: per_sm = 21; break;
+    case CellKind::lstm: per_sm = 14; break;
     case CellKind::slstm: per_sm = 1; break;
-    case CellKind::nlru: per_sm = 39; break;
-    case CellKind::cfc: per_sm = 56; break;
-    case CellKind::titans: per_sm = 52; break;
+    case CellKind::nlru: per_sm = 14; break;
+    case CellKind::cfc: per_sm = 35; break;
+    case CellKind::titans: per_sm = 30; break;
     default: return std::numeric_limits<std::int64_t>::max();  // not a per-channel cell
   }
   return per_sm * std::max(sm_count, 1);
