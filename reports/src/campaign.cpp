@@ -533,7 +533,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
         skipped.push_back({{"what", fmt::format("{} at T = {}", v->name, t)}, {"reason", v->gpu_plan_max_t_reason}});
   for (std::int64_t t : plan.times)
     if (plan.seeds_at(t) < plan.seeds)
-      skipped.push_back({{"what", fmt::format("seeds 2..{} at T = {}", plan.seeds, t)},
+      skipped.push_back({{"what", plan.seeds == 2 ? fmt::format("seed 2 at T = {}", t)
+                                                  : fmt::format("seeds 2..{} at T = {}", plan.seeds, t)},
                          {"reason", fmt::format("the GPU plan runs seed 1 only from T = {} (its oracles cost 1-25 s "
                                                 "a row on one core; --seeds runs every seed at every T)",
                                                 plan.one_seed_from_t)}});
