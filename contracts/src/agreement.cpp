@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/reference/oracle.hpp"
@@ -122,6 +125,43 @@ std::int64_t certify_budget(const VerifyOptions& options, DType dtype) {
   return options.certify_budget.value_or(default_certify_budget(dtype));
 }
 
+double largest_finite(DType dtype) {
+  return dispatch_float_dtype(dtype, []<class StorageT>() {
+    return static_cast<double>(std::numeric_limits<StorageT>::max());
+  });
+}
+
+// The elements of a gradient that no result in its storage dtype can hold: the oracle's value
+// rounds to ±inf there, and the solver's element is that same infinity. Copies of both tensors
+// (f64) with those elements set to 0, so that compare() judges the others as usual. An element
+// whose oracle value is representable, or whose solver value is anything else (finite, NaN, the
+// other infinity), is left in and judged.
+struct Unrepresentable {
+  std::int64_t count = 0;
+  double largest = 0.0;
+  Tensor ours, oracle;
+};
+Unrepresentable beyond_range(const Tensor& ours, const Tensor& oracle) {
+  Unrepresentable u;
+  if (ours.dtype() == DType::f64 || !is_floating(ours.dtype()) || ours.shape() != oracle.shape()) return u;
+  std::vector<double> s = ours.to_f64_vector(), o = oracle.to_f64_vector();
+  dispatch_float_dtype(ours.dtype(), [&]<class StorageT>() {
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      if (!std::isfinite(o[i])) continue;  // a non-finite oracle: the certification rule's
+      const double rounded = static_cast<double>(round_to_storage<StorageT>(o[i]));
+      if (!std::isinf(rounded) || s[i] != rounded) continue;
+      ++u.count;
+      u.largest = std::max(u.largest, std::abs(o[i]));
+      s[i] = o[i] = 0.0;
+    }
+  });
+  if (u.count > 0) {
+    u.ours = Tensor::from_values(DType::f64, ours.shape(), s);
+    u.oracle = Tensor::from_values(DType::f64, oracle.shape(), o);
+  }
+  return u;
+}
+
 // Production adjoint vs the oracle's BPTT, per tensor; any mismatch makes the verdict Disagree,
 // a non-finite oracle gradient or a large certification delta makes it Inconclusive.
 void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
@@ -154,7 +194,12 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   auto check = [&](const std::string& name, const Tensor& ours) {
     auto it = oracle.tensors.find(name);
     if (it == oracle.tensors.end()) throw Error("oracle_gradients returned no '" + name + "'");
-    r.gradients.push_back({name, compare(ours, it->second, tol)});
+    const Unrepresentable beyond = beyond_range(ours, it->second);
+    if (beyond.count == 0) {
+      r.gradients.push_back({name, compare(ours, it->second, tol)});
+    } else {
+      r.gradients.push_back({name, compare(beyond.ours, beyond.oracle, tol), beyond.count, beyond.largest});
+    }
   };
   check("x", grads.x);
   if (grads.h0) check("h0", *grads.h0);
@@ -172,6 +217,20 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
       r.verdict = Verdict::disagree;
       r.ok = false;
     }
+  if (r.verdict == Verdict::disagree) return;
+  std::string beyond;
+  for (const auto& gc : r.gradients)
+    if (gc.unrepresentable > 0)
+      beyond += fmt::format("{}{} of `{}` (largest |oracle| {:.4g})", beyond.empty() ? "" : ", ", gc.unrepresentable,
+                            gc.name, gc.largest_unrepresentable);
+  if (!beyond.empty()) {
+    r.verdict = Verdict::inconclusive;
+    r.ok = false;
+    r.inconclusive_reason = fmt::format(
+        "gradient elements beyond {}'s range (largest finite {:g}): {}; the solver returns them as the same "
+        "infinities, as any {} result must, so they are not judged; every other element agrees",
+        dtype_name(cell.dtype()), largest_finite(cell.dtype()), beyond, dtype_name(cell.dtype()));
+  }
 }
 
 }  // namespace
@@ -361,6 +420,10 @@ nlohmann::ordered_json AgreementReport::to_json() const {
       grads[gc.name] = {{"ok", c.ok()},         {"max_abs", c.max_abs},     {"max_rel", c.max_rel},
                         {"atol", c.tolerance.atol}, {"rtol", c.tolerance.rtol}, {"worst_index", c.worst_abs_index},
                         {"mismatches", c.mismatches}, {"count", c.count}};
+      if (gc.unrepresentable > 0) {  // left out of the comparison (GradientCheck)
+        grads[gc.name]["unrepresentable"] = gc.unrepresentable;
+        grads[gc.name]["largest_unrepresentable"] = gc.largest_unrepresentable;
+      }
     }
     j["gradients"] = grads;
     j["gradient_self_check_delta"] = gradient_self_check_delta;
@@ -416,9 +479,12 @@ std::string AgreementReport::summary() const {
 std::string AgreementReport::gradient_summary() const {
   std::string out;
   for (const auto& gc : gradients)
-    out += fmt::format("\ngradient {:<12} max_abs {:.3e} max_rel {:.3e} (atol {:g}, rtol {:g})  {}",
+    out += fmt::format("\ngradient {:<12} max_abs {:.3e} max_rel {:.3e} (atol {:g}, rtol {:g})  {}{}",
                        gc.name, gc.comparison.max_abs, gc.comparison.max_rel, gc.comparison.tolerance.atol,
-                       gc.comparison.tolerance.rtol, gc.comparison.ok() ? "ok" : "MISMATCH");
+                       gc.comparison.tolerance.rtol, gc.comparison.ok() ? "ok" : "MISMATCH",
+                       gc.unrepresentable > 0
+                           ? fmt::format("  ({} beyond the dtype's range, not judged)", gc.unrepresentable)
+                           : std::string());
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/oracle_memo.hpp"
+#include "pararnn/core/dtype.hpp"
 #include "pararnn/core/random.hpp"
 
 namespace pararnn {
@@ -54,6 +55,37 @@ TEST(VerifyAgreement, PollStopsTheCallInsideTheOracle) {
   EXPECT_THROW((void)verify_agreement(cell, x, o), Stop);
   EXPECT_EQ(phase_at_stop, "oracle");
   EXPECT_EQ(memo.live(), 0u);
+}
+
+// f16 sLSTM gradients at T = 1024 (the nightly's case slstm.f16.T1024.init.s1): ∇W_x sums the
+// growing c and n slots past f16's 65504, so their true values round to inf in f16 and the
+// solver returns inf there, as any f16 result must. Those elements are not judged (counted per
+// tensor); the verdict is Inconclusive, never Agree and no longer Disagree. Before: Disagree.
+TEST(VerifyAgreement, GradientsBeyondTheDtypesRangeAreInconclusiveNeverAgree) {
+  const std::uint64_t seed = 1024001;
+  const Cell cell = Cell::initialise({.cell = "slstm", .d_in = 8, .d_h = 16, .max_recurrent_norm = 0.5},
+                                     DType::f16, seed);
+  const Tensor x = generated_case_input(DType::f16, 2, 1024, 8, seed);
+  const AgreementReport r = verify_agreement(cell, x, {.seed = seed, .certify_budget = 100'000, .gradients = true});
+  EXPECT_EQ(r.verdict, Verdict::inconclusive) << r.failure_message();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.inconclusive_reason.find("beyond f16's range"), std::string::npos) << r.inconclusive_reason;
+  std::int64_t beyond = 0;
+  for (const auto& g : r.gradients) {
+    EXPECT_TRUE(g.comparison.ok()) << g.name << ": " << g.comparison.describe();
+    if (g.unrepresentable > 0) {
+      EXPECT_TRUE(std::isinf(static_cast<double>(round_to_storage<Eigen::half>(g.largest_unrepresentable)))) << g.name;
+      EXPECT_TRUE(r.to_json()["gradients"][g.name].contains("unrepresentable")) << g.name;
+    }
+    beyond += g.unrepresentable;
+  }
+  EXPECT_GT(beyond, 0);
+  // The same case in f32 holds every gradient: nothing is left out.
+  const Cell wide = Cell::initialise({.cell = "slstm", .d_in = 8, .d_h = 16, .max_recurrent_norm = 0.5},
+                                     DType::f32, seed);
+  const AgreementReport rw = verify_agreement(wide, generated_case_input(DType::f32, 2, 1024, 8, seed),
+                                              {.seed = seed, .certify_budget = 100'000, .gradients = true});
+  for (const auto& g : rw.gradients) EXPECT_EQ(g.unrepresentable, 0) << g.name;
 }
 
 TEST(VerifyAgreement, JsonKeysFollowTheContractOrder) {

@@ -118,6 +118,12 @@ struct AgreementReport {
   struct GradientCheck {
     std::string name;
     ComparisonResult comparison;
+    // Elements whose oracle value is beyond the storage dtype's range (it rounds to ±inf there,
+    // e.g. |g| >= 65520 in f16) and that the solver returns as that same infinity: no result in
+    // that dtype can hold them, so they are left out of `comparison` and counted here; a tensor
+    // with any makes an otherwise agreeing verdict Inconclusive (never Agree, never Disagree).
+    std::int64_t unrepresentable = 0;
+    double largest_unrepresentable = 0.0;  // the largest |oracle| among them
   };
   std::vector<GradientCheck> gradients;
   double gradient_self_check_delta = 0.0;
