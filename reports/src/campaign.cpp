@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <atomic>
 #include <exception>
 #include <limits>
@@ -352,18 +353,27 @@ const Tolerance kBitwise{.atol = 0.0, .rtol = 0.0, .source = "bitwise (CONTRACT 
 
 // A comparison holding NaN or infinities (e.g. f16 sLSTM gradients beyond 65504, docs/choices.md)
 // is Inconclusive: compare() never passes a non-finite element, and the row of the same case
-// already reports the overflow.
-void record_comparison(Json& e, const ComparisonResult& c, const Tolerance& tau) {
+// already reports the overflow. A bitwise equivalence whose two sides are the same bytes with no
+// NaN (`identical_bytes`) is Agree: its infinities repeat bit for bit, which is what it asks.
+void record_comparison(Json& e, const ComparisonResult& c, const Tolerance& tau, bool identical_bytes = false) {
   const bool non_finite = c.nan_count + c.inf_count > 0;
-  e["verdict"] = c.ok() ? "Agree" : (non_finite ? "Inconclusive" : "Disagree");
-  if (non_finite) e["reason"] = fmt::format("{} NaN and {} infinite values: not judged", c.nan_count, c.inf_count);
-  e["max_abs"] = c.max_abs;
+  const bool repeated = identical_bytes && c.nan_count == 0;
+  e["verdict"] = c.ok() || repeated ? "Agree" : (non_finite ? "Inconclusive" : "Disagree");
+  if (non_finite && !repeated)
+    e["reason"] = fmt::format("{} NaN and {} infinite values: not judged", c.nan_count, c.inf_count);
+  if (repeated && c.inf_count > 0)
+    e["note"] = fmt::format("{} infinite values, the same bits on both sides", c.inf_count);
+  e["max_abs"] = repeated ? 0.0 : c.max_abs;
   e["atol"] = tau.atol;
   e["rtol"] = tau.rtol;
-  e["mismatches"] = c.mismatches;
+  e["mismatches"] = repeated ? 0 : c.mismatches;
   e["count"] = c.count;
   e["worst_index"] = worst_index_json(c.worst_abs_index);
   e["tolerance_source"] = tau.source;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 Tensor ones_like_trajectory(const Cell& cell, const Tensor& H) {
@@ -722,7 +732,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     const Tensor strided = newton_apply(built.cell, wide.view().slice(1, 0, 2 * shape[1], 2), config,
                                                         built.apply());
                     const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
-                    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise);
+                    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise, same_bytes(strided, contiguous));
                   } catch (const UnsupportedPath& ex) {
                     out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
                     return;
@@ -756,8 +766,11 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     // The worst of H and every gradient tensor, bitwise.
                     ComparisonResult worst = compare(fb.H, fa.H, kBitwise);
                     std::string worst_name = "H";
+                    // The same bytes in every tensor and no NaN anywhere: the equivalence holds.
+                    bool identical = same_bytes(fb.H, fa.H) && worst.nan_count == 0;
                     const auto consider = [&](const std::string& name, const Tensor& b, const Tensor& a) {
                       const ComparisonResult c = compare(b, a, kBitwise);
+                      identical = identical && same_bytes(b, a) && c.nan_count == 0;
                       if (c.mismatches > worst.mismatches || (worst.ok() && !c.ok())) {
                         worst = c;
                         worst_name = name;
@@ -766,7 +779,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     consider("grad.x", gb.x, ga.x);
                     if (ga.h0 && gb.h0) consider("grad.h0", *gb.h0, *ga.h0);
                     for (const auto& [name, grad] : ga.parameters) consider("grad." + name, gb.parameters.at(name), grad);
-                    record_comparison(e, worst, kBitwise);
+                    record_comparison(e, worst, kBitwise, identical);
                     e["worst_tensor"] = worst_name;
                   } catch (const UnsupportedPath& ex) {
                     out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
