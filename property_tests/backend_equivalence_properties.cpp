@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include <cstring>
 #include <limits>
 
 #include "backend.hpp"
@@ -57,11 +56,6 @@ class DeviceCopy {
   void* data_ = nullptr;
 };
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 RC_GTEST_PROP(BackendEquivalence, GpuNewtonEqualsCpuNewtonWithinTau, ()) {
   const GeneratedProblem p = *gen_problem(2000, kCells, testing::kNewtonDtypes);
   RC_TAG(std::string(dtype_name(p.dtype)));
@@ -104,10 +98,10 @@ TEST(CudaBackend, StridedDeviceInputEqualsContiguousHostInputBitwise) {
                                             {.h0 = h0_device.view_like(h0)});
     const Tensor from_auto = newton_apply(cell, x_device_view, NewtonConfig{},  // auto: device x
                                           {.h0 = h0_device.view_like(h0)});
-    EXPECT_TRUE(same_bytes(from_host, from_device));
-    EXPECT_TRUE(same_bytes(from_host, from_auto));
+    EXPECT_TRUE(same_bits(from_host, from_device));
+    EXPECT_TRUE(same_bits(from_host, from_auto));
     // The strided host view on the CUDA backend is the same solve too.
-    EXPECT_TRUE(same_bytes(from_host, newton_apply(cell, x_host_view, on(ScanBackend::cuda), {.h0 = h0.view()})));
+    EXPECT_TRUE(same_bits(from_host, newton_apply(cell, x_host_view, on(ScanBackend::cuda), {.h0 = h0.view()})));
   }
 }
 
@@ -134,7 +128,7 @@ TEST(CudaBackend, RepeatedSolveIsBitwiseEqualForEveryCell) {
         const Tensor again = newton_apply(cell, x, on(ScanBackend::cuda), made.options(), &stats);
         EXPECT_EQ(stats.iters, first_stats.iters) << "repeat " << repeat;
         EXPECT_EQ(stats.residual_history, first_stats.residual_history) << "repeat " << repeat;
-        EXPECT_TRUE(same_bytes(first, again)) << "repeat " << repeat;
+        EXPECT_TRUE(same_bits(first, again)) << "repeat " << repeat;
       }
     }
 }

@@ -4,11 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/reference/oracle.hpp"
@@ -131,39 +129,9 @@ double largest_finite(DType dtype) {
   });
 }
 
-// The elements of a gradient that no result in its storage dtype can hold: the oracle's value
-// rounds to ±inf there, and the solver's element is that same infinity. Copies of both tensors
-// (f64) with those elements set to 0, so that compare() judges the others as usual. An element
-// whose oracle value is representable, or whose solver value is anything else (finite, NaN, the
-// other infinity), is left in and judged.
-struct Unrepresentable {
-  std::int64_t count = 0;
-  double largest = 0.0;
-  Tensor ours, oracle;
-};
-Unrepresentable beyond_range(const Tensor& ours, const Tensor& oracle) {
-  Unrepresentable u;
-  if (ours.dtype() == DType::f64 || !is_floating(ours.dtype()) || ours.shape() != oracle.shape()) return u;
-  std::vector<double> s = ours.to_f64_vector(), o = oracle.to_f64_vector();
-  dispatch_float_dtype(ours.dtype(), [&]<class StorageT>() {
-    for (std::size_t i = 0; i < o.size(); ++i) {
-      if (!std::isfinite(o[i])) continue;  // a non-finite oracle: the certification rule's
-      const double rounded = static_cast<double>(round_to_storage<StorageT>(o[i]));
-      if (!std::isinf(rounded) || s[i] != rounded) continue;
-      ++u.count;
-      u.largest = std::max(u.largest, std::abs(o[i]));
-      s[i] = o[i] = 0.0;
-    }
-  });
-  if (u.count > 0) {
-    u.ours = Tensor::from_values(DType::f64, ours.shape(), s);
-    u.oracle = Tensor::from_values(DType::f64, oracle.shape(), o);
-  }
-  return u;
-}
-
 // Production adjoint vs the oracle's BPTT, per tensor; any mismatch makes the verdict Disagree,
-// a non-finite oracle gradient or a large certification delta makes it Inconclusive.
+// a non-finite oracle gradient or a large certification delta makes it Inconclusive, and so do
+// elements beyond the storage dtype's range when everything else agrees.
 void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
                      const VerifyOptions& options) {
   const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
@@ -194,11 +162,13 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   auto check = [&](const std::string& name, const Tensor& ours) {
     auto it = oracle.tensors.find(name);
     if (it == oracle.tensors.end()) throw Error("oracle_gradients returned no '" + name + "'");
-    const Unrepresentable beyond = beyond_range(ours, it->second);
+    // Elements beyond the storage dtype's range that the solver holds as the same infinity are
+    // left out and counted (GradientCheck::unrepresentable).
+    const Unrepresentable beyond = split_unrepresentable(ours, it->second);
     if (beyond.count == 0) {
       r.gradients.push_back({name, compare(ours, it->second, tol)});
     } else {
-      r.gradients.push_back({name, compare(beyond.ours, beyond.oracle, tol), beyond.count, beyond.largest});
+      r.gradients.push_back({name, compare(beyond.actual, beyond.expected, tol), beyond.count, beyond.largest});
     }
   };
   check("x", grads.x);

@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace pararnn {
 namespace {
@@ -129,6 +132,31 @@ std::string ComparisonResult::describe() const {
                          m.actual, m.expected, m.allowed);
   }
   return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+Unrepresentable split_unrepresentable(const Tensor& actual, const Tensor& expected) {
+  Unrepresentable u;
+  if (actual.dtype() == DType::f64 || !is_floating(actual.dtype()) || actual.shape() != expected.shape()) return u;
+  std::vector<double> a = actual.to_f64_vector(), e = expected.to_f64_vector();
+  dispatch_float_dtype(actual.dtype(), [&]<class StorageT>() {
+    for (std::size_t i = 0; i < e.size(); ++i) {
+      if (!std::isfinite(e[i])) continue;  // a non-finite expected value is never excused here
+      const double rounded = static_cast<double>(round_to_storage<StorageT>(e[i]));
+      if (!std::isinf(rounded) || a[i] != rounded) continue;
+      ++u.count;
+      u.largest = std::max(u.largest, std::abs(e[i]));
+      a[i] = e[i] = 0.0;
+    }
+  });
+  if (u.count > 0) {
+    u.actual = Tensor::from_values(DType::f64, actual.shape(), a);
+    u.expected = Tensor::from_values(DType::f64, expected.shape(), e);
+  }
+  return u;
 }
 
 }  // namespace pararnn

@@ -1,18 +1,13 @@
 // OracleMemo (oracle_memo.hpp).
 #include "pararnn/contracts/oracle_memo.hpp"
 
-#include <cstring>
-
+#include "pararnn/contracts/compare.hpp"
 #include "pararnn/core/errors.hpp"
 
 namespace pararnn {
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
-bool same_bits(const std::optional<Tensor>& a, const std::optional<Tensor>& b) {
+bool same_optional_bits(const std::optional<Tensor>& a, const std::optional<Tensor>& b) {
   return a.has_value() == b.has_value() && (!a || same_bits(*a, *b));
 }
 
@@ -22,8 +17,8 @@ bool same_case(const Case& a, const Case& b) {
     const auto it = b.parameters.find(name);
     if (it == b.parameters.end() || !same_bits(t, it->second)) return false;
   }
-  return same_bits(a.x, b.x) && same_bits(a.h0, b.h0) && same_bits(a.cu_seqlens, b.cu_seqlens) &&
-         same_bits(a.grad_H, b.grad_H);
+  return same_bits(a.x, b.x) && same_optional_bits(a.h0, b.h0) && same_optional_bits(a.cu_seqlens, b.cu_seqlens) &&
+         same_optional_bits(a.grad_H, b.grad_H);
 }
 
 // The case's tensors copied (a Case shares its tensors' storage with the caller's).

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "pararnn/contracts/compare.hpp"
 
@@ -53,6 +55,42 @@ TEST(Compare, NanNeverPassesEvenWithInfiniteTolerance) {
 
 TEST(Compare, ShapeMismatchIsRefused) {
   EXPECT_THROW(compare(ramp(DType::f32, {2, 3}), ramp(DType::f32, {3, 2}), {}), ContractViolation);
+}
+
+// split_unrepresentable leaves out exactly the elements whose expected value rounds to ±inf in
+// the actual's dtype and that the actual holds as that same infinity; every other element,
+// including an infinity where the expected value is representable, the other infinity, a NaN, or
+// a finite value where the expected overflows, stays in and is judged by compare().
+TEST(Compare, OnlyMatchingInfinitiesBeyondTheDtypesRangeAreLeftOut) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double beyond = 2.0 * static_cast<double>(std::numeric_limits<Eigen::half>::max());  // rounds to inf
+  const double representable = 0.5 * static_cast<double>(std::numeric_limits<Eigen::half>::max());
+  //                        left out  left out  judged: the oracle is representable, wrong sign, NaN, finite, ordinary
+  const std::vector<double> actual = {inf, -inf, inf, -inf, NAN, 100.0, 1.0};
+  const std::vector<double> expected = {beyond, -beyond, representable, beyond, beyond, beyond, 1.0};
+  const Tensor a = Tensor::from_values(DType::f16, {7}, actual);
+  const Tensor e = Tensor::from_values(DType::f64, {7}, expected);
+  const Unrepresentable u = split_unrepresentable(a, e);
+  EXPECT_EQ(u.count, 2);
+  EXPECT_EQ(u.largest, beyond);
+  const Tolerance tau = tolerance_for({.dtype = DType::f16});
+  const ComparisonResult c = compare(u.actual, u.expected, tau);
+  EXPECT_EQ(c.mismatches, 4) << c.describe();  // the four judged elements that are wrong
+  EXPECT_FALSE(c.ok());
+  // Nothing to leave out in f64, nor where every expected value is representable.
+  const auto one = [](DType dtype, double v) { return Tensor::from_values(dtype, {1}, std::vector<double>{v}); };
+  EXPECT_EQ(split_unrepresentable(one(DType::f64, inf), one(DType::f64, beyond)).count, 0);
+  EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, representable)).count, 0);
+}
+
+TEST(Compare, SameBitsIsDtypeShapeAndBytes) {
+  const Tensor a = ramp(DType::f32, {2, 3});
+  EXPECT_TRUE(same_bits(a, Tensor::copy_of(a.view())));
+  EXPECT_FALSE(same_bits(a, ramp(DType::f32, {3, 2})));
+  EXPECT_FALSE(same_bits(a, ramp(DType::f64, {2, 3})));
+  Tensor b = Tensor::copy_of(a.view());
+  b.store({1, 2}, std::nextafter(static_cast<float>(b.load({1, 2})), 10.0f));
+  EXPECT_FALSE(same_bits(a, b));
 }
 
 TEST(Tolerance, DefaultsAreTheContractTable) {

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <atomic>
 #include <exception>
 #include <limits>
@@ -372,10 +371,6 @@ void record_comparison(Json& e, const ComparisonResult& c, const Tolerance& tau,
   e["tolerance_source"] = tau.source;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 Tensor ones_like_trajectory(const Cell& cell, const Tensor& H) {
   Tensor g(cell.dtype(), H.shape());
   Tensor flat = g.reshaped({g.numel()});
@@ -732,7 +727,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     const Tensor strided = newton_apply(built.cell, wide.view().slice(1, 0, 2 * shape[1], 2), config,
                                                         built.apply());
                     const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
-                    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise, same_bytes(strided, contiguous));
+                    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise, same_bits(strided, contiguous));
                   } catch (const UnsupportedPath& ex) {
                     out.skipped.push_back({{"what", id}, {"reason", ex.what()}});
                     return;
@@ -767,10 +762,10 @@ CampaignResult run_campaign(const CampaignOptions& options) {
                     ComparisonResult worst = compare(fb.H, fa.H, kBitwise);
                     std::string worst_name = "H";
                     // The same bytes in every tensor and no NaN anywhere: the equivalence holds.
-                    bool identical = same_bytes(fb.H, fa.H) && worst.nan_count == 0;
+                    bool identical = same_bits(fb.H, fa.H) && worst.nan_count == 0;
                     const auto consider = [&](const std::string& name, const Tensor& b, const Tensor& a) {
                       const ComparisonResult c = compare(b, a, kBitwise);
-                      identical = identical && same_bytes(b, a) && c.nan_count == 0;
+                      identical = identical && same_bits(b, a) && c.nan_count == 0;
                       if (c.mismatches > worst.mismatches || (worst.ok() && !c.ok())) {
                         worst = c;
                         worst_name = name;

@@ -6,7 +6,9 @@
 // Verdicts: Agree (solver within τ everywhere), Disagree (not), Inconclusive (the oracle is not
 // finite or its self-check is not far below τ: a harness failure, never a disagreement; or the
 // case is ill-conditioned: the same-dtype sequential loop is itself outside τ and the solver is
-// within the contract's quality bound of that floor, `ill_conditioned`). τ is always the case's
+// within the contract's quality bound of that floor, `ill_conditioned`; or, with gradients, every
+// compared element agrees but some are beyond the storage dtype's range, held by the solver as
+// the infinity any result of that dtype must hold, `GradientCheck::unrepresentable`). τ is always the case's
 // dtype's, also for a trajectory stored narrower (`trajectory_dtype` records it).
 // Example:
 //   AgreementReport r = verify_agreement(cell, x, {.seed = 1});

@@ -53,4 +53,21 @@ struct ComparisonResult {
 ComparisonResult compare(const TensorView& actual, const TensorView& expected,
                          const Tolerance& tolerance);
 
+// The same dtype, shape and bytes (contiguous host tensors): CONTRACT §5's bitwise equivalences
+// and the oracle memo's "same case" test. NaN payloads and infinities compare as their bits.
+bool same_bits(const Tensor& a, const Tensor& b);
+
+// The elements no result in `actual`'s storage dtype can hold: `expected` (the oracle's value,
+// finite) rounds to ±inf in that dtype and `actual` is that same infinity (f16 gradients beyond
+// 65504). `actual` and `expected` are then f64 copies with those elements set to 0, so that
+// compare() judges the others as usual; `count` is 0 (and the copies empty) when there are none,
+// always for f64. An element whose expected value is representable, or whose actual value is
+// anything else there (finite, NaN, the other infinity), is left in and judged.
+struct Unrepresentable {
+  std::int64_t count = 0;
+  double largest = 0.0;  // the largest |expected| among them
+  Tensor actual, expected;
+};
+Unrepresentable split_unrepresentable(const Tensor& actual, const Tensor& expected);
+
 }  // namespace pararnn

@@ -10,6 +10,8 @@
 //   "not_applicable", never as a pass; a backend without a device, a class a cell has no
 //   parameter for, and an explicit path the solver refuses (UnsupportedPath) are listed under
 //   "skipped" with the reason.
+// - The bitwise equivalences (strided ≡ contiguous, recompute ≡ stored) pass on the same bytes
+//   with no NaN, infinities included; otherwise a non-finite value makes them Inconclusive.
 // - Every row whose outcome is not Agree keeps its case under <out>/cases/<row id>.safetensors
 //   (write_case) with a one-line repro (`pararnn verify cases/... ...`, run from <out>) and the
 //   `pararnn bug-bundle` command, plus the error of solver and sequential loop along t.
@@ -55,7 +57,7 @@ struct CampaignOptions {
   std::optional<std::int64_t> max_iters;         // a fixed K for every row (the seed's fixed-K
                                                  // behaviour); default: the K table + adaptive
   std::optional<double> time_budget_s;           // no task starts after it; one running stops
-                                                 // at its next phase (not run, exit 2)
+                                                 // at its next phase or inside its oracle (not run, exit 2)
   std::optional<std::int64_t> jobs;              // tasks run at once (default: the CPUs); each
                                                  // task's OpenMP loops get CPUs / jobs threads;
                                                  // the report does not depend on it, its timings do
