@@ -45,14 +45,17 @@ struct ScanGeometry {
 // registers, at most kGroupsT warps (time groups) per block, and kMinBlocksT blocks per SM asked
 // of the register allocator (__launch_bounds__). The plain scan uses SinglePassLimits<S>; the
 // fused Newton step (newton_step.cu) picks its own, measured, shape.
-// kWindowT predecessors are examined per look-back round trip (1: one at a time).
-template <int kStepsT, int kGroupsT, int kMinBlocksT = 1, int kWindowT = 1>
+// Every kAnchorT-th chunk is a look-back anchor: a chunk composes the aggregates of at most
+// kAnchorT − 1 predecessors, read in one round trip, onto the end state of the anchor before it
+// (the fixed association that makes the scan repeat bit for bit; 1: every chunk waits for its
+// predecessor's end state, a chained scan).
+template <int kStepsT, int kGroupsT, int kMinBlocksT = 1, int kAnchorT = 8>
 struct SinglePassShape {
   static constexpr int kSteps = kStepsT;
   static constexpr int kGroups = kGroupsT;
   static constexpr int kThreads = 32 * kGroupsT;
   static constexpr int kMinBlocks = kMinBlocksT;
-  static constexpr int kWindow = kWindowT;
+  static constexpr int kAnchor = kAnchorT;
 };
 template <int S>
 using SinglePassLimits = SinglePassShape<scan_max_steps_per_thread(S), scan_max_time_groups(S)>;
@@ -380,102 +383,97 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
       for (int s = 0; s < S; ++s) carry[v][s] = T(0);
     if (k > 0) {
-      // The look-back examines a window of up to kWindow predecessors per round trip (the shape's): every lane
-      // reads every flag of the window (independent loads, in flight together), the warp agrees
-      // on the smallest flag each lane saw per predecessor (so every lane acquired what it then
-      // reads), and the window's aggregates, up to the first inclusive state, are loaded together
-      // and composed in order (later ∘ earlier).
-      constexpr int kWindow = Shape::kWindow;
-      Elem acc[V];  // composite of the predecessors passed so far (later ∘ earlier)
-      bool have = false;
-      for (int64_t j = k - 1;; j -= kWindow) {
-        const int n_win = j + 1 < kWindow ? static_cast<int>(j + 1) : kWindow;  // >= 1
-        unsigned f[kWindow];
-        int first_inclusive = -1;  // window position of the nearest inclusive state
-        int usable = 0;            // window positions 0 .. usable−1 are published
-        for (unsigned spins = 0;; ++spins) {
+      // Fixed association (CONTRACT §5: a solve repeats bit for bit, whatever finishes first).
+      // Chunks whose index is a multiple of kAnchor are anchors. The state entering chunk k is
+      //   agg(k−1) ∘ … ∘ agg(s+1) applied to the state at the end of chunk s,
+      // s = the nearest chunk before k that is an anchor or holds a restart (chunk 0 is both), so
+      // s ≥ k − kAnchor and the window k−1 … s is read in one round trip. Only anchors and
+      // restart chunks publish an end state (kFlagInclusive); every other chunk publishes its
+      // aggregate alone, so a window position flagged inclusive before the anchor is a restart.
+      // The window's aggregates are composed (later ∘ earlier) while the anchor may still be
+      // waiting on its own anchor; then its end state is awaited.
+      constexpr int kAnchor = Shape::kAnchor;
+      const int n_win = static_cast<int>((k - 1) % kAnchor) + 1;  // chunks k−1 … k−n_win (the anchor)
+      int stop = -1;  // window position of the end state used (a restart chunk, or the anchor)
+      for (unsigned spins = 0;; ++spins) {
+        unsigned f[kAnchor];
 #pragma unroll
-          for (int w = 0; w < kWindow; ++w)
-            f[w] = w < n_win ? load_flag_acquire(flags + (j - w) * g.n_tiles + tile) : 0u;
-          first_inclusive = -1;
-          usable = 0;
+        for (int w = 0; w < kAnchor; ++w)
+          f[w] = w < n_win ? load_flag_acquire(flags + (k - 1 - w) * g.n_tiles + tile) : 0u;
+        // The warp agrees on the smallest flag each lane saw, so every lane acquired what it reads.
+        bool ready = false, blocked = false;
+        stop = -1;
 #pragma unroll
-          for (int w = 0; w < kWindow; ++w) {
-            if (w < n_win) f[w] = __reduce_min_sync(kFull, f[w]);
-            if (w < n_win && usable == w && first_inclusive < 0 && f[w] != 0) {
-              usable = w + 1;
-              if (f[w] == kFlagInclusive) first_inclusive = w;
+        for (int w = 0; w < kAnchor; ++w) {
+          if (w < n_win) f[w] = __reduce_min_sync(kFull, f[w]);
+          if (w < n_win && stop < 0 && !ready && !blocked) {
+            if (f[w] == kFlagInclusive) {
+              stop = w;
+            } else if (w == n_win - 1) {
+              ready = true;  // every aggregate is in; the anchor's end state is awaited below
+            } else if (f[w] == 0) {
+              blocked = true;
             }
           }
-          // Progress: an inclusive state within the published prefix, or the whole window
-          // published as aggregates (then the look-back continues before it).
-          if (first_inclusive >= 0 || usable == n_win) break;
-          // A predecessor silent for seconds means a broken invariant: fail the launch
-          // (cudaErrorLaunchFailure) rather than hang the device.
+        }
+        if (stop >= 0 || ready) break;
+        // A predecessor silent for seconds means a broken invariant: fail the launch
+        // (cudaErrorLaunchFailure) rather than hang the device.
+        if (spins > kMaxSpins) __trap();
+        __nanosleep(40);
+      }
+      const int n_agg = stop >= 0 ? stop : n_win - 1;
+      Elem acc[V];  // composite of the window's aggregates before the end state (later ∘ earlier)
+#pragma unroll
+      for (int w = 0; w < kAnchor; ++w) {
+        if (active && w < n_agg) {
+          const int64_t jl = (k - 1 - w) * g.n_tiles + tile;
+          Elem a[V];
+#pragma unroll
+          for (int m = 0; m < kElem; ++m) {
+            const Pack<T, V> p = load_pack_cg<T, V>(aggregates + (jl * kElem + m) * kWidth + lane * V);
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+              if (m < S * S) {
+                a[v].J[m] = p.v[v];
+              } else {
+                a[v].r[m - S * S] = p.v[v];
+              }
+            }
+          }
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] = w == 0 ? a[v] : cells::compose(acc[v], a[v]);
+        }
+      }
+      if (stop < 0) {
+        stop = n_win - 1;
+        unsigned* anchor = flags + (k - 1 - stop) * g.n_tiles + tile;
+        for (unsigned spins = 0; __reduce_min_sync(kFull, load_flag_acquire(anchor)) != kFlagInclusive; ++spins) {
           if (spins > kMaxSpins) __trap();
           __nanosleep(40);
         }
-        const int n_agg = first_inclusive >= 0 ? first_inclusive : n_win;
-        if (active) {
-          Elem a[kWindow][V];
+      }
+      if (active) {
+        const int64_t jl = (k - 1 - stop) * g.n_tiles + tile;
 #pragma unroll
-          for (int w = 0; w < kWindow; ++w) {
-            if (w < n_agg) {
-              const int64_t jl = (j - w) * g.n_tiles + tile;
+        for (int s = 0; s < S; ++s) {
+          const Pack<T, V> p = load_pack_cg<T, V>(inclusives + (jl * S + s) * kWidth + lane * V);
 #pragma unroll
-              for (int m = 0; m < kElem; ++m) {
-                const Pack<T, V> p = load_pack_cg<T, V>(aggregates + (jl * kElem + m) * kWidth + lane * V);
+          for (int v = 0; v < V; ++v) carry[v][s] = p.v[v];
+        }
+        if (n_agg > 0) {
 #pragma unroll
-                for (int v = 0; v < V; ++v) {
-                  if (m < S * S) {
-                    a[w][v].J[m] = p.v[v];
-                  } else {
-                    a[w][v].r[m - S * S] = p.v[v];
-                  }
-                }
-              }
-            }
-          }
-          T x[S][V];
-          if (first_inclusive >= 0) {
-            const int64_t jl = (j - first_inclusive) * g.n_tiles + tile;
+          for (int v = 0; v < V; ++v) {
+            T out[S];
+            cells::apply(acc[v], carry[v], out);
 #pragma unroll
-            for (int s = 0; s < S; ++s) {
-              const Pack<T, V> p = load_pack_cg<T, V>(inclusives + (jl * S + s) * kWidth + lane * V);
-#pragma unroll
-              for (int v = 0; v < V; ++v) x[s][v] = p.v[v];
-            }
-          }
-#pragma unroll
-          for (int w = 0; w < kWindow; ++w) {
-            if (w < n_agg) {
-#pragma unroll
-              for (int v = 0; v < V; ++v) acc[v] = have ? cells::compose(acc[v], a[w][v]) : a[w][v];
-              have = true;
-            }
-          }
-          if (first_inclusive >= 0) {
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-              if (have) {
-                T in[S], out[S];
-#pragma unroll
-                for (int s = 0; s < S; ++s) in[s] = x[s][v];
-                cells::apply(acc[v], in, out);
-#pragma unroll
-                for (int s = 0; s < S; ++s) carry[v][s] = out[s];
-              } else {
-#pragma unroll
-                for (int s = 0; s < S; ++s) carry[v][s] = x[s][v];
-              }
-            }
+            for (int s = 0; s < S; ++s) carry[v][s] = out[s];
           }
         }
-        if (first_inclusive >= 0) break;
       }
     }
 
-    if (!block_restart) {
+    if (!block_restart && k % Shape::kAnchor == 0) {
       T x[V][S];
 #pragma unroll
       for (int v = 0; v < V; ++v) {
