@@ -74,7 +74,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
   DeviceBuffer d_rec(rec.size() * sizeof(float));
   check(cudaMemcpy(d_rec.get(), rec.data(), d_rec.bytes(), cudaMemcpyHostToDevice), "upload rec");
   const cuda::DeviceProblem problem{.wx = wx.get(), .recurrent = d_rec.get(), .batch = B, .time = T, .channels = D};
-  cuda::NewtonWorkspace ws(cell.kind(), DType::f32, B, T, D, false, cuda::NewtonStrategy::fused_step);
+  cuda::NewtonWorkspace ws(cell.kind(), DType::f32, B, T, D, cuda::NewtonStrategy::fused_step);
   const std::size_t bytes = static_cast<std::size_t>(B * T * S * D) * sizeof(float);
   DeviceBuffer H(bytes), H_seq(bytes);
   nlohmann::ordered_json out = {{"cell", name}, {"batch", B}, {"time", T}, {"d_h", D}, {"d_in", d_in}, {"slots", S}};
@@ -173,8 +173,8 @@ int main(int argc, char** argv) {
   const cuda::DeviceProblem problem{.wx = d_wx.get(), .recurrent = d_rec.get(), .batch = B,
                                     .time = T, .channels = D};
   // Both strategies of the per-channel family (cuda/runtime.hpp NewtonStrategy), same inputs.
-  cuda::NewtonWorkspace generic(CellKind::gru, DType::f32, B, T, D, false, cuda::NewtonStrategy::host_driven);
-  cuda::NewtonWorkspace fused(CellKind::gru, DType::f32, B, T, D, false, cuda::NewtonStrategy::fused_step);
+  cuda::NewtonWorkspace generic(CellKind::gru, DType::f32, B, T, D, cuda::NewtonStrategy::host_driven);
+  cuda::NewtonWorkspace fused(CellKind::gru, DType::f32, B, T, D, cuda::NewtonStrategy::fused_step);
   const std::size_t h_bytes = static_cast<std::size_t>(n) * sizeof(float);
   DeviceBuffer d_H_k3(h_bytes), d_H_adaptive(h_bytes), d_H_seq(h_bytes), d_H_fused_k3(h_bytes),
       d_H_fused_adaptive(h_bytes);

@@ -100,16 +100,16 @@ struct Shape {
   cudaError_t (*scan)(const ScanArgs<float>&, void*, std::size_t, cudaStream_t);
 };
 
-template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 8>
+template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
 cudaError_t step_at(const NewtonStepArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
   if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, sizeof(float), s); e != cudaSuccess) return e;
   return detail::run_newton_step<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>>(a, w, bytes, s);
 }
-template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 8>
+template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
 std::size_t step_bytes_at(std::int64_t b, std::int64_t t, std::int64_t c) {
   return detail::newton_step_shape_bytes<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks>>(b, t, c);
 }
-template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 8>
+template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
 cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
   using Sh = detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>;
   return detail::run_single_pass<1, float, V, false, Sh>(
@@ -123,12 +123,12 @@ cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaSt
 
 // Measured 2026-12-01 (docs/cuda.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
 // scan's own shape (v4_s8_g8_b1) fastest for the scan. Here the look-back anchor spacing of the
-// fixed association (scan.cuh) is swept at both shapes.
+// fixed association (scan.cuh) is swept at both shapes (2026-12-02: 4 is the fastest for the step).
 const Shape kShapes[] = {
     PARARNN_SHAPE(2, 4, 16, 2, 1), PARARNN_SHAPE(2, 4, 16, 2, 2),  PARARNN_SHAPE(2, 4, 16, 2, 4),
-    PARARNN_SHAPE(2, 4, 16, 2, 8), PARARNN_SHAPE(2, 4, 16, 2, 16), PARARNN_SHAPE(2, 4, 16, 2, 32),
-    PARARNN_SHAPE(4, 8, 8, 1, 1),  PARARNN_SHAPE(4, 8, 8, 1, 4),   PARARNN_SHAPE(4, 8, 8, 1, 8),
-    PARARNN_SHAPE(4, 8, 8, 1, 16), PARARNN_SHAPE(4, 8, 8, 1, 32),  PARARNN_SHAPE(2, 8, 16, 1, 8),
+    PARARNN_SHAPE(2, 4, 16, 2, 8), PARARNN_SHAPE(2, 4, 16, 2, 16), PARARNN_SHAPE(4, 8, 8, 1, 2),
+    PARARNN_SHAPE(4, 8, 8, 1, 4),  PARARNN_SHAPE(4, 8, 8, 1, 8),   PARARNN_SHAPE(4, 8, 8, 1, 16),
+    PARARNN_SHAPE(2, 8, 16, 1, 4),
 };
 
 // kHeads: the kernel's packed-input form (a head flag loaded per step), here on input without

@@ -97,7 +97,7 @@ def main():
                         "CPU's f32 loop) against K = 3 {:.2f} ms ({:.1e})".format(
                             p4["fused_adaptive_default"]["ms"], p4["fused_adaptive_default"]["iters"],
                             p4["check_vs_cpu_f32_loop"]["fused_adaptive_max_abs"], p4["fused_k3_fixed"]["ms"],
-                            p4["check_vs_cpu_f32_loop"]["fused_k3_fixed_max_abs"]), targets["context"]["date"])
+                            p4["check_vs_cpu_f32_loop"]["fused_k3_fixed_max_abs"]), measured_on(targets, "P4"))
     else:
         t["P4"] = entry(None, "ratio", 1.5, "lower", None, None, "not measured (pararnn_bench_targets P4 absent)", date)
     p5 = None

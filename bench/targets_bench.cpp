@@ -112,7 +112,7 @@ nlohmann::ordered_json stats_json(const NewtonStats& s) {
 // A timed Newton solve on a device case: its figures and the trajectory it left in H.
 nlohmann::ordered_json timed_solve(const DeviceCase& c, DType storage, const NewtonConfig& config,
                                    cuda::NewtonStrategy strategy, const DeviceBuffer& H, int runs) {
-  cuda::NewtonWorkspace ws(c.cell.kind(), storage, c.layout.batch, c.layout.time, c.cell.d_h(), false, strategy);
+  cuda::NewtonWorkspace ws(c.cell.kind(), storage, c.layout.batch, c.layout.time, c.cell.d_h(), strategy);
   NewtonStats stats;
   const double ms = median_ms(kWarmup, runs, [&] {
     cuda::newton_solve(c.cell.spec(), storage, c.problem, config, H.get(), ws, stats);

@@ -49,7 +49,7 @@ struct ScanGeometry {
 // kAnchorT − 1 predecessors, read in one round trip, onto the end state of the anchor before it
 // (the fixed association that makes the scan repeat bit for bit; 1: every chunk waits for its
 // predecessor's end state, a chained scan).
-template <int kStepsT, int kGroupsT, int kMinBlocksT = 1, int kAnchorT = 8>
+template <int kStepsT, int kGroupsT, int kMinBlocksT = 1, int kAnchorT = 4>
 struct SinglePassShape {
   static constexpr int kSteps = kStepsT;
   static constexpr int kGroups = kGroupsT;
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
       const int n_agg = stop >= 0 ? stop : n_win - 1;
       Elem acc[V];  // composite of the window's aggregates before the end state (later ∘ earlier)
 #pragma unroll
-      for (int w = 0; w < kAnchor; ++w) {
+      for (int w = 0; w < kAnchor - 1; ++w) {  // n_agg <= kAnchor − 1
         if (active && w < n_agg) {
           const int64_t jl = (k - 1 - w) * g.n_tiles + tile;
           Elem a[V];

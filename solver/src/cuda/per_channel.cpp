@@ -2,7 +2,7 @@
 // the device once and made contiguous there, the input affine W_x x + b by cuBLAS in the compute
 // type (f32: cuBLASLt with the bias epilogue), then the one Newton driver (newton/driver.hpp) over the per-channel family on the device:
 // by default the fused step (kernels/newton_step.hpp: F, J, the scan and H += ωδ in one kernel),
-// or for deterministic solves the residual kernel, the three-phase scan and an axpy; one host
+// or (NewtonStrategy::host_driven) the residual kernel, the scan and an axpy; one host
 // read of max|F| per iteration; an adaptive solve with B·d at or above the auto rule's threshold
 // (sequential_min_chains) runs the sequential kernel instead. Returns host tensors in
 // the storage dtype, like every public entry point.
@@ -14,8 +14,8 @@
 // Cells: those with Newton kernels (kernels/newton_cells.hpp: every per-channel cell; CfC's Δt
 // gate is filled on the device, sLSTM's Picard guess runs the sequential kernel with the hidden
 // slot frozen); the dense, RWKV-7 and M2RNN cells run in cuda/dense.cpp, cuda/exact_linear.cpp and cuda/matrix_state.cpp.
-// Training (training.hpp) for the per-channel cells: the forward with the deterministic
-// three-phase scan, the backward as J at H* and a reverse scan in f64 plus a per-element VJP
+// Training (training.hpp) for the per-channel cells: the forward is the solve above (it repeats
+// bit for bit, so recompute re-solves exactly H*), the backward as J at H* and a reverse scan in f64 plus a per-element VJP
 // (adjoint_backward). CudaDecoder (decode.hpp) lives here too: every per-channel cell, on the
 // caller's stream.
 #include "cuda/runtime.hpp"
@@ -744,13 +744,10 @@ bool sequential_is_faster(CellKind cell, std::int64_t batch, std::int64_t channe
 }
 
 NewtonWorkspace::NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch,
-                                 std::int64_t time, std::int64_t channels, bool deterministic,
-                                 NewtonStrategy strategy)
-    : tiling{.algorithm = deterministic ? kernels::ScanAlgorithm::three_phase
-                                        : kernels::ScanAlgorithm::single_pass},
-      fused(strategy == NewtonStrategy::fused_step || (strategy == NewtonStrategy::automatic && !deterministic)),
-      sequential(strategy == NewtonStrategy::automatic && !deterministic &&
-                 sequential_is_faster(cell, batch, channels)) {
+                                 std::int64_t time, std::int64_t channels, NewtonStrategy strategy)
+    : tiling{.algorithm = kernels::ScanAlgorithm::single_pass},
+      fused(strategy == NewtonStrategy::fused_step || strategy == NewtonStrategy::automatic),
+      sequential(strategy == NewtonStrategy::automatic && sequential_is_faster(cell, batch, channels)) {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       constexpr int S = CellMath::kSlots;
@@ -1019,16 +1016,15 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
                                    cell.trajectory_shape(layout.batch, layout.time));
 }
 
-// Training on the device: the forward solves with the deterministic (three-phase) scan, so that
-// recompute's re-solve in the backward is bit for bit the forward's H*.
+// Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
+// repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
 NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                                   const ApplyOptions& options, Layout layout) {
   cuda::require_device("newton_forward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   const cuda::DeviceInputs inputs(cell, x, options, layout);
-  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h,
-                                  /*deterministic=*/true);
+  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
   cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
   NewtonForward forward;
@@ -1058,9 +1054,8 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
       throw ContractViolation("forward", "must come from newton_forward on this cell and x",
                               fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
     cuda::upload(H, saved.data(), saved.nbytes());
-  } else {  // recompute: the forward's solve again (deterministic scan: the same bits)
-    cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h,
-                                    /*deterministic=*/true);
+  } else {  // recompute: the forward's solve again (it repeats: the same bits)
+    cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
     NewtonStats stats;
     cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
   }

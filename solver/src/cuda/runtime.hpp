@@ -155,17 +155,13 @@ struct DeviceProblem {
 };
 
 // Scratch of the Newton loop for one shape: F, J, the scan's and the reduction's workspaces.
-// `deterministic`: the scan runs the three-phase algorithm, whose association is fixed, so a
-// solve repeats bit for bit (training: recompute re-solves the forward's H*); otherwise the
-// single-pass scan, whose look-back may combine a chunk's predecessors differently from run to
-// run (the same sum, re-associated).
+// Every strategy repeats bit for bit (the single-pass scan's look-back has a fixed association,
+// kernels/src/scan.cuh), so training's recompute re-solves exactly the forward's H* on any of them.
 //
 // The strategy of the per-channel solve (newton/driver.hpp runs each): `host_driven`, one
 // residual kernel, one scan and one axpy per iteration (F and J through memory); `fused_step`,
 // one fused kernel per iteration (kernels/newton_step.hpp: F, J in registers, the single-pass
-// scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step unless the solve
-// must be deterministic (the fused kernel's single-pass look-back re-associates from run to run;
-// training's recompute needs the three-phase scan's fixed association); and for an adaptive
+// scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step; and for an adaptive
 // solve (max_iters unset, NewtonConfig::allow_sequential) it is the sequential kernel in the
 // compute type where `sequential_is_faster` says so (the auto rule, docs/cuda.md).
 enum class NewtonStrategy { automatic, host_driven, fused_step };
@@ -182,8 +178,7 @@ bool sequential_is_faster(CellKind cell, std::int64_t batch, std::int64_t channe
 class NewtonWorkspace {
  public:
   NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
-                  std::int64_t channels, bool deterministic = false,
-                  NewtonStrategy strategy = NewtonStrategy::automatic);
+                  std::int64_t channels, NewtonStrategy strategy = NewtonStrategy::automatic);
   DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
   // fused_step: the second iterate and the kernel's workspace, allocated on the first fused step.
   DeviceBuffer iterate, step_workspace;

@@ -39,7 +39,9 @@
 // Guarantees: on inputs whose arithmetic is exact (dyadic rationals with bounded exponents and
 // sums, e.g. J ∈ {0, ±½, ±1, ±2}, small integer r) the result equals sequential substitution bit
 // for bit, for both algorithms, every supported chunk length and both directions; otherwise it
-// differs from sequential substitution by re-association only. Blocks of one launch synchronise
+// differs from sequential substitution by re-association only, and that association is fixed by
+// the shape and the chunking (the single-pass look-back composes a fixed set of chunks onto a
+// fixed anchor, whatever finishes first), so a launch repeats bit for bit. Blocks of one launch synchronise
 // through the workspace (flags reset with cudaMemsetAsync on `stream`), so a workspace must not
 // be shared by launches that may run concurrently.
 //
