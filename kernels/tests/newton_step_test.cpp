@@ -112,7 +112,10 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
   for (cudaError_t e : {d_in.status(), d_out.status(), d_max.status(), d_ws.status()}) EXPECT_EQ(e, cudaSuccess);
   if (!from_guess) {
     EXPECT_EQ(d_in.upload(H), cudaSuccess);
+  } else {
+    EXPECT_EQ(cudaMemset(d_in.get(), 0, d_in.bytes()), cudaSuccess);  // downloaded below (initcheck)
   }
+  EXPECT_EQ(cudaMemset(d_max.get(), 0, d_max.bytes()), cudaSuccess);  // slots 1, 2 are written only with_result
   EXPECT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);  // poison: NaN until written
   const NewtonStepArgs<T> args{.wx = in.wx.get(),
                                .recurrent = in.recurrent.get(),
