@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Reproduces bench/results/h200-summary.json on the GPU machine in one command (after
-# scripts/gpu-bundle.sh here, the bundle and the peers' wheels carried: carry ["build-carry", ".whl"]):
-#   scripts/bench-h200.sh $OUT
+# Reproduces bench/results/h200-summary.json on the GPU machine in one command, after
+# scripts/gpu-bundle.sh here and its parts unpacked there (scripts/gpu-unpack.sh, one call per
+# part; the peers' wheels in .whl/ carried with the last one):
+#   scripts/gpu-unpack.sh build-carry/part-<i>.tar.xz --run scripts/bench-h200.sh $OUT
 # Runs our benchmarks (pararnn_bench_newton, pararnn_bench_shapes, pararnn_bench_scan,
 # pararnn_bench_targets) and the
 # peers (bench/peers/run_peers.py, from the wheels in .whl/), then bench/summarize.py. Every JSON
 # lands in the output folder; a failing step is reported and the summary marks its targets
-# unmeasured.
+# unmeasured. BUNDLE_BUILD names the unpacked build folder (default build).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: scripts/bench-h200.sh OUTPUT_DIR}
 mkdir -p "$out"
-[ -d "$root/build-gpu" ] || tar -C "$root" -xJf "$root/build-carry/build-gpu.tar.xz" || exit 1
-b="$root/build-gpu/bench"
+b="$root/${BUNDLE_BUILD:-build}/bench"
+for exe in pararnn_bench_newton pararnn_bench_shapes pararnn_bench_scan pararnn_bench_targets; do
+  [ -x "$b/$exe" ] || echo "bench-h200: $b/$exe is not unpacked (scripts/gpu-unpack.sh)" >&2
+done
 "$b/pararnn_bench_newton" --runs 10 >"$out/newton.json" 2>"$out/newton.err" || echo "bench-h200: pararnn_bench_newton failed" >&2
 "$b/pararnn_bench_shapes" --runs 15 >"$out/shapes.json" 2>"$out/shapes.err" || echo "bench-h200: pararnn_bench_shapes failed" >&2
 "$b/pararnn_bench_scan" >"$out/scan.json" 2>"$out/scan.err" || echo "bench-h200: pararnn_bench_scan failed" >&2

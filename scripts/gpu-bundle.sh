@@ -1,49 +1,128 @@
 #!/usr/bin/env bash
-# Builds the folder that travels to the GPU machine (build-gpu, git-ignored, carried as
-# build-carry/build-gpu.tar.xz, < 64 MiB): Release,
-# sm_90, stripped binaries of the CUDA tests, the benchmarks and the CLI, the non-system shared
-# libraries they need (the GPU machine is Ubuntu 24.04 without Debian's libfmt/spdlog) in
-# build-gpu/lib, found through the binaries' RPATH; objects and archives stay here (the next run
-# rebuilds incrementally) and are left out of the carried archive.
-# On the GPU machine (carry ["build-carry"]): tar -xJf build-carry/build-gpu.tar.xz &&
-#   PARARNN_REQUIRE_CUDA=1 ctest --test-dir build-gpu -L cuda --no-tests=error
-# `--no-bench` leaves the benchmark binaries out (a tests-only bundle, well under the limit).
+# Packs a CUDA build for the GPU machine in parts that each fit one device call. A call carries
+# the working tree and what it names, at most 64 MiB in all, and the GPU test executables
+# together are about 150 MiB compressed, so they travel in several calls while the machine stays
+# warm (it keeps the build folder between back-to-back calls).
+#
+# Usage (here): scripts/gpu-bundle.sh [--build DIR] [--no-bench] [--budget-mib N]
+#   DIR   a configured CUDA build (default build; -DPARARNN_CUDA=ON, e.g. CMAKE_CUDA_ARCHITECTURES=90);
+#         the GPU targets are built in it first (incrementally)
+#   N     the size limit of one part (default: 64 MiB less the tree's size less 1 MiB)
+# Writes build-carry/part-<i>.tar.xz (i = 1 … n) and build-carry/parts.txt (each part's size and
+# executables). Every part holds whole stripped executables under DIR's relative path; part 1 also
+# holds the ctest files (CTestTestfile.cmake and the discovered-test includes), the non-system
+# shared libraries in DIR/lib (the GPU machine is Ubuntu 24.04 without Debian's fmt/spdlog) and
+# the Python module where DIR has one.
+# Objects and archives stay here. Exits 1 when an executable alone is over the limit.
+#
+# On the GPU machine, one call per part (carry ["build-carry/part-<i>.tar.xz"]):
+#   scripts/gpu-unpack.sh build-carry/part-<i>.tar.xz
+# and in the last call, after its part:
+#   scripts/gpu-unpack.sh --run ctest --test-dir build -L cuda --no-tests=error -j8
+# (gpu-unpack.sh --run sets LD_LIBRARY_PATH to DIR/lib and the machine's cuBLAS/NCCL folders).
 set -euo pipefail
-with_bench=1
-[ "${1:-}" = "--no-bench" ] && with_bench=0
 root=$(cd "$(dirname "$0")/.." && pwd)
-build="$root/build-gpu"
-cuda_lib_dirs="/usr/local/cuda/lib64;/usr/local/cuda-13.0/targets/x86_64-linux/lib"
-# SASS for the H200 only (sm_90, no PTX copy): the carried binaries stay small.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARARNN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-  -DCMAKE_EXE_LINKER_FLAGS=-s -DCMAKE_BUILD_RPATH="$build/lib;$cuda_lib_dirs" >/dev/null
+build_rel=build
+with_bench=1
+budget_mib=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build_rel=${2:?--build needs a folder}; shift 2 ;;
+    --no-bench) with_bench=0; shift ;;
+    --budget-mib) budget_mib=${2:?--budget-mib needs a number}; shift 2 ;;
+    *) echo "gpu-bundle: unknown argument '$1' (usage: scripts/gpu-bundle.sh [--build DIR] [--no-bench] [--budget-mib N])" >&2
+       exit 2 ;;
+  esac
+done
+build="$root/$build_rel"
+[ -f "$build/CMakeCache.txt" ] || { echo "gpu-bundle: --build $build_rel is not a configured CMake build" >&2; exit 2; }
+grep -Eq '^PARARNN_CUDA:[A-Z]+=(ON|TRUE|1)$' "$build/CMakeCache.txt" ||
+  { echo "gpu-bundle: --build $build_rel is not a CUDA build (configure with -DPARARNN_CUDA=ON)" >&2; exit 2; }
+
 targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda dense_cell_tests_cuda rwkv7_tests_cuda
          m2rnn_tests_cuda pararnn)
 [ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton pararnn_bench_shapes pararnn_bench_targets)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
-mkdir -p "$build/lib"
-for bin in "$build/kernels/kernels_cuda_tests" "$build/property_tests/property_tests_cuda" \
-           "$build/property_tests/gradient_tests_cuda" "$build/property_tests/dense_cell_tests_cuda" \
-           "$build/property_tests/rwkv7_tests_cuda" "$build/property_tests/m2rnn_tests_cuda" \
-           "$build/tools/pararnn"; do
-  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
-    | xargs -r -I{} cp -Lu {} "$build/lib/" || true
-done
-[ "$with_bench" = 1 ] || rm -f "$build/bench/pararnn_bench_scan" "$build/bench/pararnn_bench_newton" "$build/bench/pararnn_bench_shapes" "$build/bench/pararnn_bench_targets"
-rm -rf "$build"/CMakeFiles/*/CompilerId*/tmp "$build"/CMakeFiles/CheckCUDA  # configure scratch
-# The carried form: one xz archive (the stripped binaries compress about 4x), extracted on the
-# GPU machine into the same absolute path.
+
+if [ -z "$budget_mib" ]; then
+  # The tree a call carries: tracked files and untracked ones git does not ignore.
+  tree_bytes=$(cd "$root" && { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+                 { xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
+  budget_mib=$(( 64 - (tree_bytes + 1048575) / 1048576 - 1 ))
+fi
+budget=$(( budget_mib * 1048576 ))
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
 carry="$root/build-carry"
 mkdir -p "$carry"
-# ctest needs the CTestTestfile.cmake files and the discovered-test includes beside them, not
-# CMakeFiles/ (object files, dependency scans).
-XZ_OPT="-9 -T2" tar -C "$root" -cJf "$carry/build-gpu.tar.xz" --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' \
-  --exclude='test-artifacts' --exclude='CMakeFiles' build-gpu
-du -sh "$build" "$carry/build-gpu.tar.xz"
-size_mib=$(du -sm "$carry/build-gpu.tar.xz" | cut -f1)
-if [ "$size_mib" -gt 64 ]; then
-  echo "build-carry/build-gpu.tar.xz is ${size_mib} MiB, over the 64 MiB a device run carries; largest files:" >&2
-  find "$build" -type f -size +1M -printf '%s %p\n' | sort -rn | head -5 >&2
-  echo "(run with --no-bench for a tests-only bundle)" >&2
-  exit 1
+rm -f "$carry"/part-*.tar.xz "$carry/parts.txt"
+
+# Part 1's fixed content: the ctest files and the shared libraries.
+common="$stage/common/$build_rel"
+mkdir -p "$common/lib"
+(cd "$build" && find . \( -path ./CMakeFiles -o -path './*/CMakeFiles' -o -path ./cmake-consumer \) -prune -o \
+   \( -name '*.cmake' -o -name CTestTestfile.cmake \) -print) | while read -r f; do
+  mkdir -p "$common/$(dirname "$f")"; cp "$build/$f" "$common/$f"; done
+# The Python module where the build has one (-DPARARNN_PYTHON=ON; docs/python.md).
+if [ -d "$build/python" ]; then
+  (cd "$build" && find python -path '*/CMakeFiles' -prune -o -type f \( -name '*.so' -o -name '*.py' \) -print) |
+    while read -r f; do mkdir -p "$common/$(dirname "$f")"; cp "$build/$f" "$common/$f"; done
 fi
+declare -A exe_path
+for t in "${targets[@]}"; do
+  p=$(cd "$build" && find . -path ./cmake-consumer -prune -o -type f -name "$t" -perm -u+x -print | head -1)
+  [ -n "$p" ] || { echo "gpu-bundle: $t was not built in $build_rel" >&2; exit 1; }
+  exe_path[$t]=${p#./}
+  ldd "$build/${p#./}" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
+    | xargs -r -I{} cp -Lu {} "$common/lib/" || true
+done
+
+# Each executable stripped and compressed alone, to know its share of a part.
+declare -A exe_size
+for t in "${targets[@]}"; do
+  d="$stage/exe-$t/$build_rel/$(dirname "${exe_path[$t]}")"
+  mkdir -p "$d"
+  strip -o "$d/$t" "$build/${exe_path[$t]}"
+  XZ_OPT="-6 -T$(nproc)" tar -C "$stage/exe-$t" -cJf "$stage/$t.tar.xz" "$build_rel"
+  exe_size[$t]=$(stat -c %s "$stage/$t.tar.xz")
+done
+XZ_OPT="-6 -T$(nproc)" tar -C "$stage/common" -cJf "$stage/common.tar.xz" "$build_rel"
+common_size=$(stat -c %s "$stage/common.tar.xz")
+
+# First fit, largest first; part 1 starts with the common files.
+mapfile -t order < <(for t in "${targets[@]}"; do echo "${exe_size[$t]} $t"; done | sort -rn | awk '{print $2}')
+declare -a part_size part_exes
+part_size[1]=$common_size
+part_exes[1]=""
+n=1
+for t in "${order[@]}"; do
+  s=${exe_size[$t]}
+  if [ $((s + 65536)) -gt "$budget" ]; then
+    echo "gpu-bundle: $t alone is $((s / 1048576)) MiB compressed, over the ${budget_mib} MiB limit of a part" >&2
+    exit 1
+  fi
+  placed=0
+  for ((i = 1; i <= n; i++)); do
+    if [ $((part_size[i] + s + 65536)) -le "$budget" ]; then
+      part_size[i]=$((part_size[i] + s)); part_exes[i]="${part_exes[i]} $t"; placed=1; break
+    fi
+  done
+  if [ "$placed" = 0 ]; then n=$((n + 1)); part_size[n]=$s; part_exes[n]=" $t"; fi
+done
+
+for ((i = 1; i <= n; i++)); do
+  dir="$stage/part-$i"
+  mkdir -p "$dir"
+  [ "$i" = 1 ] && cp -a "$stage/common/$build_rel" "$dir/"
+  for t in ${part_exes[i]}; do cp -a "$stage/exe-$t/$build_rel" "$dir/"; done
+  XZ_OPT="-6 -T$(nproc)" tar -C "$dir" -cJf "$carry/part-$i.tar.xz" "$build_rel"
+  size=$(stat -c %s "$carry/part-$i.tar.xz")
+  if [ "$size" -gt "$budget" ]; then
+    echo "gpu-bundle: build-carry/part-$i.tar.xz is $((size / 1048576)) MiB, over the ${budget_mib} MiB limit" >&2
+    exit 1
+  fi
+  echo "part-$i.tar.xz $((size / 1048576)) MiB:${part_exes[i]}$([ "$i" = 1 ] && echo ' (+ ctest files, lib/)')" \
+    | tee -a "$carry/parts.txt"
+done
+echo "gpu-bundle: $n parts of at most ${budget_mib} MiB in build-carry/ (parts.txt)"
