@@ -4,7 +4,8 @@
 //       adaptive, its output rounded to bf16 against an f64 sequential loop of the cell on the
 //       solve's own W_x x (16 chains);
 //   P3  the GPU training step at S1 f32 through the public API (newton_forward, newton_backward
-//       from device x), host clocks;
+//       from device x with grad_H on the device, and again with grad_H on the host: gradients
+//       bitwise equal), host clocks;
 //   P4  hard weights (unclamped recurrent std 0.7) at S1: adaptive (Newton, the auto rule off)
 //       against fixed K = 3, both checked against the CPU's f32 sequential loop;
 //   P6  the auto rule (NewtonStrategy::automatic) across B·d ∈ {512 … 131072} at S1's tokens
@@ -36,6 +37,7 @@
 #include "bench_inputs.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/dtype.hpp"
 #include "pararnn/solver/decode.hpp"
@@ -182,13 +184,14 @@ nlohmann::ordered_json p2_bf16(int runs) {
 
 nlohmann::ordered_json p3_training(int runs) {
   DeviceCase c(kS1Gru, DType::f32, 8, 65536, kSeed);
-  nlohmann::ordered_json out = {{"shape", "S1 gru f32, public newton_forward + newton_backward from device x"},
+  nlohmann::ordered_json out = {{"shape", "S1 gru f32, public newton_forward + newton_backward from device x (grad_H on the device; also from the host)"},
                                 {"clock", "host steady_clock"}};
   const NewtonConfig config{};
-  std::vector<double> fwd, bwd;
+  std::vector<double> fwd, bwd, bwd_host_g;
   NewtonForward forward;
-  NewtonGradients grads;
+  NewtonGradients grads, grads_host_g;
   std::optional<Tensor> grad_H;
+  DeviceBuffer grad_H_device;
   for (int i = 0; i < 1 + std::max(1, runs / 3); ++i) {
     auto t0 = std::chrono::steady_clock::now();
     forward = newton_forward(c.cell, c.x_device(), config);
@@ -196,25 +199,37 @@ nlohmann::ordered_json p3_training(int runs) {
     if (!grad_H) {
       const std::vector<double> ones(static_cast<std::size_t>(forward.H.numel()), 1e-3);
       grad_H = Tensor::from_values(DType::f32, forward.H.shape(), ones);
+      grad_H_device = DeviceBuffer(grad_H->nbytes());
+      check(cudaMemcpy(grad_H_device.get(), grad_H->data(), grad_H->nbytes(), cudaMemcpyHostToDevice), "upload grad_H");
     }
+    const TensorView g_device(grad_H_device.get(), DType::f32, grad_H->shape(), {}, Device::cuda, 0);
     t0 = std::chrono::steady_clock::now();
-    grads = newton_backward(c.cell, c.x_device(), forward, *grad_H, config);
+    grads = newton_backward(c.cell, c.x_device(), forward, g_device, config);
     const double b = host_ms(t0);
+    t0 = std::chrono::steady_clock::now();
+    grads_host_g = newton_backward(c.cell, c.x_device(), forward, *grad_H, config);
+    const double bh = host_ms(t0);
     if (i > 0) {
       fwd.push_back(f);
       bwd.push_back(b);
+      bwd_host_g.push_back(bh);
     }
   }
-  bool finite = true;
-  for (const auto& [name, g] : grads.parameters)
+  bool finite = true, same = grads.parameters.size() == grads_host_g.parameters.size();
+  for (const auto& [name, g] : grads.parameters) {
     for (double v : g.to_f64_vector()) finite = finite && std::isfinite(v);
+    same = same && grads_host_g.parameters.contains(name) && same_bits(g, grads_host_g.parameters.at(name));
+  }
+  same = same && same_bits(grads.x, grads_host_g.x);
   // The forward's trajectory against the CPU's f32 loop (16 chains).
   const std::vector<float> H(forward.H.data_as<float>(), forward.H.data_as<float>() + forward.H.numel());
   out["forward_ms"] = median(fwd);
-  out["backward_ms"] = median(bwd);
+  out["backward_ms"] = median(bwd);  // grad_H on the device
+  out["backward_host_grad_H_ms"] = median(bwd_host_g);
   out["forward_stats"] = stats_json(forward.stats);
   out["check"] = {{"forward_vs_cpu_f32_loop_max_abs", gru_against_f32_loop(c, H)},
-                  {"tau_atol", tau_of(DType::f32, "gru")}, {"parameter_gradients_finite", finite}};
+                  {"tau_atol", tau_of(DType::f32, "gru")}, {"parameter_gradients_finite", finite},
+                  {"device_grad_H_equals_host_grad_H_bitwise", same}};
   return out;
 }
 

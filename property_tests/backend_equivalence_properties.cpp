@@ -3,8 +3,9 @@
 // permuted, time-skipped device input ≡ the contiguous host copy, bitwise; packed sequences ≡
 // each sequence solved alone; an adaptive solve that does not converge by k_max returns the
 // sequential answer with the `newton_residual_high` warning; the GPU sequential loop ≡ the CPU's
-// in every storage dtype; the auto rule solves sequentially from its threshold on; cells without
-// kernels are refused by name.
+// in every storage dtype; the auto rule solves sequentially from its threshold on; training on a
+// strided device x and device grad_H ≡ training on host tensors, bitwise; cells without kernels
+// are refused by name.
 // Tolerances come from contracts/tolerance.hpp (backend "cuda").
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -17,7 +18,9 @@
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
+#include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 namespace {
@@ -103,6 +106,81 @@ TEST(CudaBackend, StridedDeviceInputEqualsContiguousHostInputBitwise) {
     // The strided host view on the CUDA backend is the same solve too.
     EXPECT_TRUE(same_bits(from_host, newton_apply(cell, x_host_view, on(ScanBackend::cuda), {.h0 = h0.view()})));
   }
+}
+
+// The CUDA backward reads x, grad_H and H* where they are: a strided device x and a permuted
+// device grad_H give the gradients of the contiguous host tensors, bit for bit (the backward
+// widens grad_H and gathers x on the device instead of a host round trip), and H* kept on the
+// device by the forward gives those of H* held on the host. Cells with one, two and a
+// time-gated input block; f32 and f64.
+TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
+  for (const std::string cell_name : {"gru", "lstm", "cfc"})
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
+      const GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 3, .time = 300,
+                               .d_in = 6, .d_h = 17, .with_h0 = true, .seed = 21};
+      const Cell cell = p.make_cell();
+      // x: every other step of a (2T, B, d_in) storage, permuted to (B, T, d_in).
+      const GeneratedProblem wide{.cell = cell_name, .dtype = dtype, .batch = 2 * p.time, .time = p.batch,
+                                  .d_in = p.d_in, .seed = 22};
+      const Tensor x_storage = wide.make_input();
+      const TensorView x_host_view = x_storage.view().permute({1, 0, 2}).slice(1, 0, 2 * p.time, 2);
+      const Tensor x = Tensor::copy_of(x_host_view);
+      const DeviceCopy x_device(x_storage);
+      const TensorView x_device_view = x_device.view_like(x_storage).permute({1, 0, 2}).slice(1, 0, 2 * p.time, 2);
+      ASSERT_FALSE(x_device_view.is_contiguous());
+      // grad_H: a (T, B, width) storage permuted to the trajectory's (B, T, width).
+      const Shape traj = cell.trajectory_shape(p.batch, p.time);
+      ASSERT_EQ(traj.size(), 3u);
+      Tensor g_storage(dtype, {traj[1], traj[0], traj[2]});
+      {
+        Tensor flat = g_storage.reshaped({g_storage.numel()});
+        SplitMix64 rng(23);
+        for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal());
+      }
+      const Tensor g = Tensor::copy_of(g_storage.view().permute({1, 0, 2}));
+      const DeviceCopy g_device(g_storage);
+      const TensorView g_device_view = g_device.view_like(g_storage).permute({1, 0, 2});
+      const DeviceCopy g_device_contiguous(g);
+      const Tensor h0 = *p.make_h0(cell.slots());
+      const ApplyOptions options{.h0 = h0.view()};
+
+      const NewtonConfig config = on(ScanBackend::cuda);
+      const NewtonForward forward = newton_forward(cell, x, config, options);
+      const NewtonGradients host = newton_backward(cell, x, forward, g, config, options);
+      auto expect_same = [&](const NewtonGradients& other, const char* what) {
+        SCOPED_TRACE(what);
+        EXPECT_TRUE(same_bits(host.x, other.x));
+        ASSERT_TRUE(host.h0 && other.h0);
+        EXPECT_TRUE(same_bits(*host.h0, *other.h0));
+        ASSERT_EQ(host.parameters.size(), other.parameters.size());
+        for (const auto& [name, grad] : host.parameters) {
+          ASSERT_TRUE(other.parameters.contains(name)) << name;
+          EXPECT_TRUE(same_bits(grad, other.parameters.at(name))) << name;
+        }
+      };
+      expect_same(newton_backward(cell, x_device_view, forward, g_device_view, config, options),
+                  "strided device x, permuted device grad_H");
+      expect_same(newton_backward(cell, x_device_view, forward, g_device_contiguous.view_like(g), config, options),
+                  "strided device x, contiguous device grad_H");
+      expect_same(newton_backward(cell, x, forward, g_storage.view().permute({1, 0, 2}), config, options),
+                  "permuted host grad_H");
+      // The forward keeps H* on the device (the compute type is the storage type here): it is
+      // forward.H, and the backward from a host-held copy of it is the same bits.
+      const Tensor saved = forward.saved_trajectory->host();
+      EXPECT_TRUE(same_bits(saved, forward.H));
+      EXPECT_EQ(forward.saved_bytes(), forward.H.nbytes());
+      NewtonForward held_on_host = forward;
+      held_on_host.saved_trajectory = saved_on_host(saved);
+      expect_same(newton_backward(cell, x, held_on_host, g, config, options), "H* held on the host");
+      // The CPU backend's backward reads the device-held H* too (through a download).
+      const NewtonConfig cpu = on(ScanBackend::cpu);
+      const NewtonGradients from_device_held = newton_backward(cell, x, forward, g, cpu, options);
+      const NewtonGradients from_host_held = newton_backward(cell, x, held_on_host, g, cpu, options);
+      EXPECT_TRUE(same_bits(from_device_held.x, from_host_held.x));
+      for (const auto& [name, grad] : from_host_held.parameters)
+        EXPECT_TRUE(same_bits(grad, from_device_held.parameters.at(name))) << name;
+    }
 }
 
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡

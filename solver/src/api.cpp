@@ -357,6 +357,19 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backe
   return family_entry(cell.spec().jacobian, resolved).sequential(cell, x, options, std::move(layout));
 }
 
+std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory) {
+  class OnHost final : public SavedTrajectory {
+   public:
+    explicit OnHost(Tensor t) : t_(std::move(t)) {}
+    std::size_t bytes() const override { return t_.nbytes(); }
+    Tensor host() const override { return t_; }
+
+   private:
+    Tensor t_;
+  };
+  return std::make_shared<const OnHost>(std::move(trajectory));
+}
+
 NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                              const ApplyOptions& options) {
   validate(config, cell.spec());

@@ -367,7 +367,7 @@ NewtonForward seq_parallel_newton_forward(Communicator& comm, const Cell& cell, 
     const auto H = solve_chunk(solver, cell, config, placement, forward.stats);
     forward.H = solver.local().to_storage(H);
     if (!config.recompute)
-      forward.saved_trajectory = std::make_shared<const Tensor>(solver.local().to_compute_tensor(H));
+      forward.saved_trajectory = saved_on_host(solver.local().to_compute_tensor(H));
   });
   detail::residual_gate(cell, config, forward.stats, x_chunk, options);
   return forward;
@@ -386,7 +386,7 @@ NewtonGradients seq_parallel_newton_backward(Communicator& comm, const Cell& cel
       });
   return with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
     if (forward.saved_trajectory)
-      return solver.backward(solver.local().from_saved(*forward.saved_trajectory), grad_H_chunk, x_chunk, options);
+      return solver.backward(solver.local().from_saved(forward.saved_trajectory->host()), grad_H_chunk, x_chunk, options);
     NewtonStats stats;  // recompute: the forward's solve again (bitwise the same H*)
     return solver.backward(solve_chunk(solver, cell, config, placement, stats), grad_H_chunk, x_chunk, options);
   });

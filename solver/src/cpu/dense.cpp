@@ -397,7 +397,7 @@ NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const 
     const auto H = solver.newton_trajectory(config, forward.stats);
     forward.H = solver.to_storage(H);
     if (!config.recompute)
-      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+      forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
   return forward;
 }
@@ -408,7 +408,7 @@ NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, con
   return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
     const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory)
-      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+      return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
     // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
     NewtonStats stats;
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);

@@ -242,7 +242,7 @@ NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const 
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
     const auto S = use_scan ? solver.scan() : solver.sequential_compute();
     forward.H = solver.to_storage(S);
-    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(S));
+    if (!config.recompute) forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(S));
   });
   return forward;
 }
@@ -253,7 +253,7 @@ NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, con
   return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory) {
-      const Tensor& saved = *forward.saved_trajectory;
+      const Tensor saved = forward.saved_trajectory->host();
       using ComputeT = ComputeOf<StorageT>;
       const std::vector<ComputeT> S(saved.data_as<ComputeT>(), saved.data_as<ComputeT>() + saved.numel());
       return solver.backward(S, grad_H, x, options);

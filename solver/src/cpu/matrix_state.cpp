@@ -286,7 +286,7 @@ NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const 
     const auto H = solver.newton_trajectory(config, forward.stats);
     forward.H = solver.to_storage(H);
     if (!config.recompute)
-      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+      forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
   return forward;
 }
@@ -297,7 +297,7 @@ NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, con
   return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
     const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory)
-      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+      return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
     // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
     NewtonStats stats;
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);

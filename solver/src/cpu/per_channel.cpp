@@ -29,7 +29,7 @@ NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const Ne
     const auto H = solver.newton_trajectory(config, forward.stats);
     forward.H = solver.to_storage(H);
     if (!config.recompute)
-      forward.saved_trajectory = std::make_shared<const Tensor>(solver.to_compute_tensor(H));
+      forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
   return forward;
 }
@@ -41,7 +41,7 @@ NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
   return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     const CpuSolver<CellMath, StorageT> solver(cell, x, options, layout);
     if (forward.saved_trajectory)
-      return solver.backward(solver.from_saved(*forward.saved_trajectory), grad_H, x, options);
+      return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
     // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
     NewtonStats stats;
     if (PARARNN_FAULT_POINT("stale_h0_recompute"))

@@ -323,7 +323,7 @@ NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, c
         Tensor saved(cuda::compute_dtype(cell.dtype()), {inputs.state_elems()});
         if (saved.nbytes() > 0)
           PARARNN_CUDA_CHECK(cudaMemcpy(saved.data(), H.get(), saved.nbytes(), cudaMemcpyDeviceToHost));
-        forward.saved_trajectory = std::make_shared<const Tensor>(std::move(saved));
+        forward.saved_trajectory = saved_on_host(std::move(saved));
       }
     });
   });
@@ -340,7 +340,7 @@ NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
       cuda::DeviceBuffer H;
       if (forward.saved_trajectory) {
-        const Tensor& saved = *forward.saved_trajectory;
+        const Tensor saved = forward.saved_trajectory->host();
         if (saved.dtype() != cuda::compute_dtype(cell.dtype()) || saved.numel() != inputs.state_elems())
           throw ContractViolation("forward", "must come from newton_forward on this cell and x",
                                   fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));

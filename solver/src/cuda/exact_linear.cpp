@@ -140,7 +140,7 @@ NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, c
     const Tensor saved = cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
                                                    /*keep_compute=*/true);
     forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+    if (!config.recompute) forward.saved_trajectory = saved_on_host(saved);
   });
   return forward;
 }
@@ -154,7 +154,7 @@ NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
     cuda::DeviceBuffer S;
     if (forward.saved_trajectory) {
-      const Tensor& saved = *forward.saved_trajectory;
+      const Tensor saved = forward.saved_trajectory->host();
       const std::int64_t count = shape_numel(cell.trajectory_shape(layout.batch, layout.time));
       if (saved.dtype() != compute || saved.numel() != count)
         throw ContractViolation("forward", "must come from newton_forward on this cell and x",

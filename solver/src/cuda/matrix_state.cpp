@@ -214,7 +214,7 @@ NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, c
     const Tensor saved = cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
                                                    /*keep_compute=*/true);
     forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-    if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+    if (!config.recompute) forward.saved_trajectory = saved_on_host(saved);
   });
   return forward;
 }
@@ -230,7 +230,7 @@ NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x
     cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
     cuda::DeviceBuffer H;
     if (forward.saved_trajectory) {
-      const Tensor& saved = *forward.saved_trajectory;
+      const Tensor saved = forward.saved_trajectory->host();
       if (saved.dtype() != compute || saved.numel() != solve.size())
         throw ContractViolation("forward", "must come from newton_forward on this cell and x",
                                 fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));

@@ -563,6 +563,35 @@ class CudaPerChannelFamily {
   std::int64_t n_;
 };
 
+// `view` contiguous on the device in the compute type: in place (a contiguous device view of that
+// dtype), one gather (a strided one) or one upload (a host one); a view of another dtype is
+// converted on the host first, as the storage types without a device conversion kernel need.
+const void* compute_type_on_device(const TensorView& view, DType compute, DeviceBuffer& holder, const char* what) {
+  if (view.dtype() == compute) return contiguous_on_device(view, holder, what);
+  const Tensor converted = Tensor::converted(host_copy(view, what), compute);
+  holder = upload_new(converted.data(), converted.nbytes(), what);
+  return holder.get();
+}
+
+// The adjoint's seed μ = grad_H in double, in a buffer of its own (the reverse scan writes it in
+// place): grad_H rounded to the compute type first, as the CPU backend does; a compute-type
+// device view is widened (or copied) on the device without a host round trip.
+template <class ComputeT>
+DeviceBuffer adjoint_seed(const TensorView& grad_H, DType compute, std::int64_t n) {
+  if (grad_H.numel() != n)
+    throw Error(fmt::format("CUDA backward: grad_H holds {} elements, the trajectory {}", grad_H.numel(), n));
+  DeviceBuffer holder;
+  const void* g = compute_type_on_device(grad_H, compute, holder, "grad_H (compute type)");
+  DeviceBuffer mu(checked_bytes(n, sizeof(double), "the adjoint μ"), "the adjoint μ");
+  if (n == 0) return mu;
+  if constexpr (std::is_same_v<ComputeT, double>) {
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(mu.get(), g, mu.bytes(), cudaMemcpyDeviceToDevice, kStream));
+  } else {
+    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(g), mu.as<double>(), n, kStream));
+  }
+  return mu;
+}
+
 // The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
 // its reverse walk replaced by a parallel reverse scan): J at H* by the residual kernel and
 // μ = reverse scan of grad_H, both in double; the per-element VJP (d_wx, ∇h0 at heads, recurrent
@@ -596,8 +625,7 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
                                       .head = p.head, .H = H_f64, .residual = F.as<double>(),
                                       .jac = J.as<double>(), .batch = B, .time = T, .channels = D};
   PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, double>(r, nullptr, 0, kStream)));
-  const Tensor g = Tensor::converted(Tensor::converted(host_copy(grad_H, "grad_H"), compute), DType::f64);
-  DeviceBuffer mu = upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  DeviceBuffer mu = adjoint_seed<ComputeT>(grad_H, compute, n);
   // The three-phase scan (its association is fixed, as the single-pass scan's is: the gradients repeat
   // bit for bit either way; which is faster for this reverse f64 scan is not measured).
   const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
@@ -634,12 +662,12 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   out.parameters = recurrent_gradients(cell, d_rec);
 
   // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device.
-  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
-  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
-  DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(compute_type_on_device(x, compute, x_holder, "x (compute type)"));
+  DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
     const kernels::TimeGateBackwardArgs<ComputeT> a{
-        .x = xc.as<ComputeT>(), .d_wx = d_wx.as<ComputeT>(), .dx = dx.as<ComputeT>(), .rows = rows_bt,
+        .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx.as<ComputeT>(), .rows = rows_bt,
         .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
     PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
   }
@@ -1017,6 +1045,44 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
                                    cell.trajectory_shape(layout.batch, layout.time));
 }
 
+namespace cuda {
+namespace {
+
+// H* kept on the device of the forward's solve, in the compute type (training.hpp).
+class SavedOnDevice final : public SavedTrajectory {
+ public:
+  SavedOnDevice(DeviceBuffer H, int device, DType compute, Shape shape)
+      : H_(std::move(H)), device_(device), compute_(compute), shape_(std::move(shape)) {}
+  std::size_t bytes() const override { return H_.bytes(); }
+  Tensor host() const override {
+    DeviceGuard guard(device_);
+    Tensor out(compute_, shape_);
+    if (out.nbytes() > 0)
+      PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), H_.get(), out.nbytes(), cudaMemcpyDeviceToHost));
+    return out;
+  }
+  // H* on the current device: in place when it is the forward's, else a peer copy in `holder`.
+  const void* on_current_device(DeviceBuffer& holder) const {
+    int current = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+    if (current == device_) return H_.get();
+    holder = DeviceBuffer(H_.bytes(), "H* (peer copy)");
+    PARARNN_CUDA_CHECK(cudaMemcpyPeer(holder.get(), current, H_.get(), device_, H_.bytes()));
+    return holder.get();
+  }
+  DType compute() const { return compute_; }
+  std::int64_t numel() const { return shape_numel(shape_); }
+
+ private:
+  DeviceBuffer H_;
+  int device_;
+  DType compute_;
+  Shape shape_;
+};
+
+}  // namespace
+}  // namespace cuda
+
 // Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
 // repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
 NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
@@ -1030,11 +1096,13 @@ NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const N
   cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
   NewtonForward forward;
   cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, forward.stats);
-  const Tensor saved = cuda::download_trajectory(H, inputs.compute(), cell,
-                                                 cell.trajectory_shape(layout.batch, layout.time),
-                                                 /*keep_compute=*/true);
-  forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-  if (!config.recompute) forward.saved_trajectory = std::make_shared<const Tensor>(saved);
+  const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
+  forward.H = cuda::download_trajectory(H, inputs.compute(), cell, shape);
+  if (!config.recompute) {
+    int device = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+    forward.saved_trajectory = std::make_shared<const cuda::SavedOnDevice>(std::move(H), device, inputs.compute(), shape);
+  }
   return forward;
 }
 
@@ -1048,22 +1116,32 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   const DType compute = inputs.compute();
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(compute), "H*"), "H*");
-  if (forward.saved_trajectory) {
-    const Tensor& saved = *forward.saved_trajectory;
-    if (saved.dtype() != compute || saved.numel() != n)
+  cuda::DeviceBuffer H;  // H* unless the forward's device copy is read in place
+  const void* H_star = nullptr;
+  auto refuse = [&](DType dtype, std::int64_t count) {
+    if (dtype != compute || count != n)
       throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                              fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
-    cuda::upload(H, saved.data(), saved.nbytes());
+                              fmt::format("a saved trajectory of {} {} values", count, dtype_name(dtype)));
+  };
+  if (const auto* on_device = dynamic_cast<const cuda::SavedOnDevice*>(forward.saved_trajectory.get())) {
+    refuse(on_device->compute(), on_device->numel());
+    H_star = on_device->on_current_device(H);
+  } else if (forward.saved_trajectory) {  // held on the host (a forward of the CPU backend)
+    const Tensor saved = forward.saved_trajectory->host();
+    refuse(saved.dtype(), saved.numel());
+    H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
+    H_star = H.get();
   } else {  // recompute: the forward's solve again (it repeats: the same bits)
+    H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(compute), "H*"), "H*");
     cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
     NewtonStats stats;
     cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
+    H_star = H.get();
   }
   return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
     return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-      return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(), H.as<ComputeT>(), x,
-                                                        grad_H, options);
+      return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(),
+                                                        static_cast<const ComputeT*>(H_star), x, grad_H, options);
     });
   });
 }

@@ -9,7 +9,9 @@
 // segment when packed). With `NewtonConfig::recompute = true` the forward keeps nothing of H*
 // and the backward re-solves it with the same configuration; outputs and gradients are bitwise
 // those of `recompute = false`. Memory held between forward and backward: B·T·slots·d_h values
-// of the compute type (4 bytes for f32/f16/bf16, 8 for f64) without recompute, none with it.
+// of the compute type (4 bytes for f32/f16/bf16, 8 for f64) without recompute, none with it;
+// host memory, except for a CUDA forward of a per-channel cell, which keeps them on its device
+// (the backward there reads them in place: no download and re-upload).
 // Example:
 //   NewtonForward fwd = newton_forward(cell, x, config);
 //   NewtonGradients grads = newton_backward(cell, x, fwd, ones_like(fwd.H), config);
@@ -24,13 +26,25 @@
 
 namespace pararnn {
 
+// H* in the compute type, held by the forward for the backward: a host tensor, or device memory
+// of the backend that made it (opaque here; every backward can read it through host()).
+class SavedTrajectory {
+ public:
+  virtual ~SavedTrajectory() = default;
+  virtual std::size_t bytes() const = 0;
+  // H* as a contiguous host tensor of the compute type (a device holder downloads it).
+  virtual Tensor host() const = 0;
+};
+
+// A SavedTrajectory held in host memory.
+std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory);
+
 struct NewtonForward {
   Tensor H;  // the trajectory, storage dtype
   NewtonStats stats;
-  // H* in the compute type, held for the backward; null with recompute (the backward
-  // re-solves it).
-  std::shared_ptr<const Tensor> saved_trajectory;
-  std::size_t saved_bytes() const { return saved_trajectory ? saved_trajectory->nbytes() : 0; }
+  // Null with recompute (the backward re-solves it).
+  std::shared_ptr<const SavedTrajectory> saved_trajectory;
+  std::size_t saved_bytes() const { return saved_trajectory ? saved_trajectory->bytes() : 0; }
 };
 
 struct NewtonGradients {
