@@ -12,6 +12,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <limits>
+#include <numeric>
+#include <utility>
 
 #include "backend.hpp"
 #include "generators.hpp"
@@ -129,18 +131,22 @@ TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
       const DeviceCopy x_device(x_storage);
       const TensorView x_device_view = x_device.view_like(x_storage).permute({1, 0, 2}).slice(1, 0, 2 * p.time, 2);
       ASSERT_FALSE(x_device_view.is_contiguous());
-      // grad_H: a (T, B, width) storage permuted to the trajectory's (B, T, width).
-      const Shape traj = cell.trajectory_shape(p.batch, p.time);
-      ASSERT_EQ(traj.size(), 3u);
-      Tensor g_storage(dtype, {traj[1], traj[0], traj[2]});
+      // grad_H: a (T, B, state…) storage with its first two axes swapped to the trajectory's
+      // (B, T, state…).
+      Shape swapped = cell.trajectory_shape(p.batch, p.time);
+      std::swap(swapped[0], swapped[1]);
+      std::vector<std::int64_t> order(swapped.size());
+      std::iota(order.begin(), order.end(), std::int64_t{0});
+      std::swap(order[0], order[1]);
+      Tensor g_storage(dtype, swapped);
       {
         Tensor flat = g_storage.reshaped({g_storage.numel()});
         SplitMix64 rng(23);
         for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal());
       }
-      const Tensor g = Tensor::copy_of(g_storage.view().permute({1, 0, 2}));
+      const Tensor g = Tensor::copy_of(g_storage.view().permute(order));
       const DeviceCopy g_device(g_storage);
-      const TensorView g_device_view = g_device.view_like(g_storage).permute({1, 0, 2});
+      const TensorView g_device_view = g_device.view_like(g_storage).permute(order);
       const DeviceCopy g_device_contiguous(g);
       const Tensor h0 = *p.make_h0(cell.slots());
       const ApplyOptions options{.h0 = h0.view()};
@@ -163,7 +169,7 @@ TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
                   "strided device x, permuted device grad_H");
       expect_same(newton_backward(cell, x_device_view, forward, g_device_contiguous.view_like(g), config, options),
                   "strided device x, contiguous device grad_H");
-      expect_same(newton_backward(cell, x, forward, g_storage.view().permute({1, 0, 2}), config, options),
+      expect_same(newton_backward(cell, x, forward, g_storage.view().permute(order), config, options),
                   "permuted host grad_H");
       // The forward keeps H* on the device (the compute type is the storage type here): it is
       // forward.H, and the backward from a host-held copy of it is the same bits.
