@@ -79,13 +79,18 @@ def main():
                         "not measured (pararnn_bench_targets P2 absent)", date)
     p3 = targets.get("P3")
     if p3:
-        ok = p3["check"]["forward_vs_cpu_f32_loop_max_abs"] <= p3["check"]["tau_atol"] and \
-            p3["check"]["parameter_gradients_finite"]
+        chk = p3["check"]
+        ok = chk["forward_vs_cpu_f32_loop_max_abs"] <= chk["tau_atol"] and chk["parameter_gradients_finite"] and \
+            chk.get("device_grad_H_equals_host_grad_H_bitwise", True)
+        date3 = p3.get("run_context", targets["context"])["date"]
         t["P3"] = entry(p3["backward_ms"] if ok else None, "ms", 1.0, "lower", peer_ms(peers, "P3.gru.fwdbwd.f32"),
-                        peers_src, "S1 f32 newton_backward from device x through the public API (host clock; the "
-                        "forward {:.1f} ms): H* uploaded from the host, J and the reverse scan in f64, host reductions "
-                        "of the parameter gradients; no fused backward yet".format(p3["forward_ms"]),
-                        targets["context"]["date"])
+                        peers_src, "S1 f32 newton_backward from device x and device grad_H through the public API "
+                        "(host clock; the forward {:.1f} ms; with grad_H on the host {}): H* kept on the device by the "
+                        "forward, J and the reverse scan in f64, per-batch-row GEMMs, the gradients downloaded into "
+                        "host tensors (the API's outputs); no fused backward yet".format(
+                            p3["forward_ms"],
+                            "{:.1f} ms".format(p3["backward_host_grad_H_ms"]) if "backward_host_grad_H_ms" in p3
+                            else "not timed"), date3)
     else:
         t["P3"] = entry(None, "ms", 1.0, "lower", peer_ms(peers, "P3.gru.fwdbwd.f32"), peers_src,
                         "not measured (pararnn_bench_targets P3 absent)", date)
