@@ -152,8 +152,9 @@ int main(int argc, char** argv) {
       bool reverse;
     };
     const Config configs[] = {
-        {ScanAlgorithm::single_pass, 64, false}, {ScanAlgorithm::single_pass, 32, false},
-        {ScanAlgorithm::single_pass, 16, false}, {ScanAlgorithm::single_pass, 64, true},
+        {ScanAlgorithm::single_pass, 128, false}, {ScanAlgorithm::single_pass, 64, false},
+        {ScanAlgorithm::single_pass, 32, false},  {ScanAlgorithm::single_pass, 16, false},
+        {ScanAlgorithm::single_pass, 128, true},  {ScanAlgorithm::single_pass, 64, true},
         {ScanAlgorithm::three_phase, 256, false}, {ScanAlgorithm::three_phase, 1024, false}};
     std::size_t workspace_bytes = 0;
     for (const Config& cfg : configs)

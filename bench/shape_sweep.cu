@@ -123,12 +123,13 @@ cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaSt
 
 // Measured 2026-12-01 (docs/cuda.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
 // scan's own shape (v4_s8_g8_b1) fastest for the scan. Here the look-back anchor spacing of the
-// fixed association (scan.cuh) is swept at both shapes (2026-12-02: 4 is the fastest for the step).
+// fixed association (scan.cuh) is swept at both shapes (2026-12-02: 4 is the fastest for the step),
+// and at chunks of 128 and 256 steps (fewer anchors in the chain per sequence).
 const Shape kShapes[] = {
-    PARARNN_SHAPE(2, 4, 16, 2, 1), PARARNN_SHAPE(2, 4, 16, 2, 2),  PARARNN_SHAPE(2, 4, 16, 2, 4),
-    PARARNN_SHAPE(2, 4, 16, 2, 8), PARARNN_SHAPE(2, 4, 16, 2, 16), PARARNN_SHAPE(4, 8, 8, 1, 2),
-    PARARNN_SHAPE(4, 8, 8, 1, 4),  PARARNN_SHAPE(4, 8, 8, 1, 8),   PARARNN_SHAPE(4, 8, 8, 1, 16),
-    PARARNN_SHAPE(2, 8, 16, 1, 4),
+    PARARNN_SHAPE(2, 4, 16, 2, 2),  PARARNN_SHAPE(2, 4, 16, 2, 4),  PARARNN_SHAPE(2, 4, 16, 2, 8),
+    PARARNN_SHAPE(4, 8, 8, 1, 4),   PARARNN_SHAPE(4, 8, 8, 1, 8),   PARARNN_SHAPE(2, 8, 16, 1, 4),
+    PARARNN_SHAPE(2, 8, 16, 1, 8),  PARARNN_SHAPE(4, 8, 16, 1, 2),  PARARNN_SHAPE(4, 8, 16, 1, 4),
+    PARARNN_SHAPE(4, 8, 16, 1, 8),  PARARNN_SHAPE(4, 8, 32, 1, 4),  PARARNN_SHAPE(4, 8, 32, 1, 8),
 };
 
 // kHeads: the kernel's packed-input form (a head flag loaded per step), here on input without

@@ -14,17 +14,15 @@ namespace pararnn::kernels {
 namespace detail {
 namespace {
 
-// Channels per lane and the register shape, by slot count and compute type (measured on the
-// H200 by bench/newton_step_sweep.cu; docs/cuda.md has the table).
-// One-slot cells in f32 (GRU-diag, NLRU, CfC, Titans): 2 channels per lane, 4 steps per thread,
-// 16 warps, 2 blocks per SM (1.43 ms per step at S1 against 2.01 ms for the plain scan's shape,
-// 2026-12-01); the others keep the plain scan's shape (not measured yet).
+// Channels per lane and the register shape: the plain scan's (SinglePassLimits), measured on
+// the H200 by pararnn_bench_shapes (docs/cuda.md has the table). One-slot cells in f32 (GRU-diag,
+// NLRU, CfC, Titans): 4 channels per lane, 8 steps per thread, 16 warps, anchors every 2nd chunk:
+// 1.29 ms per step at S1 against 1.37 ms for the previous step shape (2 lanes, 4 steps, 16 warps,
+// 2 blocks per SM, anchors every 4th; 2026-12-02). The other cells' shapes are not measured yet.
 template <class CellMath, class T>
-inline constexpr bool kOneSlotF32 = CellMath::kSlots == 1 && std::is_same_v<T, float>;
+constexpr int kStepLanes = channel_vector_width<CellMath::kSlots, T>();
 template <class CellMath, class T>
-constexpr int kStepLanes = kOneSlotF32<CellMath, T> ? 2 : channel_vector_width<CellMath::kSlots, T>();
-template <class CellMath, class T>
-using StepShape = std::conditional_t<kOneSlotF32<CellMath, T>, SinglePassShape<4, 16, 2>, SinglePassLimits<CellMath::kSlots>>;
+using StepShape = SinglePassLimits<CellMath::kSlots>;
 
 }  // namespace
 }  // namespace detail

@@ -158,7 +158,7 @@ std::string algorithm_name(ScanAlgorithm a) {
 template <int S>
 std::vector<ScanTiling> tilings_under_test(bool include_tiny_chunks) {
   std::vector<ScanTiling> out;
-  for (std::int64_t chunk : {0, 1, 3, 5, 8, 16, 24, 32, 64})
+  for (std::int64_t chunk : {0, 1, 3, 5, 8, 16, 24, 32, 64, 128})
     if (scan_chunk_supported(S, ScanAlgorithm::single_pass, chunk) &&
         (include_tiny_chunks || chunk == 0 || chunk >= 8))
       out.push_back({ScanAlgorithm::single_pass, chunk});

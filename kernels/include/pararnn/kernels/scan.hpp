@@ -28,10 +28,9 @@
 //     predecessors' aggregates / inclusive values for its carry, and writes δ: J and r are read
 //     once and δ written once (12 bytes per token-channel for f32 diag). Chunk length
 //     L = steps_per_thread × time_groups with steps_per_thread <= scan_max_steps_per_thread(S)
-//     (8 for S = 1, 4 for S = 2, 2 for S = 4) and time_groups <= scan_max_time_groups(S) (8):
-//     any L <= 8, and larger L with such a split (at most 64 for S = 1, 32 for S = 2, 16 for
-//     S = 4; default 64 / 32 / 16);
-//     scan_chunk_supported says which.
+//     (8 for S = 1, 4 for S = 2, 2 for S = 4) and time_groups <= scan_max_time_groups(S) (16
+//     for S = 1, else 8): any L <= 8, and larger L with such a split (at most 128 for S = 1, 32
+//     for S = 2, 16 for S = 4; default 128 / 32 / 16); scan_chunk_supported says which.
 //   three_phase: the simple twin. (1) each chunk's aggregate, (2) a sequential scan of the
 //     aggregates per chain giving each chunk's carry, (3) each chunk re-run from its carry.
 //     Reads J and r twice. Any chunk length >= 1.
@@ -80,10 +79,10 @@ struct ScanArgs {
 
 // Single-pass limits (registers and shared memory per block).
 constexpr int scan_max_steps_per_thread(int S) { return S == 1 ? 8 : (S == 2 ? 4 : 2); }
-constexpr int scan_max_time_groups(int) { return 8; }
+constexpr int scan_max_time_groups(int S) { return S == 1 ? 16 : 8; }
 
 constexpr std::int64_t scan_default_chunk(int S, ScanAlgorithm algorithm) {
-  return algorithm == ScanAlgorithm::three_phase ? 256 : 8 * scan_max_steps_per_thread(S);
+  return algorithm == ScanAlgorithm::three_phase ? 256 : scan_max_time_groups(S) * scan_max_steps_per_thread(S);
 }
 
 // Whether `chunk_length` (0 = default) is accepted for S and the algorithm.
