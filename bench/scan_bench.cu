@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -229,8 +230,11 @@ int main(int argc, char** argv) {
   }
 
   std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_scan\",\n");
-  std::printf("  \"gpu\": \"%s\", \"sm_count\": %d, \"cuda_runtime\": %d, \"cuda_driver\": %d,\n",
-              prop.name, prop.multiProcessorCount, runtime_version, driver_version);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::printf("  \"gpu\": \"%s\", \"sm_count\": %d, \"cuda_runtime\": %d, \"cuda_driver\": %d, \"date\": \"%s\",\n",
+              prop.name, prop.multiProcessorCount, runtime_version, driver_version, date);
   std::printf("  \"shape\": {\"batch\": %lld, \"channels\": %lld, \"time\": %lld, \"chains\": %lld},\n",
               static_cast<long long>(batch), static_cast<long long>(channels),
               static_cast<long long>(time), static_cast<long long>(batch * channels));

@@ -106,6 +106,7 @@ def main():
     else:
         t["P4"] = entry(None, "ratio", 1.5, "lower", None, None, "not measured (pararnn_bench_targets P4 absent)", date)
     p5 = None
+    p5_date = scan.get("date") if scan else date
     p5_note = "diag scan 2048 x 65536 f32, 12 bytes per element"
     if scan:
         rows = [r for r in scan.get("scan_f32_diag", []) if r.get("algorithm") == "single_pass" and not r.get("reverse")]
@@ -117,12 +118,13 @@ def main():
     production = (shapes or {}).get("production") or {}
     if production.get("scan_tb_per_s") is not None and (p5 is None or production["scan_tb_per_s"] > p5):
         p5 = production["scan_tb_per_s"]
+        p5_date = shapes.get("context", {}).get("date", p5_date)
         p5_note += "; the production launch (default chunk) in pararnn_bench_shapes: {:.3f} ms".format(
             production["scan_ms"])
     peer_scan = peer_ms(peers, "P5.scan.triton")
     t["P5"] = entry(p5, "TB/s", 3.2, "higher",
                     None if peer_scan is None else 2048 * 65536 * 12 / (peer_scan * 1e-3) / 1e12, peers_src,
-                    p5_note + "; peer: accelerated-scan 0.3.1 (Triton)", scan.get("date") if scan else date)
+                    p5_note + "; peer: accelerated-scan 0.3.1 (Triton)", p5_date)
     p6 = targets.get("P6")
     if p6:
         rows = p6["sweep_gru_equal_tokens"]
