@@ -18,7 +18,8 @@ namespace {
 // the H200 by pararnn_bench_shapes (docs/cuda.md has the table). One-slot cells in f32 (GRU-diag,
 // NLRU, CfC, Titans): 4 channels per lane, 8 steps per thread, 16 warps, anchors every 2nd chunk:
 // 1.29 ms per step at S1 against 1.37 ms for the previous step shape (2 lanes, 4 steps, 16 warps,
-// 2 blocks per SM, anchors every 4th; 2026-12-02). The other cells' shapes are not measured yet.
+// 2 blocks per SM, anchors every 4th; 2026-12-02). One-slot cells in f64 take the same shape
+// (2 channels per lane; tested, not timed); the 2- and 4-slot cells' shapes are not measured yet.
 template <class CellMath, class T>
 constexpr int kStepLanes = channel_vector_width<CellMath::kSlots, T>();
 template <class CellMath, class T>
