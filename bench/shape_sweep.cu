@@ -1,8 +1,7 @@
 // pararnn_bench_shapes: the register shapes of the single-pass scan kernel (kernels/src/scan.cuh,
 // SinglePassShape: channels per lane V, steps per thread, warps per block, blocks per SM asked of
 // the register allocator), measured at the reference shape S1 (GRU-diag f32, B 8, T 65536,
-// d_h 256) for the fused Newton step (from an iterate, from the guess, and K = 3 iterations from
-// the guess in one launch, with W_x x read again per iteration or kept in registers) and for the plain
+// d_h 256) for the fused Newton step (from an iterate, and from the guess) and for the plain
 // diagonal scan. Each shape's result is checked in the same run against the production launcher
 // (launch_newton_step, launch_scan_affine): the difference is the scan's re-association only.
 // This is how the production shapes (newton_step.cu StepShape, scan.cuh SinglePassLimits) are
@@ -35,7 +34,6 @@
 namespace {
 
 using namespace pararnn::kernels;
-constexpr int kSolveIterations = 3;  // P1: K = 3 Newton iterations in one launch
 using Gru = pararnn::cells::GruDiagMath;
 using pararnn::bench::check;
 
@@ -98,24 +96,18 @@ struct Shape {
   const char* name;
   int lanes, steps, groups, min_blocks, anchor;
   cudaError_t (*step)(const NewtonStepArgs<float>&, void*, std::size_t, cudaStream_t);
-  std::size_t (*step_bytes)(std::int64_t, std::int64_t, std::int64_t, int);
+  std::size_t (*step_bytes)(std::int64_t, std::int64_t, std::int64_t);
   cudaError_t (*scan)(const ScanArgs<float>&, void*, std::size_t, cudaStream_t);
-  // Several iterations in one launch with W_x x kept in registers (newton_step.cuh kKeepGates).
-  cudaError_t (*step_keeping_gates)(const NewtonStepArgs<float>&, void*, std::size_t, cudaStream_t);
 };
 
-template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4, bool kKeepGates = false>
+template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
 cudaError_t step_at(const NewtonStepArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
-  if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, static_cast<std::size_t>(a.iterations) * sizeof(float), s);
-      e != cudaSuccess)
-    return e;
-  return detail::run_newton_step<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>,
-                                 kKeepGates>(a, w, bytes, s);
+  if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, sizeof(float), s); e != cudaSuccess) return e;
+  return detail::run_newton_step<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>>(a, w, bytes, s);
 }
 template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
-std::size_t step_bytes_at(std::int64_t b, std::int64_t t, std::int64_t c, int iterations) {
-  return detail::newton_step_shape_bytes<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks>>(
-      b, t, c, iterations);
+std::size_t step_bytes_at(std::int64_t b, std::int64_t t, std::int64_t c) {
+  return detail::newton_step_shape_bytes<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks>>(b, t, c);
 }
 template <int V, int kSteps, int kGroups, int kMinBlocks, int kAnchor = 4>
 cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaStream_t s) {
@@ -127,7 +119,7 @@ cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaSt
 
 #define PARARNN_SHAPE(V, ST, GR, MB, W)                                                                  \
   Shape{"v" #V "_s" #ST "_g" #GR "_b" #MB "_a" #W, V, ST, GR, MB, W, &step_at<V, ST, GR, MB, W>,               \
-        &step_bytes_at<V, ST, GR, MB, W>, &scan_at<V, ST, GR, MB, W>, &step_at<V, ST, GR, MB, W, true>}
+        &step_bytes_at<V, ST, GR, MB, W>, &scan_at<V, ST, GR, MB, W>}
 
 // Measured 2026-12-01 (docs/cuda.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
 // scan's own shape (v4_s8_g8_b1) fastest for the scan. Here the look-back anchor spacing of the
@@ -179,7 +171,7 @@ int main(int argc, char** argv) {
   const std::int64_t B = 8, T = 65536, D = 256, G = 3;
   const std::size_t n = static_cast<std::size_t>(B * T * D);
   Buffer wx(n * G * sizeof(float)), rec(G * D * sizeof(float)), H(n * sizeof(float)), H_ref(n * sizeof(float)),
-      H_out(n * sizeof(float)), max_abs(kSolveIterations * sizeof(float)), jac(n * sizeof(float)), r(n * sizeof(float)),
+      H_out(n * sizeof(float)), max_abs(sizeof(float)), jac(n * sizeof(float)), r(n * sizeof(float)),
       delta(n * sizeof(float)), delta_ref(n * sizeof(float));
   fill(wx, 1, -2.0f, 2.0f);
   fill(rec, 2, -0.9f, 0.9f);
@@ -195,9 +187,9 @@ int main(int argc, char** argv) {
   (void)cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
 
   // Production references, same inputs.
-  std::size_t prod_bytes = newton_step_workspace_bytes<Gru, float>(B, T, D, kSolveIterations);
+  std::size_t prod_bytes = newton_step_workspace_bytes<Gru, float>(B, T, D);
   std::size_t ws_bytes = std::max(prod_bytes, scan_affine_workspace_bytes<1, float>(B, T, D));
-  for (const Shape& s : kShapes) ws_bytes = std::max(ws_bytes, s.step_bytes(B, T, D, kSolveIterations));
+  for (const Shape& s : kShapes) ws_bytes = std::max(ws_bytes, s.step_bytes(B, T, D));
   Buffer ws(ws_bytes);
   const NewtonStepArgs<float> step_args{.wx = wx.f(), .recurrent = rec.f(), .H_in = H.f(), .H_out = H_ref.f(),
                                         .max_abs_residual = max_abs.f(), .batch = B, .time = T, .channels = D};
@@ -208,10 +200,6 @@ int main(int argc, char** argv) {
   const std::vector<float> ref_step = download(H_ref);
   check(launch_newton_step<Gru, float>(guess_args, ws.p, ws.bytes, nullptr), "production step from the guess");
   const std::vector<float> ref_guess = download(H_ref);
-  NewtonStepArgs<float> solve_args = guess_args;  // the K = 3 solve in one launch (P1)
-  solve_args.iterations = kSolveIterations;
-  check(launch_newton_step<Gru, float>(solve_args, ws.p, ws.bytes, nullptr), "production K = 3 launch");
-  const std::vector<float> ref_solve = download(H_ref);
   auto scan_reset = [&] {
     check(cudaMemcpyAsync(delta.p, r.p, r.bytes, cudaMemcpyDeviceToDevice), "reset");
   };
@@ -235,13 +223,9 @@ int main(int argc, char** argv) {
   const double prod_scan_ms = time_ms(runs, [&] {
     check(launch_scan_affine<1, float>(prod_scan, ws.p, ws.bytes, nullptr), "scan");
   });
-  const double prod_solve_ms = time_ms(runs, [&] {
-    check(launch_newton_step<Gru, float>(solve_args, ws.p, ws.bytes, nullptr), "K = 3 launch");
-  });
-  std::printf("  \"production\": {\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f, "
-              "\"solve_k3_ms\": %.5f},\n",
+  std::printf("  \"production\": {\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f},\n",
               prod_step_ms, tokens * 20 / (prod_step_ms * 1e-3) / 1e12, prod_scan_ms,
-              tokens * 12 / (prod_scan_ms * 1e-3) / 1e12, prod_solve_ms);
+              tokens * 12 / (prod_scan_ms * 1e-3) / 1e12);
   std::printf("  \"shapes\": [\n");
   bool first = true;
   for (const Shape& s : kShapes) {
@@ -263,17 +247,6 @@ int main(int argc, char** argv) {
     check(cudaDeviceSynchronize(), s.name);
     const double guess_err = max_abs_diff(download(H_out), ref_guess);
     const double guess_ms = time_ms(runs, [&] { check(s.step(g, ws.p, ws.bytes, nullptr), s.name); });
-    // K = 3 in one launch from the guess, W_x x read again per iteration or kept in registers.
-    NewtonStepArgs<float> k3 = solve_args;
-    k3.H_out = H_out.f();
-    double solve_ms[2] = {0, 0}, solve_err[2] = {0, 0};
-    for (int keep = 0; keep < 2; ++keep) {
-      const auto launch = keep == 1 ? s.step_keeping_gates : s.step;
-      check(launch(k3, ws.p, ws.bytes, nullptr), s.name);
-      check(cudaDeviceSynchronize(), s.name);
-      solve_err[keep] = max_abs_diff(download(H_out), ref_solve);
-      solve_ms[keep] = time_ms(runs, [&] { check(launch(k3, ws.p, ws.bytes, nullptr), s.name); });
-    }
     scan_reset();
     check(s.scan(prod_scan, ws.p, ws.bytes, nullptr), s.name);
     check(cudaDeviceSynchronize(), s.name);
@@ -284,13 +257,10 @@ int main(int argc, char** argv) {
                 "\"anchor\": %d, \"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"step_max_abs_vs_production\": %.3e, "
                 "\"step_repeats_bitwise\": %s, "
                 "\"guess_step_ms\": %.5f, \"guess_step_tb_per_s\": %.4f, \"guess_max_abs_vs_production\": %.3e, "
-                "\"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f, \"scan_max_abs_vs_production\": %.3e, "
-                "\"solve_k3_ms\": %.5f, \"solve_k3_max_abs_vs_production\": %.3e, "
-                "\"solve_k3_keeping_gates_ms\": %.5f, \"solve_k3_keeping_gates_max_abs_vs_production\": %.3e}",
+                "\"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f, \"scan_max_abs_vs_production\": %.3e}",
                 first ? "" : ",\n", s.name, s.lanes, s.steps, s.groups, s.min_blocks, s.anchor, step_ms,
                 tokens * 20 / (step_ms * 1e-3) / 1e12, step_err, step_repeats ? "true" : "false", guess_ms, tokens * 16 / (guess_ms * 1e-3) / 1e12,
-                guess_err, scan_ms, tokens * 12 / (scan_ms * 1e-3) / 1e12, scan_err, solve_ms[0], solve_err[0],
-                solve_ms[1], solve_err[1]);
+                guess_err, scan_ms, tokens * 12 / (scan_ms * 1e-3) / 1e12, scan_err);
     first = false;
   }
   std::printf("\n  ],\n");

@@ -29,13 +29,12 @@ using StepShape = SinglePassLimits<CellMath::kSlots>;
 }  // namespace detail
 
 template <class CellMath, class T>
-std::size_t newton_step_workspace_bytes(std::int64_t batch, std::int64_t time, std::int64_t channels,
-                                        int iterations) {
-  if (batch <= 0 || time <= 0 || channels <= 0 || iterations < 1) return 0;
+std::size_t newton_step_workspace_bytes(std::int64_t batch, std::int64_t time, std::int64_t channels) {
+  if (batch <= 0 || time <= 0 || channels <= 0) return 0;
   using Shape = detail::StepShape<CellMath, T>;
-  const std::size_t narrow = detail::newton_step_shape_bytes<CellMath, T, 1, Shape>(batch, time, channels, iterations);
-  const std::size_t wide = detail::newton_step_shape_bytes<CellMath, T, detail::kStepLanes<CellMath, T>, Shape>(
-      batch, time, channels, iterations);
+  const std::size_t narrow = detail::newton_step_shape_bytes<CellMath, T, 1, Shape>(batch, time, channels);
+  const std::size_t wide =
+      detail::newton_step_shape_bytes<CellMath, T, detail::kStepLanes<CellMath, T>, Shape>(batch, time, channels);
   return narrow > wide ? narrow : wide;
 }
 
@@ -46,13 +45,7 @@ cudaError_t launch_newton_step(const NewtonStepArgs<T>& a, void* workspace, std:
   if (a.wx == nullptr || a.recurrent == nullptr || a.H_out == nullptr || a.max_abs_residual == nullptr)
     return cudaErrorInvalidValue;
   if (a.from_guess ? a.H_in != nullptr : (a.H_in == nullptr || a.H_in == a.H_out)) return cudaErrorInvalidValue;
-  if (a.iterations < 1) return cudaErrorInvalidValue;
-  if (a.batch > 0 && a.time > 0 && a.channels > 0 &&
-      workspace_bytes < newton_step_workspace_bytes<CellMath, T>(a.batch, a.time, a.channels, a.iterations))
-    return cudaErrorInvalidValue;
-  if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, static_cast<std::size_t>(a.iterations) * sizeof(T), stream);
-      e != cudaSuccess)
-    return e;
+  if (cudaError_t e = cudaMemsetAsync(a.max_abs_residual, 0, sizeof(T), stream); e != cudaSuccess) return e;
   if (a.max_abs_result != nullptr) {
     if (cudaError_t e = cudaMemsetAsync(a.max_abs_result, 0, sizeof(T), stream); e != cudaSuccess) return e;
   }
@@ -72,7 +65,7 @@ std::int64_t newton_step_chunk() {
 
 #define PARARNN_INSTANTIATE_NEWTON_STEP(CELL, T)                                                            \
   template std::int64_t newton_step_chunk<CELL, T>();                                                       \
-  template std::size_t newton_step_workspace_bytes<CELL, T>(std::int64_t, std::int64_t, std::int64_t, int); \
+  template std::size_t newton_step_workspace_bytes<CELL, T>(std::int64_t, std::int64_t, std::int64_t); \
   template cudaError_t launch_newton_step<CELL, T>(const NewtonStepArgs<T>&, void*, std::size_t, cudaStream_t);
 #define PARARNN_INSTANTIATE_NEWTON_STEP_CELL(kind, Math, label) \
   PARARNN_INSTANTIATE_NEWTON_STEP(cells::Math, float) PARARNN_INSTANTIATE_NEWTON_STEP(cells::Math, double)

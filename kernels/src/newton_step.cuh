@@ -37,9 +37,7 @@ __device__ __forceinline__ unsigned long long bits_of(double v) {
   return static_cast<unsigned long long>(__double_as_longlong(v));
 }
 
-// kKeepGates: with several iterations in one launch, W_x x of the thread's steps stays in
-// registers from the first iteration on instead of being read again (from L2) by each.
-template <class CellMath, class T, int V, int kSteps, bool kFromGuess, bool kResult = false, bool kKeepGates = false>
+template <class CellMath, class T, int V, int kSteps, bool kFromGuess, bool kResult = false>
 struct NewtonStepSource {
   static constexpr int S = CellMath::kSlots;
   static constexpr int G = CellMath::kGates;
@@ -54,17 +52,6 @@ struct NewtonStepSource {
   T result_max = T(0);
   T out_first[S][V] = {}, out_prev[S][V] = {};
   int64_t first_b = 0, first_t = -1, first_c0 = 0;
-  // Iterations in one launch (NewtonStepArgs::iterations): the one running, h_prev of this
-  // thread's first step in the next (for group 0 the iterate at the step before the chunk,
-  // advanced by ω times the chunk's carry; for later groups the group before's last result) and
-  // the last step this thread stored in this iteration (−1: none).
-  int iteration = 0;
-  T h_entry[S][V] = {};
-  T w_run[kKeepGates ? kSteps : 1][G][V] = {};
-  int last_u = -1;
-
-  __device__ __forceinline__ int iterations() const { return a.iterations; }
-  __device__ __forceinline__ bool last_iteration() const { return iteration + 1 >= a.iterations; }
 
   __device__ __forceinline__ bool is_head(int64_t t) const {
     return t == 0 || (a.head != nullptr && a.head[t] != 0);
@@ -134,8 +121,7 @@ struct NewtonStepSource {
   __device__ __forceinline__ void load(int64_t b, int64_t t, int64_t c0, bool restart, int u,
                                        cells::AffineElement<S, T> (&e)[V]) {
     const int64_t bt = b * a.time + t;
-    const bool first_iteration = iteration == 0;
-    if (u == 0 && first_iteration) {
+    if (u == 0) {
 #pragma unroll
       for (int k = 0; k < RC; ++k) {
         const Pack<T, V> p = load_pack<T, V>(a.recurrent + k * a.channels + c0);
@@ -144,26 +130,12 @@ struct NewtonStepSource {
       }
     }
     T w[G][V], hp[S][V];
-    if (first_iteration) {  // later iterations find their iterate in h_run (store() put it there)
-      if constexpr (kFromGuess) {
-        guess_at(b, t, c0, h_run[u]);
-      } else {
-        load_iterate(bt, c0, h_run[u]);
-      }
+    if constexpr (kFromGuess) {
+      guess_at(b, t, c0, h_run[u]);
+    } else {
+      load_iterate(bt, c0, h_run[u]);
     }
-    if (!kKeepGates || first_iteration) load_gates(bt, c0, w);
-    if constexpr (kKeepGates) {
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          if (first_iteration) {
-            w_run[u][g][v] = w[g][v];
-          } else {
-            w[g][v] = w_run[u][g][v];
-          }
-        }
-    }
+    load_gates(bt, c0, w);
     if (restart) {
       initial_state(b, t, c0, hp);
     } else if (u > 0) {
@@ -171,21 +143,10 @@ struct NewtonStepSource {
       for (int s = 0; s < S; ++s)
 #pragma unroll
         for (int v = 0; v < V; ++v) hp[s][v] = h_run[u > 0 ? u - 1 : 0][s][v];
-    } else if (!first_iteration) {
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int v = 0; v < V; ++v) hp[s][v] = h_entry[s][v];
+    } else if constexpr (kFromGuess) {
+      guess_at(b, t - 1, c0, hp);
     } else {
-      if constexpr (kFromGuess) {
-        guess_at(b, t - 1, c0, hp);
-      } else {
-        load_iterate(bt - 1, c0, hp);
-      }
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int v = 0; v < V; ++v) h_entry[s][v] = hp[s][v];
+      load_iterate(bt - 1, c0, hp);
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -221,26 +182,8 @@ struct NewtonStepSource {
       for (int v = 0; v < V; ++v) result_max = nan_max(result_max, fabs(hn[s][v] - out[s][v]));
   }
 
-  // The state entering this thread's run: for group 0 the chunk's carry δ at the step before the
-  // chunk, which advances that step's iterate (h_entry) as the block before advances its own.
-  __device__ __forceinline__ void enter(const T (&x)[V][S]) {
-    if (threadIdx.y != 0 || last_iteration()) return;
-#pragma unroll
-    for (int s = 0; s < S; ++s)
-#pragma unroll
-      for (int v = 0; v < V; ++v) h_entry[s][v] = h_entry[s][v] + omega * x[v][s];
-  }
-
   __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int u, const T (&x)[V][S]) {
     const int64_t bt = b * a.time + t;
-    if (!last_iteration()) {  // the next iterate stays in registers
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int v = 0; v < V; ++v) h_run[u][s][v] = h_run[u][s][v] + omega * x[v][s];
-      last_u = u;
-      return;
-    }
     T out[S][V];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
@@ -282,47 +225,16 @@ struct NewtonStepSource {
     for (int offset = 16; offset > 0; offset /= 2) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, offset));
     if ((threadIdx.x & 31) == 0) {
       using Bits = typename BitsOf<T>::type;
-      atomicMax(reinterpret_cast<Bits*>(a.max_abs_residual + iteration), bits_of(m));
-    }
-    local_max = T(0);
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* s_last = reinterpret_cast<T*>(smem_raw);
-    constexpr int kWidth = 32 * V;
-    const int lane = static_cast<int>(threadIdx.x), grp = static_cast<int>(threadIdx.y);
-    if (!last_iteration()) {
-      // h_prev of the next iteration's first step of a run after group 0: the group before's
-      // last new iterate (the same lane), through the scan's shared memory (free after a barrier).
-      __syncthreads();
-      if (last_u >= 0) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-          Pack<T, V> p{};
-#pragma unroll
-          for (int u = 0; u < kSteps; ++u)
-            if (u == last_u)
-#pragma unroll
-              for (int v = 0; v < V; ++v) p.v[v] = h_run[u][s][v];
-          *reinterpret_cast<Pack<T, V>*>(s_last + (grp * S + s) * kWidth + lane * V) = p;
-        }
-      }
-      __syncthreads();
-      if (last_u >= 0 && grp > 0) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const Pack<T, V> p =
-              *reinterpret_cast<const Pack<T, V>*>(s_last + ((grp - 1) * S + s) * kWidth + lane * V);
-#pragma unroll
-          for (int v = 0; v < V; ++v) h_entry[s][v] = p.v[v];
-        }
-      }
-      last_u = -1;
-      ++iteration;
-      return;
+      atomicMax(reinterpret_cast<Bits*>(a.max_abs_residual), bits_of(m));
     }
     if constexpr (!kResult) return;
     // The first step of a run after a block's first group: its h_prev is the last result of the
     // group before (the same lane), handed over in the scan's shared memory (free again after a
     // barrier). A block's first step is left to the caller (newton_step.hpp).
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* s_last = reinterpret_cast<T*>(smem_raw);
+    constexpr int kWidth = 32 * V;
+    const int lane = static_cast<int>(threadIdx.x), grp = static_cast<int>(threadIdx.y);
     __syncthreads();
     if (first_t >= 0) {
 #pragma unroll
@@ -374,24 +286,22 @@ bool newton_step_aligned(const NewtonStepArgs<T>& a, std::size_t bytes) {
 
 // Workspace of one launch at (V, Shape).
 template <class CellMath, class T, int V, class Shape>
-std::size_t newton_step_shape_bytes(int64_t batch, int64_t time, int64_t channels, int iterations = 1) {
-  return single_pass_layout(CellMath::kSlots, sizeof(T), V, batch, time, channels, shape_chunk<Shape>(), iterations)
-      .total;
+std::size_t newton_step_shape_bytes(int64_t batch, int64_t time, int64_t channels) {
+  return single_pass_layout(CellMath::kSlots, sizeof(T), V, batch, time, channels, shape_chunk<Shape>()).total;
 }
 
-// Fused iterations at (V channels per lane, Shape); the caller checked the arguments, that
+// One fused iteration at (V channels per lane, Shape); the caller checked the arguments, that
 // V divides the channels and that the pointers are aligned to V values.
-template <class CellMath, class T, int V, class Shape, bool kKeepGates = false>
+template <class CellMath, class T, int V, class Shape>
 cudaError_t run_newton_step(const NewtonStepArgs<T>& a, void* workspace, std::size_t workspace_bytes,
                             cudaStream_t stream) {
   constexpr int S = CellMath::kSlots;
   const int64_t chunk = shape_chunk<Shape>();
   const auto run = [&](auto from_guess, auto result) {
-    const NewtonStepSource<CellMath, T, V, Shape::kSteps, decltype(from_guess)::value, decltype(result)::value,
-                           kKeepGates>
-        source{a, static_cast<T>(a.omega), T(0), {}, {}};
+    const NewtonStepSource<CellMath, T, V, Shape::kSteps, decltype(from_guess)::value, decltype(result)::value> source{
+        a, static_cast<T>(a.omega), T(0), {}, {}};
     return run_single_pass<S, T, V, false, Shape>(source, a.head, a.batch, a.time, a.channels, chunk, workspace,
-                                                  workspace_bytes, stream, a.iterations);
+                                                  workspace_bytes, stream);
   };
   const bool result = a.max_abs_result != nullptr;
   if (a.from_guess) return result ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});

@@ -137,9 +137,7 @@ __device__ __forceinline__ void store_state(T* delta, int64_t b, int64_t t, int6
 // scan_single_pass_kernel. BufferSource is the scan of kernels/scan.hpp (J and r from memory,
 // δ in place of r); the fused Newton step (newton_step.cu) computes its elements from the cell
 // instead. A Source supplies load(b, t, c0, restart, u, e) (J is not read at a restart),
-// store(b, t, c0, u, x), enter(x) (the state entering the thread's run, before its stores),
-// iterations() (scans in one launch, 1 for a plain scan) and finish() (called once by every
-// thread at the end of each iteration).
+// store(b, t, c0, u, x) and finish() (called once by every thread at the end of the kernel).
 // u = 0 .. steps−1 is the step's place in the thread's run of consecutive scan positions (a
 // compile-time constant after unrolling): loads come in increasing u, so a source may keep
 // what step u loaded for step u + 1 and for the store of step u.
@@ -155,8 +153,6 @@ struct BufferSource {
   __device__ __forceinline__ void store(int64_t b, int64_t t, int64_t c0, int /*u*/, const T (&x)[V][S]) {
     store_state<S, T, V>(delta, b, t, time, channels, c0, x);
   }
-  __device__ __forceinline__ void enter(const T (&)[V][S]) {}
-  __device__ __forceinline__ int iterations() const { return 1; }
   __device__ __forceinline__ void finish() {}
 };
 
@@ -203,16 +199,13 @@ struct SinglePassLayout {
   int64_t n_blocks = 0;
 };
 
-// `iterations` scans in one launch (a Source's iterations()): flags, aggregates and inclusive
-// states once per iteration, iteration i's at i · n_blocks within each array.
 inline SinglePassLayout single_pass_layout(int S, std::size_t value_bytes, int V, int64_t batch,
-                                           int64_t time, int64_t channels, int64_t chunk,
-                                           int iterations = 1) {
+                                           int64_t time, int64_t channels, int64_t chunk) {
   SinglePassLayout l;
   const int64_t n_ctiles = (channels + 32 * V - 1) / (32 * V);
   const int64_t n_chunks = (time + chunk - 1) / chunk;
   l.n_blocks = batch * n_ctiles * n_chunks;
-  const std::size_t nb = static_cast<std::size_t>(l.n_blocks) * static_cast<std::size_t>(iterations < 1 ? 1 : iterations);
+  const std::size_t nb = static_cast<std::size_t>(l.n_blocks);
   const std::size_t width = static_cast<std::size_t>(32 * V);
   l.flags = kWorkspaceAlignment;
   l.zeroed = l.flags + nb * sizeof(unsigned);
@@ -246,7 +239,7 @@ __device__ __forceinline__ void publish_flag(unsigned* flag, unsigned value) {
 template <int S, class T, int V, bool kReverse, class Source, class Shape, bool kMissingBarrier = false>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     scan_single_pass_kernel(Source src, const std::uint8_t* __restrict__ head, ScanGeometry g,
-                            unsigned* ticket, unsigned* all_flags, T* all_aggregates, T* all_inclusives) {
+                            unsigned* ticket, unsigned* flags, T* aggregates, T* inclusives) {
   using Elem = cells::AffineElement<S, T>;
   constexpr int kSteps = Shape::kSteps;
   constexpr int kGroups = Shape::kGroups;
@@ -278,15 +271,6 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
   const int64_t chunk_remaining = g.time - chunk_start;  // >= 1
   const int64_t groups_needed = (chunk_remaining + g.steps - 1) / g.steps;
   const int n_groups = groups_needed < g.groups ? static_cast<int>(groups_needed) : g.groups;
-
-  // The Source's iterations, each a whole scan with its own look-back state; the block keeps
-  // its chunk (the ticket) across them, so every block it waits on has started.
-  const int iterations = src.iterations();
-  const int64_t n_blocks = static_cast<int64_t>(gridDim.x);
-  for (int iteration = 0; iteration < iterations; ++iteration) {
-  unsigned* flags = all_flags + iteration * n_blocks;
-  T* aggregates = all_aggregates + iteration * n_blocks * kElem * kWidth;
-  T* inclusives = all_inclusives + iteration * n_blocks * S * kWidth;
 
   // Load every element of this thread before using any (all loads in flight at once).
   Elem e[kSteps][V];
@@ -533,7 +517,6 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
       for (int v = 0; v < V; ++v) prev[v][s] = p.v[v];
     }
-    src.enter(prev);
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       if (u < n_valid) {
@@ -544,9 +527,6 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     }
   }
   src.finish();
-  // The next iteration writes the group slots that finish() may still read.
-  if (iteration + 1 < iterations) __syncthreads();
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -735,12 +715,12 @@ inline bool aligned_to(const void* p, std::size_t a) {
   return reinterpret_cast<std::uintptr_t>(p) % a == 0;
 }
 
-// One single-pass launch over `source`'s elements (the workspace of single_pass_layout for the
-// source's `iterations`), with the register shape `Shape` (SinglePassShape).
+// One single-pass launch over `source`'s elements (the workspace of single_pass_layout), with
+// the register shape `Shape` (SinglePassShape).
 template <int S, class T, int V, bool kReverse, class Shape = SinglePassLimits<S>, class Source>
 cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int64_t batch, int64_t time,
                             int64_t channels, int64_t chunk, void* workspace, std::size_t workspace_bytes,
-                            cudaStream_t stream, int iterations = 1) {
+                            cudaStream_t stream) {
   ScanGeometry g;
   g.batch = batch;
   g.time = time;
@@ -750,8 +730,7 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   g.n_ctiles = (channels + 32 * V - 1) / (32 * V);
   g.n_tiles = batch * g.n_ctiles;
   auto* base = static_cast<unsigned char*>(workspace);
-  if (iterations < 1) return cudaErrorInvalidValue;
-  const SinglePassLayout l = single_pass_layout(S, sizeof(T), V, batch, time, channels, chunk, iterations);
+  const SinglePassLayout l = single_pass_layout(S, sizeof(T), V, batch, time, channels, chunk);
   if (workspace_bytes < l.total) return cudaErrorInvalidValue;
   if (l.n_blocks > INT_MAX) return cudaErrorInvalidValue;
   // Largest steps per thread that divides the chunk within the group limit.

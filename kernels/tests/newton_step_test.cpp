@@ -3,8 +3,8 @@
 // restarts at heads, H_out = H_in + ω δ; max|F| equal to the host's within τ and NaN when any F
 // is NaN; H_in untouched; from the App. A guess (H_in not read) equal to the host's guess pass
 // followed by the same step; max|F| of the result (all steps but the chunk starts) completed by
-// the residual kernel at the chunk stride equal to the host's residual of H_out; several
-// iterations in one launch equal the host's steps repeated; and the argument checks.
+// the residual kernel at the chunk stride equal to the host's residual of H_out; and the argument
+// checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,7 +77,6 @@ template <class CellMath, class T>
 struct StepRun {
   std::vector<T> H_out, H_in_after;
   T max_abs = T(0);
-  std::vector<T> history;  // max|F| entering each iteration of the launch (history[0] = max_abs)
   T result = T(0);  // with_result: max|F(H_out)| but at the chunk starts, and with them (the full one)
   T result_with_starts = T(0);
 };
@@ -99,26 +98,24 @@ std::vector<T> host_guess(const CellProblem<CellMath, T>& p) {
   return H;
 }
 
-// One launch of `iterations` iterations; an empty H runs the step from the guess (from_guess,
-// H_in null).
+// One launch; an empty H runs the step from the guess (from_guess, H_in null).
 template <class CellMath, class T>
 StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vector<T>& H, double omega,
-                              bool with_result = false, int iterations = 1) {
+                              bool with_result = false) {
   const bool from_guess = H.empty();
   const std::size_t n = static_cast<std::size_t>(p.batch * p.time * CellMath::kSlots * p.channels);
   StepRun<CellMath, T> out;
   DeviceCellInputs<CellMath, T> in(p);
   EXPECT_EQ(in.upload(p), cudaSuccess);
-  const std::size_t it = static_cast<std::size_t>(iterations);
-  DeviceBuffer<T> d_in(n), d_out(n), d_max(it + 2);
-  DeviceBuffer<unsigned char> d_ws(newton_step_workspace_bytes<CellMath, T>(p.batch, p.time, p.channels, iterations));
+  DeviceBuffer<T> d_in(n), d_out(n), d_max(3);
+  DeviceBuffer<unsigned char> d_ws(newton_step_workspace_bytes<CellMath, T>(p.batch, p.time, p.channels));
   for (cudaError_t e : {d_in.status(), d_out.status(), d_max.status(), d_ws.status()}) EXPECT_EQ(e, cudaSuccess);
   if (!from_guess) {
     EXPECT_EQ(d_in.upload(H), cudaSuccess);
   } else {
     EXPECT_EQ(cudaMemset(d_in.get(), 0, d_in.bytes()), cudaSuccess);  // downloaded below (initcheck)
   }
-  EXPECT_EQ(cudaMemset(d_max.get(), 0, d_max.bytes()), cudaSuccess);  // the last two are written only with_result
+  EXPECT_EQ(cudaMemset(d_max.get(), 0, d_max.bytes()), cudaSuccess);  // slots 1, 2 are written only with_result
   EXPECT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);  // poison: NaN until written
   const NewtonStepArgs<T> args{.wx = in.wx.get(),
                                .recurrent = in.recurrent.get(),
@@ -128,9 +125,8 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
                                .H_in = from_guess ? nullptr : d_in.get(),
                                .H_out = d_out.get(),
                                .max_abs_residual = d_max.get(),
-                               .max_abs_result = with_result ? d_max.get() + it : nullptr,
+                               .max_abs_result = with_result ? d_max.get() + 1 : nullptr,
                                .from_guess = from_guess,
-                               .iterations = iterations,
                                .batch = p.batch,
                                .time = p.time,
                                .channels = p.channels,
@@ -144,7 +140,7 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
                                 .h0_row = p.h0_row.empty() ? nullptr : in.h0_row.get(),
                                 .head = p.head.empty() ? nullptr : in.head.get(),
                                 .H = d_out.get(),
-                                .max_abs_residual = d_max.get() + it + 1,
+                                .max_abs_residual = d_max.get() + 2,
                                 .batch = p.batch,
                                 .time = p.time,
                                 .channels = p.channels,
@@ -157,12 +153,10 @@ StepRun<CellMath, T> run_step(const CellProblem<CellMath, T>& p, const std::vect
   std::vector<T> m;
   EXPECT_EQ(d_max.download(m), cudaSuccess);
   out.max_abs = m.empty() ? T(0) : m[0];
-  if (m.size() == it + 2) out.history.assign(m.begin(), m.begin() + iterations);
-  if (with_result && m.size() == it + 2) {
-    const T part = m[it], starts = m[it + 1];
-    out.result = part;
-    out.result_with_starts = std::isnan(part) || std::isnan(starts) ? std::numeric_limits<T>::quiet_NaN()
-                                                                    : std::max(part, starts);
+  if (with_result && m.size() == 3) {
+    out.result = m[1];
+    out.result_with_starts = std::isnan(m[1]) || std::isnan(m[2]) ? std::numeric_limits<T>::quiet_NaN()
+                                                                  : std::max(m[1], m[2]);
   }
   return out;
 }
@@ -273,52 +267,6 @@ TYPED_TEST(NewtonStepKernel, ResultResidualWithTheChunkStartsIsTheResidualOfHOut
   }
 }
 
-// Iterations in one launch (NewtonStepArgs::iterations): the host's steps repeated, from the
-// guess and from an iterate, with each iteration's max|F| and the result's residual (chunk starts
-// completed by the residual kernel); the launch repeats bit for bit.
-TYPED_TEST(NewtonStepKernel, IterationsInOneLaunchEqualTheHostStepsRepeated) {
-  using CellMath = typename TypeParam::CellMath;
-  using T = typename TypeParam::StorageT;
-  std::uint64_t seed = test_seed(20261207);
-  struct Variant {
-    std::int64_t batch, time, channels;
-    bool with_h0, packed, from_guess;
-    int iterations;
-    double omega;
-  };
-  // Many chunks (the carried iterate at every chunk start), a partial lane tile, packed heads with
-  // h0 rows, a lone step, a relaxed update.
-  for (const Variant& v : {Variant{2, 700, 37, true, false, true, 3, 1.0}, Variant{1, 1500, 33, true, true, false, 2, 1.0},
-                           Variant{1, 1, 5, false, false, true, 3, 1.0}, Variant{3, 600, 64, false, false, true, 4, 0.5},
-                           Variant{1, 1300, 8, false, false, false, 3, 1.0}}) {
-    const std::int64_t T_len = std::min(v.time, kComparableTime<CellMath>);
-    SCOPED_TRACE("B=" + std::to_string(v.batch) + " T=" + std::to_string(T_len) + " D=" + std::to_string(v.channels) +
-                 (v.packed ? " packed" : "") + (v.with_h0 ? " h0" : "") + (v.from_guess ? " from the guess" : "") +
-                 " iterations=" + std::to_string(v.iterations) + " omega=" + std::to_string(v.omega));
-    const auto p = make_cell_problem<CellMath, T>(v.batch, T_len, v.channels, v.with_h0, v.packed, ++seed);
-    const std::vector<T> H = v.from_guess ? std::vector<T>{} : host_guess(p);
-    const StepRun<CellMath, T> run = run_step(p, H, v.omega, /*with_result=*/true, v.iterations);
-    const StepRun<CellMath, T> again = run_step(p, H, v.omega, /*with_result=*/true, v.iterations);
-    if (::testing::Test::HasFailure()) return;
-    std::vector<T> expected = v.from_guess ? host_guess(p) : H;
-    for (int i = 0; i < v.iterations; ++i) {
-      T host_max = T(0);
-      expected = host_newton_step(p, expected, v.omega, host_max);
-      ASSERT_EQ(run.history.size(), static_cast<std::size_t>(v.iterations));
-      EXPECT_NEAR(static_cast<double>(run.history[static_cast<std::size_t>(i)]), static_cast<double>(host_max),
-                  kKernelVsHostTau<T> * (1.0 + static_cast<double>(host_max)))
-          << "max|F| entering iteration " << i;
-    }
-    expect_close(expected, run.H_out, kKernelVsHostTau<T>, "H_out after the iterations");
-    T host_result = T(0);
-    (void)host_newton_step(p, run.H_out, 1.0, host_result);
-    EXPECT_NEAR(static_cast<double>(run.result_with_starts), static_cast<double>(host_result),
-                kKernelVsHostTau<T> * (1.0 + static_cast<double>(host_result)));
-    EXPECT_EQ(run.H_out, again.H_out) << "the launch does not repeat bit for bit";
-    EXPECT_EQ(run.history, again.history);
-  }
-}
-
 TYPED_TEST(NewtonStepKernel, AnyNanResidualMakesTheMaximumNan) {
   using CellMath = typename TypeParam::CellMath;
   using T = typename TypeParam::StorageT;
@@ -331,7 +279,7 @@ TYPED_TEST(NewtonStepKernel, AnyNanResidualMakesTheMaximumNan) {
 }
 
 TEST(NewtonStepKernelArguments, AliasedOrMissingBuffersAreRefused) {
-  DeviceBuffer<float> d(64), m(2);
+  DeviceBuffer<float> d(64), m(1);
   DeviceBuffer<unsigned char> ws(newton_step_workspace_bytes<cells::GruDiagMath, float>(1, 8, 8));
   NewtonStepArgs<float> a{.wx = d.get(), .recurrent = d.get(), .H_in = d.get(), .H_out = d.get(),
                           .max_abs_residual = m.get(), .batch = 1, .time = 8, .channels = 8};
@@ -342,13 +290,6 @@ TEST(NewtonStepKernelArguments, AliasedOrMissingBuffersAreRefused) {
             cudaErrorInvalidValue);
   a.H_out = m.get();
   a.from_guess = true;  // from the guess H_in must be null
-  EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
-            cudaErrorInvalidValue);
-  a.H_in = nullptr;
-  a.iterations = 0;  // at least one iteration
-  EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
-            cudaErrorInvalidValue);
-  a.iterations = 2;  // two iterations need the workspace of two
   EXPECT_EQ((launch_newton_step<cells::GruDiagMath, float>(a, ws.get(), ws.size(), cudaStream_t{})),
             cudaErrorInvalidValue);
 }

@@ -335,30 +335,12 @@ class CudaPerChannelFamily {
   // From the step expected to be the last on, the step also reduces max|F| of its result but at
   // the chunk starts (NewtonStepArgs::max_abs_result), so that the final residual is a pass over
   // 1/L of the steps (residual_max) instead of all of them.
-  double evaluate_and_step(double omega) { return evaluate_and_steps(omega, 1).front(); }
-  // `n` fused iterations in one launch (NewtonStepArgs::iterations): max|F| of each iterate
-  // entering them; commit_step() then makes the n-th update's result H (n updates). The result
-  // goes to the buffer that leaves the last expected update in the caller's buffer.
-  std::vector<double> evaluate_and_steps(double omega, std::int64_t n) {
-    if (n < 1 || n > std::numeric_limits<int>::max())
-      throw ContractViolation("fused Newton iterations in one launch",
-                              fmt::format("must be in [1, {}]", std::numeric_limits<int>::max()), std::to_string(n));
-    const int iterations = static_cast<int>(n);
+  double evaluate_and_step(double omega) {
     ComputeT* next = H_ == out_ ? second_iterate() : out_;
-    if (n > 1 && expected_updates_ > 0) {
-      const bool land_in_out = (expected_updates_ - steps_ - n) % 2 == 0;
-      ComputeT* wanted = land_in_out ? out_ : second_iterate();
-      if (guess_pending_ || wanted != H_) next = wanted;
-    }
-    const std::size_t step_bytes =
-        kernels::newton_step_workspace_bytes<CellMath, ComputeT>(p_.batch, p_.time, p_.channels, iterations);
-    if (ws_.step_workspace.bytes() < step_bytes)
-      ws_.step_workspace = DeviceBuffer(step_bytes, "the fused Newton step workspace");
-    const std::size_t scalars = static_cast<std::size_t>(n) + 1;
-    if (ws_.max_abs.bytes() < scalars * sizeof(ComputeT))
-      ws_.max_abs = DeviceBuffer(scalars * sizeof(ComputeT), "max|F| of the fused iterations and of their result");
-    const bool want_result = expected_updates_ > 0 && steps_ + n >= expected_updates_;
-    ComputeT* maxima = ws_.max_abs.as<ComputeT>();
+    if (ws_.step_workspace.bytes() == 0)
+      ws_.step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(p_.batch, p_.time, p_.channels),
+                                        "the fused Newton step workspace");
+    const bool want_result = expected_updates_ > 0 && steps_ + 1 >= expected_updates_;
     const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
                                               .recurrent = static_cast<const ComputeT*>(p_.recurrent),
                                               .h0 = static_cast<const ComputeT*>(p_.h0),
@@ -366,10 +348,9 @@ class CudaPerChannelFamily {
                                               .head = p_.head,
                                               .H_in = guess_pending_ ? nullptr : H_,
                                               .H_out = next,
-                                              .max_abs_residual = maxima,
-                                              .max_abs_result = want_result ? maxima + n : nullptr,
+                                              .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .max_abs_result = want_result ? ws_.max_abs.as<ComputeT>() + 1 : nullptr,
                                               .from_guess = guess_pending_,
-                                              .iterations = iterations,
                                               .batch = p_.batch,
                                               .time = p_.time,
                                               .channels = p_.channels,
@@ -377,18 +358,17 @@ class CudaPerChannelFamily {
     PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
         a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
     candidate_ = next;
-    candidate_steps_ = n;
-    std::vector<ComputeT> values(scalars, ComputeT(0));
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(values.data(), maxima, (want_result ? scalars : scalars - 1) * sizeof(ComputeT),
+    ComputeT values[2] = {0, 0};
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(values, ws_.max_abs.get(), (want_result ? 2 : 1) * sizeof(ComputeT),
                                        cudaMemcpyDeviceToHost, kStream));
     PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
-    candidate_result_ = want_result ? std::optional<double>(static_cast<double>(values[scalars - 1])) : std::nullopt;
-    return std::vector<double>(values.begin(), values.begin() + n);
+    candidate_result_ = want_result ? std::optional<double>(static_cast<double>(values[1])) : std::nullopt;
+    return static_cast<double>(values[0]);
   }
   void commit_step() {
     H_ = candidate_;
     guess_pending_ = false;
-    steps_ += candidate_steps_;
+    ++steps_;
     result_known_ = candidate_result_.has_value();
     result_partial_ = candidate_result_.value_or(0.0);
   }
@@ -575,7 +555,6 @@ class CudaPerChannelFamily {
   ComputeT* out_;                  // the caller's buffer
   ComputeT* H_;                    // the current iterate: out_, or the workspace's second iterate
   ComputeT* candidate_ = nullptr;  // fused: the iterate the last step computed
-  std::int64_t candidate_steps_ = 1;  // fused: the updates it holds
   bool guess_pending_ = false;     // fused: H_ is the App. A guess, not yet written
   std::int64_t expected_updates_ = 0, steps_ = 0;  // fused: the updates the driver expects, those committed
   std::optional<double> candidate_result_;          // the last step's max|F| of its result but the chunk starts

@@ -16,9 +16,7 @@
 // - Fixed K: K evaluations, each followed by an update unless the residual is already below
 //   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
 //   k_max the cap; once the residual test passes after the minimum, one more update and stop.
-//   A non-finite residual stops the loop. A fused family may run the first iterations in one
-//   launch where the loop updates after each of them whatever their residual
-//   (`evaluate_and_steps`); a non-finite residual among them discards the launch.
+//   A non-finite residual stops the loop.
 // - Adaptive and not converged by k_max: every fallback unit (family.hpp: the same unit on both
 //   backends) whose residual is still at or above residual_atol is replaced by its sequential
 //   solution in the compute type; their count is `NewtonStats::fallback_tiles`; a
@@ -43,7 +41,6 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "backends.hpp"
 #include "family.hpp"
@@ -125,25 +122,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         family.iterate_from_residual();
       }
     }
-    std::int64_t first = 0;  // iterations run by the batch below
-    if constexpr (requires { family.evaluate_and_steps(config.omega, first); }) {
-      // A fused family runs the iterations after which the loop always updates in one launch:
-      // the adaptive solve's minimum K (its stop test counts from K on) or a fixed K without an
-      // early-stop threshold. Speculative: when one of their residuals is not finite (the loop
-      // would have stopped there without its update) the launch is discarded and the loop runs
-      // them one by one, so the result and the stats are the loop's either way.
-      const std::int64_t n = adaptive ? std::min(k.k, cap) : (stop_atol ? 0 : cap);
-      if (fused && n >= 2 && !PARARNN_FAULT_POINT("dropped_last_update")) {
-        const std::vector<double> history = family.evaluate_and_steps(config.omega, n);
-        if (std::all_of(history.begin(), history.end(), [](double r) { return std::isfinite(r); })) {
-          family.commit_step();
-          first = stats.iters = stats.updates = n;
-          stats.residual_history = history;
-          stats.converged = adaptive && history.back() < *stop_atol;
-        }
-      }
-    }
-    for (std::int64_t it = first; it < cap && !stats.converged; ++it) {
+    for (std::int64_t it = 0; it < cap; ++it) {
       const double res = evaluate_for_update();
       ++stats.iters;
       stats.residual_history.push_back(res);

@@ -19,10 +19,6 @@
 //   bool fused(); double evaluate_and_step(double omega); void commit_step();
 //                                               // fused strategy: max|F| of H and the candidate
 //                                               // H + ωδ in one pass; commit makes it H
-//   std::vector<double> evaluate_and_steps(double omega, std::int64_t n);
-//                                               // fused: n iterations in one pass, max|F| of
-//                                               // each iterate entering them; commit_step()
-//                                               // makes the n-th result H
 //   bool defer_guess(std::int64_t updates);     // true: the App. A guess is evaluated inside
 //                                               // the first fused step (written out on demand)
 //   double residual_max();                      // max|F| without writing F (the final residual)

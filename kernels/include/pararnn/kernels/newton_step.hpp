@@ -16,15 +16,6 @@
 // instead of one, no pass of its own), and the result equals the guess pass followed by this
 // step on its output up to the same re-association.
 //
-// `iterations` > 1 runs that many Newton iterations in the one launch: a block keeps its chunk
-// of the iterate in registers between them (W_x x is read again each iteration, mostly from L2)
-// and only the last iteration writes H_out; max_abs_residual then holds one max|F| per
-// iteration. A block's first step takes its h_prev of iteration i + 1 as h_prev of iteration i
-// plus ω times the state entering the block (the look-back's carry), which equals what the
-// block before computes for that step up to the scan's re-association: iterations in one launch
-// equal as many single launches up to that re-association (within τ, not bitwise), repeat bit
-// for bit, and are exact for dyadic inputs.
-//
 // Layout (the residual kernel's, kernels/cell_residual.hpp): wx [b][t][g·D + c], recurrent
 // [k][c] (clamped entries, then constants), h0 [row][s][c] (optional; zeros), h0_row [t] and
 // head [t] for packed input (optional), H [b][t][s][c] in the compute type T (float or double).
@@ -51,9 +42,7 @@ struct NewtonStepArgs {
   const std::uint8_t* head = nullptr;
   const T* H_in = nullptr;  // null exactly when from_guess
   T* H_out = nullptr;
-  // `iterations` device scalars (required): max|F| of the iterate entering each iteration,
-  // the first max|F(H_in)|.
-  T* max_abs_residual = nullptr;
+  T* max_abs_residual = nullptr;  // one device scalar (required): max|F(H_in)|
   // Optional device scalar: max|F(H_out)|, the residual of the result, over every step except
   // the chunk starts t = 0, L, 2L, ... (L = newton_step_chunk); the caller completes it with
   // launch_cell_residual at time_stride L (a pass over 1/L of the steps instead of all).
@@ -61,7 +50,6 @@ struct NewtonStepArgs {
   // The iterate entering this iteration is the App. A guess H_t = f(h̃_t, x_t) (h̃ = h0 at heads,
   // else 0), computed in registers: the first iteration without the guess's own pass.
   bool from_guess = false;
-  int iterations = 1;  // Newton iterations in this launch (>= 1)
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
@@ -69,8 +57,7 @@ struct NewtonStepArgs {
 };
 
 template <class CellMath, class T>
-std::size_t newton_step_workspace_bytes(std::int64_t batch, std::int64_t time, std::int64_t channels,
-                                        int iterations = 1);
+std::size_t newton_step_workspace_bytes(std::int64_t batch, std::int64_t time, std::int64_t channels);
 
 // L, the chunk of the launch: the steps max_abs_result leaves out are the multiples of L.
 template <class CellMath, class T>
