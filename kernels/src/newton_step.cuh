@@ -4,8 +4,9 @@
 // that measures the shapes (bench/newton_step_sweep.cu), so both run the same code.
 //
 // Per thread the source keeps, for its run of consecutive steps u = 0 .. kSteps−1, the iterate
-// entering the step (h_run[u], the value H_in[t] or, from the guess, f(h̃_t, x_t)) in registers:
-// step u + 1 takes its h_prev from step u, and the store of step u writes h_run[u] + ω δ_t
+// entering the step (the value H_in[t] or, from the guess, f(h̃_t, x_t)) in shared memory after
+// the scan's group slots (kSharedPerGroup; registers would spill at 512 threads): step u + 1
+// takes its h_prev from step u (a register), and the store of step u writes that value + ω δ_t
 // without reading H_in again. Only the first step of a run reads H_in[t − 1] (or, from the
 // guess, evaluates the guess at t − 1 once more).
 #pragma once
@@ -46,7 +47,16 @@ struct NewtonStepSource {
   T omega;
   T local_max;             // this thread's max|F|, reduced in finish()
   T rec[RC][V];            // the channel values, loaded by step 0
-  T h_run[kSteps][S][V];   // the iterate entering each step of this thread's run
+  T h_last[S][V];          // the iterate entering the step loaded last (h_prev of the next)
+  // Shared memory per time group after the scan's slots: the iterate of each step of the run.
+  static constexpr std::size_t kSharedPerGroup = static_cast<std::size_t>(kSteps) * S * 32 * V * sizeof(T);
+  // Where step u's slot s of this thread's iterate is kept (lanes contiguous: no bank conflict).
+  __device__ __forceinline__ T* kept(int u, int s) const {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const std::size_t slots = static_cast<std::size_t>(blockDim.y) * (S * S + S) * 32 * V;  // the scan's
+    T* base = reinterpret_cast<T*>(smem_raw) + slots;
+    return base + ((static_cast<std::size_t>(u * S + s) * blockDim.y + threadIdx.y) * 32 + threadIdx.x) * V;
+  }
   // With a.max_abs_result: this thread's max|F(H_out)| over its steps after the first, the
   // result at its first and at its latest stored step, and where its first step is.
   T result_max = T(0);
@@ -129,11 +139,11 @@ struct NewtonStepSource {
         for (int v = 0; v < V; ++v) rec[k][v] = p.v[v];
       }
     }
-    T w[G][V], hp[S][V];
+    T w[G][V], hp[S][V], h_cur[S][V];
     if constexpr (kFromGuess) {
-      guess_at(b, t, c0, h_run[u]);
+      guess_at(b, t, c0, h_cur);
     } else {
-      load_iterate(bt, c0, h_run[u]);
+      load_iterate(bt, c0, h_cur);
     }
     load_gates(bt, c0, w);
     if (restart) {
@@ -142,7 +152,7 @@ struct NewtonStepSource {
 #pragma unroll
       for (int s = 0; s < S; ++s)
 #pragma unroll
-        for (int v = 0; v < V; ++v) hp[s][v] = h_run[u > 0 ? u - 1 : 0][s][v];
+        for (int v = 0; v < V; ++v) hp[s][v] = h_last[s][v];
     } else if constexpr (kFromGuess) {
       guess_at(b, t - 1, c0, hp);
     } else {
@@ -160,12 +170,19 @@ struct NewtonStepSource {
       CellMath::step(r, wv, h_prev, h_new, jac);
 #pragma unroll
       for (int s = 0; s < S; ++s) {
-        const T f = h_new[s] - h_run[u][s][v];
+        const T f = h_new[s] - h_cur[s][v];
         e[v].r[s] = f;
         local_max = nan_max(local_max, fabs(f));
       }
 #pragma unroll
       for (int q = 0; q < S * S; ++q) e[v].J[q] = restart ? T(0) : jac[q];
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      Pack<T, V> p;
+#pragma unroll
+      for (int v = 0; v < V; ++v) p.v[v] = h_last[s][v] = h_cur[s][v];
+      *reinterpret_cast<Pack<T, V>*>(kept(u, s)) = p;
     }
   }
 
@@ -187,9 +204,10 @@ struct NewtonStepSource {
     T out[S][V];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
+      const Pack<T, V> h = *reinterpret_cast<const Pack<T, V>*>(kept(u, s));
       Pack<T, V> p;
 #pragma unroll
-      for (int v = 0; v < V; ++v) p.v[v] = out[s][v] = h_run[u][s][v] + omega * x[v][s];
+      for (int v = 0; v < V; ++v) p.v[v] = out[s][v] = h.v[v] + omega * x[v][s];
       store_pack<T, V>(a.H_out + (bt * S + s) * a.channels + c0, p);
     }
     if constexpr (!kResult) return;

@@ -137,12 +137,14 @@ __device__ __forceinline__ void store_state(T* delta, int64_t b, int64_t t, int6
 // scan_single_pass_kernel. BufferSource is the scan of kernels/scan.hpp (J and r from memory,
 // δ in place of r); the fused Newton step (newton_step.cu) computes its elements from the cell
 // instead. A Source supplies load(b, t, c0, restart, u, e) (J is not read at a restart),
-// store(b, t, c0, u, x) and finish() (called once by every thread at the end of the kernel).
+// store(b, t, c0, u, x) and finish() (called once by every thread at the end of the kernel), and
+// kSharedPerGroup: bytes of dynamic shared memory per time group it uses after the scan's slots.
 // u = 0 .. steps−1 is the step's place in the thread's run of consecutive scan positions (a
 // compile-time constant after unrolling): loads come in increasing u, so a source may keep
 // what step u loaded for step u + 1 and for the store of step u.
 template <int S, class T, int V, bool kReverse>
 struct BufferSource {
+  static constexpr std::size_t kSharedPerGroup = 0;
   const T* __restrict__ jac;
   T* delta;
   int64_t time, channels;
@@ -744,8 +746,15 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   g.steps = steps;
   g.groups = static_cast<int>(chunk / steps);
   if (cudaError_t e = cudaMemsetAsync(base, 0, l.zeroed, stream); e != cudaSuccess) return e;
-  const std::size_t smem = static_cast<std::size_t>(g.groups) * (S * S + S) * 32 * V * sizeof(T);
+  // The group slots, then what the source keeps per group (Source::kSharedPerGroup).
+  const std::size_t smem =
+      static_cast<std::size_t>(g.groups) * ((S * S + S) * 32 * V * sizeof(T) + Source::kSharedPerGroup);
   auto launch = [&](auto kernel) {
+    if (smem > 48 * 1024) {
+      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+          e != cudaSuccess)
+        return e;
+    }
     kernel<<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
         source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
         reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));
