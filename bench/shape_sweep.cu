@@ -5,7 +5,9 @@
 // diagonal scan. Each shape's result is checked in the same run against the production launcher
 // (launch_newton_step, launch_scan_affine): the difference is the scan's re-association only.
 // This is how the production shapes (newton_step.cu StepShape, scan.cuh SinglePassLimits) are
-// chosen; docs/cuda.md records the table. Prints one JSON object on stdout.
+// chosen; docs/cuda.md records the table. The production launch is also timed from the guess and
+// with max|F| of its result (the first and the last step of a fixed K = 3 solve). Prints one JSON
+// object on stdout.
 //
 // Method: CUDA events around the launch (flags reset and max|F| zeroing included, as production
 // pays them), 3 warm-up runs, median of --runs (default 20); bytes per token-channel: step 20
@@ -124,12 +126,15 @@ cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaSt
 // Measured 2026-12-01 (docs/cuda.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
 // scan's own shape (v4_s8_g8_b1) fastest for the scan. Here the look-back anchor spacing of the
 // fixed association (scan.cuh) is swept at both shapes (2026-12-02: 4 is the fastest for the step),
-// and at chunks of 128 and 256 steps (fewer anchors in the chain per sequence).
+// and at chunks of 128 and 256 steps (fewer anchors in the chain per sequence). Since the run's
+// iterate moved to shared memory (2026-12-02, the step at 25 % occupancy without spills), also
+// 128-step chunks with more warps per SM: two 512-thread blocks (V 2), or 1024-thread blocks.
 const Shape kShapes[] = {
     PARARNN_SHAPE(2, 4, 16, 2, 2),  PARARNN_SHAPE(2, 4, 16, 2, 4),  PARARNN_SHAPE(2, 4, 16, 2, 8),
     PARARNN_SHAPE(4, 8, 8, 1, 4),   PARARNN_SHAPE(4, 8, 8, 1, 8),   PARARNN_SHAPE(2, 8, 16, 1, 4),
     PARARNN_SHAPE(2, 8, 16, 1, 8),  PARARNN_SHAPE(4, 8, 16, 1, 2),  PARARNN_SHAPE(4, 8, 16, 1, 4),
     PARARNN_SHAPE(4, 8, 16, 1, 8),  PARARNN_SHAPE(4, 8, 32, 1, 4),  PARARNN_SHAPE(4, 8, 32, 1, 8),
+    PARARNN_SHAPE(2, 8, 16, 2, 2),  PARARNN_SHAPE(2, 4, 32, 1, 2),  PARARNN_SHAPE(4, 4, 32, 1, 2),
 };
 
 // kHeads: the kernel's packed-input form (a head flag loaded per step), here on input without
@@ -171,7 +176,7 @@ int main(int argc, char** argv) {
   const std::int64_t B = 8, T = 65536, D = 256, G = 3;
   const std::size_t n = static_cast<std::size_t>(B * T * D);
   Buffer wx(n * G * sizeof(float)), rec(G * D * sizeof(float)), H(n * sizeof(float)), H_ref(n * sizeof(float)),
-      H_out(n * sizeof(float)), max_abs(sizeof(float)), jac(n * sizeof(float)), r(n * sizeof(float)),
+      H_out(n * sizeof(float)), max_abs(2 * sizeof(float)), jac(n * sizeof(float)), r(n * sizeof(float)),
       delta(n * sizeof(float)), delta_ref(n * sizeof(float));
   fill(wx, 1, -2.0f, 2.0f);
   fill(rec, 2, -0.9f, 0.9f);
@@ -223,9 +228,20 @@ int main(int argc, char** argv) {
   const double prod_scan_ms = time_ms(runs, [&] {
     check(launch_scan_affine<1, float>(prod_scan, ws.p, ws.bytes, nullptr), "scan");
   });
-  std::printf("  \"production\": {\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f},\n",
+  // The other two steps of a fixed K = 3 solve: the first (from the guess) and the last (with
+  // max|F| of its result, NewtonStepArgs::max_abs_result).
+  const double prod_guess_ms = time_ms(runs, [&] {
+    check(launch_newton_step<Gru, float>(guess_args, ws.p, ws.bytes, nullptr), "guess step");
+  });
+  NewtonStepArgs<float> result_args = step_args;
+  result_args.max_abs_result = max_abs.f() + 1;
+  const double prod_result_ms = time_ms(runs, [&] {
+    check(launch_newton_step<Gru, float>(result_args, ws.p, ws.bytes, nullptr), "step with its result's residual");
+  });
+  std::printf("  \"production\": {\"step_ms\": %.5f, \"step_tb_per_s\": %.4f, \"scan_ms\": %.5f, \"scan_tb_per_s\": %.4f, "
+              "\"guess_step_ms\": %.5f, \"step_with_result_residual_ms\": %.5f},\n",
               prod_step_ms, tokens * 20 / (prod_step_ms * 1e-3) / 1e12, prod_scan_ms,
-              tokens * 12 / (prod_scan_ms * 1e-3) / 1e12);
+              tokens * 12 / (prod_scan_ms * 1e-3) / 1e12, prod_guess_ms, prod_result_ms);
   std::printf("  \"shapes\": [\n");
   bool first = true;
   for (const Shape& s : kShapes) {

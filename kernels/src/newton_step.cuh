@@ -1,7 +1,7 @@
 // Device side of launch_newton_step (kernels/newton_step.hpp): the element source of one fused
 // Newton iteration for the single-pass scan of scan.cuh, and `run_newton_step`, its launch at a
 // given register shape. Included by newton_step.cu (the production shape) and by the benchmark
-// that measures the shapes (bench/newton_step_sweep.cu), so both run the same code.
+// that measures the shapes (bench/shape_sweep.cu), so both run the same code.
 //
 // Per thread the source keeps, for its run of consecutive steps u = 0 .. kSteps−1, the iterate
 // entering the step (the value H_in[t] or, from the guess, f(h̃_t, x_t)) in shared memory after
