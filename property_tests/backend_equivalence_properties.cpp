@@ -4,8 +4,9 @@
 // each sequence solved alone; an adaptive solve that does not converge by k_max returns the
 // sequential answer with the `newton_residual_high` warning; the GPU sequential loop ≡ the CPU's
 // in every storage dtype; the auto rule solves sequentially from its threshold on; training on a
-// strided device x and device grad_H ≡ training on host tensors, bitwise; cells without kernels
-// are refused by name.
+// strided device x and device grad_H ≡ training on host tensors, bitwise; the *_into entry points
+// writing into contiguous and strided device views (and host views) ≡ the returned host results,
+// bitwise, in f32, bf16 and f64; cells without kernels are refused by name.
 // Tolerances come from contracts/tolerance.hpp (backend "cuda").
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -55,6 +56,12 @@ class DeviceCopy {
   // The same shape (contiguous) on the device.
   TensorView view_like(const Tensor& host) const {
     return TensorView(data_, host.dtype(), host.shape(), {}, Device::cuda, 0);
+  }
+  // The storage back on the host, as a tensor like `host`.
+  Tensor download(const Tensor& host) const {
+    Tensor out(host.dtype(), host.shape());
+    EXPECT_EQ(cudaMemcpy(out.data(), data_, out.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
   }
 
  private:
@@ -186,6 +193,89 @@ TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
       EXPECT_TRUE(same_bits(from_device_held.x, from_host_held.x));
       for (const auto& [name, grad] : from_host_held.parameters)
         EXPECT_TRUE(same_bits(grad, from_device_held.parameters.at(name))) << name;
+    }
+}
+
+// A view of `shape` over a zeroed device buffer: contiguous, or (strided) time and batch swapped
+// back from a (T, 2B, ...) buffer and every other batch row; `host_view` reads the same elements
+// of a downloaded copy of the buffer.
+struct DeviceOutput {
+  Tensor like;  // the buffer's host twin (shape, dtype)
+  DeviceCopy storage;
+  TensorView view;
+  DeviceOutput(DType dtype, const Shape& shape, bool strided)
+      : like(dtype, buffer_shape(shape, strided)), storage(like) {
+    view = storage.view_like(like);
+    if (strided) view = view.permute(swap_first_two(shape.size())).slice(0, 0, 2 * shape[0], 2);
+  }
+  Tensor downloaded() const {
+    const Tensor buffer = storage.download(like);
+    return Tensor::copy_of(TensorView(buffer.data(), view.dtype(), view.shape(), view.strides()));
+  }
+  static Shape buffer_shape(Shape shape, bool strided) {
+    if (!strided) return shape;
+    std::swap(shape[0], shape[1]);
+    shape[1] *= 2;
+    return shape;
+  }
+  static std::vector<std::int64_t> swap_first_two(std::size_t rank) {
+    std::vector<std::int64_t> order(rank);
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    std::swap(order[0], order[1]);
+    return order;
+  }
+};
+
+TEST(CudaBackend, IntoDeviceAndHostViewsEqualsTheReturnedResultsBitwise) {
+  for (const std::string cell_name : {"gru", "lstm", "slstm"})
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+      SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
+      const GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 3, .time = 700,
+                               .d_in = 5, .d_h = 19, .with_h0 = true, .seed = 31};
+      const Cell cell = p.make_cell();
+      const Tensor x = p.make_input();
+      const DeviceCopy x_device(x);
+      const Tensor h0 = *p.make_h0(cell.slots());
+      const ApplyOptions options{.h0 = h0.view()};
+      const NewtonConfig config = on(ScanBackend::cuda);
+      const Shape trajectory = cell.trajectory_shape(p.batch, p.time);
+
+      NewtonStats returned_stats;
+      const Tensor H = newton_apply(cell, x, config, options, &returned_stats);
+      for (const bool strided : {false, true}) {
+        SCOPED_TRACE(strided ? "strided device out" : "contiguous device out");
+        const DeviceOutput out(dtype, trajectory, strided);
+        NewtonStats stats;
+        newton_apply_into(cell, x_device.view_like(x), out.view, config, options, &stats);
+        EXPECT_TRUE(same_bits(out.downloaded(), H));
+        EXPECT_EQ(stats.iters, returned_stats.iters);
+        EXPECT_EQ(stats.max_residual, returned_stats.max_residual);
+      }
+      const Tensor host_out(dtype, trajectory);
+      newton_apply_into(cell, x_device.view_like(x), host_out, config, options);
+      EXPECT_TRUE(same_bits(host_out, H));
+
+      // Training with everything on the device: H_out, grad_H and grad_x device views.
+      const NewtonForward forward = newton_forward(cell, x, config, options);
+      const Tensor g = Tensor::converted(H, DType::f64);
+      const Tensor g_storage = Tensor::converted(g, dtype);
+      const DeviceCopy g_device(g_storage);
+      const NewtonGradients grads = newton_backward(cell, x, forward, g_storage, config, options);
+      const DeviceOutput H_out(dtype, trajectory, true);
+      const NewtonForward forward_into = newton_forward_into(cell, x_device.view_like(x), H_out.view, config, options);
+      EXPECT_FALSE(forward_into.H.defined());
+      EXPECT_TRUE(same_bits(H_out.downloaded(), forward.H));
+      for (const bool strided : {false, true}) {
+        SCOPED_TRACE(strided ? "strided device grad_x" : "contiguous device grad_x");
+        const DeviceOutput grad_x(dtype, x.shape(), strided);
+        const NewtonGradients into = newton_backward_into(cell, x_device.view_like(x), forward_into,
+                                                          g_device.view_like(g_storage), grad_x.view, config, options);
+        EXPECT_FALSE(into.x.defined());
+        EXPECT_TRUE(same_bits(grad_x.downloaded(), grads.x));
+        ASSERT_TRUE(into.h0 && grads.h0);
+        EXPECT_TRUE(same_bits(*into.h0, *grads.h0));
+        for (const auto& [name, grad] : grads.parameters) EXPECT_TRUE(same_bits(into.parameters.at(name), grad)) << name;
+      }
     }
 }
 

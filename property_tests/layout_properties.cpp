@@ -1,6 +1,9 @@
 // The layout contract: packed sequences (cu_seqlens) ≡ each sequence alone, forward and
 // gradients; strided and permuted views ≡ the contiguous copy bitwise; every malformed
-// cu_seqlens is refused with its rule named; windowed Newton (chunk_len) is reported honestly.
+// cu_seqlens is refused with its rule named; windowed Newton (chunk_len) is reported honestly;
+// the *_into entry points write into strided caller views exactly the bits the returning ones
+// return, and refuse an output of the wrong shape or dtype, with repeated addresses, or sharing
+// memory with an input, before any work.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -210,6 +213,101 @@ TEST(Windowed, WindowedGradientsMatchTheGlobalSolve) {
     for (const auto& [param, grad] : a.parameters)
       EXPECT_TRUE(compare(grad, b.parameters.at(param), tol).ok()) << name << " " << param;
   }
+}
+
+// A strided view of the trajectory's shape over a fresh buffer: batch rows every other row of a
+// (2B, T, state...) buffer, then time and batch swapped back from a (T, 2B, ...) one: not
+// contiguous, no repeated address.
+struct StridedOutput {
+  Tensor buffer;
+  TensorView view;
+  StridedOutput(DType dtype, const Shape& shape) {
+    Shape swapped = shape;
+    swapped[0] = shape[1];
+    swapped[1] = 2 * shape[0];
+    buffer = Tensor(dtype, swapped);
+    std::vector<std::int64_t> order(shape.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+    std::swap(order[0], order[1]);
+    view = buffer.view().permute(order).slice(0, 0, 2 * shape[0], 2);
+  }
+};
+
+void expect_same_gradients(const NewtonGradients& a, const NewtonGradients& b, const TensorView* a_x = nullptr) {
+  RC_ASSERT(same_bits(a_x ? Tensor::copy_of(*a_x) : a.x, b.x));
+  RC_ASSERT(a.h0.has_value() == b.h0.has_value());
+  if (a.h0) RC_ASSERT(same_bits(*a.h0, *b.h0));
+  RC_ASSERT(a.parameters.size() == b.parameters.size());
+  for (const auto& [name, grad] : b.parameters) RC_ASSERT(same_bits(a.parameters.at(name), grad));
+}
+
+RC_GTEST_PROP(Outputs, IntoAStridedHostViewEqualsTheReturnedResultBitwise, ()) {
+  const auto p = *gen_problem(120, kCells, {DType::f32, DType::bf16, DType::f64});
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto h0 = p.make_h0(cell.slots());
+  ApplyOptions options;
+  if (h0) options.h0 = h0->view();
+  const Shape trajectory = cell.trajectory_shape(p.batch, p.time);
+
+  NewtonStats returned_stats, into_stats;
+  const Tensor H = newton_apply(cell, x, {}, options, &returned_stats);
+  const StridedOutput out(cell.dtype(), trajectory);
+  RC_CLASSIFY(!out.view.is_contiguous(), "non-contiguous out");
+  newton_apply_into(cell, x, out.view, {}, options, &into_stats);
+  RC_ASSERT(same_bits(Tensor::copy_of(out.view), H));
+  RC_ASSERT(into_stats.iters == returned_stats.iters);
+  RC_ASSERT(into_stats.max_residual == returned_stats.max_residual);
+
+  // Training: the forward into a view, the backward from that forward, ∇x into a view.
+  const NewtonForward forward = newton_forward(cell, x, {}, options);
+  const StridedOutput H_out(cell.dtype(), trajectory);
+  const NewtonForward forward_into = newton_forward_into(cell, x, H_out.view, {}, options);
+  RC_ASSERT(!forward_into.H.defined());
+  RC_ASSERT(same_bits(Tensor::copy_of(H_out.view), forward.H));
+  const Tensor g = Tensor::converted(H, DType::f64);  // any cotangent
+  const NewtonGradients grads = newton_backward(cell, x, forward, g, {}, options);
+  expect_same_gradients(newton_backward(cell, x, forward_into, g, {}, options), grads);
+  const StridedOutput grad_x(cell.dtype(), x.shape());
+  const NewtonGradients into = newton_backward_into(cell, x, forward, g, grad_x.view, {}, options);
+  RC_ASSERT(!into.x.defined());
+  expect_same_gradients(into, grads, &grad_x.view);
+}
+
+TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 4}, DType::f32, 1);
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 5, .d_in = 3, .d_h = 4, .seed = 9};
+  const Tensor x = p.make_input();
+  auto refused = [&](const auto& call, const std::string& argument, const std::string& rule_part) {
+    try {
+      call();
+      ADD_FAILURE() << argument << ": accepted";
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(e.rule().find(rule_part), std::string::npos) << e.what();
+    }
+  };
+  const Tensor wrong_shape(DType::f32, {2, 4, 4});
+  refused([&] { newton_apply_into(cell, x, wrong_shape); }, "out", "shape (2, 5, 4)");
+  const Tensor wrong_dtype(DType::f64, {2, 5, 4});
+  refused([&] { newton_apply_into(cell, x, wrong_dtype); }, "out", "dtype f32");
+  // A broadcast view (zero stride over batch) holds two elements at one address.
+  const Tensor one_row(DType::f32, {1, 5, 4});
+  const TensorView broadcast(one_row.data(), DType::f32, {2, 5, 4}, {0, 4, 1});
+  refused([&] { newton_apply_into(cell, x, broadcast); }, "out", "one address");
+  // x's own memory (the same bytes seen as the output's dtype and shape).
+  const Tensor big(DType::f32, {2, 5, 4});
+  const TensorView x_in_big(big.data(), DType::f32, {2, 5, 3}, {20, 4, 1});
+  refused([&] { newton_apply_into(cell, x_in_big, big); }, "out", "x");
+  refused([&] { (void)newton_forward_into(cell, x_in_big, big); }, "H_out", "x");
+  const Tensor H = newton_apply(cell, x);
+  const NewtonForward forward = newton_forward(cell, x);
+  refused([&] { (void)newton_backward_into(cell, x, forward, H, Tensor(DType::f32, {2, 5, 4})); }, "grad_x",
+          "shape (2, 5, 3)");
+  // grad_x inside grad_H's buffer.
+  const Tensor g(DType::f32, {2, 5, 4});
+  const TensorView grad_x_in_g(g.data(), DType::f32, {2, 5, 3}, {20, 4, 1});
+  refused([&] { (void)newton_backward_into(cell, x, forward, g, grad_x_in_g); }, "grad_x", "grad_H");
 }
 
 TEST(Windowed, ChunkLenWithPackingIsRefused) {

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace pararnn {
 
@@ -578,6 +580,69 @@ DLManagedTensor* Tensor::to_dlpack_managed() const {
   managed->manager_ctx = context.release();
   managed->deleter = &delete_managed;
   return managed.release();
+}
+
+void copy_into(const TensorView& dst, const TensorView& src, std::string_view argument) {
+  require_host(dst, argument);
+  require_host(src, "the source");
+  if (dst.shape() != src.shape())
+    throw ContractViolation(argument, "must have the shape " + shape_string(src.shape()), shape_string(dst.shape()));
+  if (dst.dtype() != src.dtype())
+    throw ContractViolation(argument, fmt::format("must have the dtype {}", dtype_name(src.dtype())),
+                            dtype_name(dst.dtype()));
+  if (dst.numel() == 0) return;
+  require_data(dst, argument);
+  require_data(src, "the source");
+  const Tensor contiguous = src.is_contiguous() ? Tensor() : Tensor::copy_of(src);
+  const std::byte* from = static_cast<const std::byte*>(contiguous.defined() ? contiguous.data() : src.data());
+  if (dst.is_contiguous()) {
+    std::memcpy(dst.data(), from, static_cast<std::size_t>(dst.numel()) * dtype_size(dst.dtype()));
+    return;
+  }
+  dispatch_any_dtype(dst.dtype(), [&]<class T>() {
+    const T* values = reinterpret_cast<const T*>(from);
+    T* out = dst.data_as<T>();
+    for_each_row(dst.shape(), dst.strides(), [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
+      for (std::int64_t i = 0; i < count; ++i) out[offset + i * stride] = values[i];
+      values += count;
+    });
+  });
+}
+
+bool elements_overlap(const TensorView& view) {
+  // Sorted by |stride|, each axis of size > 1 must step past everything the smaller ones span.
+  std::vector<std::pair<std::int64_t, std::int64_t>> axes;  // (|stride|, size)
+  for (std::int64_t d = 0; d < view.dim(); ++d) {
+    const std::int64_t size = view.shape()[static_cast<std::size_t>(d)];
+    if (size == 0) return false;
+    if (size > 1) axes.emplace_back(std::abs(view.strides()[static_cast<std::size_t>(d)]), size);
+  }
+  std::sort(axes.begin(), axes.end());
+  std::int64_t span = 1;  // elements spanned by the axes so far, as a count of positions
+  for (const auto& [stride, size] : axes) {
+    if (stride < span) return true;
+    span = stride * (size - 1) + span;
+  }
+  return false;
+}
+
+bool spans_overlap(const TensorView& a, const TensorView& b) {
+  if (a.numel() == 0 || b.numel() == 0 || a.device() != b.device() ||
+      (a.device() == Device::cuda && a.device_id() != b.device_id()))
+    return false;
+  auto span = [](const TensorView& v) {
+    std::int64_t low = 0, high = 0;  // element offsets of the extreme elements
+    for (std::int64_t d = 0; d < v.dim(); ++d) {
+      const std::int64_t reach = (v.shape()[static_cast<std::size_t>(d)] - 1) * v.strides()[static_cast<std::size_t>(d)];
+      (reach < 0 ? low : high) += reach;
+    }
+    const auto base = reinterpret_cast<std::intptr_t>(v.data());
+    const auto element = static_cast<std::int64_t>(dtype_size(v.dtype()));
+    return std::pair<std::intptr_t, std::intptr_t>(base + low * element, base + (high + 1) * element);
+  };
+  const auto [a_begin, a_end] = span(a);
+  const auto [b_begin, b_end] = span(b);
+  return a_begin < b_end && b_begin < a_end;
 }
 
 bool all_finite(const TensorView& view) {

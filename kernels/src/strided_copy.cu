@@ -1,8 +1,12 @@
 // launch_strided_copy (kernels/strided_copy.hpp): a grid-stride loop over the destination, so
-// stores are coalesced; the loads follow the source's strides.
+// stores are coalesced; the loads follow the source's strides. launch_strided_store: the same loop
+// over the contiguous source (loads coalesced), the stores following the destination's strides.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "pararnn/kernels/strided_copy.hpp"
 
@@ -31,7 +35,107 @@ __global__ void __launch_bounds__(kCopyThreads)
   }
 }
 
+template <StoreType Type>
+struct StoreTraits;
+template <>
+struct StoreTraits<StoreType::f64> {
+  using T = double;
+};
+template <>
+struct StoreTraits<StoreType::f32> {
+  using T = float;
+};
+template <>
+struct StoreTraits<StoreType::f16> {
+  using T = __half;
+};
+template <>
+struct StoreTraits<StoreType::bf16> {
+  using T = __nv_bfloat16;
+};
+
+// One element converted (the pairs store_converts refuses are instantiated, never launched).
+template <class To, class From>
+__device__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, double>) {
+    if constexpr (std::is_same_v<From, float>) return static_cast<double>(v);
+    else if constexpr (std::is_same_v<From, __half>) return static_cast<double>(__half2float(v));
+    else return static_cast<double>(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<To, float>) {
+    if constexpr (std::is_same_v<From, double>) return __double2float_rn(v);
+    else if constexpr (std::is_same_v<From, __half>) return __half2float(v);
+    else return __bfloat162float(v);
+  } else if constexpr (std::is_same_v<To, __half>) {
+    if constexpr (std::is_same_v<From, __nv_bfloat16>) return __float2half_rn(__bfloat162float(v));
+    else return __float2half_rn(static_cast<float>(v));
+  } else {
+    if constexpr (std::is_same_v<From, __half>) return __float2bfloat16_rn(__half2float(v));
+    else return __float2bfloat16_rn(static_cast<float>(v));
+  }
+}
+
+template <class SrcT, class DstT>
+__global__ void __launch_bounds__(kCopyThreads)
+    strided_store_kernel(StridedStoreArgs a, int64_t n) {
+  const SrcT* src = static_cast<const SrcT*>(a.src);
+  DstT* dst = static_cast<DstT*>(a.dst);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, offset = 0;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      const int64_t q = rest / a.shape[d];
+      offset += (rest - q * a.shape[d]) * a.strides[d];
+      rest = q;
+    }
+    dst[offset] = convert<DstT>(src[i]);
+  }
+}
+
+template <class SrcT>
+cudaError_t launch_store_from(const StridedStoreArgs& a, int64_t n, int blocks, cudaStream_t stream) {
+  switch (a.dst_type) {
+    case StoreType::f64: strided_store_kernel<SrcT, double><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
+    case StoreType::f32: strided_store_kernel<SrcT, float><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
+    case StoreType::f16: strided_store_kernel<SrcT, __half><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
+    case StoreType::bf16: strided_store_kernel<SrcT, __nv_bfloat16><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
+  }
+  return cudaGetLastError();
+}
+
+// The conversions a store performs: identity, exact widening, and one rounding from f32 or f64.
+bool store_converts(StoreType from, StoreType to) {
+  if (from == to) return true;
+  const bool half_to = to == StoreType::f16 || to == StoreType::bf16;
+  const bool half_from = from == StoreType::f16 || from == StoreType::bf16;
+  if (half_to) return from == StoreType::f32;  // f64 -> half would round twice; half -> half is not one rounding
+  if (to == StoreType::f32) return true;       // f64 rounds once; halves widen exactly
+  return from == StoreType::f32 || half_from;  // to f64: exact
+}
+
 }  // namespace
+
+cudaError_t launch_strided_store(const StridedStoreArgs& a, cudaStream_t stream) {
+  if (a.rank < 0 || a.rank > kStridedCopyMaxRank) return cudaErrorInvalidValue;
+  if (!store_converts(a.src_type, a.dst_type)) return cudaErrorInvalidValue;
+  int64_t n = 1;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.shape[d] < 0) return cudaErrorInvalidValue;
+    n *= a.shape[d];
+  }
+  if (n == 0) return cudaSuccess;
+  if (a.src == nullptr || a.dst == nullptr) return cudaErrorInvalidValue;
+  const int64_t wanted = (n + kCopyThreads - 1) / kCopyThreads;
+  const int blocks = static_cast<int>(wanted < kCopyMaxBlocks ? wanted : kCopyMaxBlocks);
+  switch (a.src_type) {
+    case StoreType::f64: return launch_store_from<double>(a, n, blocks, stream);
+    case StoreType::f32: return launch_store_from<float>(a, n, blocks, stream);
+    case StoreType::f16: return launch_store_from<__half>(a, n, blocks, stream);
+    case StoreType::bf16: return launch_store_from<__nv_bfloat16>(a, n, blocks, stream);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_strided_copy(const StridedCopyArgs& a, cudaStream_t stream) {
   if (a.rank < 0 || a.rank > kStridedCopyMaxRank) return cudaErrorInvalidValue;

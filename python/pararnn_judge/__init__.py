@@ -144,12 +144,33 @@ def _native(cell):
     return cell._native
 
 
+_TORCH_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _torch_cuda(array):
+    """Whether `array` is a torch tensor on a CUDA device."""
+    return (type(array).__module__.split(".")[0] == "torch" and getattr(array, "is_cuda", False))
+
+
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
-                 return_stats=False, coords="native"):
+                 return_stats=False, coords="native", out=None):
     """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
-    coords="log": ParaSLSTM (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is
-    native either way."""
-    H, stats = _pararnn._newton_apply(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
+    A torch CUDA x gives a CUDA H on x's device, solved into it without a host copy (the C++
+    newton_apply_into); `out` (any array speaking DLPack, the trajectory's shape and the cell's
+    dtype, host or the solve's device) is written instead and returned. coords="log": ParaSLSTM
+    (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way."""
+    native = _native(cell)
+    if out is None and _torch_cuda(x):
+        import torch
+        shape = native._trajectory_shape(x.shape[0], x.shape[1]) if x.dim() >= 2 else None
+        if shape is not None:
+            out = torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[native.dtype]), device=x.device)
+    if out is not None:
+        stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
+                                            _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
+                                            backend, max_iters, coords)
+        return (out, stats) if return_stats else out
+    H, stats = _pararnn._newton_apply(native, _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords)
     H = _like(x, H)
     return (H, stats) if return_stats else H

@@ -50,7 +50,11 @@ struct PyCell {
 std::mutex last_views_mutex;
 std::map<std::string, std::tuple<std::uintptr_t, Shape, Shape, std::string, std::string>> last_views;
 
-TensorView view_of(const AnyArray& array, const std::string& argument) {
+// A caller's array the solver writes into (newton_apply_into's out).
+using OutArray = nb::ndarray<>;
+
+template <class Array>
+TensorView view_of(const Array& array, const std::string& argument) {
   DLTensor t{};
   t.data = const_cast<void*>(static_cast<const void*>(array.data()));  // byte offset folded in
   t.device = DLDevice{static_cast<DLDeviceType>(array.device_type()), static_cast<std::int32_t>(array.device_id())};
@@ -232,6 +236,9 @@ NB_MODULE(_pararnn, m) {
       .def_prop_ro("slots", [](const PyCell& c) { return c.cell.slots(); })
       .def_prop_ro("dtype", [](const PyCell& c) { return std::string(dtype_name(c.cell.dtype())); })
       .def_prop_ro("state_shape", [](const PyCell& c) { return c.cell.state_shape(); })
+      .def("_trajectory_shape", [](const PyCell& c, std::int64_t batch, std::int64_t time) {
+        return c.cell.trajectory_shape(batch, time);
+      }, "batch"_a, "time"_a)
       .def_prop_ro("metadata", [](const PyCell& c) {
         std::map<std::string, std::string> m = c.cell.metadata();
         for (const auto& [key, value] : c.metadata) m.try_emplace(key, value);
@@ -317,6 +324,22 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(array_of(H), stats_dict(stats));
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a);
+  m.def("_newton_apply_into",
+        [](const PyCell& c, const AnyArray& x, const OutArray& out, std::optional<AnyArray> h0,
+           std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
+           const std::string& coords) {
+          const TensorView xv = view_of(x, "x");
+          const TensorView ov = view_of(out, "out");
+          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          NewtonStats stats;
+          {
+            nb::gil_scoped_release release;
+            newton_apply_into(c.cell, xv, ov, config_of(backend, max_iters, coords), apply, &stats);
+          }
+          return stats_dict(stats);
+        },
+        "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
+        "coords"_a);
   m.def("_sequential_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            const std::string& backend) {

@@ -39,6 +39,29 @@ class ArraysAreViewedNotCopied(unittest.TestCase):
         self.assertEqual(views["x"]["data"], x.ctypes.data)
         self.assertEqual(views["h0"]["data"], h0.ctypes.data)
 
+    def test_out_is_written_in_place_with_the_returned_bits(self):
+        cell = gru()
+        x = normal_input((2, 64, 8))
+        base = np.zeros((64, 4, 16), dtype=np.float32)
+        out = base.transpose(1, 0, 2)[::2]  # (2, 64, 16), strided
+        returned, stats = pararnn.newton_apply(cell, x, out=out, return_stats=True)
+        self.assertIs(returned, out)
+        self.assertTrue(np.array_equal(out, pararnn.newton_apply(cell, x)))
+        self.assertTrue(np.all(base.transpose(1, 0, 2)[1::2] == 0))  # the rows between untouched
+        self.assertGreaterEqual(stats["iters"], 1)
+
+    def test_a_wrong_out_is_refused_by_name(self):
+        cell = gru()
+        x = normal_input((2, 64, 8))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must have the cell's dtype f32"):
+            pararnn.newton_apply(cell, x, out=np.zeros((2, 64, 16), dtype=np.float64))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must have the shape"):
+            pararnn.newton_apply(cell, x, out=np.zeros((2, 63, 16), dtype=np.float32))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must not hold two elements at one address"):
+            row = np.zeros((1, 64, 16), dtype=np.float32)
+            broadcast = np.lib.stride_tricks.as_strided(row, shape=(2, 64, 16), strides=(0,) + row.strides[1:])
+            pararnn.newton_apply(cell, x, out=broadcast)
+
     def test_results_share_the_tensor_storage(self):
         H = pararnn.newton_apply(gru(), normal_input((1, 16, 8)))
         self.assertIsInstance(H, np.ndarray)

@@ -45,6 +45,24 @@ class TorchTensorsAreViewed(unittest.TestCase):
         self.assertEqual(report.verdict, judge.verify_agreement(gru(), x.cpu(), seed=SEED).verdict)
 
 
+    def test_cuda_tensor_gives_a_cuda_trajectory_solved_into_it(self):
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for dtype in (torch.float32, torch.bfloat16):
+            cell = judge.Cell.initialise("gru", d_in=8, d_h=16, dtype="f32" if dtype == torch.float32 else "bf16",
+                                         seed=SEED)
+            x = torch.randn(2, 300, 8, generator=torch.Generator().manual_seed(SEED)).to(dtype).cuda()
+            H = judge.newton_apply(cell, x)
+            self.assertTrue(H.is_cuda)
+            self.assertEqual((H.dtype, H.device, tuple(H.shape)), (dtype, x.device, (2, 300, 16)))
+            seen = judge._last_views()["out"]
+            self.assertEqual((seen["data"], seen["device"]), (H.data_ptr(), "cuda"))
+            host = judge.newton_apply(cell, x, backend="cuda", out=torch.empty(2, 300, 16, dtype=dtype))
+            self.assertTrue(torch.equal(H.cpu(), host))
+
+
 @unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
 class PararnnTorchCellsVerifyInOneCall(unittest.TestCase):
     def cells(self):

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <limits>
 
+#include <initializer_list>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "backends.hpp"
 
@@ -291,20 +293,65 @@ NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const N
   return out;
 }
 
-}  // namespace
+// The checks of a caller's output view (the *_into entry points), before any work: the shape and
+// dtype of the result, no two elements at one address, no byte shared with an input.
+void check_output(const TensorView& out, const char* argument, const Shape& shape, DType dtype,
+                  std::initializer_list<std::pair<const char*, const TensorView*>> inputs) {
+  if (out.shape() != shape)
+    throw ContractViolation(argument, "must have the shape " + shape_string(shape), shape_string(out.shape()));
+  if (out.dtype() != dtype)
+    throw ContractViolation(argument, fmt::format("must have the cell's dtype {}", dtype_name(dtype)),
+                            dtype_name(out.dtype()));
+  if (out.data() == nullptr && out.numel() > 0)
+    throw ContractViolation(argument, "must point at data", "a null data pointer");
+  if (elements_overlap(out))
+    throw ContractViolation(argument, "must not hold two elements at one address (a zero or interleaved stride)",
+                            "strides " + shape_string(out.strides()));
+  for (const auto& [name, input] : inputs)
+    if (input != nullptr && spans_overlap(out, *input))
+      throw ContractViolation(argument, fmt::format("must not share memory with {}", name),
+                              fmt::format("{} overlaps {}", argument, name));
+}
 
-Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                    const ApplyOptions& options, NewtonStats* stats) {
+// A result computed on the host side of a path written into the caller's view.
+void write_result(const TensorView& out, const Tensor& value, const char* argument) {
+  if (out.device() == Device::cuda)
+    detail::cuda_write_view(out, value, argument);
+  else
+    copy_into(out, value, argument);
+}
+
+const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
+
+Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config, const ApplyOptions& options,
+                  NewtonStats* stats, const TensorView* out) {
+  const char* who = out ? "newton_apply_into" : "newton_apply";
   validate(config, cell.spec());
-  check_matrix_map_inputs(cell, &config, options, "newton_apply");
+  check_matrix_map_inputs(cell, &config, options, who);
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
-  check_dense_backend(cell, backend, "newton_apply");
-  check_coords(config, backend, "newton_apply");
-  check_backtrack(config, backend, "newton_apply");
-  check_linear_gu(cell, backend, options, &config, "newton_apply");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_apply", device_of(backend));
-  if (!is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time) {
+  check_dense_backend(cell, backend, who);
+  check_coords(config, backend, who);
+  check_backtrack(config, backend, who);
+  check_linear_gu(cell, backend, options, &config, who);
+  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  if (out)
+    check_output(*out, "out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
+                 {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  const bool windowed = !is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time;
+  if (out && !windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
+    NewtonStats local;
+    NewtonStats& s = stats ? *stats : local;
+    detail::cuda_newton_apply_into(cell, x, *out, config, options, std::move(layout), s);
+    detail::residual_gate(cell, config, s, x, options);
+    return Tensor();
+  }
+  if (out) {
+    Tensor H = apply_impl(cell, x, config, options, stats, nullptr);
+    write_result(*out, H, "out");
+    return Tensor();
+  }
+  if (windowed) {
     // Windowed Newton: serial over windows, each a full solve from the previous last state.
     const NewtonConfig w = window_config(config, cell, layout.time);
     Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
@@ -343,6 +390,18 @@ Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& c
   return H;
 }
 
+}  // namespace
+
+Tensor newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                    const ApplyOptions& options, NewtonStats* stats) {
+  return apply_impl(cell, x, config, options, stats, nullptr);
+}
+
+void newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out, const NewtonConfig& config,
+                       const ApplyOptions& options, NewtonStats* stats) {
+  (void)apply_impl(cell, x, config, options, stats, &out);
+}
+
 Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
   return sequential_apply(cell, x, ScanBackend::auto_select, options);
 }
@@ -370,46 +429,102 @@ std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory) {
   return std::make_shared<const OnHost>(std::move(trajectory));
 }
 
-NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                             const ApplyOptions& options) {
+namespace {
+
+// newton_forward, with H written into *H_out when given (training.hpp's newton_forward_into).
+NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                           const ApplyOptions& options, const TensorView* H_out) {
+  const char* who = H_out ? "newton_forward_into" : "newton_forward";
   validate(config, cell.spec());
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
-  refuse_missing_gradients(cell, backend, "newton_forward");
-  check_dense_backend(cell, backend, "newton_forward");
-  check_backtrack(config, backend, "newton_forward");
-  check_coords(config, backend, "newton_forward");
-  check_matrix_map_inputs(cell, &config, options, "newton_forward");
-  check_linear_gu(cell, backend, options, &config, "newton_forward");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_forward", device_of(backend));
-  if (config.chunk_len && *config.chunk_len < layout.time) {
+  refuse_missing_gradients(cell, backend, who);
+  check_dense_backend(cell, backend, who);
+  check_backtrack(config, backend, who);
+  check_coords(config, backend, who);
+  check_matrix_map_inputs(cell, &config, options, who);
+  check_linear_gu(cell, backend, options, &config, who);
+  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  if (H_out)
+    check_output(*H_out, "H_out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
+                 {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  const bool windowed = config.chunk_len && *config.chunk_len < layout.time;
+  NewtonForward forward;
+  if (windowed) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
-    NewtonForward forward;
     forward.H = newton_apply(cell, x, config, options, &forward.stats);
+    if (H_out) write_result(*H_out, forward.H, "H_out");
     return forward;
   }
-  NewtonForward forward = family_entry(cell.spec().jacobian, backend).forward(cell, x, config, options, std::move(layout));
+  if (H_out && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
+    forward = detail::cuda_newton_forward_into(cell, x, *H_out, config, options, std::move(layout));
+  } else {
+    forward = family_entry(cell.spec().jacobian, backend).forward(cell, x, config, options, std::move(layout));
+    if (H_out) {
+      write_result(*H_out, forward.H, "H_out");
+      forward.H = Tensor();
+    }
+  }
   detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
+}
+
+// newton_backward, with ∇x written into *grad_x when given (newton_backward_into).
+NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                              const TensorView& grad_H, const NewtonConfig& config, const ApplyOptions& options,
+                              const TensorView* grad_x) {
+  const char* who = grad_x ? "newton_backward_into" : "newton_backward";
+  validate(config, cell.spec());
+  check_windowed(config, options);
+  const Resolved backend = resolve_backend(config.scan_backend, x);
+  refuse_missing_gradients(cell, backend, who);
+  check_dense_backend(cell, backend, who);
+  check_backtrack(config, backend, who);
+  check_coords(config, backend, who);
+  check_matrix_map_inputs(cell, &config, options, who);
+  check_linear_gu(cell, backend, options, &config, who);
+  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  detail::check_cotangent(grad_H, cell.trajectory_shape(layout.batch, layout.time), "grad_H");
+  if (grad_x)
+    check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
+                 {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
+                  {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  const bool windowed = config.chunk_len && *config.chunk_len < layout.time;
+  if (grad_x && !windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel)
+    return detail::cuda_newton_backward_into(cell, x, forward, grad_H, *grad_x, config, options, std::move(layout));
+  NewtonGradients out =
+      windowed ? windowed_backward(cell, x, forward, grad_H, config, options, layout)
+               : family_entry(cell.spec().jacobian, backend).backward(cell, x, forward, grad_H, config, options,
+                                                                      std::move(layout));
+  if (grad_x) {
+    write_result(*grad_x, out.x, "grad_x");
+    out.x = Tensor();
+  }
+  return out;
+}
+
+}  // namespace
+
+NewtonForward newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                             const ApplyOptions& options) {
+  return forward_impl(cell, x, config, options, nullptr);
+}
+
+NewtonForward newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& H_out,
+                                  const NewtonConfig& config, const ApplyOptions& options) {
+  return forward_impl(cell, x, config, options, &H_out);
 }
 
 NewtonGradients newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                 const TensorView& grad_H, const NewtonConfig& config,
                                 const ApplyOptions& options) {
-  validate(config, cell.spec());
-  check_windowed(config, options);
-  const Resolved backend = resolve_backend(config.scan_backend, x);
-  refuse_missing_gradients(cell, backend, "newton_backward");
-  check_dense_backend(cell, backend, "newton_backward");
-  check_backtrack(config, backend, "newton_backward");
-  check_coords(config, backend, "newton_backward");
-  check_matrix_map_inputs(cell, &config, options, "newton_backward");
-  check_linear_gu(cell, backend, options, &config, "newton_backward");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "newton_backward", device_of(backend));
-  detail::check_cotangent(grad_H, cell.trajectory_shape(layout.batch, layout.time), "grad_H");
-  if (config.chunk_len && *config.chunk_len < layout.time)
-    return windowed_backward(cell, x, forward, grad_H, config, options, layout);
-  return family_entry(cell.spec().jacobian, backend).backward(cell, x, forward, grad_H, config, options, std::move(layout));
+  return backward_impl(cell, x, forward, grad_H, config, options, nullptr);
+}
+
+NewtonGradients newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                     const TensorView& grad_H, const TensorView& grad_x,
+                                     const NewtonConfig& config, const ApplyOptions& options) {
+  return backward_impl(cell, x, forward, grad_H, config, options, &grad_x);
 }
 
 void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options) {

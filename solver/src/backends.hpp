@@ -108,6 +108,21 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
                                      const NewtonForward& forward, const TensorView& grad_H,
                                      const NewtonConfig& config, const ApplyOptions& options,
                                      Layout layout);
+// The same three writing their big output into a caller's view (solver.hpp's newton_apply_into,
+// training.hpp's *_into: checked there for shape, dtype and aliasing) on the host or on the
+// solve's device: H, H (forward.H left undefined) and ∇x (the gradients' x left undefined).
+void cuda_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                            const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                            NewtonStats& stats);
+NewtonForward cuda_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                       const NewtonConfig& config, const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                          const TensorView& grad_H, const TensorView& grad_x,
+                                          const NewtonConfig& config, const ApplyOptions& options,
+                                          Layout layout);
+// A host tensor written into a device view of the same shape and dtype (any strides), on that
+// view's device: one upload and one strided store. Returns when done.
+void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument);
 
 // CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32,
 // cuda/dense.cpp) and of ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64,

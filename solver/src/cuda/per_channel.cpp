@@ -274,6 +274,54 @@ Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell,
   return dtype == cell.dtype() || keep_compute ? out : Tensor::converted(out, cell.dtype());
 }
 
+void check_store_target(const TensorView& out, const char* what) {
+  if (out.device() != Device::cuda) return;
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  if (out.device_id() != current)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} is on device {} and the solve runs on device {}; "
+                                      "pass it on the solve's device (or on the host)",
+                                      what, out.device_id(), current));
+  if (out.dim() > kernels::kStridedCopyMaxRank)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} has {} dimensions; at most {} are written on the device",
+                                      what, out.dim(), kernels::kStridedCopyMaxRank));
+}
+
+void store_into(const void* src, DType src_dtype, const TensorView& out, const char* what) {
+  check_store_target(out, what);
+  if (out.numel() == 0) return;
+  if (out.device() == Device::cpu) {
+    Tensor host(src_dtype, out.shape());
+    PARARNN_CUDA_CHECK(cudaMemcpy(host.data(), src, host.nbytes(), cudaMemcpyDeviceToHost));
+    copy_into(out, src_dtype == out.dtype() ? host : Tensor::converted(host, out.dtype()), what);
+    return;
+  }
+  if (out.is_contiguous() && out.dtype() == src_dtype) {
+    if (out.data() != src)
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out.data(), src, checked_bytes(out.numel(), dtype_size(src_dtype), what),
+                                         cudaMemcpyDeviceToDevice, kStream));
+  } else {
+    auto type_of = [](DType d) {
+      switch (d) {
+        case DType::f64: return kernels::StoreType::f64;
+        case DType::f32: return kernels::StoreType::f32;
+        case DType::f16: return kernels::StoreType::f16;
+        case DType::bf16: return kernels::StoreType::bf16;
+        default: break;
+      }
+      throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(d));
+    };
+    kernels::StridedStoreArgs args{.src = src, .src_type = type_of(src_dtype), .dst = out.data(),
+                                   .dst_type = type_of(out.dtype()), .rank = static_cast<int>(out.dim())};
+    for (std::int64_t d = 0; d < out.dim(); ++d) {
+      args.shape[static_cast<std::size_t>(d)] = out.shape()[static_cast<std::size_t>(d)];
+      args.strides[static_cast<std::size_t>(d)] = out.strides()[static_cast<std::size_t>(d)];
+    }
+    PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, kStream));
+  }
+  synchronize();
+}
+
 namespace {
 
 // How the hidden slot enters the steps of a sequential pass: carried (the recurrence), or, for
@@ -600,7 +648,7 @@ DeviceBuffer adjoint_seed(const TensorView& grad_H, DType compute, std::int64_t 
 template <class CellMath, class ComputeT>
 NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const DeviceProblem& p,
                                  const ComputeT* H, const TensorView& x, const TensorView& grad_H,
-                                 const ApplyOptions& options) {
+                                 const ApplyOptions& options, const TensorView* grad_x) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, R = CellMath::kRecurrent;
   constexpr int RC = R + CellMath::kConstants;
   const DType compute = compute_dtype(cell.dtype());
@@ -671,10 +719,14 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
         .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
     PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
   }
-  Tensor dx_host(compute, {B, T, L.d_in});
-  if (dx_host.nbytes() > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
-  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  if (grad_x) {
+    store_into(dx.get(), compute, *grad_x, "grad_x");
+  } else {
+    Tensor dx_host(compute, {B, T, L.d_in});
+    if (dx_host.nbytes() > 0)
+      PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+    out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  }
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, h0_rows * S * D));
   return out;
 }
@@ -1032,6 +1084,33 @@ Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConf
                                    cell.trajectory_shape(layout.batch, layout.time));
 }
 
+// The solve writes straight into `out` when it is a contiguous view of the compute type on the
+// solve's device (f32 and f64 storage); otherwise into a buffer, stored into `out` after.
+void cuda_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                            const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                            NewtonStats& stats) {
+  cuda::require_device("newton_apply_into on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::check_store_target(out, "out");
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  const bool in_place = out.device() == Device::cuda && out.is_contiguous() && out.dtype() == inputs.compute();
+  cuda::DeviceBuffer H;
+  if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  void* target = in_place ? out.data() : H.get();
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, target, workspace, stats);
+  cuda::store_into(target, inputs.compute(), out, "out");
+}
+
+void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument) {
+  cuda::require_device(argument);
+  cuda::DeviceGuard guard(out.device_id());
+  const cuda::DeviceBuffer staged = cuda::upload_new(value.data(), value.nbytes(), argument);
+  cuda::store_into(staged.get(), value.dtype(), out, argument);
+}
+
 Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                              Layout layout) {
   cuda::require_device("sequential_apply on the CUDA backend");
@@ -1085,11 +1164,15 @@ class SavedOnDevice final : public SavedTrajectory {
 
 // Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
 // repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
-NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                  const ApplyOptions& options, Layout layout) {
+namespace {
+
+// The forward's solve; H returned as a new host tensor (out null) or stored into *out.
+NewtonForward forward_on_device(const Cell& cell, const TensorView& x, const TensorView* out,
+                                const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
   cuda::require_device("newton_forward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "H_out");
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
@@ -1097,7 +1180,10 @@ NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const N
   NewtonForward forward;
   cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, forward.stats);
   const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
-  forward.H = cuda::download_trajectory(H, inputs.compute(), cell, shape);
+  if (out)
+    cuda::store_into(H.get(), inputs.compute(), *out, "H_out");
+  else
+    forward.H = cuda::download_trajectory(H, inputs.compute(), cell, shape);
   if (!config.recompute) {
     int device = 0;
     PARARNN_CUDA_CHECK(cudaGetDevice(&device));
@@ -1106,13 +1192,46 @@ NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const N
   return forward;
 }
 
+NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                   const TensorView& grad_H, const TensorView* grad_x,
+                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout);
+
+}  // namespace
+
+NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                  const ApplyOptions& options, Layout layout) {
+  return forward_on_device(cell, x, nullptr, config, options, layout);
+}
+
+NewtonForward cuda_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                       const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
+  return forward_on_device(cell, x, &out, config, options, layout);
+}
+
 NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
                                      const NewtonForward& forward, const TensorView& grad_H,
                                      const NewtonConfig& config, const ApplyOptions& options,
                                      Layout layout) {
+  return backward_on_device(cell, x, forward, grad_H, nullptr, config, options, layout);
+}
+
+NewtonGradients cuda_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                          const TensorView& grad_H, const TensorView& grad_x,
+                                          const NewtonConfig& config, const ApplyOptions& options,
+                                          Layout layout) {
+  return backward_on_device(cell, x, forward, grad_H, &grad_x, config, options, layout);
+}
+
+namespace {
+
+// The backward; ∇x returned as a new host tensor (grad_x null) or stored into *grad_x.
+NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                   const TensorView& grad_H, const TensorView* grad_x,
+                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
   cuda::require_device("newton_backward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   const DType compute = inputs.compute();
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
@@ -1141,10 +1260,13 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
   return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
     return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
       return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(),
-                                                        static_cast<const ComputeT*>(H_star), x, grad_H, options);
+                                                        static_cast<const ComputeT*>(H_star), x, grad_H, options,
+                                                        grad_x);
     });
   });
 }
+
+}  // namespace
 
 }  // namespace pararnn::detail
 

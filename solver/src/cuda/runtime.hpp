@@ -124,6 +124,16 @@ int solve_device(const TensorView& x, const ApplyOptions& options);
 Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
                            bool keep_compute = false);
 
+// Writes the contiguous values of `src_dtype` at `src` (on the current device) into `out`: a view
+// of the current device (one strided-store kernel, converting to its dtype; a device copy when
+// it is contiguous in `src_dtype`) or of the host (a download, then the host's conversion and
+// scatter). Returns when the values are in `out` (it synchronises). UnsupportedPath naming `what`
+// for a view on another device or of more than kernels::kStridedCopyMaxRank dimensions.
+void store_into(const void* src, DType src_dtype, const TensorView& out, const char* what);
+// Refuses (UnsupportedPath naming `what`) a device view `out` that is not on the current device
+// or that store_into cannot write.
+void check_store_target(const TensorView& out, const char* what);
+
 // Calls f.template operator()<StorageT>() with the device storage type of `dtype`.
 template <class F>
 decltype(auto) dispatch_device_storage(DType dtype, F&& f) {

@@ -40,6 +40,25 @@ NewtonGradients cuda_newton_backward(const Cell&, const TensorView&, const Newto
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+void cuda_newton_apply_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                            const ApplyOptions&, Layout, NewtonStats&) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonForward cuda_newton_forward_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                                       const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_newton_backward_into(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                          const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+void cuda_write_view(const TensorView&, const Tensor&, const char* argument) {
+  throw UnsupportedPath(std::string(argument) + ": is a CUDA tensor and the CUDA backend is not in this build");
+}
+
 Tensor cuda_dense_newton_apply(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
                                Layout, NewtonStats&) {
   throw UnsupportedPath("the CUDA backend is not in this build");

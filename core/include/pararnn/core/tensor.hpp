@@ -135,6 +135,17 @@ class Tensor {
   TensorView view_;
 };
 
+// Writes the elements of `src` into the host view `dst` (same shape and dtype; `dst` any strides,
+// no two of its elements sharing an address: elements_overlap false), raw bits. Throws
+// ContractViolation naming `argument` for a device view, a shape or dtype mismatch.
+void copy_into(const TensorView& dst, const TensorView& src, std::string_view argument = "dst");
+// Whether two elements of `view` share an address (a zero stride over an axis of size > 1, or
+// strides that interleave): a view a result cannot be written into.
+bool elements_overlap(const TensorView& view);
+// Whether the byte ranges spanned by two views (on the same device) intersect; views on different
+// devices or empty views never overlap.
+bool spans_overlap(const TensorView& a, const TensorView& b);
+
 // Where a host tensor holds its first non-finite element (row-major order), as a sentence naming
 // `name`, the value and the index: "x holds nan at index (0, 3, 2)"; nothing when every element
 // is finite (integer tensors always are). Error messages use it to say which input made a

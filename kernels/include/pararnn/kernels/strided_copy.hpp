@@ -1,6 +1,8 @@
 // Gathers a strided device view into a contiguous row-major array: how the CUDA backend makes a
 // device input of any strides (permuted, time-skipped, broadcast) contiguous once, at the
-// boundary, before the input GEMM.
+// boundary, before the input GEMM. And the reverse at the output boundary: launch_strided_store
+// writes a contiguous array into a caller's strided device view, converting to its dtype
+// (the *_into entry points of solver.hpp and training.hpp).
 //
 // Guarantees: element i of `dst` (row-major over `shape`) is the element of `src` at
 // Σ_d index_d · strides[d] elements, copied as raw bits (2, 4 or 8 bytes: no conversion, so NaN
@@ -31,5 +33,27 @@ struct StridedCopyArgs {
 };
 
 cudaError_t launch_strided_copy(const StridedCopyArgs& args, cudaStream_t stream);
+
+// The floating element types a store reads and writes.
+enum class StoreType : std::uint8_t { f64, f32, f16, bf16 };
+
+// Guarantees: the element of `dst` at Σ_d index_d · strides[d] elements is element i of `src`
+// (contiguous, row-major over `shape`), as raw bits when the two types are equal, else converted:
+// f32 -> f16 / bf16 round to nearest even (__float2half_rn, __float2bfloat16_rn), f64 -> f32
+// rounds to nearest, widening is exact. f64 -> f16 / bf16 (two roundings) is refused. The caller
+// guarantees that no two indices of `dst` share an address (the *_into functions check it).
+// Never allocates; cudaErrorInvalidValue for a rank above kStridedCopyMaxRank, a negative extent,
+// a refused conversion or null pointers with elements to store, else the launch's error.
+struct StridedStoreArgs {
+  const void* src = nullptr;  // contiguous, row-major
+  StoreType src_type = StoreType::f32;
+  void* dst = nullptr;  // address of element (0, ..., 0)
+  StoreType dst_type = StoreType::f32;
+  int rank = 0;
+  std::int64_t shape[kStridedCopyMaxRank] = {};
+  std::int64_t strides[kStridedCopyMaxRank] = {};  // of dst, in elements
+};
+
+cudaError_t launch_strided_store(const StridedStoreArgs& args, cudaStream_t stream);
 
 }  // namespace pararnn::kernels

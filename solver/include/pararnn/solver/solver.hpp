@@ -30,6 +30,21 @@ struct ApplyOptions {
                                   const NewtonConfig& config = {},
                                   const ApplyOptions& options = {}, NewtonStats* stats = nullptr);
 
+// newton_apply writing H into the caller's `out` instead of a new host tensor: `out` has the
+// trajectory's shape and the cell's storage dtype, any strides (no two elements at one address,
+// no byte shared with x, h0 or cu_seqlens), on the host or on a CUDA device: the solve's device
+// for a CUDA solve (x's, h0's or the current one). With x and out on the device, the CUDA
+// per-channel solve never touches the host (it solves straight into `out` when `out` is
+// contiguous f32 or f64); every other path solves as newton_apply does and copies H into `out`.
+// Same H bits, stats and residual gate as newton_apply; returns when H is in `out` (the CUDA
+// backend's legacy default stream is synchronised). ContractViolation naming `out` for a wrong
+// shape, dtype, overlap or aliasing, before any work; on any exception `out`'s contents are
+// unspecified. Example (a torch CUDA tensor through DLPack):
+//   newton_apply_into(cell, x_device, H_device, NewtonConfig{}, {}, &stats);
+void newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                       const NewtonConfig& config = {}, const ApplyOptions& options = {},
+                       NewtonStats* stats = nullptr);
+
 [[nodiscard]] Tensor sequential_apply(const Cell& cell, const TensorView& x,
                                       const ApplyOptions& options = {});
 // The same loop on an explicit backend (cpu, or cuda: one thread per chain on the GPU).

@@ -64,4 +64,22 @@ struct NewtonGradients {
                                               const NewtonConfig& config = {},
                                               const ApplyOptions& options = {});
 
+// The two with their big outputs written into caller views, as newton_apply_into (solver.hpp)
+// writes H: same bits, same checks (`H_out` / `grad_x` named in the errors; neither may share a
+// byte with x, h0, cu_seqlens or grad_H), on the host or on the solve's CUDA device. With x,
+// grad_H and the outputs on the device, the CUDA per-channel forward and backward move only the
+// parameters' gradients (O(parameters)) and the stats to the host: H* stays on the device.
+// newton_forward_into leaves forward.H undefined, except with chunk_len windows (their backward
+// re-solves each window from the boundary states forward.H holds); newton_backward_into leaves
+// the returned gradients' x undefined (∇x is in `grad_x`: x's shape, the cell's dtype).
+[[nodiscard]] NewtonForward newton_forward_into(const Cell& cell, const TensorView& x,
+                                                const TensorView& H_out,
+                                                const NewtonConfig& config = {},
+                                                const ApplyOptions& options = {});
+[[nodiscard]] NewtonGradients newton_backward_into(const Cell& cell, const TensorView& x,
+                                                   const NewtonForward& forward,
+                                                   const TensorView& grad_H, const TensorView& grad_x,
+                                                   const NewtonConfig& config = {},
+                                                   const ApplyOptions& options = {});
+
 }  // namespace pararnn
