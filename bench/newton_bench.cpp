@@ -239,6 +239,28 @@ int main(int argc, char** argv) {
     }
     out["newton_apply_end_to_end"] = {{"ms", median(times)}, {"runs", 5}, {"clock", "host steady_clock"}};
   }
+  // The same into a device H (newton_apply_into: nothing of size B·T crosses to the host), with the
+  // default configuration and with K = 3 fixed (P9's end-to-end figure: input GEMM, allocations,
+  // the fused solve, the residual gate), each checked bitwise against the timed launcher's H.
+  {
+    const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, device);
+    DeviceBuffer d_H_into(d_H_k3.bytes());
+    const TensorView H_out(d_H_into.get(), DType::f32, {B, T, D}, {}, Device::cuda, device);
+    auto into = [&](const NewtonConfig& config, const char* name, const DeviceBuffer& expected) {
+      std::vector<double> times;
+      for (int i = 0; i < 1 + runs; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        newton_apply_into(cell, x_device, H_out, config);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (i > 0) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      out[name] = {{"ms", median(times)}, {"runs", runs}, {"clock", "host steady_clock"},
+                   {"equals_the_launchers_H_bitwise", download(d_H_into) == download(expected)}};
+    };
+    into(NewtonConfig{}, "newton_apply_into_device_end_to_end", d_H_fused_adaptive);
+    into(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, "newton_apply_into_device_k3_end_to_end",
+         d_H_fused_k3);
+  }
 
   // Correctness of what was timed: 16 chains against the CPU sequential loop (f32 state).
   {

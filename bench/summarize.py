@@ -185,9 +185,19 @@ def main():
                         "; peer: pararnn-torch f32 (its bf16: {} ms, diverged)".format(peer_ms(peers, "P8.slstm.bf16")), date)
     e2e = fused + gemm
     peer_e2e = peer_ms(peers, "P1.gru.e2e")
-    t["P9"] = entry(None if peer_e2e is None else e2e / peer_e2e, "ratio", 0.55, "lower", peer_e2e, peers_src,
-                    "input GEMM {:.2f} ms + fused K = 3 {:.2f} ms = {:.2f} ms against pararnn-torch end to end "
-                    "(timed in separate runs on the same GPU model)".format(gemm, fused, e2e), date)
+    api = newton.get("newton_apply_into_device_k3_end_to_end")
+    if api and api.get("equals_the_launchers_H_bitwise"):
+        # The public API's figure: newton_apply_into on device x into a device H, K = 3.
+        t["P9"] = entry(None if peer_e2e is None else api["ms"] / peer_e2e, "ratio", 0.55, "lower", peer_e2e,
+                        peers_src, "newton_apply_into (device x, device H, K = 3) end to end {:.2f} ms through the "
+                        "public API (host clock: parameter uploads, input GEMM, allocations, fused solve, residual "
+                        "gate; H bitwise the timed launcher's) against pararnn-torch end to end (timed in a separate "
+                        "run on the same GPU model); the kernels alone: input GEMM {:.2f} ms + fused K = 3 {:.2f} ms "
+                        "= {:.2f} ms".format(api["ms"], gemm, fused, e2e), date)
+    else:
+        t["P9"] = entry(None if peer_e2e is None else e2e / peer_e2e, "ratio", 0.55, "lower", peer_e2e, peers_src,
+                        "input GEMM {:.2f} ms + fused K = 3 {:.2f} ms = {:.2f} ms against pararnn-torch end to end "
+                        "(timed in separate runs on the same GPU model)".format(gemm, fused, e2e), date)
     p10 = targets.get("P10")
     if p10:
         t["P10"] = entry(p10["ratio_to_inputs_plus_outputs"], "ratio", 1.05, "lower", None, None,
