@@ -6,7 +6,8 @@
 // in every storage dtype; the auto rule solves sequentially from its threshold on; training on a
 // strided device x and device grad_H ≡ training on host tensors, bitwise; the *_into entry points
 // writing into contiguous and strided device views (and host views) ≡ the returned host results,
-// bitwise, in f32, bf16 and f64; cells without kernels are refused by name.
+// bitwise, in f32, bf16 and f64; the backend's memory pool keeps a solve's temporaries until
+// released; cells without kernels are refused by name.
 // Tolerances come from contracts/tolerance.hpp (backend "cuda").
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -277,6 +278,35 @@ TEST(CudaBackend, IntoDeviceAndHostViewsEqualsTheReturnedResultsBitwise) {
         for (const auto& [name, grad] : grads.parameters) EXPECT_TRUE(same_bits(into.parameters.at(name), grad)) << name;
       }
     }
+}
+
+// The backend pools its temporaries (runtime.hpp's Allocation::stream_ordered): after a solve the
+// pool keeps at least its W_x x buffer for the next one, and cuda_release_cached_memory returns
+// everything it keeps; a solve from the warm pool is the same bits. Its counters are this
+// process's own, so the concurrent tests of ctest -j cannot move them.
+TEST(CudaBackend, SolvesKeepTheirTemporariesPooledUntilReleased) {
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 4, .time = 4096, .d_in = 5, .d_h = 64,
+                           .seed = 41};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const DeviceCopy x_device(x);
+  const std::size_t wx_bytes = static_cast<std::size_t>(p.batch * p.time * 3 * p.d_h) * sizeof(float);
+  const Tensor first = newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda));
+  EXPECT_GE(cuda_cached_memory(0), wx_bytes);
+  const Tensor warm = newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda));
+  EXPECT_TRUE(same_bits(first, warm));
+  cuda_release_cached_memory(0);
+  EXPECT_EQ(cuda_cached_memory(0), 0u);
+  EXPECT_TRUE(same_bits(first, newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda))));
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  try {
+    cuda_release_cached_memory(count);
+    ADD_FAILURE() << "a device index past the last was accepted";
+  } catch (const ContractViolation& e) {
+    EXPECT_EQ(e.argument(), "device") << e.what();
+  }
+  EXPECT_THROW((void)cuda_cached_memory(-1), ContractViolation);
 }
 
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡

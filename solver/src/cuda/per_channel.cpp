@@ -33,6 +33,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -120,8 +121,8 @@ void upload(DeviceBuffer& dst, const void* src, std::size_t bytes) {
   if (bytes > 0) PARARNN_CUDA_CHECK(cudaMemcpy(dst.get(), src, bytes, cudaMemcpyHostToDevice));
 }
 
-DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what) {
-  DeviceBuffer dst(bytes, what);
+DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what, Allocation how) {
+  DeviceBuffer dst(bytes, what, how);
   upload(dst, src, bytes);
   return dst;
 }
@@ -760,37 +761,115 @@ void count_allocation(std::size_t bytes) {
 DeviceMemory device_memory() { return {.live = live_device_bytes.load(), .peak = peak_device_bytes.load()}; }
 void reset_device_peak() { peak_device_bytes.store(live_device_bytes.load()); }
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) : bytes_(bytes) {
+namespace {
+
+std::mutex pools_mutex;
+std::map<int, cudaMemPool_t> pools;  // the backend's pool of each device it has used
+
+// The backend's memory pool of `device` (created at first use, never destroyed: it outlives
+// every DeviceBuffer), keeping what is freed (release threshold: all); null where the device
+// has no memory pools (then stream-ordered buffers fall back to cudaMalloc).
+cudaMemPool_t backend_pool(int device) {
+  std::lock_guard lock(pools_mutex);
+  if (const auto it = pools.find(device); it != pools.end()) return it->second;
+  int supported = 0;
+  PARARNN_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+  cudaMemPool_t pool = nullptr;
+  if (supported != 0) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    PARARNN_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+    PARARNN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  }
+  pools.emplace(device, pool);
+  return pool;
+}
+
+}  // namespace
+
+std::size_t cached_memory(int device) {
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard lock(pools_mutex);
+    if (const auto it = pools.find(device); it != pools.end()) pool = it->second;
+  }
+  if (pool == nullptr) return 0;
+  std::uint64_t reserved = 0, used = 0;
+  PARARNN_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  PARARNN_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return static_cast<std::size_t>(reserved - std::min(reserved, used));
+}
+
+void release_cached_memory(int device) {
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard lock(pools_mutex);
+    if (const auto it = pools.find(device); it != pools.end()) pool = it->second;
+  }
+  if (pool == nullptr) return;
+  DeviceGuard guard(device);
+  PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  PARARNN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) : bytes_(bytes), how_(how) {
   if (bytes == 0) return;
-  const cudaError_t e = cudaMalloc(&data_, bytes);
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device_));
+  cudaMemPool_t pool = how == Allocation::stream_ordered ? backend_pool(device_) : nullptr;
+  if (pool == nullptr) how_ = Allocation::synchronous;
+  auto allocate = [&] {
+    return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, kStream) : cudaMalloc(&data_, bytes);
+  };
+  cudaError_t e = allocate();
+  if (e == cudaErrorMemoryAllocation && pool != nullptr) {
+    // What the pool keeps may be what is missing: return it to the device once and retry.
+    (void)cudaGetLastError();
+    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    PARARNN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    e = allocate();
+  }
   if (e != cudaSuccess) {
     data_ = nullptr;
     bytes_ = 0;
     (void)cudaGetLastError();
-    throw Error(fmt::format("CUDA backend: cudaMalloc of {} bytes for {} failed: {} ({})", bytes,
-                            what, cudaGetErrorName(e), cudaGetErrorString(e)));
+    throw Error(fmt::format("CUDA backend: {} of {} bytes for {} failed: {} ({})",
+                            pool != nullptr ? "cudaMallocFromPoolAsync" : "cudaMalloc", bytes, what,
+                            cudaGetErrorName(e), cudaGetErrorString(e)));
   }
   count_allocation(bytes);
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) {
+void DeviceBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (how_ == Allocation::stream_ordered) {
+    int current = device_;
+    (void)cudaGetDevice(&current);
+    if (current != device_) (void)cudaSetDevice(device_);
+    (void)cudaFreeAsync(data_, kStream);
+    if (current != device_) (void)cudaSetDevice(current);
+  } else {
     (void)cudaFree(data_);
-    live_device_bytes.fetch_sub(bytes_);
   }
+  live_device_bytes.fetch_sub(bytes_);
+  data_ = nullptr;
 }
 
+DeviceBuffer::~DeviceBuffer() { release(); }
+
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
+      device_(other.device_), how_(other.how_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) {
-      (void)cudaFree(data_);
-      live_device_bytes.fetch_sub(bytes_);
-    }
+    release();
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    device_ = other.device_;
+    how_ = other.how_;
   }
   return *this;
 }
@@ -1272,6 +1351,30 @@ NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const 
 
 namespace pararnn {
 
+namespace {
+
+void require_device_index(int device, const char* who) {
+  using namespace detail::cuda;
+  require_device(who);
+  int count = 0;
+  PARARNN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw ContractViolation("device", fmt::format("must name one of the {} CUDA devices", count),
+                            std::to_string(device));
+}
+
+}  // namespace
+
+void cuda_release_cached_memory(int device) {
+  require_device_index(device, "cuda_release_cached_memory");
+  detail::cuda::release_cached_memory(device);
+}
+
+std::size_t cuda_cached_memory(int device) {
+  require_device_index(device, "cuda_cached_memory");
+  return detail::cuda::cached_memory(device);
+}
+
 std::int64_t cuda_sequential_min_chains(const Cell& cell, int device) {
   using namespace detail::cuda;
   require_device("cuda_sequential_min_chains");
@@ -1320,7 +1423,7 @@ CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
   const std::vector<double> values = cell.channel_values();
   const Tensor values_compute =
       Tensor::from_values(compute, {static_cast<std::int64_t>(values.size()) / D, D}, values);
-  impl->values = upload_new(values_compute.data(), values_compute.nbytes(), "recurrent values");
+  impl->values = upload_new(values_compute.data(), values_compute.nbytes(), "recurrent values", Allocation::synchronous);
   // Every block of a per-channel cell reads the same x columns (all, or CfC's features): one k
   // range for the kernel's sum.
   const auto& affine = cell.spec().affine;
@@ -1343,10 +1446,10 @@ CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
     }
   }
   const Tensor bias = Tensor::from_values(compute, {width}, bias_row);
-  impl->bias = upload_new(bias.data(), bias.nbytes(), "the input biases");
+  impl->bias = upload_new(bias.data(), bias.nbytes(), "the input biases", Allocation::synchronous);
   if (impl->affine_inputs > 0) {
     const Tensor wt = Tensor::from_values(compute, {impl->affine_inputs, width}, weight_t);
-    impl->weight_t = upload_new(wt.data(), wt.nbytes(), "the transposed input weights");
+    impl->weight_t = upload_new(wt.data(), wt.nbytes(), "the transposed input weights", Allocation::synchronous);
   }
   detail::cuda::synchronize();
   impl_ = std::move(impl);

@@ -41,12 +41,24 @@
 
 namespace pararnn::detail::cuda {
 
-// An owning device allocation (cudaMalloc on the current device; cudaFree on destruction).
-// Every DeviceBuffer of the process is counted (device_memory below).
+// How a DeviceBuffer is allocated and freed.
+//   stream_ordered: from the backend's own memory pool of the current device, in kStream's order
+//     (cudaMallocFromPoolAsync / cudaFreeAsync): a free does not synchronise the device and the
+//     pool keeps what is freed for the next allocation (a solve's 2-10 GB of temporaries cost a
+//     cudaMalloc and a device-wide cudaFree each call otherwise). The pool is returned to the
+//     device by cuda_release_cached_memory (solver.hpp) and, once, when an allocation fails.
+//     Only for memory used on kStream (every solve's);
+//   synchronous: cudaMalloc / cudaFree, for memory other streams use (CudaDecoder's parameters,
+//     read on the caller's stream: a free then waits for every stream's work).
+enum class Allocation : std::uint8_t { stream_ordered, synchronous };
+
+// An owning device allocation on the current device. Every DeviceBuffer of the process is
+// counted (device_memory below).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes, const char* what = "buffer");
+  explicit DeviceBuffer(std::size_t bytes, const char* what = "buffer",
+                        Allocation how = Allocation::stream_ordered);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -59,8 +71,11 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  void release() noexcept;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  int device_ = 0;
+  Allocation how_ = Allocation::stream_ordered;
 };
 
 // Bytes held by DeviceBuffers of this process (all devices together): now, and the most at any
@@ -71,6 +86,11 @@ struct DeviceMemory {
 };
 DeviceMemory device_memory();
 void reset_device_peak();  // peak = live
+// Waits for kStream on `device`, then returns what the backend's pool of `device` keeps to it;
+// the bytes it keeps beyond the live buffers (solver.hpp's cuda_release_cached_memory and
+// cuda_cached_memory).
+void release_cached_memory(int device);
+std::size_t cached_memory(int device);
 
 // The compute dtype of a storage dtype (f64 for f64, f32 otherwise).
 DType compute_dtype(DType storage);
@@ -109,7 +129,8 @@ class DeviceGuard {
 // count · element_bytes, or Error naming `what` when it overflows (or count < 0).
 std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what);
 void upload(DeviceBuffer& dst, const void* src, std::size_t bytes);
-DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what);
+DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what,
+                        Allocation how = Allocation::stream_ordered);
 // A contiguous copy on the device of a device view of any strides (one gather kernel).
 DeviceBuffer gather_contiguous(const TensorView& view, const char* what);
 // A contiguous host copy of a view on either side.

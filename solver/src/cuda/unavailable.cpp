@@ -11,6 +11,14 @@ std::int64_t cuda_sequential_min_chains(const Cell&, int) {
   throw UnsupportedPath("cuda_sequential_min_chains: the CUDA backend is not in this build");
 }
 
+void cuda_release_cached_memory(int) {
+  throw UnsupportedPath("cuda_release_cached_memory: the CUDA backend is not in this build");
+}
+
+std::size_t cuda_cached_memory(int) {
+  throw UnsupportedPath("cuda_cached_memory: the CUDA backend is not in this build");
+}
+
 }  // namespace pararnn
 
 namespace pararnn::detail {

@@ -13,6 +13,7 @@
 //   Tensor H_seq = sequential_apply(cell, x);
 #pragma once
 
+#include <cstddef>
 #include <optional>
 
 #include "pararnn/cells/cell.hpp"
@@ -58,6 +59,17 @@ void newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& 
 // cover (the dense, matrix-state and exact linear families); UnsupportedPath without a usable
 // CUDA device.
 std::int64_t cuda_sequential_min_chains(const Cell& cell, int device = 0);
+
+// The CUDA backend keeps the device memory its solves free (their temporaries: W_x x, the
+// iterates, the backward's f64 buffers) in a pool of its own for the next solve, as torch's
+// caching allocator does; this waits for the backend's work on CUDA device `device` and returns
+// that memory to the device (for another library's allocations). ContractViolation for a device
+// that does not exist; UnsupportedPath without a usable CUDA device; nothing to do on a device
+// the backend has not used.
+void cuda_release_cached_memory(int device = 0);
+// The bytes that pool holds on `device` beyond the buffers alive now (0 on a device the backend
+// has not used); the same errors.
+std::size_t cuda_cached_memory(int device = 0);
 
 // Checks cu_seqlens against CONTRACT §6 for a packed length `total_length` and returns the
 // segment starts; throws ContractViolation naming the rule and value.
