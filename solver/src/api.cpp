@@ -431,6 +431,19 @@ std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory) {
 
 namespace {
 
+// The rules of a training call on `backend` after its configuration's (validate, check_windowed),
+// the forward's and the backward's, in this order; then x's layout.
+detail::Layout check_training(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                              const ApplyOptions& options, Resolved backend, const char* who) {
+  refuse_missing_gradients(cell, backend, who);
+  check_dense_backend(cell, backend, who);
+  check_backtrack(config, backend, who);
+  check_coords(config, backend, who);
+  check_matrix_map_inputs(cell, &config, options, who);
+  check_linear_gu(cell, backend, options, &config, who);
+  return detail::check_inputs(cell, x, options, who, device_of(backend));
+}
+
 // newton_forward, with H written into *H_out when given (training.hpp's newton_forward_into).
 NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                            const ApplyOptions& options, const TensorView* H_out) {
@@ -438,13 +451,7 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
   validate(config, cell.spec());
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
-  refuse_missing_gradients(cell, backend, who);
-  check_dense_backend(cell, backend, who);
-  check_backtrack(config, backend, who);
-  check_coords(config, backend, who);
-  check_matrix_map_inputs(cell, &config, options, who);
-  check_linear_gu(cell, backend, options, &config, who);
-  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  detail::Layout layout = check_training(cell, x, config, options, backend, who);
   if (H_out)
     check_output(*H_out, "H_out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
@@ -477,13 +484,7 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
   validate(config, cell.spec());
   check_windowed(config, options);
   const Resolved backend = resolve_backend(config.scan_backend, x);
-  refuse_missing_gradients(cell, backend, who);
-  check_dense_backend(cell, backend, who);
-  check_backtrack(config, backend, who);
-  check_coords(config, backend, who);
-  check_matrix_map_inputs(cell, &config, options, who);
-  check_linear_gu(cell, backend, options, &config, who);
-  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  detail::Layout layout = check_training(cell, x, config, options, backend, who);
   detail::check_cotangent(grad_H, cell.trajectory_shape(layout.batch, layout.time), "grad_H");
   if (grad_x)
     check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
