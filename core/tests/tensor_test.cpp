@@ -438,5 +438,50 @@ TEST(NonFinite, FirstNonFiniteIsNamedWithItsIndexOnContiguousAndStridedViews) {
   EXPECT_TRUE(all_finite(Tensor(DType::i64, {3})));
 }
 
+// copy_into writes every element of a strided host view (permuted, skipping) and
+// nothing else, and refuses what it cannot write.
+TEST(Views, CopyIntoWritesExactlyTheViewsElements) {
+  Tensor src(DType::f32, {3, 4, 5});
+  for (std::int64_t i = 0; i < src.numel(); ++i) src.data_as<float>()[i] = static_cast<float>(i + 1);
+  Tensor buffer(DType::f32, {4, 6, 5});  // (T, 2B, d): zeros outside the view stay zero
+  // (B, T, d): batch every other row of the buffer's second axis, time the first.
+  const TensorView view = buffer.view().permute({1, 0, 2}).slice(0, 1, 6, 2);
+  ASSERT_EQ(view.shape(), src.shape());
+  copy_into(view, src);
+  for (std::int64_t b = 0; b < 3; ++b)
+    for (std::int64_t t = 0; t < 4; ++t)
+      for (std::int64_t c = 0; c < 5; ++c) EXPECT_EQ(view.load({b, t, c}), src.load({b, t, c}));
+  double written = 0, total = 0;
+  for (double v : buffer.to_f64_vector()) written += v != 0.0, total += v;
+  EXPECT_EQ(written, src.numel());
+  EXPECT_EQ(total, src.numel() * (src.numel() + 1) / 2.0);
+  EXPECT_THROW(copy_into(Tensor(DType::f64, {3, 4, 5}), src, "out"), ContractViolation);
+  EXPECT_THROW(copy_into(Tensor(DType::f32, {3, 4, 4}), src, "out"), ContractViolation);
+  const TensorView on_device(buffer.data(), DType::f32, {3, 4, 5}, {}, Device::cuda, 0);
+  EXPECT_THROW(copy_into(on_device, src, "out"), ContractViolation);
+}
+
+TEST(Views, RepeatedAddressesAndSharedSpansAreDetected) {
+  Tensor t(DType::f32, {4, 6, 5});
+  EXPECT_FALSE(elements_overlap(t));
+  EXPECT_FALSE(elements_overlap(t.view().permute({2, 0, 1}).slice(2, 0, 6, 2)));  // permuted, skipping
+  EXPECT_TRUE(elements_overlap(TensorView(t.data(), DType::f32, {2, 5}, {0, 1})));   // broadcast
+  EXPECT_TRUE(elements_overlap(TensorView(t.data(), DType::f32, {3, 4}, {2, 1})));   // interleaved rows
+  EXPECT_FALSE(elements_overlap(TensorView(t.data(), DType::f32, {1, 5}, {0, 1})));  // size-1 axis: any stride
+  EXPECT_FALSE(elements_overlap(TensorView(t.data(), DType::f32, {0, 5}, {0, 1})));  // empty
+
+  const TensorView all = t.view();
+  EXPECT_TRUE(spans_overlap(all.select(0, 1), all.slice(0, 1, 3)));
+  EXPECT_FALSE(spans_overlap(all.select(0, 0), all.select(0, 1)));  // adjacent rows
+  // A permuted view's span runs from its first to its last element in memory.
+  EXPECT_TRUE(spans_overlap(all.select(0, 3), all.permute({2, 1, 0}).slice(2, 0, 4, 3)));
+  EXPECT_FALSE(spans_overlap(all.select(0, 3), all.permute({2, 1, 0}).slice(2, 0, 3)));
+  EXPECT_FALSE(spans_overlap(all.select(0, 0), TensorView(t.data(), DType::f32, {6, 5}, {}, Device::cuda, 0)));
+  EXPECT_FALSE(spans_overlap(all, all.slice(0, 0, 0)));  // empty
+  // Bytes, not elements: an f64 view over the first 8 bytes meets the f32 element at offset 1.
+  EXPECT_TRUE(spans_overlap(TensorView(t.data(), DType::f64, {1}), TensorView(t.data_as<float>() + 1, DType::f32, {1})));
+  EXPECT_FALSE(spans_overlap(TensorView(t.data(), DType::f64, {1}), TensorView(t.data_as<float>() + 2, DType::f32, {1})));
+}
+
 }  // namespace
 }  // namespace pararnn
