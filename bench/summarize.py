@@ -88,10 +88,13 @@ def main():
             t["P3"] = entry(p3["backward_device_outputs_ms"] if ok else None, "ms", 1.0, "lower",
                             peer_ms(peers, "P3.gru.fwdbwd.f32"), peers_src,
                             "S1 f32 newton_backward_into from device x and device grad_H into a device grad_x "
-                            "through the public API (host clock; newton_forward_into {:.1f} ms; with host outputs: "
+                            "through the public API (host clock; newton_forward_into {:.1f} ms, so forward + backward "
+                            "{:.1f} ms against the peer's forward + backward incl. its GEMMs; with host outputs: "
                             "forward {:.1f} ms, backward {:.1f} ms; gradients bitwise equal): H* kept on the device, "
                             "J and the reverse scan in f64, per-batch-row GEMMs; no fused backward yet".format(
-                                p3["forward_device_outputs_ms"], p3["forward_ms"], p3["backward_ms"]), date3)
+                                p3["forward_device_outputs_ms"],
+                                p3["forward_device_outputs_ms"] + p3["backward_device_outputs_ms"],
+                                p3["forward_ms"], p3["backward_ms"]), date3)
         else:
             t["P3"] = entry(p3["backward_ms"] if ok else None, "ms", 1.0, "lower", peer_ms(peers, "P3.gru.fwdbwd.f32"),
                             peers_src, "S1 f32 newton_backward from device x and device grad_H through the public API "
