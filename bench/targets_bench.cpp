@@ -427,7 +427,10 @@ nlohmann::ordered_json p16_decode(int runs) {
     CudaDecoder decoder(cell, B);
     const Tensor x = bench::uniform_input(B, 1, 256, kSeed + static_cast<std::uint64_t>(B)).reshaped({B, 256});
     const Tensor state = bench::uniform_input(B, 1, 256, kSeed + 7).reshaped({B, 256});
-    DeviceBuffer d_x(x.nbytes()), d_state(state.nbytes()), d_out(state.nbytes());
+    // Read on the bench's own stream: synchronous allocations (runtime.hpp's Allocation).
+    DeviceBuffer d_x(x.nbytes(), "x", cuda::Allocation::synchronous),
+        d_state(state.nbytes(), "state", cuda::Allocation::synchronous),
+        d_out(state.nbytes(), "out", cuda::Allocation::synchronous);
     check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
     check(cudaMemcpy(d_state.get(), state.data(), state.nbytes(), cudaMemcpyHostToDevice), "upload state");
     const TensorView vx(d_x.get(), DType::f32, {B, 256}, {}, Device::cuda, 0);

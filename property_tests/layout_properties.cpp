@@ -294,12 +294,15 @@ TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
   // A broadcast view (zero stride over batch) holds two elements at one address.
   const Tensor one_row(DType::f32, {1, 5, 4});
   const TensorView broadcast(one_row.data(), DType::f32, {2, 5, 4}, {0, 4, 1});
-  refused([&] { newton_apply_into(cell, x, broadcast); }, "out", "one address");
+  refused([&] { newton_apply_into(cell, x, broadcast); }, "out", "non-overlapping strides");
+  // Refused before any work: nothing was written.
+  for (const Tensor* untouched : {&wrong_shape, &wrong_dtype, &one_row})
+    for (double v : untouched->to_f64_vector()) EXPECT_EQ(v, 0.0);
   // x's own memory (the same bytes seen as the output's dtype and shape).
   const Tensor big(DType::f32, {2, 5, 4});
   const TensorView x_in_big(big.data(), DType::f32, {2, 5, 3}, {20, 4, 1});
-  refused([&] { newton_apply_into(cell, x_in_big, big); }, "out", "x");
-  refused([&] { (void)newton_forward_into(cell, x_in_big, big); }, "H_out", "x");
+  refused([&] { newton_apply_into(cell, x_in_big, big); }, "out", "must not share memory with x");
+  refused([&] { (void)newton_forward_into(cell, x_in_big, big); }, "H_out", "must not share memory with x");
   const Tensor H = newton_apply(cell, x);
   const NewtonForward forward = newton_forward(cell, x);
   refused([&] { (void)newton_backward_into(cell, x, forward, H, Tensor(DType::f32, {2, 5, 4})); }, "grad_x",
@@ -307,7 +310,24 @@ TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
   // grad_x inside grad_H's buffer.
   const Tensor g(DType::f32, {2, 5, 4});
   const TensorView grad_x_in_g(g.data(), DType::f32, {2, 5, 3}, {20, 4, 1});
-  refused([&] { (void)newton_backward_into(cell, x, forward, g, grad_x_in_g); }, "grad_x", "grad_H");
+  refused([&] { (void)newton_backward_into(cell, x, forward, g, grad_x_in_g); }, "grad_x",
+          "must not share memory with grad_H");
+  // A CUDA output where no CUDA device can run: UnsupportedPath naming it, before any work.
+  bool cuda_usable = true;
+  try {
+    (void)cuda_cached_memory(0);  // UnsupportedPath without a usable CUDA device
+  } catch (const UnsupportedPath&) {
+    cuda_usable = false;
+  }
+  if (!cuda_usable) {
+    const TensorView on_device(big.data(), DType::f32, {2, 5, 4}, {}, Device::cuda, 0);
+    try {
+      newton_apply_into(cell, x, on_device);
+      ADD_FAILURE() << "a CUDA out was accepted without a CUDA device";
+    } catch (const UnsupportedPath& e) {
+      EXPECT_NE(std::string(e.what()).find("out: is a CUDA tensor"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Windowed, ChunkLenWithPackingIsRefused) {

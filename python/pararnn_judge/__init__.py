@@ -28,7 +28,7 @@ from ._pararnn import (AgreementError, AgreementReport, CaseFileError, Certifica
 __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
            "sequential_apply", "oracle", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
-           "CertificationError", "cuda_backend_built"]
+           "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory"]
 
 
 def _argument_string(value):
@@ -166,6 +166,11 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
         if shape is not None:
             out = torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[native.dtype]), device=x.device)
     if out is not None:
+        if _torch_cuda(out) or _torch_cuda(x):
+            # The solver works on the device's legacy default stream; torch's current stream may
+            # be a non-blocking side stream with work on x or on out's memory still queued.
+            import torch
+            torch.cuda.current_stream((out if _torch_cuda(out) else x).device).synchronize()
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
                                             backend, max_iters, coords)
@@ -174,6 +179,17 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords)
     H = _like(x, H)
     return (H, stats) if return_stats else H
+
+
+def cuda_release_cached_memory(device=0):
+    """Returns the device memory the CUDA backend keeps pooled for its next solves (its
+    temporaries) to the device, like torch.cuda.empty_cache() does for torch's cache."""
+    _pararnn._cuda_release_cached_memory(device)
+
+
+def cuda_cached_memory(device=0):
+    """The bytes the CUDA backend's pool keeps on `device` beyond its live buffers."""
+    return _pararnn._cuda_cached_memory(device)
 
 
 def sequential_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto"):

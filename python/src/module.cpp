@@ -340,6 +340,11 @@ NB_MODULE(_pararnn, m) {
         },
         "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
         "coords"_a);
+  m.def("_cuda_release_cached_memory", [](int device) {
+    nb::gil_scoped_release release;
+    cuda_release_cached_memory(device);
+  }, "device"_a);
+  m.def("_cuda_cached_memory", [](int device) { return cuda_cached_memory(device); }, "device"_a);
   m.def("_sequential_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            const std::string& backend) {

@@ -57,7 +57,7 @@ class ArraysAreViewedNotCopied(unittest.TestCase):
             pararnn.newton_apply(cell, x, out=np.zeros((2, 64, 16), dtype=np.float64))
         with self.assertRaisesRegex(pararnn.ContractViolation, "out: must have the shape"):
             pararnn.newton_apply(cell, x, out=np.zeros((2, 63, 16), dtype=np.float32))
-        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must not hold two elements at one address"):
+        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must have non-overlapping strides"):
             row = np.zeros((1, 64, 16), dtype=np.float32)
             broadcast = np.lib.stride_tricks.as_strided(row, shape=(2, 64, 16), strides=(0,) + row.strides[1:])
             pararnn.newton_apply(cell, x, out=broadcast)
@@ -223,6 +223,16 @@ class ErrorsNameTheArgument(unittest.TestCase):
             self.skipTest("the CUDA backend is built: backend='cuda' may run here")
         with self.assertRaises(pararnn.UnsupportedPath):
             pararnn.newton_apply(gru(), normal_input((1, 8, 8)), backend="cuda")
+
+    def test_the_cuda_pool_calls_refuse_by_name_or_release(self):
+        try:
+            pararnn.cuda_release_cached_memory(0)
+        except pararnn.UnsupportedPath as e:  # no CUDA backend in this build, or no device
+            self.assertIn("cuda_release_cached_memory", str(e))
+            return
+        self.assertEqual(pararnn.cuda_cached_memory(0), 0)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "device: must name one of"):
+            pararnn.cuda_release_cached_memory(-1)
 
 
 if __name__ == "__main__":

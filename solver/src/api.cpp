@@ -305,8 +305,15 @@ void check_output(const TensorView& out, const char* argument, const Shape& shap
   if (out.data() == nullptr && out.numel() > 0)
     throw ContractViolation(argument, "must point at data", "a null data pointer");
   if (elements_overlap(out))
-    throw ContractViolation(argument, "must not hold two elements at one address (a zero or interleaved stride)",
+    throw ContractViolation(argument,
+                            "must have non-overlapping strides (no zero stride on an axis of size > 1, no "
+                            "interleaved axes)",
                             "strides " + shape_string(out.strides()));
+  if (out.device() == Device::cuda) {
+    std::string why;
+    if (!detail::cuda_backend_available(&why))
+      throw UnsupportedPath(fmt::format("{}: is a CUDA tensor and {}", argument, why));
+  }
   for (const auto& [name, input] : inputs)
     if (input != nullptr && spans_overlap(out, *input))
       throw ContractViolation(argument, fmt::format("must not share memory with {}", name),

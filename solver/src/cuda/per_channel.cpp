@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -824,11 +825,11 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) 
     return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, kStream) : cudaMalloc(&data_, bytes);
   };
   cudaError_t e = allocate();
-  if (e == cudaErrorMemoryAllocation && pool != nullptr) {
-    // What the pool keeps may be what is missing: return it to the device once and retry.
+  if (e == cudaErrorMemoryAllocation) {
+    // What the pool keeps may be what is missing (for a cudaMalloc too): return it to the
+    // device once and retry.
     (void)cudaGetLastError();
-    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
-    PARARNN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    release_cached_memory(device_);
     e = allocate();
   }
   if (e != cudaSuccess) {
@@ -848,6 +849,10 @@ void DeviceBuffer::release() noexcept {
     int current = device_;
     (void)cudaGetDevice(&current);
     if (current != device_) (void)cudaSetDevice(device_);
+    // Unwinding from an error: the work queued before it may still read or write the caller's
+    // memory, which the caller may free once it has caught the error. Wait for it, as the
+    // device-wide cudaFree of a synchronous buffer does.
+    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(kStream);
     (void)cudaFreeAsync(data_, kStream);
     if (current != device_) (void)cudaSetDevice(current);
   } else {

@@ -37,8 +37,10 @@ struct ApplyOptions {
 // for a CUDA solve (x's, h0's or the current one). With x and out on the device, the CUDA
 // per-channel solve never touches the host (it solves straight into `out` when `out` is
 // contiguous f32 or f64); every other path solves as newton_apply does and copies H into `out`.
-// Same H bits, stats and residual gate as newton_apply; returns when H is in `out` (the CUDA
-// backend's legacy default stream is synchronised). ContractViolation naming `out` for a wrong
+// Same H bits, stats and residual gate as newton_apply (one exception: a NaN that reaches an
+// f16/bf16 device `out`, possible only with the gate off, is CUDA's canonical NaN, where the host
+// conversion keeps the sign and Eigen's quiet-NaN pattern); returns when H is in `out` (the CUDA
+// backend's legacy default stream is synchronised, also when an error is thrown). ContractViolation naming `out` for a wrong
 // shape, dtype, overlap or aliasing, before any work; on any exception `out`'s contents are
 // unspecified. Example (a torch CUDA tensor through DLPack):
 //   newton_apply_into(cell, x_device, H_device, NewtonConfig{}, {}, &stats);
