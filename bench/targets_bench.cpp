@@ -183,6 +183,16 @@ nlohmann::ordered_json p2_bf16(int runs) {
   return out;
 }
 
+// FNV-1a over a tensor's bytes, in hex: two builds' gradients compared bit for bit across runs.
+std::string bytes_digest(const Tensor& t) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto* p = static_cast<const unsigned char*>(t.data());
+  for (std::size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 nlohmann::ordered_json p3_training(int runs) {
   DeviceCase c(kS1Gru, DType::f32, 8, 65536, kSeed);
   nlohmann::ordered_json out = {{"shape", "S1 gru f32, public newton_forward + newton_backward from device x (grad_H on the device; also from the host)"},
@@ -256,6 +266,9 @@ nlohmann::ordered_json p3_training(int runs) {
   out["backward_ms"] = median(bwd);  // grad_H on the device, host outputs
   out["backward_host_grad_H_ms"] = median(bwd_host_g);
   out["forward_stats"] = stats_json(forward.stats);
+  nlohmann::ordered_json digests = {{"x", bytes_digest(grads.x)}, {"H", bytes_digest(forward.H)}};
+  for (const auto& [name, g] : grads.parameters) digests[name] = bytes_digest(g);
+  out["gradient_digests_fnv1a"] = digests;  // equal across builds iff the bits are
   out["check"] = {{"forward_vs_cpu_f32_loop_max_abs", gru_against_f32_loop(c, H)},
                   {"tau_atol", tau_of(DType::f32, "gru")}, {"parameter_gradients_finite", finite},
                   {"device_grad_H_equals_host_grad_H_bitwise", same},
