@@ -104,7 +104,15 @@ RC_GTEST_PROP(Rwkv7, ScanAgreesWithOracleWithinTau, ()) {
   RC_CLASSIFY(c.time > 1000, "T > 1000");
   RC_CLASSIFY(c.n_heads > 1, "several heads");
   const AgreementReport r = verify(c);
-  if (r.verdict != Verdict::agree) RC_FAIL(r.failure_message());
+  // An f32 case whose same-dtype sequential loop is itself outside τ of the oracle is beyond any
+  // f32 implementation (found on the GPU: B 3, T 1811, three heads of width 1, the f32 loop
+  // 6.3e-3 from the oracle). There the claim is the judge's ill-conditioned verdict, Inconclusive
+  // with the scan within the quality bound of that floor; Disagree still fails, and so does an
+  // Inconclusive for any other reason (docs/choices.md, the sequential-floor rule).
+  const bool judged_against_the_floor = c.dtype == DType::f32 && r.verdict == Verdict::inconclusive &&
+                                        r.ill_conditioned && r.sequential_max_abs > r.atol;
+  RC_CLASSIFY(judged_against_the_floor, "ill-conditioned in f32: judged against the sequential floor");
+  if (r.verdict != Verdict::agree && !judged_against_the_floor) RC_FAIL(r.failure_message());
   RC_ASSERT(r.backend == kScanBackendName);
   RC_ASSERT(r.newton_iters == 0);
 }
