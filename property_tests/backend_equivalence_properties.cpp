@@ -121,8 +121,8 @@ TEST(CudaBackend, StridedDeviceInputEqualsContiguousHostInputBitwise) {
 // The CUDA backward reads x, grad_H and H* where they are: a strided device x and a permuted
 // device grad_H give the gradients of the contiguous host tensors, bit for bit (the backward
 // widens grad_H and gathers x on the device instead of a host round trip), and H* kept on the
-// device by the forward gives those of H* held on the host. Cells with one, two and a
-// time-gated input block; f32 and f64.
+// device by the forward (with its W_x x) gives those of H* held on the host. Cells with one, two
+// and a time-gated input block; f32 and f64.
 TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
   for (const std::string cell_name : {"gru", "lstm", "cfc"})
     for (const DType dtype : {DType::f32, DType::f64}) {
@@ -180,10 +180,13 @@ TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
       expect_same(newton_backward(cell, x, forward, g_storage.view().permute(order), config, options),
                   "permuted host grad_H");
       // The forward keeps H* on the device (the compute type is the storage type here): it is
-      // forward.H, and the backward from a host-held copy of it is the same bits.
+      // forward.H, and the backward from a host-held copy of it (which computes W_x x again)
+      // is the same bits. W_x x is kept beside H* (B·T·gates·d_h values).
       const Tensor saved = forward.saved_trajectory->host();
       EXPECT_TRUE(same_bits(saved, forward.H));
-      EXPECT_EQ(forward.saved_bytes(), forward.H.nbytes());
+      EXPECT_EQ(forward.saved_bytes(),
+                forward.H.nbytes() +
+                    static_cast<std::size_t>(p.batch * p.time * cell.spec().gates * p.d_h) * dtype_size(dtype));
       NewtonForward held_on_host = forward;
       held_on_host.saved_trajectory = saved_on_host(saved);
       expect_same(newton_backward(cell, x, held_on_host, g, config, options), "H* held on the host");

@@ -1,6 +1,9 @@
-// launch_cell_vjp and launch_widen (kernels/cell_vjp.hpp): one thread per (b, chunk, c), c
+// launch_cell_adjoint_jacobian, launch_cell_vjp and launch_widen (kernels/cell_vjp.hpp). The
+// Jacobian: a grid-stride loop over (b, t, c), c fastest, as launch_cell_residual's (and the
+// same CellMath::step in double, so the same J). The VJP: one thread per (b, chunk, c), c
 // fastest so that loads and stores are coalesced along channels; the thread walks its chunk's
-// steps in order, accumulating its recurrent partial sums in registers.
+// steps in order, accumulating its recurrent partial sums in registers. Every input is read in
+// its compute type T and widened in registers.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,9 +17,44 @@ namespace {
 using std::int64_t;
 
 constexpr int kVjpThreads = 128;
+constexpr int kJacobianThreads = 256;
 
-template <class CellMath, class OutT>
-__global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<OutT> a) {
+template <class CellMath, class T>
+__global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel(CellAdjointJacobianArgs<T> a) {
+  constexpr int S = CellMath::kSlots;
+  constexpr int G = CellMath::kGates;
+  constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;
+  const int64_t D = a.channels;
+  const int64_t n = a.batch * a.time * D;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / D;  // b·T + t
+    const int64_t c = i - bt * D;
+    const int64_t b = bt / a.time;
+    const int64_t t = bt - b * a.time;
+    double rec[RC], wx[G], h_prev[S], h_new[S], jac[S * S];
+#pragma unroll
+    for (int k = 0; k < RC; ++k) rec[k] = static_cast<double>(a.recurrent[k * D + c]);
+#pragma unroll
+    for (int g = 0; g < G; ++g) wx[g] = static_cast<double>(a.wx[bt * G * D + g * D + c]);
+    if (t == 0 || (a.head != nullptr && a.head[t] != 0)) {
+      const int64_t row = a.h0_row != nullptr ? a.h0_row[t] : b;
+#pragma unroll
+      for (int s = 0; s < S; ++s) h_prev[s] = a.h0 != nullptr ? static_cast<double>(a.h0[(row * S + s) * D + c]) : 0.0;
+    } else {
+#pragma unroll
+      for (int s = 0; s < S; ++s) h_prev[s] = static_cast<double>(a.H[((bt - 1) * S + s) * D + c]);
+    }
+    CellMath::step(rec, wx, h_prev, h_new, jac);
+#pragma unroll
+    for (int q = 0; q < S * S; ++q) a.jac[(bt * S * S + q) * D + c] = jac[q];
+#pragma unroll
+    for (int s = 0; s < S; ++s) a.mu[(bt * S + s) * D + c] = static_cast<double>(a.grad_H[(bt * S + s) * D + c]);
+  }
+}
+
+template <class CellMath, class T>
+__global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T> a) {
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
   constexpr int R = CellMath::kRecurrent;
@@ -31,7 +69,7 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<OutT>
   const int64_t chunk = bk - b * chunks;
   double rec[RC], acc[R];
 #pragma unroll
-  for (int k = 0; k < RC; ++k) rec[k] = a.recurrent[k * D + c];
+  for (int k = 0; k < RC; ++k) rec[k] = static_cast<double>(a.recurrent[k * D + c]);
 #pragma unroll
   for (int k = 0; k < R; ++k) acc[k] = 0.0;
   const int64_t t_end = (chunk + 1) * kVjpStepsPerPartial < a.time ? (chunk + 1) * kVjpStepsPerPartial : a.time;
@@ -41,10 +79,11 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<OutT>
     const int64_t row = head && a.h0_row != nullptr ? a.h0_row[t] : b;
     double wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
 #pragma unroll
-    for (int g = 0; g < G; ++g) wx[g] = a.wx[bt * G * D + g * D + c];
+    for (int g = 0; g < G; ++g) wx[g] = static_cast<double>(a.wx[bt * G * D + g * D + c]);
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      hp[s] = head ? (a.h0 != nullptr ? a.h0[(row * S + s) * D + c] : 0.0) : a.H[((bt - 1) * S + s) * D + c];
+      hp[s] = head ? (a.h0 != nullptr ? static_cast<double>(a.h0[(row * S + s) * D + c]) : 0.0)
+                   : static_cast<double>(a.H[((bt - 1) * S + s) * D + c]);
       cot[s] = a.mu[(bt * S + s) * D + c];
     }
 #pragma unroll
@@ -53,7 +92,7 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<OutT>
 #pragma unroll
     for (int k = 0; k < R; ++k) acc[k] += d_rec[k];
 #pragma unroll
-    for (int g = 0; g < G; ++g) a.d_wx[bt * G * D + g * D + c] = static_cast<OutT>(d_wx[g]);
+    for (int g = 0; g < G; ++g) a.d_wx[bt * G * D + g * D + c] = static_cast<T>(d_wx[g]);
     if (head && a.d_h0 != nullptr) {
 #pragma unroll
       for (int s = 0; s < S; ++s) a.d_h0[(row * S + s) * D + c] = d_hp[s];
@@ -71,8 +110,22 @@ __global__ void widen_kernel(const float* src, double* dst, int64_t n) {
 
 }  // namespace
 
-template <class CellMath, class OutT>
-cudaError_t launch_cell_vjp(const CellVjpArgs<OutT>& a, cudaStream_t stream) {
+template <class CellMath, class T>
+cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T>& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
+  const int64_t n = a.batch * a.time * a.channels;
+  if (n == 0) return cudaSuccess;
+  if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.grad_H == nullptr || a.jac == nullptr ||
+      a.mu == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t wanted = (n + kJacobianThreads - 1) / kJacobianThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 65536 ? wanted : 65536);
+  cell_adjoint_jacobian_kernel<CellMath, T><<<blocks, kJacobianThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <class CellMath, class T>
+cudaError_t launch_cell_vjp(const CellVjpArgs<T>& a, cudaStream_t stream) {
   if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
   const int64_t threads = a.batch * vjp_partial_chunks(a.time) * a.channels;
   if (threads == 0) return cudaSuccess;
@@ -81,7 +134,7 @@ cudaError_t launch_cell_vjp(const CellVjpArgs<OutT>& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  cell_vjp_kernel<CellMath, OutT><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(a);
+  cell_vjp_kernel<CellMath, T><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -94,8 +147,10 @@ cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStre
   return cudaGetLastError();
 }
 
-#define PARARNN_INSTANTIATE_CELL_VJP(CELL)                                                     \
-  template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);  \
+#define PARARNN_INSTANTIATE_CELL_VJP(CELL)                                                                          \
+  template cudaError_t launch_cell_adjoint_jacobian<CELL, float>(const CellAdjointJacobianArgs<float>&, cudaStream_t);  \
+  template cudaError_t launch_cell_adjoint_jacobian<CELL, double>(const CellAdjointJacobianArgs<double>&, cudaStream_t); \
+  template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);                       \
   template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);
 #define PARARNN_INSTANTIATE_CELL_VJP_CELL(kind, Math, label) PARARNN_INSTANTIATE_CELL_VJP(cells::Math)
 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_VJP_CELL)

@@ -1,6 +1,9 @@
 // launch_cell_residual against a host evaluation with the same cell math: F and J everywhere
 // (heads and h0 rows included), max|F| equal to the maximum of the F it wrote, NaN propagation,
-// the residual of the sequential kernel's own trajectory, and the optional outputs.
+// the residual of the sequential kernel's own trajectory, and the optional outputs. The
+// adjoint's Jacobian kernel (cell_vjp.hpp), reading the compute type, against
+// launch_cell_residual in double on the widened inputs: the same J bit for bit, and the seed μ
+// the widened grad_H.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +14,7 @@
 
 #include "cell_test_support.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/sequential.hpp"
 
 namespace pararnn::kernels::test {
@@ -208,6 +212,99 @@ TYPED_TEST(CellResidualKernel, JacobianAndMaximumAreOptional) {
   std::vector<ComputeT> F, J;
   host_residual(p, H, F, J);
   expect_close(F, run.F, kKernelVsHostTau<ComputeT>, "F without J and max");
+}
+
+TYPED_TEST(CellResidualKernel, AdjointJacobianIsTheF64ResidualsJacobianBitwiseAndSeedsTheWidenedCotangent) {
+  using CellMath = typename TypeParam::CellMath;
+  using StorageT = typename TypeParam::StorageT;
+  using ComputeT = ComputeOf<StorageT>;
+  static_assert(std::is_same_v<StorageT, ComputeT>);
+  constexpr int S = CellMath::kSlots;
+  std::uint64_t seed = test_seed(20261203);
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed, h0 rows" : "h0");
+    const std::int64_t B = 2, T = packed ? 1500 : 333, D = 37;
+    const auto p = make_cell_problem<CellMath, StorageT>(B, T, D, true, packed, ++seed);
+    const std::size_t n = static_cast<std::size_t>(B * T * S * D);
+    // H* and grad_H in the compute type (the backward reads H* in its compute type).
+    std::vector<ComputeT> H(n), g(n);
+    {
+      const auto h = random_state_trajectory<CellMath, StorageT>(n, D, ++seed);
+      for (std::size_t i = 0; i < n; ++i) H[i] = static_cast<ComputeT>(as_double(h[i]));
+      SplitMix64 rng(++seed);
+      for (auto& v : g) v = static_cast<ComputeT>(rng.uniform(-3.0, 3.0));
+    }
+    // The reference: launch_cell_residual<CellMath, double> on every input widened on the host.
+    auto widen = [](const auto& v) { return std::vector<double>(v.begin(), v.end()); };
+    CellProblem<CellMath, double> p64;
+    p64.batch = B;
+    p64.time = T;
+    p64.channels = D;
+    p64.wx = widen(p.wx);
+    p64.recurrent = widen(p.recurrent);
+    p64.h0 = widen(p.h0);
+    p64.h0_row = p.h0_row;
+    p64.head = p.head;
+    ResidualRun<CellMath, double> reference;
+    run_residual(p64, widen(H), reference, /*want_jac=*/true, /*want_max=*/false);
+    if (::testing::Test::HasFatalFailure()) return;
+
+    DeviceCellInputs<CellMath, StorageT> in(p);  // StorageT is the compute type in these cases
+    PARARNN_CUDA_OK(in.upload(p));
+    DeviceBuffer<ComputeT> d_H(n), d_g(n);
+    DeviceBuffer<double> d_J(n * S), d_mu(n);
+    for (cudaError_t e : {d_H.status(), d_g.status(), d_J.status(), d_mu.status()}) PARARNN_CUDA_OK(e);
+    PARARNN_CUDA_OK(d_H.upload(H));
+    PARARNN_CUDA_OK(d_g.upload(g));
+    PARARNN_CUDA_OK(cudaMemset(d_J.get(), 0xff, d_J.bytes()));  // poison: NaN until written
+    PARARNN_CUDA_OK(cudaMemset(d_mu.get(), 0xff, d_mu.bytes()));
+    const CellAdjointJacobianArgs<ComputeT> args{.wx = in.wx.get(), .recurrent = in.recurrent.get(),
+                                                 .h0 = in.h0.get(), .h0_row = packed ? in.h0_row.get() : nullptr,
+                                                 .head = packed ? in.head.get() : nullptr, .H = d_H.get(),
+                                                 .grad_H = d_g.get(), .jac = d_J.get(), .mu = d_mu.get(),
+                                                 .batch = B, .time = T, .channels = D};
+    PARARNN_CUDA_OK((launch_cell_adjoint_jacobian<CellMath, ComputeT>(args, cudaStream_t{})));
+    PARARNN_CUDA_OK(cudaDeviceSynchronize());
+    std::vector<double> J, mu;
+    PARARNN_CUDA_OK(d_J.download(J));
+    PARARNN_CUDA_OK(d_mu.download(mu));
+    ASSERT_EQ(J.size(), reference.J.size());
+    std::size_t first_bad = J.size();
+    for (std::size_t i = 0; i < J.size() && first_bad == J.size(); ++i)
+      if (!same_bits(J[i], reference.J[i])) first_bad = i;
+    EXPECT_EQ(first_bad, J.size()) << "J[" << first_bad << "] = " << hexfloat(J[first_bad]) << ", the f64 residual's "
+                                   << hexfloat(reference.J[first_bad]);
+    for (std::size_t i = 0; i < n; ++i)
+      if (!same_bits(mu[i], static_cast<double>(g[i]))) {
+        ADD_FAILURE() << "mu[" << i << "] = " << hexfloat(mu[i]) << ", grad_H " << hexfloat(g[i]);
+        break;
+      }
+  }
+}
+
+TEST(CellAdjointJacobianLauncher, RefusesMissingArraysAndNegativeSizesAndLaunchesNothingForNothing) {
+  DeviceBuffer<float> d_dummy(64);
+  DeviceBuffer<double> d_out(64);
+  PARARNN_CUDA_OK(d_dummy.status());
+  PARARNN_CUDA_OK(d_out.status());
+  CellAdjointJacobianArgs<float> args{.wx = d_dummy.get(), .recurrent = d_dummy.get(), .H = d_dummy.get(),
+                                      .grad_H = d_dummy.get(), .jac = d_out.get(), .mu = d_out.get(),
+                                      .batch = 1, .time = 4, .channels = 4};
+  PARARNN_CUDA_OK((launch_cell_adjoint_jacobian<cells::NlruMath, float>(args, cudaStream_t{})));
+  PARARNN_CUDA_OK(cudaDeviceSynchronize());
+  for (auto broken : {&CellAdjointJacobianArgs<float>::grad_H, &CellAdjointJacobianArgs<float>::H}) {
+    CellAdjointJacobianArgs<float> a = args;
+    a.*broken = nullptr;
+    EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(a, cudaStream_t{})), cudaErrorInvalidValue);
+  }
+  CellAdjointJacobianArgs<float> no_mu = args;
+  no_mu.mu = nullptr;
+  EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(no_mu, cudaStream_t{})), cudaErrorInvalidValue);
+  CellAdjointJacobianArgs<float> negative = args;
+  negative.time = -1;
+  EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(negative, cudaStream_t{})), cudaErrorInvalidValue);
+  CellAdjointJacobianArgs<float> empty{.batch = 3, .time = 0, .channels = 4};  // null arrays, nothing to do
+  PARARNN_CUDA_OK((launch_cell_adjoint_jacobian<cells::NlruMath, float>(empty, cudaStream_t{})));
 }
 
 TEST(CellResidualLauncher, RefusesAMissingWorkspaceAndZeroesTheMaximumOfNothing) {

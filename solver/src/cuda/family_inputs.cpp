@@ -55,16 +55,20 @@ DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
 }
 
 template <class ComputeT>
-DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
-                                   NewtonGradients& out) {
+void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+                                ComputeT* dx, NewtonGradients& out) {
   const DType compute = compute_dtype(cell.dtype());
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), rows_bt = B * T;
-  DeviceBuffer dx(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
-  PARARNN_CUDA_CHECK(cudaMemsetAsync(dx.get(), 0, dx.bytes(), kStream));
+  const std::vector<AffineBlock>& blocks = cell.spec().affine;
+  // ∇x accumulates over the blocks; the first one overwrites it where it reads every column.
+  const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == L.d_in;
+  if (!first_writes_all && rows_bt * L.d_in > 0)
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), kStream));
   const Tensor ones_host = Tensor::from_values(compute, {T}, std::vector<double>(static_cast<std::size_t>(T), 1.0));
   const DeviceBuffer ones = upload_new(ones_host.data(), ones_host.nbytes(), "a ones vector");
-  for (const AffineBlock& block : cell.spec().affine) {
+  for (const AffineBlock& block : blocks) {
     const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);
+    const ComputeT beta = first_writes_all && &block == &blocks.front() ? ComputeT(0) : ComputeT(1);
     const ComputeT* dwx_block = d_wx + block.first_gate * (rows / block.gates);
     const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), compute);
     const DeviceBuffer W = upload_new(w.data(), w.nbytes(), "an input weight (compute type)");
@@ -75,7 +79,7 @@ DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const Comp
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
                            T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
-                           dwx_block, width, 0, ComputeT(1), dx.as<ComputeT>(), L.d_in, 0, 1);
+                           dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
     const std::vector<ComputeT> dW_rows = download_vector<ComputeT>(dW, B * rows * inputs);
     const std::vector<ComputeT> db_rows = download_vector<ComputeT>(db, B * rows);
     std::vector<double> dW_sum(static_cast<std::size_t>(rows * inputs), 0.0), db_sum(static_cast<std::size_t>(rows), 0.0);
@@ -88,9 +92,20 @@ DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const Comp
     out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
     out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
   }
+}
+
+template <class ComputeT>
+DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+                                   NewtonGradients& out) {
+  DeviceBuffer dx(checked_bytes(L.batch * L.time * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
+  input_affine_backward_into<ComputeT>(cell, L, xc, d_wx, dx.as<ComputeT>(), out);
   return dx;
 }
 
+template void input_affine_backward_into<float>(const Cell&, const Layout&, const float*, const float*, float*,
+                                                NewtonGradients&);
+template void input_affine_backward_into<double>(const Cell&, const Layout&, const double*, const double*, double*,
+                                                 NewtonGradients&);
 template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const float*, const float*,
                                                    NewtonGradients&);
 template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const double*, const double*,

@@ -187,11 +187,13 @@ int solve_device(const TensorView& x, const ApplyOptions& options) {
 
 namespace {
 
-// The inputs of one solve on the device, in the compute type.
+// The inputs of one solve on the device, in the compute type. W_x x is computed (the input
+// GEMMs) unless `saved_wx` holds it already: the training forward's, of the same cell and x on
+// this device, kept for its backward (shared_wx()).
 class DeviceInputs {
  public:
   DeviceInputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-               const Layout& L)
+               const Layout& L, std::shared_ptr<const DeviceBuffer> saved_wx = nullptr)
       : compute_(compute_dtype(cell.dtype())) {
     const CellSpec& spec = cell.spec();
     const std::int64_t D = L.d_h;
@@ -207,26 +209,16 @@ class DeviceInputs {
     recurrent_ = upload_new(rec_compute.data(), rec_compute.nbytes(), "recurrent parameters");
     problem_.recurrent = recurrent_.get();
 
-    DeviceBuffer x_buffer;
-    const void* x_device = contiguous_on_device(x, x_buffer, "x");
-    // The input affines: every block's bias in one row, then each block's GEMM onto its gates.
-    std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
-    std::vector<DeviceBuffer> weights;
-    std::vector<DeviceAffine> blocks;
-    for (const AffineBlock& block : spec.affine) {
-      const Tensor& weight = cell.parameter(std::string(block.weight));
-      weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
-      blocks.push_back({.weight = weights.back().get(), .first_column = block.first_gate * D,
-                        .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
-      const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
-      std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
+    const std::size_t wx_bytes = checked_bytes(rows * width, dtype_size(compute_), "W_x x");
+    if (saved_wx) {
+      if (saved_wx->bytes() != wx_bytes)
+        throw Error(fmt::format("CUDA backend: the saved W_x x holds {} bytes, the solve needs {}",
+                                saved_wx->bytes(), wx_bytes));
+      wx_ = std::move(saved_wx);
+    } else {
+      wx_ = computed_wx(cell, x, L, wx_bytes);
     }
-    const Tensor bias = Tensor::from_values(compute_, {width}, bias_row);
-    const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "the input biases");
-    wx_ = DeviceBuffer(checked_bytes(rows * width, dtype_size(compute_), "W_x x"), "W_x x");
-    input_affine(cell.dtype(), rows, L.d_in, width, bias_device.get(), x_device, blocks, wx_.get());
-    if (spec.dt_gate >= 0) fill_time_gate(cell, x_device, rows, L.d_in);
-    problem_.wx = wx_.get();
+    problem_.wx = wx_->get();
 
     if (options.h0) {
       const Tensor h0 = Tensor::converted(host_copy(*options.h0, "h0"), compute_);
@@ -240,20 +232,49 @@ class DeviceInputs {
       problem_.head = head_.as<std::uint8_t>();
       problem_.h0_row = h0_row_.as<std::int64_t>();
     }
-    // The input buffers freed at scope exit are still read by the GEMM queued above.
-    synchronize();
   }
 
   const DeviceProblem& problem() const { return problem_; }
   DType compute() const { return compute_; }
+  // W_x x, to be kept beyond this object (SavedOnDevice).
+  std::shared_ptr<const DeviceBuffer> shared_wx() const { return wx_; }
 
  private:
+  // W_x x by the input affines: every block's bias in one row, then each block's GEMM onto its
+  // gates; CfC's Δt gate block after them.
+  std::shared_ptr<const DeviceBuffer> computed_wx(const Cell& cell, const TensorView& x, const Layout& L,
+                                                  std::size_t wx_bytes) {
+    const CellSpec& spec = cell.spec();
+    const std::int64_t D = L.d_h, width = spec.gates * D, rows = L.batch * L.time;
+    DeviceBuffer x_buffer;
+    const void* x_device = contiguous_on_device(x, x_buffer, "x");
+    std::vector<double> bias_row(static_cast<std::size_t>(width), 0.0);
+    std::vector<DeviceBuffer> weights;
+    std::vector<DeviceAffine> blocks;
+    for (const AffineBlock& block : spec.affine) {
+      const Tensor& weight = cell.parameter(std::string(block.weight));
+      weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
+      blocks.push_back({.weight = weights.back().get(), .first_column = block.first_gate * D,
+                        .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
+      const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
+      std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
+    }
+    const Tensor bias = Tensor::from_values(compute_, {width}, bias_row);
+    const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "the input biases");
+    auto wx = std::make_shared<DeviceBuffer>(wx_bytes, "W_x x");
+    input_affine(cell.dtype(), rows, L.d_in, width, bias_device.get(), x_device, blocks, wx->get());
+    if (spec.dt_gate >= 0) fill_time_gate(cell, x_device, rows, L.d_in, *wx);
+    // The input buffers freed at scope exit are still read by the GEMM queued above.
+    synchronize();
+    return wx;
+  }
+
   // CfC's Δt gate block of wx: max(x[..., −1], floor) broadcast over the channels.
-  void fill_time_gate(const Cell& cell, const void* x, std::int64_t rows, std::int64_t d_in) {
+  void fill_time_gate(const Cell& cell, const void* x, std::int64_t rows, std::int64_t d_in, DeviceBuffer& wx) {
     dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
       using ComputeT = kernels::ComputeOf<StorageT>;
       const kernels::TimeGateArgs<StorageT> args{
-          .x = static_cast<const StorageT*>(x), .wx = wx_.as<ComputeT>(), .rows = rows, .d_in = d_in,
+          .x = static_cast<const StorageT*>(x), .wx = wx.as<ComputeT>(), .rows = rows, .d_in = d_in,
           .channels = cell.d_h(), .gates = cell.spec().gates, .dt_gate = cell.spec().dt_gate,
           .floor = cells::kCfcDtFloor};
       PARARNN_CUDA_CHECK(kernels::launch_time_gate(args, kStream));
@@ -262,7 +283,8 @@ class DeviceInputs {
 
  private:
   DType compute_;
-  DeviceBuffer recurrent_, wx_, h0_, head_, h0_row_;
+  DeviceBuffer recurrent_, h0_, head_, h0_row_;
+  std::shared_ptr<const DeviceBuffer> wx_;
   DeviceProblem problem_;
 };
 
@@ -623,59 +645,37 @@ const void* compute_type_on_device(const TensorView& view, DType compute, Device
   return holder.get();
 }
 
-// The adjoint's seed μ = grad_H in double, in a buffer of its own (the reverse scan writes it in
-// place): grad_H rounded to the compute type first, as the CPU backend does; a compute-type
-// device view is widened (or copied) on the device without a host round trip.
-template <class ComputeT>
-DeviceBuffer adjoint_seed(const TensorView& grad_H, DType compute, std::int64_t n) {
-  if (grad_H.numel() != n)
-    throw Error(fmt::format("CUDA backward: grad_H holds {} elements, the trajectory {}", grad_H.numel(), n));
-  DeviceBuffer holder;
-  const void* g = compute_type_on_device(grad_H, compute, holder, "grad_H (compute type)");
-  DeviceBuffer mu(checked_bytes(n, sizeof(double), "the adjoint μ"), "the adjoint μ");
-  if (n == 0) return mu;
-  if constexpr (std::is_same_v<ComputeT, double>) {
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(mu.get(), g, mu.bytes(), cudaMemcpyDeviceToDevice, kStream));
-  } else {
-    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(g), mu.as<double>(), n, kStream));
-  }
-  return mu;
-}
-
 // The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
-// its reverse walk replaced by a parallel reverse scan): J at H* by the residual kernel and
-// μ = reverse scan of grad_H, both in double; the per-element VJP (d_wx, ∇h0 at heads, recurrent
-// partial sums); then Σ over batch rows in double, and the input affines' gradients by cuBLAS in
-// the compute type, one GEMM per batch row as the CPU does.
+// its reverse walk replaced by a parallel reverse scan), in double, every input read in the
+// compute type and widened in registers (kernels/cell_vjp.hpp): J at H* and the seed μ = grad_H
+// (rounded to the compute type first, as the CPU backend does) in one pass, μ by the reverse
+// scan, the per-element VJP (d_wx, ∇h0 at heads, recurrent partial sums); then Σ over batch rows
+// in double, and the input affines' gradients by cuBLAS in the compute type, one GEMM per batch
+// row as the CPU does. ∇x is written straight into grad_x when that is a contiguous compute-type
+// view on the device.
 template <class CellMath, class ComputeT>
 NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const DeviceProblem& p,
                                  const ComputeT* H, const TensorView& x, const TensorView& grad_H,
                                  const ApplyOptions& options, const TensorView* grad_x) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, R = CellMath::kRecurrent;
-  constexpr int RC = R + CellMath::kConstants;
   const DType compute = compute_dtype(cell.dtype());
   const std::int64_t B = L.batch, T = L.time, D = L.d_h, n = B * T * S * D;
   const std::int64_t width = G * D, rows_bt = B * T;
-
-  // Everything the adjoint reads, in double.
-  DeviceBuffer wx64, rec64, h064, H64;
   const std::int64_t h0_rows = options.h0 ? options.h0->size(0) : 0;
-  DeviceProblem p64 = p;
-  p64.wx = as_f64<ComputeT>(p.wx, rows_bt * width, wx64, "W_x x (f64)");
-  p64.recurrent = as_f64<ComputeT>(p.recurrent, RC * D, rec64, "the recurrent values (f64)");
-  p64.h0 = as_f64<ComputeT>(p.h0, h0_rows * S * D, h064, "h0 (f64)");
-  const double* H_f64 = as_f64<ComputeT>(H, n, H64, "H* (f64)");
+  if (grad_H.numel() != n)
+    throw Error(fmt::format("CUDA backward: grad_H holds {} elements, the trajectory {}", grad_H.numel(), n));
+  DeviceBuffer grad_H_holder;
+  const auto* g = static_cast<const ComputeT*>(
+      compute_type_on_device(grad_H, compute, grad_H_holder, "grad_H (compute type)"));
 
-  // J at H*, then μ by the reverse scan.
-  DeviceBuffer F(checked_bytes(n, sizeof(double), "F (f64)"), "F (f64)");
+  // J at H* and the seed, then μ by the reverse scan (in place).
   DeviceBuffer J(checked_bytes(n * S, sizeof(double), "J (f64)"), "J (f64)");
-  kernels::CellResidualArgs<double> r{.wx = static_cast<const double*>(p64.wx),
-                                      .recurrent = static_cast<const double*>(p64.recurrent),
-                                      .h0 = static_cast<const double*>(p64.h0), .h0_row = p.h0_row,
-                                      .head = p.head, .H = H_f64, .residual = F.as<double>(),
-                                      .jac = J.as<double>(), .batch = B, .time = T, .channels = D};
-  PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, double>(r, nullptr, 0, kStream)));
-  DeviceBuffer mu = adjoint_seed<ComputeT>(grad_H, compute, n);
+  DeviceBuffer mu(checked_bytes(n, sizeof(double), "the adjoint μ"), "the adjoint μ");
+  const kernels::CellAdjointJacobianArgs<ComputeT> j{
+      .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
+      .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H, .grad_H = g,
+      .jac = J.as<double>(), .mu = mu.as<double>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT>(j, kStream)));
   // The three-phase scan (its association is fixed, as the single-pass scan's is: the gradients repeat
   // bit for bit either way; which is faster for this reverse f64 scan is not measured).
   const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
@@ -696,11 +696,13 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
     PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
   }
   const kernels::CellVjpArgs<ComputeT> v{
-      .wx = static_cast<const double*>(p64.wx), .recurrent = static_cast<const double*>(p64.recurrent),
-      .h0 = static_cast<const double*>(p64.h0), .h0_row = p.h0_row, .head = p.head, .H = H_f64,
+      .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
+      .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H,
       .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
       .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
   PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, kStream)));
+  J = DeviceBuffer();  // J and μ are not read again: back to the pool before the GEMMs' buffers
+  mu = DeviceBuffer();
 
   NewtonGradients out;
   // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
@@ -711,22 +713,28 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
       d_rec[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(bk * R * D + i)];
   out.parameters = recurrent_gradients(cell, d_rec);
 
-  // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device.
+  // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
+  // when it is a contiguous compute-type device view: no copy).
   DeviceBuffer x_holder;
   const auto* xc = static_cast<const ComputeT*>(compute_type_on_device(x, compute, x_holder, "x (compute type)"));
-  DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
+  const bool in_place = grad_x && grad_x->device() == Device::cuda && grad_x->is_contiguous() &&
+                        grad_x->dtype() == compute;
+  DeviceBuffer dx_holder;
+  if (!in_place) dx_holder = DeviceBuffer(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
+  auto* dx = in_place ? static_cast<ComputeT*>(grad_x->data()) : dx_holder.as<ComputeT>();
+  input_affine_backward_into<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), dx, out);
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
     const kernels::TimeGateBackwardArgs<ComputeT> a{
-        .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx.as<ComputeT>(), .rows = rows_bt,
+        .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx, .rows = rows_bt,
         .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
     PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
   }
   if (grad_x) {
-    store_into(dx.get(), compute, *grad_x, "grad_x");
+    store_into(dx, compute, *grad_x, "grad_x");  // nothing to do in place
   } else {
     Tensor dx_host(compute, {B, T, L.d_in});
     if (dx_host.nbytes() > 0)
-      PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+      PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx, dx_host.nbytes(), cudaMemcpyDeviceToHost));
     out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
   }
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, h0_rows * S * D));
@@ -1211,12 +1219,13 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
 namespace cuda {
 namespace {
 
-// H* kept on the device of the forward's solve, in the compute type (training.hpp).
+// H* kept on the device of the forward's solve, in the compute type, and the forward's W_x x
+// beside it, so that the backward runs no second input GEMM (training.hpp).
 class SavedOnDevice final : public SavedTrajectory {
  public:
-  SavedOnDevice(DeviceBuffer H, int device, DType compute, Shape shape)
-      : H_(std::move(H)), device_(device), compute_(compute), shape_(std::move(shape)) {}
-  std::size_t bytes() const override { return H_.bytes(); }
+  SavedOnDevice(DeviceBuffer H, std::shared_ptr<const DeviceBuffer> wx, int device, DType compute, Shape shape)
+      : H_(std::move(H)), wx_(std::move(wx)), device_(device), compute_(compute), shape_(std::move(shape)) {}
+  std::size_t bytes() const override { return H_.bytes() + (wx_ ? wx_->bytes() : 0); }
   Tensor host() const override {
     DeviceGuard guard(device_);
     Tensor out(compute_, shape_);
@@ -1233,11 +1242,19 @@ class SavedOnDevice final : public SavedTrajectory {
     PARARNN_CUDA_CHECK(cudaMemcpyPeer(holder.get(), current, H_.get(), device_, H_.bytes()));
     return holder.get();
   }
+  // The forward's W_x x where the current device is the forward's; null elsewhere (the backward
+  // there computes it again).
+  std::shared_ptr<const DeviceBuffer> wx_on_current_device() const {
+    int current = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+    return current == device_ ? wx_ : nullptr;
+  }
   DType compute() const { return compute_; }
   std::int64_t numel() const { return shape_numel(shape_); }
 
  private:
   DeviceBuffer H_;
+  std::shared_ptr<const DeviceBuffer> wx_;
   int device_;
   DType compute_;
   Shape shape_;
@@ -1271,7 +1288,8 @@ NewtonForward forward_on_device(const Cell& cell, const TensorView& x, const Ten
   if (!config.recompute) {
     int device = 0;
     PARARNN_CUDA_CHECK(cudaGetDevice(&device));
-    forward.saved_trajectory = std::make_shared<const cuda::SavedOnDevice>(std::move(H), device, inputs.compute(), shape);
+    forward.saved_trajectory =
+        std::make_shared<const cuda::SavedOnDevice>(std::move(H), inputs.shared_wx(), device, inputs.compute(), shape);
   }
   return forward;
 }
@@ -1316,22 +1334,34 @@ NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const 
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
-  const cuda::DeviceInputs inputs(cell, x, options, layout);
-  const DType compute = inputs.compute();
+  const DType compute = cuda::compute_dtype(cell.dtype());
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  cuda::DeviceBuffer H;  // H* unless the forward's device copy is read in place
-  const void* H_star = nullptr;
-  auto refuse = [&](DType dtype, std::int64_t count) {
+  auto refuse = [&](DType dtype, std::int64_t count, const char* what) {
     if (dtype != compute || count != n)
       throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                              fmt::format("a saved trajectory of {} {} values", count, dtype_name(dtype)));
+                              fmt::format("{} of {} {} values", what, count, dtype_name(dtype)));
   };
-  if (const auto* on_device = dynamic_cast<const cuda::SavedOnDevice*>(forward.saved_trajectory.get())) {
-    refuse(on_device->compute(), on_device->numel());
+  // A forward of this backend on this device lends its W_x x too (no second input GEMM).
+  const auto* on_device = dynamic_cast<const cuda::SavedOnDevice*>(forward.saved_trajectory.get());
+  std::shared_ptr<const cuda::DeviceBuffer> saved_wx;
+  if (on_device) {
+    refuse(on_device->compute(), on_device->numel(), "a saved trajectory");
+    saved_wx = on_device->wx_on_current_device();
+    const std::size_t wx_bytes =
+        static_cast<std::size_t>(layout.batch * layout.time * cell.spec().gates * layout.d_h) * dtype_size(compute);
+    if (saved_wx && saved_wx->bytes() != wx_bytes)
+      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                              fmt::format("a saved W_x x of {} bytes where this cell and x give {}",
+                                          saved_wx->bytes(), wx_bytes));
+  }
+  const cuda::DeviceInputs inputs(cell, x, options, layout, std::move(saved_wx));
+  cuda::DeviceBuffer H;  // H* unless the forward's device copy is read in place
+  const void* H_star = nullptr;
+  if (on_device) {
     H_star = on_device->on_current_device(H);
   } else if (forward.saved_trajectory) {  // held on the host (a forward of the CPU backend)
     const Tensor saved = forward.saved_trajectory->host();
-    refuse(saved.dtype(), saved.numel());
+    refuse(saved.dtype(), saved.numel(), "a saved trajectory");
     H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
     H_star = H.get();
   } else {  // recompute: the forward's solve again (it repeats: the same bits)

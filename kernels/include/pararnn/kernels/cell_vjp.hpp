@@ -1,23 +1,35 @@
-// The parameter and input cotangents of the implicit adjoint on the GPU (CONTRACT §1, the
-// backward of training), every (b, t, c) in parallel, in double whatever the storage (the CPU
-// backward's precision: long chains sum cotangents whose contributions cancel):
+// The implicit adjoint on the GPU (CONTRACT §1, the backward of training), every (b, t, c) in
+// parallel, in double whatever the compute type T of the inputs (the CPU backward's precision:
+// long chains sum cotangents whose contributions cancel). The inputs are read in T and widened
+// in registers (exact), so no widened copy of W_x x or H* is ever written.
+//
+// launch_cell_adjoint_jacobian, before the reverse scan:
 //   h_prev = h0 row (or zeros) at t = 0 and at heads, else H[b, t−1];
+//   jac[b, t, :, :, c] = J of CellMath::step at (rec[c], wx[b, t, :, c], h_prev) in double — the
+//     bits of launch_cell_residual<CellMath, double>'s J on the inputs widened to double;
+//   mu[b, t, s, c] = grad_H[b, t, s, c] widened: the reverse scan's right-hand side, which the
+//     scan (launch_scan_affine, reverse = true) turns in place into the adjoint μ.
+// launch_cell_vjp, after it:
 //   CellMath::vjp(rec[c], wx[b, t, :, c], h_prev, μ[b, t, :, c]) →
-//     d_wx[b, t, g, c]                         (written, in OutT: the forward's compute type),
+//     d_wx[b, t, g, c]                         (written in T: the forward's compute type),
 //     d_h0[row, s, c] = ∂/∂h_prev at heads     (written when d_h0 is given; row = h0_row[t] or b),
 //     d_rec_partials[b][chunk][k][c]           (Σ over the chunk's steps of ∂/∂rec_k, k < R).
-// μ is the adjoint trajectory: μ_t = g_t + J_{t+1}ᵀ μ_{t+1}, 0-coupled across segment ends —
-// launch_scan_affine with reverse = true on J at H* (cell_residual.hpp) yields it.
+// μ is the adjoint trajectory: μ_t = g_t + J_{t+1}ᵀ μ_{t+1}, 0-coupled across segment ends.
 //
 // Layouts are those of kernels/sequential.hpp (wx [b][t][g·D + c], recurrent [k][c] with the
-// constant rows after the R clamped ones, h0 [row][s][c], H and μ [b][t][s][c]); the partials
-// are [b][chunk][k][c] with chunk = t / steps_per_partial and
+// constant rows after the R clamped ones, h0 [row][s][c], H, grad_H and μ [b][t][s][c], J
+// [b][t][out][in][c]); the partials are [b][chunk][k][c] with chunk = t / steps_per_partial and
 // vjp_partial_chunks(time) = ceil(T / kVjpStepsPerPartial) chunks.
 //
 // Guarantees: deterministic (every partial is one thread's fixed-order sum); never allocates;
 // returns cudaErrorInvalidValue for null required arrays or negative sizes, else the launch's
 // error. Example:
-//   CellVjpArgs<float> a{.wx = d_wx64, .recurrent = d_rec64, .H = d_H64, .mu = d_mu,
+//   CellAdjointJacobianArgs<float> j{.wx = d_wx, .recurrent = d_rec, .H = d_H, .grad_H = d_g,
+//                                    .jac = d_J64, .mu = d_mu64, .batch = 8, .time = 4096,
+//                                    .channels = 256};
+//   launch_cell_adjoint_jacobian<cells::GruDiagMath, float>(j, stream);
+//   ... launch_scan_affine<1, double>({.jac = d_J64, .delta = d_mu64, ..., .reverse = true}, ...);
+//   CellVjpArgs<float> a{.wx = d_wx, .recurrent = d_rec, .H = d_H, .mu = d_mu64,
 //                        .d_wx = d_dwx, .d_rec_partials = d_part, .batch = 8, .time = 4096,
 //                        .channels = 256};
 //   cudaError_t e = launch_cell_vjp<cells::GruDiagMath, float>(a, stream);
@@ -35,16 +47,32 @@ constexpr std::int64_t vjp_partial_chunks(std::int64_t time) {
   return (time + kVjpStepsPerPartial - 1) / kVjpStepsPerPartial;
 }
 
-template <class OutT>
+template <class T>
+struct CellAdjointJacobianArgs {
+  const T* wx = nullptr;
+  const T* recurrent = nullptr;
+  const T* h0 = nullptr;                 // optional
+  const std::int64_t* h0_row = nullptr;  // optional (packed)
+  const std::uint8_t* head = nullptr;    // optional (packed)
+  const T* H = nullptr;                  // H*
+  const T* grad_H = nullptr;             // the loss's cotangent of H
+  double* jac = nullptr;                 // J at H*
+  double* mu = nullptr;                  // grad_H widened (the reverse scan's input)
+  std::int64_t batch = 0;
+  std::int64_t time = 0;
+  std::int64_t channels = 0;
+};
+
+template <class T>
 struct CellVjpArgs {
-  const double* wx = nullptr;
-  const double* recurrent = nullptr;
-  const double* h0 = nullptr;              // optional
+  const T* wx = nullptr;
+  const T* recurrent = nullptr;
+  const T* h0 = nullptr;                   // optional
   const std::int64_t* h0_row = nullptr;    // optional (packed)
   const std::uint8_t* head = nullptr;      // optional (packed)
-  const double* H = nullptr;               // H*
+  const T* H = nullptr;                    // H*
   const double* mu = nullptr;              // the adjoint trajectory
-  OutT* d_wx = nullptr;
+  T* d_wx = nullptr;
   double* d_h0 = nullptr;                  // optional
   double* d_rec_partials = nullptr;
   std::int64_t batch = 0;
@@ -52,9 +80,11 @@ struct CellVjpArgs {
   std::int64_t channels = 0;
 };
 
-// Instantiated for the cell maths of kHasNewtonKernels × OutT ∈ {float, double}.
-template <class CellMath, class OutT>
-cudaError_t launch_cell_vjp(const CellVjpArgs<OutT>& args, cudaStream_t stream);
+// Both instantiated for the cell maths of kHasNewtonKernels × T ∈ {float, double}.
+template <class CellMath, class T>
+cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T>& args, cudaStream_t stream);
+template <class CellMath, class T>
+cudaError_t launch_cell_vjp(const CellVjpArgs<T>& args, cudaStream_t stream);
 
 // dst[i] = src[i] for i < n, float to double (exact). Never allocates.
 cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStream_t stream);

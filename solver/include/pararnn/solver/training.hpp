@@ -11,7 +11,9 @@
 // those of `recompute = false`. Memory held between forward and backward: B·T·slots·d_h values
 // of the compute type (4 bytes for f32/f16/bf16, 8 for f64) without recompute, none with it;
 // host memory, except for a CUDA forward of a per-channel cell, which keeps them on its device
-// (the backward there reads them in place: no download and re-upload).
+// together with the forward's gate pre-activations W_x x (B·T·gates·d_h more values): the
+// backward on that device reads both in place (no download and re-upload, no second input
+// GEMM; on another device it computes W_x x again). saved_bytes() counts everything held.
 // Example:
 //   NewtonForward fwd = newton_forward(cell, x, config);
 //   NewtonGradients grads = newton_backward(cell, x, fwd, ones_like(fwd.H), config);
@@ -31,7 +33,7 @@ namespace pararnn {
 class SavedTrajectory {
  public:
   virtual ~SavedTrajectory() = default;
-  virtual std::size_t bytes() const = 0;
+  virtual std::size_t bytes() const = 0;  // everything held (H*, and what a backend keeps beside it)
   // H* as a contiguous host tensor of the compute type (a device holder downloads it).
   virtual Tensor host() const = 0;
 };
