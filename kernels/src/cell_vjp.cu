@@ -1,6 +1,6 @@
 // launch_cell_adjoint_jacobian, launch_cell_vjp and launch_widen (kernels/cell_vjp.hpp). The
 // Jacobian: a grid-stride loop over (b, t, c), c fastest, as launch_cell_residual's (and the
-// same CellMath::step in double, so the same J). The VJP: one thread per (b, chunk, c), c
+// same CellMath::step in double). The VJP: one thread per (b, chunk, c), c
 // fastest so that loads and stores are coalesced along channels; the thread walks its chunk's
 // steps in order, accumulating its recurrent partial sums in registers. Every input is read in
 // its compute type T and widened in registers.

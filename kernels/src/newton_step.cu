@@ -14,21 +14,16 @@ namespace pararnn::kernels {
 namespace detail {
 namespace {
 
-// Channels per lane and the register shape, measured on the H200 by pararnn_bench_shapes
-// (docs/cuda.md has the table). GRU-diag in f32 (S1): 2 channels per lane, 8 steps per thread,
-// 16 warps, 2 blocks per SM, anchors every 2nd chunk: 1.21 ms per step and 1.32 ms from the
-// guess at S1 against 1.27 / 1.45 ms for the plain scan's shape (2026-12-03; since the run's
-// iterate lives in shared memory the step fits 64 registers). Both shapes make 128-step chunks
-// with the same anchors, so the association, and every bit of H, is the same. The other cells
-// take the plain scan's shape (SinglePassLimits: one-slot f32 cells 4 channels per lane, 8 steps,
-// 16 warps, anchors every 2nd chunk; 1.29 ms per step at S1 on 2026-12-02); f64 and the 2- and
-// 4-slot cells' shapes are tested, not timed.
+// Channels per lane and the register shape: the plain scan's (SinglePassLimits), measured on
+// the H200 by pararnn_bench_shapes (docs/cuda.md has the table). One-slot cells in f32 (GRU-diag,
+// NLRU, CfC, Titans): 4 channels per lane, 8 steps per thread, 16 warps, anchors every 2nd chunk:
+// 1.29 ms per step at S1 against 1.37 ms for the previous step shape (2 lanes, 4 steps, 16 warps,
+// 2 blocks per SM, anchors every 4th; 2026-12-02). One-slot cells in f64 take the same shape
+// (2 channels per lane; tested, not timed); the 2- and 4-slot cells' shapes are not measured yet.
 template <class CellMath, class T>
-inline constexpr bool kGruF32 = std::is_same_v<CellMath, cells::GruDiagMath> && std::is_same_v<T, float>;
+constexpr int kStepLanes = channel_vector_width<CellMath::kSlots, T>();
 template <class CellMath, class T>
-constexpr int kStepLanes = kGruF32<CellMath, T> ? 2 : channel_vector_width<CellMath::kSlots, T>();
-template <class CellMath, class T>
-using StepShape = std::conditional_t<kGruF32<CellMath, T>, SinglePassShape<8, 16, 2, 2>, SinglePassLimits<CellMath::kSlots>>;
+using StepShape = SinglePassLimits<CellMath::kSlots>;
 
 }  // namespace
 }  // namespace detail
