@@ -18,21 +18,41 @@ using std::int64_t;
 constexpr int kCopyThreads = 256;
 constexpr int kCopyMaxBlocks = 4096;
 
+// The offset, in elements, of row-major element i of `shape` in a view of `strides`.
+__device__ __forceinline__ int64_t strided_offset(int64_t i, int rank, const int64_t* shape, const int64_t* strides) {
+  int64_t rest = i, offset = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t q = rest / shape[d];
+    offset += (rest - q * shape[d]) * strides[d];
+    rest = q;
+  }
+  return offset;
+}
+
+// The element count of a launch's shape (false: a rank or an extent out of range).
+bool element_count(int rank, const int64_t* shape, int64_t& n) {
+  if (rank < 0 || rank > kStridedCopyMaxRank) return false;
+  n = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] < 0) return false;
+    n *= shape[d];
+  }
+  return true;
+}
+
+int copy_blocks(int64_t n) {
+  const int64_t wanted = (n + kCopyThreads - 1) / kCopyThreads;
+  return static_cast<int>(wanted < kCopyMaxBlocks ? wanted : kCopyMaxBlocks);
+}
+
 template <class Bits>
 __global__ void __launch_bounds__(kCopyThreads)
     strided_copy_kernel(StridedCopyArgs a, int64_t n) {
   const Bits* src = static_cast<const Bits*>(a.src);
   Bits* dst = static_cast<Bits*>(a.dst);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rest = i, offset = 0;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      const int64_t q = rest / a.shape[d];
-      offset += (rest - q * a.shape[d]) * a.strides[d];
-      rest = q;
-    }
-    dst[i] = src[offset];
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[strided_offset(i, a.rank, a.shape, a.strides)];
 }
 
 template <StoreType Type>
@@ -82,15 +102,8 @@ __global__ void __launch_bounds__(kCopyThreads)
   const SrcT* src = static_cast<const SrcT*>(a.src);
   DstT* dst = static_cast<DstT*>(a.dst);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rest = i, offset = 0;
-    for (int d = a.rank - 1; d >= 0; --d) {
-      const int64_t q = rest / a.shape[d];
-      offset += (rest - q * a.shape[d]) * a.strides[d];
-      rest = q;
-    }
-    dst[offset] = convert<DstT>(src[i]);
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[strided_offset(i, a.rank, a.shape, a.strides)] = convert<DstT>(src[i]);
 }
 
 template <class SrcT>
@@ -117,17 +130,11 @@ bool store_converts(StoreType from, StoreType to) {
 }  // namespace
 
 cudaError_t launch_strided_store(const StridedStoreArgs& a, cudaStream_t stream) {
-  if (a.rank < 0 || a.rank > kStridedCopyMaxRank) return cudaErrorInvalidValue;
-  if (!store_converts(a.src_type, a.dst_type)) return cudaErrorInvalidValue;
-  int64_t n = 1;
-  for (int d = 0; d < a.rank; ++d) {
-    if (a.shape[d] < 0) return cudaErrorInvalidValue;
-    n *= a.shape[d];
-  }
+  int64_t n = 0;
+  if (!element_count(a.rank, a.shape, n) || !store_converts(a.src_type, a.dst_type)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (a.src == nullptr || a.dst == nullptr) return cudaErrorInvalidValue;
-  const int64_t wanted = (n + kCopyThreads - 1) / kCopyThreads;
-  const int blocks = static_cast<int>(wanted < kCopyMaxBlocks ? wanted : kCopyMaxBlocks);
+  const int blocks = copy_blocks(n);
   switch (a.src_type) {
     case StoreType::f64: return launch_store_from<double>(a, n, blocks, stream);
     case StoreType::f32: return launch_store_from<float>(a, n, blocks, stream);
@@ -138,18 +145,12 @@ cudaError_t launch_strided_store(const StridedStoreArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_strided_copy(const StridedCopyArgs& a, cudaStream_t stream) {
-  if (a.rank < 0 || a.rank > kStridedCopyMaxRank) return cudaErrorInvalidValue;
-  if (a.element_bytes != 2 && a.element_bytes != 4 && a.element_bytes != 8)
+  int64_t n = 0;
+  if (!element_count(a.rank, a.shape, n) || (a.element_bytes != 2 && a.element_bytes != 4 && a.element_bytes != 8))
     return cudaErrorInvalidValue;
-  int64_t n = 1;
-  for (int d = 0; d < a.rank; ++d) {
-    if (a.shape[d] < 0) return cudaErrorInvalidValue;
-    n *= a.shape[d];
-  }
   if (n == 0) return cudaSuccess;
   if (a.src == nullptr || a.dst == nullptr) return cudaErrorInvalidValue;
-  const int64_t wanted = (n + kCopyThreads - 1) / kCopyThreads;
-  const int blocks = static_cast<int>(wanted < kCopyMaxBlocks ? wanted : kCopyMaxBlocks);
+  const int blocks = copy_blocks(n);
   switch (a.element_bytes) {
     case 2: strided_copy_kernel<std::uint16_t><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
     case 4: strided_copy_kernel<std::uint32_t><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;

@@ -797,14 +797,17 @@ cudaMemPool_t backend_pool(int device) {
   return pool;
 }
 
+// The backend's pool of `device` if it has one already (null: never used, or no pools there).
+cudaMemPool_t existing_pool(int device) {
+  std::lock_guard lock(pools_mutex);
+  const auto it = pools.find(device);
+  return it != pools.end() ? it->second : nullptr;
+}
+
 }  // namespace
 
 std::size_t cached_memory(int device) {
-  cudaMemPool_t pool = nullptr;
-  {
-    std::lock_guard lock(pools_mutex);
-    if (const auto it = pools.find(device); it != pools.end()) pool = it->second;
-  }
+  cudaMemPool_t pool = existing_pool(device);
   if (pool == nullptr) return 0;
   std::uint64_t reserved = 0, used = 0;
   PARARNN_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
@@ -813,11 +816,7 @@ std::size_t cached_memory(int device) {
 }
 
 void release_cached_memory(int device) {
-  cudaMemPool_t pool = nullptr;
-  {
-    std::lock_guard lock(pools_mutex);
-    if (const auto it = pools.find(device); it != pools.end()) pool = it->second;
-  }
+  cudaMemPool_t pool = existing_pool(device);
   if (pool == nullptr) return;
   DeviceGuard guard(device);
   PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
