@@ -73,7 +73,9 @@ struct NewtonGradients {
 // parameters' gradients (O(parameters)) and the stats to the host: H* stays on the device.
 // newton_forward_into leaves forward.H undefined, except with chunk_len windows (their backward
 // re-solves each window from the boundary states forward.H holds); newton_backward_into leaves
-// the returned gradients' x undefined (∇x is in `grad_x`: x's shape, the cell's dtype).
+// the returned gradients' x undefined (∇x is in `grad_x`: x's shape, the cell's dtype; the CUDA
+// backward computes it straight into a contiguous compute-type `grad_x`). On any exception the
+// contents of `H_out` / `grad_x` are unspecified.
 [[nodiscard]] NewtonForward newton_forward_into(const Cell& cell, const TensorView& x,
                                                 const TensorView& H_out,
                                                 const NewtonConfig& config = {},
