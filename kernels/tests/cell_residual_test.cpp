@@ -221,10 +221,14 @@ TYPED_TEST(CellResidualKernel, AdjointJacobianIsTheF64ResidualsJacobianAndSeedsT
   static_assert(std::is_same_v<StorageT, ComputeT>);
   constexpr int S = CellMath::kSlots;
   std::uint64_t seed = test_seed(20261203);
-  for (const bool packed : {false, true}) {
-    SCOPED_TRACE(packed ? "packed, h0 rows" : "h0");
+  struct Variant {
+    bool packed, with_h0;
+  };
+  for (const Variant v : {Variant{false, true}, Variant{true, true}, Variant{false, false}}) {
+    const bool packed = v.packed;
+    SCOPED_TRACE(std::string(packed ? "packed, h0 rows" : "one sequence per row") + (v.with_h0 ? ", h0" : ", no h0"));
     const std::int64_t B = 2, T = packed ? 1500 : 333, D = 37;
-    const auto p = make_cell_problem<CellMath, StorageT>(B, T, D, true, packed, ++seed);
+    const auto p = make_cell_problem<CellMath, StorageT>(B, T, D, v.with_h0, packed, ++seed);
     const std::size_t n = static_cast<std::size_t>(B * T * S * D);
     // H* and grad_H in the compute type (the backward reads H* in its compute type).
     std::vector<ComputeT> H(n), g(n);
@@ -259,7 +263,8 @@ TYPED_TEST(CellResidualKernel, AdjointJacobianIsTheF64ResidualsJacobianAndSeedsT
     PARARNN_CUDA_OK(cudaMemset(d_J.get(), 0xff, d_J.bytes()));  // poison: NaN until written
     PARARNN_CUDA_OK(cudaMemset(d_mu.get(), 0xff, d_mu.bytes()));
     const CellAdjointJacobianArgs<ComputeT> args{.wx = in.wx.get(), .recurrent = in.recurrent.get(),
-                                                 .h0 = in.h0.get(), .h0_row = packed ? in.h0_row.get() : nullptr,
+                                                 .h0 = v.with_h0 ? in.h0.get() : nullptr,
+                                                 .h0_row = packed && v.with_h0 ? in.h0_row.get() : nullptr,
                                                  .head = packed ? in.head.get() : nullptr, .H = d_H.get(),
                                                  .grad_H = d_g.get(), .jac = d_J.get(), .mu = d_mu.get(),
                                                  .batch = B, .time = T, .channels = D};
@@ -289,14 +294,17 @@ TEST(CellAdjointJacobianLauncher, RefusesMissingArraysAndNegativeSizesAndLaunche
                                       .batch = 1, .time = 4, .channels = 4};
   PARARNN_CUDA_OK((launch_cell_adjoint_jacobian<cells::NlruMath, float>(args, cudaStream_t{})));
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
-  for (auto broken : {&CellAdjointJacobianArgs<float>::grad_H, &CellAdjointJacobianArgs<float>::H}) {
+  for (auto broken : {&CellAdjointJacobianArgs<float>::wx, &CellAdjointJacobianArgs<float>::recurrent,
+                      &CellAdjointJacobianArgs<float>::grad_H, &CellAdjointJacobianArgs<float>::H}) {
     CellAdjointJacobianArgs<float> a = args;
     a.*broken = nullptr;
     EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(a, cudaStream_t{})), cudaErrorInvalidValue);
   }
-  CellAdjointJacobianArgs<float> no_mu = args;
-  no_mu.mu = nullptr;
-  EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(no_mu, cudaStream_t{})), cudaErrorInvalidValue);
+  for (auto broken : {&CellAdjointJacobianArgs<float>::jac, &CellAdjointJacobianArgs<float>::mu}) {
+    CellAdjointJacobianArgs<float> a = args;
+    a.*broken = nullptr;
+    EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(a, cudaStream_t{})), cudaErrorInvalidValue);
+  }
   CellAdjointJacobianArgs<float> negative = args;
   negative.time = -1;
   EXPECT_EQ((launch_cell_adjoint_jacobian<cells::NlruMath, float>(negative, cudaStream_t{})), cudaErrorInvalidValue);

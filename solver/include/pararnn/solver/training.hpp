@@ -14,6 +14,9 @@
 // together with the forward's gate pre-activations W_x x (B·T·gates·d_h more values): the
 // backward on that device reads both in place (no download and re-upload, no second input
 // GEMM; on another device it computes W_x x again). saved_bytes() counts everything held.
+// The backward takes the forward of the same cell (same parameters) and the same x values: what
+// it holds (H*, and on CUDA W_x x) is not recomputed from them; a forward of another shape or
+// dtype is refused (ContractViolation naming `forward`), changed values are not detected.
 // Example:
 //   NewtonForward fwd = newton_forward(cell, x, config);
 //   NewtonGradients grads = newton_backward(cell, x, fwd, ones_like(fwd.H), config);
