@@ -2,7 +2,8 @@
 in Python. Not named `pararnn`: that is pararnn-torch's import name, and both must live in
 one interpreter (docs/choices.md).
 
-The library's own entry points on live arrays (numpy, torch, anything speaking DLPack); arrays
+The library's own entry points on live arrays (numpy, torch, anything speaking DLPack), the
+training pair newton_forward / newton_backward included; arrays
 are viewed, never copied, on the way in (``_last_views()`` shows the pointers the C++ side saw)
 and results come back without a copy, as numpy arrays (torch tensors when ``x`` is one).
 Guarantees: ``AgreementReport.ok`` is True only for the verdict Agree (a non-finite result or
@@ -26,7 +27,7 @@ from ._pararnn import (AgreementError, AgreementReport, CaseFileError, Certifica
                        cuda_backend_built)
 
 __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
-           "sequential_apply", "oracle", "read_case", "write_case", "Error", "ContractViolation",
+           "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
            "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory"]
 
@@ -152,6 +153,22 @@ def _torch_cuda(array):
     return (type(array).__module__.split(".")[0] == "torch" and getattr(array, "is_cuda", False))
 
 
+def _sync_torch_stream(*arrays):
+    """The solver works on the device's legacy default stream; torch's current stream may be a
+    non-blocking side stream with work on these arrays' memory still queued."""
+    for array in arrays:
+        if _torch_cuda(array):
+            import torch
+            torch.cuda.current_stream(array.device).synchronize()
+            return
+
+
+def _torch_cuda_like(cell, x, shape):
+    """A new torch CUDA tensor of `shape` and the cell's dtype on x's device."""
+    import torch
+    return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[_native(cell).dtype]), device=x.device)
+
+
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
                  return_stats=False, coords="native", out=None):
     """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
@@ -160,17 +177,10 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
     dtype, host or the solve's device) is written instead and returned. coords="log": ParaSLSTM
     (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way."""
     native = _native(cell)
-    if out is None and _torch_cuda(x):
-        import torch
-        shape = native._trajectory_shape(x.shape[0], x.shape[1]) if x.dim() >= 2 else None
-        if shape is not None:
-            out = torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[native.dtype]), device=x.device)
+    if out is None and _torch_cuda(x) and x.dim() >= 2:
+        out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     if out is not None:
-        if _torch_cuda(out) or _torch_cuda(x):
-            # The solver works on the device's legacy default stream; torch's current stream may
-            # be a non-blocking side stream with work on x or on out's memory still queued.
-            import torch
-            torch.cuda.current_stream((out if _torch_cuda(out) else x).device).synchronize()
+        _sync_torch_stream(out, x)
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
                                             backend, max_iters, coords)
@@ -179,6 +189,66 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords)
     H = _like(x, H)
     return (H, stats) if return_stats else H
+
+
+class Forward:
+    """A training forward (newton_forward): ``H`` (the trajectory, or ``out`` when one was
+    given), ``stats`` (NewtonStats as a dict), ``saved_bytes`` (what is held for the backward:
+    H* in the compute type, and on the CUDA backend W_x x beside it; 0 with recompute) and the
+    cell, x, h0 and cu_seqlens it was called with, by reference (the backward reads them again;
+    changing their values in place between the two calls is not detected)."""
+
+    def __init__(self, native, H, cell, x, h0, cu_seqlens):
+        self._native = native
+        self.H = H
+        self.cell, self.x, self.h0, self.cu_seqlens = cell, x, h0, cu_seqlens
+
+    stats = property(lambda self: self._native.stats)
+    saved_bytes = property(lambda self: self._native.saved_bytes)
+
+    def __repr__(self):
+        return f"pararnn_judge.Forward(saved_bytes={self.saved_bytes}, iters={self.stats['iters']})"
+
+
+def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
+                   out=None):
+    """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
+    stats) that keeps what newton_backward reads, unless recompute=True (then the backward
+    solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
+    it (newton_forward_into); `out` (any DLPack array, the trajectory's shape and the cell's
+    dtype) is written instead. Returns a Forward."""
+    native = _native(cell)
+    if out is None and _torch_cuda(x) and x.dim() >= 2:
+        out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
+    if out is not None:
+        _sync_torch_stream(out, x)
+    H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
+                                          _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
+                                          backend, max_iters, bool(recompute))
+    return Forward(forward, out if out is not None else _like(x, H), cell, x, h0, cu_seqlens)
+
+
+def newton_backward(forward, grad_H, *, grad_x=None):
+    """The gradients of L = sum(grad_H * H) at the forward's converged trajectory (C++
+    newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
+    "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
+    on the forward's backend with its configuration. A torch CUDA x gives a CUDA "x" on x's
+    device, computed into it; `grad_x` (any DLPack array of x's shape and the cell's dtype) is
+    written instead and returned as "x". grad_H may have any floating dtype and strides."""
+    if not isinstance(forward, Forward):
+        raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
+                                f"(got {type(forward).__name__})")
+    x = forward.x
+    if grad_x is None and _torch_cuda(x):
+        grad_x = _torch_cuda_like(forward.cell, x, tuple(x.shape))
+    _sync_torch_stream(grad_x, grad_H, x)
+    grads = _pararnn._newton_backward(_native(forward.cell), _dlpack_source(x, "x"), forward._native,
+                                      _dlpack_source(grad_H, "grad_H"), _dlpack_source(grad_x, "grad_x"),
+                                      _dlpack_source(forward.h0, "h0"),
+                                      _dlpack_source(forward.cu_seqlens, "cu_seqlens"))
+    return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
+            "h0": None if grads["h0"] is None else _like(x, grads["h0"]),
+            "parameters": {name: _like(x, g) for name, g in grads["parameters"].items()}}
 
 
 def cuda_release_cached_memory(device=0):

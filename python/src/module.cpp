@@ -1,7 +1,8 @@
 // _pararnn: the nanobind extension behind the `pararnn_judge` Python package (python/pararnn_judge/__init__.py
 // is the public API; docs/python.md). It binds the library's own entry points: newton_apply,
-// sequential_apply, verify_agreement, compare_trajectory, the oracle, Cell::from_case and
-// checked_case, and renders reports with AgreementReport::to_json (the CLI's report).
+// newton_forward / newton_backward (training), sequential_apply, verify_agreement,
+// compare_trajectory, the oracle, Cell::from_case and checked_case, and renders reports with
+// AgreementReport::to_json (the CLI's report).
 //
 // Guarantees: every array argument (numpy, torch, CuPy, JAX: anything speaking DLPack) is
 // viewed, never copied, at this boundary: `view_of` hands the ndarray's data pointer, shape,
@@ -30,6 +31,7 @@
 #include "pararnn/core/errors.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -170,6 +172,14 @@ nb::dict stats_dict(const NewtonStats& s) {
   d["fallback_tiles"] = s.fallback_tiles;
   return d;
 }
+
+// A training forward as Python holds it: what the backward reads (H* on the host or on the
+// solve's device, and on CUDA W_x x), its stats and the configuration the backward re-solves
+// with under recompute.
+struct PyForward {
+  NewtonForward forward;
+  NewtonConfig config;
+};
 
 // The Python exception classes, created at import: name -> class.
 std::map<std::string, nb::object> exception_classes;
@@ -340,6 +350,51 @@ NB_MODULE(_pararnn, m) {
         },
         "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
         "coords"_a);
+  nb::class_<PyForward>(m, "_Forward")
+      .def_prop_ro("saved_bytes", [](const PyForward& f) { return f.forward.saved_bytes(); })
+      .def_prop_ro("stats", [](const PyForward& f) { return stats_dict(f.forward.stats); });
+  m.def("_newton_forward",
+        [](const PyCell& c, const AnyArray& x, std::optional<OutArray> out, std::optional<AnyArray> h0,
+           std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
+           bool recompute) {
+          const TensorView xv = view_of(x, "x");
+          const std::optional<TensorView> ov = out ? std::optional(view_of(*out, "out")) : std::nullopt;
+          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          PyForward f{.config = config_of(backend, max_iters, "native")};
+          f.config.recompute = recompute;
+          {
+            nb::gil_scoped_release release;
+            f.forward = ov ? newton_forward_into(c.cell, xv, *ov, f.config, apply)
+                           : newton_forward(c.cell, xv, f.config, apply);
+          }
+          // H is in `out` when one was given (forward.H then holds nothing the caller reads).
+          nb::object H = ov ? nb::none() : nb::cast(array_of(f.forward.H));
+          return nb::make_tuple(H, std::move(f));
+        },
+        "cell"_a, "x"_a, "out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
+        "recompute"_a);
+  m.def("_newton_backward",
+        [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
+           std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens) {
+          const TensorView xv = view_of(x, "x");
+          const TensorView gv = view_of(grad_H, "grad_H");
+          const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
+          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          NewtonGradients grads;
+          {
+            nb::gil_scoped_release release;
+            grads = dxv ? newton_backward_into(c.cell, xv, f.forward, gv, *dxv, f.config, apply)
+                        : newton_backward(c.cell, xv, f.forward, gv, f.config, apply);
+          }
+          nb::dict parameters;
+          for (const auto& [name, tensor] : grads.parameters) parameters[name.c_str()] = array_of(tensor);
+          nb::dict d;
+          d["x"] = dxv ? nb::none() : nb::cast(array_of(grads.x));
+          d["h0"] = grads.h0 ? nb::cast(array_of(*grads.h0)) : nb::none();
+          d["parameters"] = parameters;
+          return d;
+        },
+        "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none());
   m.def("_cuda_release_cached_memory", [](int device) {
     nb::gil_scoped_release release;
     cuda_release_cached_memory(device);

@@ -69,6 +69,85 @@ class ArraysAreViewedNotCopied(unittest.TestCase):
         self.assertFalse(H.flags.writeable)
 
 
+class Training(unittest.TestCase):
+    """newton_forward / newton_backward on numpy arrays (the CPU backend): the forward is
+    newton_apply's solve, the gradients repeat under recompute, the cotangent is used (and
+    linearly), grad_x and out are written in place, and wrong arguments are refused by name."""
+
+    def setUp(self):
+        self.cell = gru()
+        self.x = normal_input((2, 48, 8))
+        self.h0 = normal_input((2, 16), seed=SEED + 1)
+        self.g = normal_input((2, 48, 16), seed=SEED + 2)
+
+    def gradients(self, grads):
+        """Every gradient array of a newton_backward result, by name."""
+        named = {"x": grads["x"], **{"parameters." + k: v for k, v in grads["parameters"].items()}}
+        if grads["h0"] is not None:
+            named["h0"] = grads["h0"]
+        return named
+
+    def test_the_forward_is_newton_apply_and_keeps_what_the_backward_reads(self):
+        forward = pararnn.newton_forward(self.cell, self.x, h0=self.h0)
+        self.assertTrue(np.array_equal(forward.H, pararnn.newton_apply(self.cell, self.x, h0=self.h0)))
+        self.assertEqual(forward.saved_bytes, forward.H.nbytes)  # f32 computes in f32; the CPU keeps H* only
+        self.assertGreaterEqual(forward.stats["iters"], 1)
+        self.assertEqual(pararnn.newton_forward(self.cell, self.x, recompute=True).saved_bytes, 0)
+
+    def test_gradients_have_their_tensors_shapes_and_repeat_under_recompute(self):
+        kept = pararnn.newton_backward(pararnn.newton_forward(self.cell, self.x, h0=self.h0), self.g)
+        again = pararnn.newton_backward(pararnn.newton_forward(self.cell, self.x, h0=self.h0, recompute=True), self.g)
+        self.assertEqual(kept["x"].shape, self.x.shape)
+        self.assertEqual(kept["h0"].shape, self.h0.shape)
+        parameters = self.cell.state_dict()
+        self.assertEqual(set(kept["parameters"]), set(parameters))
+        for name, value in parameters.items():
+            self.assertEqual(kept["parameters"][name].shape, value.shape, name)
+        for name, value in self.gradients(kept).items():
+            self.assertEqual(value.dtype, np.float32, name)
+            self.assertTrue(np.array_equal(value, self.gradients(again)[name]), name)
+
+    def test_the_cotangent_is_used_linearly(self):
+        # L = sum(grad_H * H) is linear in grad_H: twice the cotangent gives exactly twice every
+        # gradient (a power of two scales without rounding), none gives zeros.
+        forward = pararnn.newton_forward(self.cell, self.x, h0=self.h0)
+        one = self.gradients(pararnn.newton_backward(forward, self.g))
+        two = self.gradients(pararnn.newton_backward(forward, 2 * self.g))
+        zero = self.gradients(pararnn.newton_backward(forward, np.zeros_like(self.g)))
+        for name, value in one.items():
+            self.assertTrue(np.any(value != 0), name)
+            self.assertTrue(np.array_equal(two[name], 2 * value), name)
+            self.assertTrue(np.all(zero[name] == 0), name)
+
+    def test_grad_x_and_out_are_written_in_place_with_the_returned_bits(self):
+        forward = pararnn.newton_forward(self.cell, self.x)
+        base = np.zeros((48, 4, 8), dtype=np.float32)
+        grad_x = base.transpose(1, 0, 2)[::2]  # (2, 48, 8), strided
+        grads = pararnn.newton_backward(forward, self.g, grad_x=grad_x)
+        self.assertIs(grads["x"], grad_x)
+        self.assertIsNone(grads["h0"])
+        expected = pararnn.newton_backward(forward, self.g)
+        self.assertTrue(np.array_equal(grad_x, expected["x"]))
+        self.assertTrue(np.all(base.transpose(1, 0, 2)[1::2] == 0))  # the rows between untouched
+        out = np.zeros((2, 48, 16), dtype=np.float32)
+        into = pararnn.newton_forward(self.cell, self.x, out=out)
+        self.assertIs(into.H, out)
+        self.assertTrue(np.array_equal(out, forward.H))
+        for name, value in self.gradients(pararnn.newton_backward(into, self.g)).items():
+            self.assertTrue(np.array_equal(value, self.gradients(expected)[name]), name)
+
+    def test_wrong_arguments_are_refused_by_name(self):
+        forward = pararnn.newton_forward(self.cell, self.x)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "forward: must be the pararnn_judge.Forward"):
+            pararnn.newton_backward(forward.H, self.g)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "grad_H: must have the trajectory's shape"):
+            pararnn.newton_backward(forward, self.g[:, :47])
+        with self.assertRaisesRegex(pararnn.ContractViolation, "grad_x: must have the cell's dtype f32"):
+            pararnn.newton_backward(forward, self.g, grad_x=np.zeros(self.x.shape, dtype=np.float64))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "out: must have the shape"):
+            pararnn.newton_forward(self.cell, self.x, out=np.zeros((2, 47, 16), dtype=np.float32))
+
+
 class VerdictsAreTheCLIs(unittest.TestCase):
     def test_verify_agrees_with_the_cli_on_the_same_case(self):
         folder = scratch()
