@@ -41,6 +41,8 @@ def _dlpack_source(value, argument):
     """What the binding can view: numpy arrays and DLPack objects pass as they are."""
     if value is None:
         return None
+    if getattr(value, "requires_grad", False) and hasattr(value, "detach"):
+        value = value.detach()  # a torch leaf of a graph: the same storage, no autograd
     if hasattr(value, "__dlpack__"):
         return value
     raise ContractViolation(f"{argument}: must be an array speaking DLPack (numpy, torch, CuPy, JAX) "
@@ -192,9 +194,10 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
 
 
 class Forward:
-    """A training forward (newton_forward): ``H`` (the trajectory, or ``out`` when one was
+    """A training forward (newton_forward): ``H`` (the trajectory, or ``H_out`` when one was
     given), ``stats`` (NewtonStats as a dict), ``saved_bytes`` (what is held for the backward:
-    H* in the compute type, and on the CUDA backend W_x x beside it; 0 with recompute) and the
+    H* in the compute type, and W_x x beside it on the CUDA per-channel forward; 0 with
+    recompute) and the
     cell, x, h0 and cu_seqlens it was called with, by reference (the backward reads them again;
     changing their values in place between the two calls is not detected)."""
 
@@ -211,21 +214,21 @@ class Forward:
 
 
 def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
-                   out=None):
+                   H_out=None):
     """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
     stats) that keeps what newton_backward reads, unless recompute=True (then the backward
     solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
-    it (newton_forward_into); `out` (any DLPack array, the trajectory's shape and the cell's
-    dtype) is written instead. Returns a Forward."""
+    it (newton_forward_into); `H_out` (any DLPack array, the trajectory's shape and the cell's
+    dtype; C++ newton_forward_into's name) is written instead. Returns a Forward."""
     native = _native(cell)
-    if out is None and _torch_cuda(x) and x.dim() >= 2:
-        out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
-    if out is not None:
-        _sync_torch_stream(out, x)
-    H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
+    if H_out is None and _torch_cuda(x) and x.dim() >= 2:
+        H_out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
+    if H_out is not None:
+        _sync_torch_stream(H_out, x)
+    H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
                                           backend, max_iters, bool(recompute))
-    return Forward(forward, out if out is not None else _like(x, H), cell, x, h0, cu_seqlens)
+    return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens)
 
 
 def newton_backward(forward, grad_H, *, grad_x=None):
@@ -233,8 +236,9 @@ def newton_backward(forward, grad_H, *, grad_x=None):
     newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
     "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
     on the forward's backend with its configuration. A torch CUDA x gives a CUDA "x" on x's
-    device, computed into it; `grad_x` (any DLPack array of x's shape and the cell's dtype) is
-    written instead and returned as "x". grad_H may have any floating dtype and strides."""
+    device, computed into it ("h0" and "parameters" are small host tensors); `grad_x` (any
+    DLPack array of x's shape and the cell's dtype) is written instead and returned as "x".
+    grad_H may have any floating dtype and strides."""
     if not isinstance(forward, Forward):
         raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
                                 f"(got {type(forward).__name__})")

@@ -354,11 +354,11 @@ NB_MODULE(_pararnn, m) {
       .def_prop_ro("saved_bytes", [](const PyForward& f) { return f.forward.saved_bytes(); })
       .def_prop_ro("stats", [](const PyForward& f) { return stats_dict(f.forward.stats); });
   m.def("_newton_forward",
-        [](const PyCell& c, const AnyArray& x, std::optional<OutArray> out, std::optional<AnyArray> h0,
+        [](const PyCell& c, const AnyArray& x, std::optional<OutArray> H_out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
            bool recompute) {
           const TensorView xv = view_of(x, "x");
-          const std::optional<TensorView> ov = out ? std::optional(view_of(*out, "out")) : std::nullopt;
+          const std::optional<TensorView> ov = H_out ? std::optional(view_of(*H_out, "H_out")) : std::nullopt;
           const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
           PyForward f{.config = config_of(backend, max_iters, "native")};
           f.config.recompute = recompute;
@@ -367,11 +367,11 @@ NB_MODULE(_pararnn, m) {
             f.forward = ov ? newton_forward_into(c.cell, xv, *ov, f.config, apply)
                            : newton_forward(c.cell, xv, f.config, apply);
           }
-          // H is in `out` when one was given (forward.H then holds nothing the caller reads).
+          // H is in `H_out` when one was given (forward.H then holds nothing the caller reads).
           nb::object H = ov ? nb::none() : nb::cast(array_of(f.forward.H));
           return nb::make_tuple(H, std::move(f));
         },
-        "cell"_a, "x"_a, "out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
+        "cell"_a, "x"_a, "H_out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
         "recompute"_a);
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,

@@ -140,7 +140,9 @@ NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, c
     const Tensor saved = cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
                                                    /*keep_compute=*/true);
     forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-    if (!config.recompute) forward.saved_trajectory = saved_on_host(saved);
+    // The saved H* never shares storage with the returned H (the caller may write into H).
+    if (!config.recompute)
+      forward.saved_trajectory = saved_on_host(forward.H.data() == saved.data() ? Tensor::copy_of(saved.view()) : saved);
   });
   return forward;
 }
