@@ -63,6 +63,40 @@ class TorchTensorsAreViewed(unittest.TestCase):
             self.assertTrue(torch.equal(H.cpu(), host))
 
 
+class TorchTraining(unittest.TestCase):
+    """newton_forward / newton_backward on torch tensors: CPU tensors (a leaf that requires grad
+    is detached, the results are torch tensors) and, with a GPU, CUDA tensors whose H and ∇x
+    are computed into CUDA tensors with the bits of the CUDA backend on host tensors."""
+
+    def test_cpu_tensors_train_and_give_torch_gradients(self):
+        x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED)).requires_grad_()
+        forward = judge.newton_forward(gru(), x)
+        grads = judge.newton_backward(forward, torch.ones_like(forward.H))
+        self.assertEqual(judge._last_views()["x"]["data"], x.data_ptr())
+        self.assertIsInstance(grads["x"], torch.Tensor)
+        self.assertEqual(tuple(grads["x"].shape), tuple(x.shape))
+        self.assertTrue(all(isinstance(g, torch.Tensor) for g in grads["parameters"].values()))
+
+    def test_cuda_tensors_train_where_they_live(self):
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        generator = torch.Generator().manual_seed(SEED)
+        x = torch.randn(2, 300, 8, generator=generator)
+        g = torch.randn(2, 300, 16, generator=generator)
+        forward = judge.newton_forward(gru(), x.cuda())
+        self.assertTrue(forward.H.is_cuda)
+        grads = judge.newton_backward(forward, g.cuda())
+        self.assertTrue(grads["x"].is_cuda)
+        self.assertEqual(judge._last_views()["grad_x"]["data"], grads["x"].data_ptr())
+        host = judge.newton_backward(judge.newton_forward(gru(), x, backend="cuda"), g)
+        self.assertTrue(torch.equal(forward.H.cpu(), judge.newton_forward(gru(), x, backend="cuda").H))
+        self.assertTrue(torch.equal(grads["x"].cpu(), host["x"]))
+        for name, value in host["parameters"].items():
+            self.assertTrue(torch.equal(grads["parameters"][name], value), name)
+
+
 @unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
 class PararnnTorchCellsVerifyInOneCall(unittest.TestCase):
     def cells(self):
