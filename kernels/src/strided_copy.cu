@@ -55,25 +55,6 @@ __global__ void __launch_bounds__(kCopyThreads)
     dst[i] = src[strided_offset(i, a.rank, a.shape, a.strides)];
 }
 
-template <StoreType Type>
-struct StoreTraits;
-template <>
-struct StoreTraits<StoreType::f64> {
-  using T = double;
-};
-template <>
-struct StoreTraits<StoreType::f32> {
-  using T = float;
-};
-template <>
-struct StoreTraits<StoreType::f16> {
-  using T = __half;
-};
-template <>
-struct StoreTraits<StoreType::bf16> {
-  using T = __nv_bfloat16;
-};
-
 // One element converted (the pairs store_converts refuses are instantiated, never launched).
 template <class To, class From>
 __device__ To convert(From v) {
