@@ -13,7 +13,13 @@
 // pays them), 3 warm-up runs, median of --runs (default 20); bytes per token-channel: step 20
 // (W_x x 12, H 4, H' 4), step from the guess 16, scan 12 (J, r, δ).
 //
-// Usage: pararnn_bench_shapes [--runs 20]
+// The decode kernel's block shapes (decode.cuh DecodeShape<rows, slices>) are measured the same
+// way at GRU d 256 f32 for B 1, 8, 64, 256: per step under CUDA-graph replay of 100 in-place
+// steps, each shape's first step checked against the production launch_decode_step; the
+// precomputed-gates step (launch_decode_gates) is timed beside them and checked against the
+// cell's step on the host.
+//
+// Usage: pararnn_bench_shapes [--runs 20] [--only decode]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,9 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "decode.cuh"
 #include "newton_step.cuh"
 #include "sequential.cuh"
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/newton_step.hpp"
 #include "bench_common.hpp"
 #include "pararnn/kernels/scan.hpp"
@@ -160,18 +168,147 @@ const Prefetch kPrefetches[] = {{4, false, false, &sequential_at<4, false>},
                                 {24, false, true, &sequential_at<24, false, true>},
                                 {24, true, true, &sequential_at<24, true>}};
 
+// --- decode -------------------------------------------------------------------------------
+
+struct DecodeCandidate {
+  int rows, slices;
+  cudaError_t (*run)(const DecodeArgs<float>&, cudaStream_t);
+};
+template <int R, int W>
+cudaError_t decode_at(const DecodeArgs<float>& a, cudaStream_t s) {
+  return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W>>(a, s);
+}
+const DecodeCandidate kDecodeShapes[] = {
+    {1, 32, &decode_at<1, 32>}, {2, 32, &decode_at<2, 32>}, {4, 32, &decode_at<4, 32>},
+    {2, 16, &decode_at<2, 16>}, {4, 16, &decode_at<4, 16>}, {8, 16, &decode_at<8, 16>},
+    {8, 8, &decode_at<8, 8>},   {16, 8, &decode_at<16, 8>}, {16, 16, &decode_at<16, 16>},
+    {32, 4, &decode_at<32, 4>}, {32, 8, &decode_at<32, 8>}};
+
+// Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
+template <class F>
+double graph_us_per_step(int runs, cudaStream_t stream, F&& launch) {
+  constexpr int kSteps = 100;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < kSteps; ++i) check(launch(stream), "decode step (capture)");
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double ms = pararnn::bench::median_ms_on(stream, 3, runs, [] {}, [&] {
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  });
+  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  return 1000.0 * ms / kSteps;
+}
+
+void decode_section(int runs) {
+  const std::int64_t D = 256, d_in = 256, G = 3;
+  Buffer weight_t(d_in * G * D * sizeof(float)), bias(G * D * sizeof(float)), values(G * D * sizeof(float));
+  fill(weight_t, 11, -0.0625f, 0.0625f);
+  fill(bias, 12, -0.5f, 0.5f);
+  fill(values, 13, -0.9f, 0.9f);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::printf("  \"decode\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"d_h\": %lld, \"d_in\": %lld, "
+              "\"steps_per_graph\": 100, \"small_batch\": %lld, \"medium_batch\": %lld, \"rows\": [\n",
+              static_cast<long long>(D), static_cast<long long>(d_in), static_cast<long long>(kDecodeSmallBatch),
+              static_cast<long long>(kDecodeMediumBatch));
+  bool first_row = true;
+  for (std::int64_t B : {1, 8, 64, 256}) {
+    Buffer x(B * d_in * sizeof(float)), state(B * D * sizeof(float)), out(B * D * sizeof(float)),
+        gates(B * G * D * sizeof(float));
+    fill(x, 20 + static_cast<std::uint64_t>(B), -1.0f, 1.0f);
+    fill(state, 30 + static_cast<std::uint64_t>(B), -1.0f, 1.0f);
+    fill(gates, 40 + static_cast<std::uint64_t>(B), -2.0f, 2.0f);
+    check(cudaDeviceSynchronize(), "fill");
+    const DecodeArgs<float> from_state{.weight_t = weight_t.f(), .bias = bias.f(), .values = values.f(),
+                                       .state = state.f(), .x = x.f(), .out = out.f(), .batch = B,
+                                       .channels = D, .d_in = d_in, .affine_inputs = d_in};
+    DecodeArgs<float> in_place = from_state;
+    in_place.state = out.f();
+    check(launch_decode_step<Gru, float>(from_state, stream), "production decode");
+    check(cudaStreamSynchronize(stream), "production decode");
+    const std::vector<float> ref = download(out);
+    const double prod_us = graph_us_per_step(runs, stream, [&](cudaStream_t s) {
+      return launch_decode_step<Gru, float>(in_place, s);
+    });
+    // The gates form, checked against the cell's step on the host from the same gates.
+    const DecodeGatesArgs<float> gates_from_state{.gates = gates.f(), .values = values.f(), .state = state.f(),
+                                                  .out = out.f(), .batch = B, .channels = D};
+    check(launch_decode_gates<Gru, float>(gates_from_state, stream), "decode from gates");
+    check(cudaStreamSynchronize(stream), "decode from gates");
+    const std::vector<float> got_gates = download(out), h_gates = download(gates), h_values = download(values),
+                             h_state = download(state);
+    std::vector<float> want_gates(got_gates.size());
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t c = 0; c < D; ++c) {
+        float wx[3], rec[3], h_prev[1] = {h_state[static_cast<std::size_t>(b * D + c)]}, h_new[1];
+        for (int g = 0; g < 3; ++g) {
+          wx[g] = h_gates[static_cast<std::size_t>((b * G + g) * D + c)];
+          rec[g] = h_values[static_cast<std::size_t>(g * D + c)];
+        }
+        Gru::step(rec, wx, h_prev, h_new, static_cast<float*>(nullptr));
+        want_gates[static_cast<std::size_t>(b * D + c)] = h_new[0];
+      }
+    const double gates_err = max_abs_diff(got_gates, want_gates);
+    DecodeGatesArgs<float> gates_in_place = gates_from_state;
+    gates_in_place.state = out.f();
+    const double gates_us = graph_us_per_step(runs, stream, [&](cudaStream_t s) {
+      return launch_decode_gates<Gru, float>(gates_in_place, s);
+    });
+    std::printf("%s    {\"batch\": %lld, \"production_us\": %.3f, \"gates_us\": %.3f, "
+                "\"gates_max_abs_vs_host_step\": %.3e, \"shapes\": [",
+                first_row ? "" : ",\n", static_cast<long long>(B), prod_us, gates_us, gates_err);
+    first_row = false;
+    bool first = true;
+    for (const DecodeCandidate& shape : kDecodeShapes) {
+      if (const cudaError_t e = shape.run(from_state, stream); e != cudaSuccess) {
+        std::printf("%s{\"rows\": %d, \"slices\": %d, \"launch_error\": \"%s\"}", first ? "" : ", ", shape.rows,
+                    shape.slices, cudaGetErrorString(e));
+        first = false;
+        continue;
+      }
+      check(cudaStreamSynchronize(stream), "decode shape");
+      const double err = max_abs_diff(download(out), ref);
+      const double us = graph_us_per_step(runs, stream, [&](cudaStream_t s) { return shape.run(in_place, s); });
+      std::printf("%s{\"rows\": %d, \"slices\": %d, \"us\": %.3f, \"max_abs_vs_production\": %.3e}",
+                  first ? "" : ", ", shape.rows, shape.slices, us, err);
+      first = false;
+    }
+    std::printf("]}");
+  }
+  std::printf("\n  ]}");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pararnn::bench::program_name = "pararnn_bench_shapes";
   int runs = 20;
+  bool decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "decode") == 0) {
+      decode_only = true;
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N]\n");
+      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N] [--only decode]\n");
       return 2;
     }
+  }
+  if (decode_only) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "properties");
+    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
+    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"},\n", prop.name,
+                prop.multiProcessorCount, runs, date.c_str());
+    decode_section(runs);
+    std::printf("\n}\n");
+    return 0;
   }
   const std::int64_t B = 8, T = 65536, D = 256, G = 3;
   const std::size_t n = static_cast<std::size_t>(B * T * D);
@@ -307,6 +444,8 @@ int main(int argc, char** argv) {
                 first ? "" : ",\n", p.distance, p.heads ? "true" : "false", p.picard ? "true" : "false", ms, err);
     first = false;
   }
-  std::printf("\n  ]\n}\n");
+  std::printf("\n  ],\n");
+  decode_section(runs);
+  std::printf("\n}\n");
   return 0;
 }

@@ -244,11 +244,23 @@ def main():
     if p16:
         rows = p16["rows"]
         ok = all(r["one_step_vs_host_max_abs"] <= r["tau_atol"] and r["replayed_state_finite"] for r in rows)
-        t["P16"] = entry(max(r["us_per_step"] for r in rows) if ok else None, "us", 5.0, "lower", None, None,
-                         "CudaDecoder::step with W_x x inside (the target's 5 µs form; the 2.6 µs form with W_x x "
-                         "precomputed has no API), graph replay of 100 steps, GRU d 256 f32: " + ", ".join(
-                             "B {} {:.2f} µs".format(r["batch"], r["us_per_step"]) for r in rows),
+        gates_rows = [r for r in rows if "gates_us_per_step" in r]
+        gates_ok = bool(gates_rows) and len(gates_rows) == len(rows) and all(
+            r["gates_one_step_vs_host_max_abs"] <= r["tau_atol"] for r in gates_rows)
+        note = ("CudaDecoder::step with W_x x inside (target 5 µs), graph replay of 100 steps, GRU d 256 f32: " +
+                ", ".join("B {} {:.2f} µs".format(r["batch"], r["us_per_step"]) for r in rows))
+        if gates_rows:
+            note += ("; CudaDecoder::step_gates, W_x x precomputed (target 2.6 µs): " +
+                     ", ".join("B {} {:.2f} µs".format(r["batch"], r["gates_us_per_step"]) for r in gates_rows))
+        else:
+            note += "; the 2.6 µs form (W_x x precomputed) not measured in this run"
+        t["P16"] = entry(max(r["us_per_step"] for r in rows) if ok else None, "us", 5.0, "lower", None, None, note,
                          p16.get("run_context", targets["context"])["date"])
+        gates_value = max(r["gates_us_per_step"] for r in gates_rows) if gates_ok else None
+        t["P16"]["precomputed_gates"] = entry(gates_value, "us", 2.6, "lower", None, None,
+                                              "CudaDecoder::step_gates, worst batch", t["P16"]["date"])
+        # Both forms of the target must be met.
+        t["P16"]["met"] = t["P16"]["met"] and t["P16"]["precomputed_gates"]["met"]
     else:
         t["P16"] = entry(None, "us", 2.6, "lower", None, peers_src,
                          "not measured (pararnn_bench_targets P16 absent)", date)

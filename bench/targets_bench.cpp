@@ -18,8 +18,9 @@
 //       on device x, against x plus the output trajectory;
 //   P14 newton_apply from host tensors against its transfers (pageable H2D of x, D2H into a new
 //       tensor) plus the device time (input GEMM + fused solve) measured in the same run;
-//   P16 CudaDecoder::step (GRU d 256, W_x x inside) per step under CUDA-graph replay,
-//       B ∈ {1, 8, 64, 256}, checked against the host decode_step.
+//   P16 CudaDecoder::step (GRU d 256, W_x x inside) and CudaDecoder::step_gates (W_x x
+//       precomputed by decode_gates) per step under CUDA-graph replay, B ∈ {1, 8, 64, 256},
+//       each form's first step checked against the host decode_step.
 // Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,...]
 #include <cuda_runtime_api.h>
 
@@ -432,7 +433,8 @@ nlohmann::ordered_json p14_host(int runs) {
 }
 
 nlohmann::ordered_json p16_decode(int runs) {
-  nlohmann::ordered_json out = {{"shape", "gru d 256 f32, CudaDecoder::step (one kernel: W_x x + b and the step)"},
+  nlohmann::ordered_json out = {{"shape", "gru d 256 f32, CudaDecoder::step (one kernel: W_x x + b and the step) "
+                                          "and CudaDecoder::step_gates (W_x x + b precomputed: the step alone)"},
                                 {"steps_per_graph", 100}};
   const Cell cell = Cell::initialise(kS1Gru, DType::f32, kSeed);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -459,36 +461,51 @@ nlohmann::ordered_json p16_decode(int runs) {
     check(cudaMemcpy(got.data(), d_out.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
     const std::vector<float> want(expect.data_as<float>(), expect.data_as<float>() + expect.numel());
     const double err = max_abs_difference(got, want);
-    // 100 steps (out -> out, in place) captured once and replayed.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    for (int s = 0; s < 100; ++s) decoder.step(vo, vx, vo, stream);
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    cudaEvent_t start, stop;
-    check(cudaEventCreate(&start), "cudaEventCreate");
-    check(cudaEventCreate(&stop), "cudaEventCreate");
-    std::vector<double> per_step;
-    for (int i = 0; i < kWarmup + runs; ++i) {
-      check(cudaEventRecord(start, stream), "cudaEventRecord");
-      check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-      check(cudaEventRecord(stop, stream), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      if (i >= kWarmup) per_step.push_back(1000.0 * ms / 100.0);
-    }
+    // The precomputed-gates form (CudaDecoder::step_gates) from the same state and x's gates.
+    const Tensor gates = decode_gates(cell, x.view());
+    DeviceBuffer d_gates(gates.nbytes(), "gates", cuda::Allocation::synchronous);
+    check(cudaMemcpy(d_gates.get(), gates.data(), gates.nbytes(), cudaMemcpyHostToDevice), "upload gates");
+    const TensorView vg(d_gates.get(), DType::f32, {B, 3 * 256}, {}, Device::cuda, 0);
+    decoder.step_gates(vs, vg, vo, stream);
+    check(cudaStreamSynchronize(stream), "sync");
+    check(cudaMemcpy(got.data(), d_out.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    const double gates_err = max_abs_difference(got, want);
+    // 100 steps (out -> out, in place) captured once and replayed, for each form.
+    const auto replayed_us_per_step = [&](auto&& one_step) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      for (int s = 0; s < 100; ++s) one_step();
+      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaEvent_t start, stop;
+      check(cudaEventCreate(&start), "cudaEventCreate");
+      check(cudaEventCreate(&stop), "cudaEventCreate");
+      std::vector<double> per_step;
+      for (int i = 0; i < kWarmup + runs; ++i) {
+        check(cudaEventRecord(start, stream), "cudaEventRecord");
+        check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        check(cudaEventRecord(stop, stream), "cudaEventRecord");
+        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        if (i >= kWarmup) per_step.push_back(1000.0 * ms / 100.0);
+      }
+      check(cudaEventDestroy(start), "cudaEventDestroy");
+      check(cudaEventDestroy(stop), "cudaEventDestroy");
+      check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+      check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+      return median(per_step);
+    };
+    const double x_us = replayed_us_per_step([&] { decoder.step(vo, vx, vo, stream); });
+    const double gates_us = replayed_us_per_step([&] { decoder.step_gates(vo, vg, vo, stream); });
     std::vector<float> after(static_cast<std::size_t>(B * 256));
     check(cudaMemcpy(after.data(), d_out.get(), after.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
     bool finite = true;
     for (float v : after) finite = finite && std::isfinite(v);
-    rows.push_back({{"batch", B}, {"us_per_step", median(per_step)}, {"one_step_vs_host_max_abs", err},
+    rows.push_back({{"batch", B}, {"us_per_step", x_us}, {"one_step_vs_host_max_abs", err},
+                    {"gates_us_per_step", gates_us}, {"gates_one_step_vs_host_max_abs", gates_err},
                     {"tau_atol", tau_of(DType::f32, "gru")}, {"replayed_state_finite", finite}});
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
-    check(cudaGraphDestroy(graph), "cudaGraphDestroy");
     check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   }
   out["rows"] = rows;

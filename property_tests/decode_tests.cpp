@@ -3,7 +3,9 @@
 // backend decodes and every storage dtype; repeated steps are the sequential trajectory; bad
 // arguments are refused naming the argument. On cuda also: a CudaDecoder step captured in a CUDA
 // graph and replayed (with new input in the same buffers) is bitwise the direct step, and
-// in-place decoding works. Tolerances come from the contract table (Metric::decode).
+// in-place decoding works; every block shape of the decode kernel (one per batch class) and the
+// step from precomputed gates (CudaDecoder::step_gates) equal the oracle's step. Tolerances come
+// from the contract table (Metric::decode).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -19,6 +21,8 @@
 
 #if PARARNN_TEST_ON_CUDA
 #include <cuda_runtime_api.h>
+
+#include "pararnn/kernels/decode.hpp"
 #endif
 
 namespace pararnn {
@@ -171,6 +175,25 @@ TEST(Decode, ArgumentsAreCheckedAndNamed) {
   const Tensor wide(DType::f32, {2, 2, 8});
   EXPECT_EQ(refused_argument(state.view(), x.view(), wide.view().slice(2, 0, 8, 2)), "out");
   EXPECT_EQ(refused_argument(state.view(), x.view(), out.view()), "<accepted>");
+  // decode_gates reads host x of the cell's shape and dtype.
+  const auto gates_refused = [&](const TensorView& xv) {
+    try {
+      (void)decode_gates(lstm, xv);
+    } catch (const ContractViolation& e) {
+      return std::string(e.argument());
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(gates_refused(x.view()), "<accepted>");
+  EXPECT_EQ(decode_gates(lstm, x.view()).shape(), (Shape{2, lstm.spec().gates * 4}));
+  EXPECT_EQ(gates_refused(Tensor(DType::f32, {2, 4}).view()), "x");
+  EXPECT_EQ(gates_refused(Tensor(DType::f64, {2, 3}).view()), "x");
+  // out sharing memory with x, or overlapping state at another address.
+  Tensor shared(DType::f32, {20});
+  const TensorView over_out(shared.data(), DType::f32, {2, 2, 4});
+  EXPECT_EQ(refused_argument(state.view(), TensorView(shared.data(), DType::f32, {2, 3}), over_out), "out");
+  const TensorView shifted(static_cast<float*>(shared.data()) + 4, DType::f32, {2, 2, 4});
+  EXPECT_EQ(refused_argument(over_out, x.view(), shifted), "out");
   // In place: out may be state itself.
   Tensor carry = carry_for(lstm, 2, 3);
   const Tensor expected = decode_step(lstm, carry.view(), x.view());
@@ -222,6 +245,84 @@ TEST(Decode, CudaDecoderStepReplaysFromACapturedGraph) {
       (void)cudaStreamDestroy(stream);
     }
   }
+}
+
+// The step from precomputed gates is the oracle's step from the same carry and x, in four dtypes;
+// in place it writes the same bits.
+TEST(Decode, CudaDecoderStepFromGatesEqualsTheOracleStep) {
+  QuietWarnings quiet;
+  for (const std::string& label : testing::kPerChannelCellLabels) {
+    for (DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
+      const Cell cell = decode_cell(label, dtype, 5, 40, 21);
+      const std::int64_t B = 3;
+      const Tensor state = carry_for(cell, B, 22);
+      const Tensor x = generated_case_input(dtype, B, 1, cell.d_in(), 23).reshaped({B, cell.d_in()});
+      const CudaDecoder decoder(cell, B);
+      const DeviceTensor d_state(state), d_gates(decode_gates(cell, x.view()));
+      DeviceTensor d_out(Tensor(dtype, state.shape()));
+      decoder.step_gates(d_state.view(), d_gates.view(), d_out.view());
+      decoder.synchronize();
+      const Tensor next = d_out.download();
+      const ComparisonResult c = compare(next.view(), oracle_step(cell, state, x).view(),
+                                         tolerance_for({.dtype = dtype, .metric = Metric::decode}));
+      EXPECT_TRUE(c.ok()) << c.describe();
+      DeviceTensor in_place(state);
+      decoder.step_gates(in_place.view(), d_gates.view(), in_place.view());
+      decoder.synchronize();
+      const Tensor again = in_place.download();
+      EXPECT_EQ(std::memcmp(again.data(), next.data(), next.nbytes()), 0);
+    }
+  }
+}
+
+// Every block shape of the decode kernel (the batch classes of kernels/decode.hpp, at their
+// edges), with more x columns than one shared-memory chunk and a partial channel block, is the
+// oracle's step.
+TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
+  QuietWarnings quiet;
+  for (const std::int64_t B : {kernels::kDecodeSmallBatch, kernels::kDecodeSmallBatch + 1,
+                               kernels::kDecodeMediumBatch, kernels::kDecodeMediumBatch + 3}) {
+    for (const std::string& label : testing::kPerChannelCellLabels) {
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + " B " + std::to_string(B));
+        const Cell cell = decode_cell(label, dtype, 300, 40, 31);
+        const Tensor state = carry_for(cell, B, 32);
+        const Tensor x = generated_case_input(dtype, B, 1, cell.d_in(), 33).reshaped({B, cell.d_in()});
+        const Tensor next = decode_on_backend(cell, state, x);
+        const ComparisonResult c = compare(next.view(), oracle_step(cell, state, x).view(),
+                                           tolerance_for({.dtype = dtype, .metric = Metric::decode}));
+        EXPECT_TRUE(c.ok()) << c.describe();
+      }
+    }
+  }
+}
+
+TEST(Decode, CudaDecoderStepFromGatesChecksItsArguments) {
+  const Cell gru = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 4}, DType::bf16, 1);
+  const CudaDecoder decoder(gru, 2);
+  const DeviceTensor state(Tensor(DType::bf16, {2, 4})), gates(Tensor(DType::f32, {2, 12}));
+  DeviceTensor out(Tensor(DType::bf16, {2, 4}));
+  const auto refused_argument = [&](const TensorView& s, const TensorView& g, const TensorView& o) {
+    try {
+      decoder.step_gates(s, g, o);
+    } catch (const ContractViolation& e) {
+      return std::string(e.argument());
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(refused_argument(state.view(), gates.view(), out.view()), "<accepted>");
+  const DeviceTensor narrow(Tensor(DType::bf16, {2, 12})), wide(Tensor(DType::f32, {2, 16}));
+  EXPECT_EQ(refused_argument(state.view(), narrow.view(), out.view()), "gates");  // storage, not compute dtype
+  EXPECT_EQ(refused_argument(state.view(), wide.view(), out.view()), "gates");
+  const Tensor host_gates(DType::f32, {2, 12});
+  EXPECT_EQ(refused_argument(state.view(), host_gates.view(), out.view()), "gates");
+  const DeviceTensor three(Tensor(DType::bf16, {3, 4})), gates_three(Tensor(DType::f32, {3, 12}));
+  EXPECT_EQ(refused_argument(three.view(), gates_three.view(), three.view()), "state");  // the decoder's batch is 2
+  // out inside the gates' memory.
+  EXPECT_EQ(refused_argument(state.view(), gates.view(), TensorView(gates.view().data(), DType::bf16, {2, 4}, {},
+                                                                      Device::cuda, 0)),
+            "out");
 }
 
 TEST(Decode, DenseCellsAreRefusedOnTheGpu) {

@@ -14,6 +14,10 @@
 
 namespace pararnn::detail {
 
+// The arithmetic dtype of a storage dtype (core/dtype.hpp's ComputeOf at run time): f64 for f64,
+// f32 for f32, f16 and bf16.
+constexpr DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
+
 struct Layout {
   std::int64_t batch = 0, time = 0, d_h = 0, d_in = 0;
   std::vector<std::uint8_t> heads;           // [T]: 1 at t = 0 and at segment starts

@@ -140,7 +140,7 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
 }
 
 Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values) {
-  const DType compute = cell.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType compute = compute_dtype(cell.dtype());
   const Tensor rounded = Tensor::from_values(compute, shape, values);
   return compute == cell.dtype() ? rounded : Tensor::converted(rounded, cell.dtype());
 }

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "backends.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/solver/solver.hpp"
 
@@ -26,8 +27,7 @@ TensorView with_one_step(const TensorView& x) {
 
 }  // namespace
 
-std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
-                                    const TensorView& out) {
+std::int64_t check_decode_carry(const Cell& cell, const TensorView& state, const TensorView& out) {
   // (B, *state_shape), or (B, 1, d_h) for one-slot cells.
   const Shape carry = cell.state_shape();
   Shape wanted = {state.dim() > 0 ? state.size(0) : 0};
@@ -37,14 +37,7 @@ std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, c
   if (state.dim() == 0 || (state.shape() != wanted && !one_slot_3d))
     throw ContractViolation("state", "must be (B, " + shape_string(carry).substr(1),
                             shape_string(state.shape()));
-  const std::int64_t B = state.size(0);
-  const bool x_ok = (x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(0) == B &&
-                    x.size(x.dim() - 1) == cell.d_in();
-  if (!x_ok)
-    throw ContractViolation("x", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, d_in)", B, cell.d_in()),
-                            shape_string(x.shape()));
-  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state},
-                                   {"x", &x}, {"out", &out}})
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state}, {"out", &out}})
     if (view->dtype() != cell.dtype())
       throw ContractViolation(name, fmt::format("must have the cell's dtype {}", dtype_name(cell.dtype())),
                               dtype_name(view->dtype()));
@@ -53,10 +46,29 @@ std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, c
                             shape_string(out.shape()));
   if (!out.is_contiguous())
     throw ContractViolation("out", "must be contiguous", shape_string(out.shape()));
-  if (x.device() != state.device() || x.device_id() != state.device_id())
-    throw ContractViolation("x", "must be on state's device " + device_name(state), device_name(x));
   if (out.device() != state.device() || out.device_id() != state.device_id())
     throw ContractViolation("out", "must be on state's device " + device_name(state), device_name(out));
+  // The GPU step reads a row's carry in one thread per channel but its inputs from several blocks.
+  if (spans_overlap(out, state) && out.data() != state.data())
+    throw ContractViolation("out", "must be state itself (in place) or share no memory with it",
+                            "a view overlapping state at another address");
+  return state.size(0);
+}
+
+std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
+                                    const TensorView& out) {
+  const std::int64_t B = check_decode_carry(cell, state, out);
+  const bool x_ok = (x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(0) == B &&
+                    x.size(x.dim() - 1) == cell.d_in();
+  if (!x_ok)
+    throw ContractViolation("x", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, d_in)", B, cell.d_in()),
+                            shape_string(x.shape()));
+  if (x.dtype() != cell.dtype())
+    throw ContractViolation("x", fmt::format("must have the cell's dtype {}", dtype_name(cell.dtype())),
+                            dtype_name(x.dtype()));
+  if (x.device() != state.device() || x.device_id() != state.device_id())
+    throw ContractViolation("x", "must be on state's device " + device_name(state), device_name(x));
+  if (spans_overlap(out, x)) throw ContractViolation("out", "must share no memory with x", "overlapping views");
   return B;
 }
 
@@ -71,6 +83,37 @@ void decode_step(const Cell& cell, const TensorView& state, const TensorView& x,
   if (batch == 0) return;
   const Tensor next = sequential_apply(cell, with_one_step(x), ScanBackend::cpu, {.h0 = state});
   std::memcpy(out.data(), next.data(), next.nbytes());  // (B, 1, [S,] d_h): out's elements in order
+}
+
+Tensor decode_gates(const Cell& cell, const TensorView& x) {
+  const std::int64_t B = x.dim() > 0 ? x.size(0) : 0, D = cell.d_h(), d_in = cell.d_in();
+  if (!((x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(x.dim() - 1) == d_in))
+    throw ContractViolation("x", fmt::format("must be (B, {0}) or (B, 1, {0}) (B, d_in)", d_in), shape_string(x.shape()));
+  if (x.dtype() != cell.dtype())
+    throw ContractViolation("x", fmt::format("must have the cell's dtype {}", dtype_name(cell.dtype())),
+                            dtype_name(x.dtype()));
+  if (x.device() != Device::cpu) throw ContractViolation("x", "must be a host tensor", device_name(x));
+  const std::int64_t width = cell.spec().gates * D;
+  const std::vector<double> xv = Tensor::copy_of(x).to_f64_vector();
+  std::vector<double> gates(static_cast<std::size_t>(B * width), 0.0);
+  for (const AffineBlock& block : cell.spec().affine) {
+    const std::vector<double> w = cell.parameter(std::string(block.weight)).to_f64_vector();
+    const std::vector<double> bias = cell.parameter(std::string(block.bias)).to_f64_vector();
+    const std::int64_t first = block.first_gate * D, outputs = cell.affine_rows(block);
+    const std::int64_t inputs = cell.affine_inputs(block);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t o = 0; o < outputs; ++o) {
+        double sum = bias[static_cast<std::size_t>(o)];
+        for (std::int64_t k = 0; k < inputs; ++k)
+          sum += w[static_cast<std::size_t>(o * inputs + k)] * xv[static_cast<std::size_t>(b * d_in + k)];
+        gates[static_cast<std::size_t>(b * width + first + o)] = sum;
+      }
+  }
+  if (const int g = cell.spec().dt_gate; g >= 0)
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t c = 0; c < D; ++c)
+        gates[static_cast<std::size_t>(b * width + g * D + c)] = xv[static_cast<std::size_t>(b * d_in + d_in - 1)];
+  return Tensor::from_values(detail::compute_dtype(cell.dtype()), {B, width}, gates);
 }
 
 Tensor decode_step(const Cell& cell, const TensorView& state, const TensorView& x) {

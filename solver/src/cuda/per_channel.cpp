@@ -886,8 +886,6 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
-
 // Chains per SM from which the sequential kernel beats the fused Newton solve at equal tokens:
 // 2048 × (sequential kernel / fused adaptive solve) / SMs at B 8, T 16384, d 256, f32
 // (bench/targets_bench.cpp "P6" crossover, H200, 132 SMs, 2026-12-02, the sequential kernel of
@@ -1496,6 +1494,22 @@ CudaDecoder& CudaDecoder::operator=(CudaDecoder&&) noexcept = default;
 const Cell& CudaDecoder::cell() const { return impl_->cell; }
 std::int64_t CudaDecoder::batch() const { return impl_->batch; }
 
+namespace {
+
+// The views of a CudaDecoder step: on the decoder's device and contiguous.
+void check_on_decoder_device(std::initializer_list<std::pair<const char*, const TensorView*>> views, int device,
+                             const char* who) {
+  for (const auto& [name, view] : views) {
+    if (view->device() != Device::cuda || view->device_id() != device)
+      throw ContractViolation(name, fmt::format("must be on CUDA device {} (the decoder's)", device),
+                              view->device() == Device::cpu ? "cpu" : fmt::format("cuda:{}", view->device_id()));
+    if (!view->is_contiguous())
+      throw ContractViolation(name, fmt::format("must be contiguous for {}", who), shape_string(view->shape()));
+  }
+}
+
+}  // namespace
+
 void CudaDecoder::step(const TensorView& state, const TensorView& x, const TensorView& out,
                        void* stream) const {
   using namespace detail::cuda;
@@ -1504,14 +1518,7 @@ void CudaDecoder::step(const TensorView& state, const TensorView& x, const Tenso
   if (batch != d.batch)
     throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", d.batch),
                             std::to_string(batch));
-  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state},
-                                   {"x", &x}, {"out", &out}}) {
-    if (view->device() != Device::cuda || view->device_id() != d.device)
-      throw ContractViolation(name, fmt::format("must be on CUDA device {} (the decoder's)", d.device),
-                              view->device() == Device::cpu ? "cpu" : fmt::format("cuda:{}", view->device_id()));
-    if (!view->is_contiguous())
-      throw ContractViolation(name, "must be contiguous for CudaDecoder::step", shape_string(view->shape()));
-  }
+  check_on_decoder_device({{"state", &state}, {"x", &x}, {"out", &out}}, d.device, "CudaDecoder::step");
   if (batch == 0) return;
   DeviceGuard guard(d.device);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -1525,6 +1532,43 @@ void CudaDecoder::step(const TensorView& state, const TensorView& x, const Tenso
           .d_in = d.cell.d_in(), .affine_inputs = d.affine_inputs, .dt_gate = d.cell.spec().dt_gate,
           .dt_floor = cells::kCfcDtFloor};
       PARARNN_CUDA_CHECK((kernels::launch_decode_step<CellMath, StorageT>(args, s)));
+    });
+  });
+}
+
+void CudaDecoder::step_gates(const TensorView& state, const TensorView& gates, const TensorView& out,
+                             void* stream) const {
+  using namespace detail::cuda;
+  const Impl& d = *impl_;
+  const Cell& cell = d.cell;
+  const std::int64_t width = cell.spec().gates * cell.d_h();
+  const DType compute = compute_dtype(cell.dtype());
+  const std::int64_t batch = check_decode_carry(cell, state, out);
+  const bool gates_ok = (gates.dim() == 2 || (gates.dim() == 3 && gates.size(1) == 1)) && gates.size(0) == batch &&
+                        gates.size(gates.dim() - 1) == width;
+  if (!gates_ok)
+    throw ContractViolation("gates", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, gates·d_h)", batch, width),
+                            shape_string(gates.shape()));
+  if (gates.dtype() != compute)
+    throw ContractViolation("gates", fmt::format("must have the cell's compute dtype {}", dtype_name(compute)),
+                            dtype_name(gates.dtype()));
+  if (batch != d.batch)
+    throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", d.batch),
+                            std::to_string(batch));
+  check_on_decoder_device({{"state", &state}, {"gates", &gates}, {"out", &out}}, d.device,
+                          "CudaDecoder::step_gates");
+  if (spans_overlap(out, gates)) throw ContractViolation("out", "must share no memory with gates", "overlapping views");
+  if (batch == 0) return;
+  DeviceGuard guard(d.device);
+  const auto s = static_cast<cudaStream_t>(stream);
+  dispatch_cell(cell.kind(), [&]<class CellMath>() {
+    dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
+      using ComputeT = kernels::ComputeOf<StorageT>;
+      const kernels::DecodeGatesArgs<StorageT> args{
+          .gates = static_cast<const ComputeT*>(gates.data()), .values = d.values.as<ComputeT>(),
+          .state = static_cast<const StorageT*>(state.data()), .out = static_cast<StorageT*>(out.data()),
+          .batch = batch, .channels = cell.d_h(), .dt_gate = cell.spec().dt_gate, .dt_floor = cells::kCfcDtFloor};
+      PARARNN_CUDA_CHECK((kernels::launch_decode_gates<CellMath, StorageT>(args, s)));
     });
   });
 }

@@ -41,6 +41,8 @@
 
 namespace pararnn::detail::cuda {
 
+using detail::compute_dtype;  // backends.hpp
+
 // How a DeviceBuffer is allocated and freed.
 //   stream_ordered: from the backend's own memory pool of the current device, in kStream's order
 //     (cudaMallocFromPoolAsync / cudaFreeAsync): a free does not synchronise the device and the
@@ -91,9 +93,6 @@ void reset_device_peak();  // peak = live
 // cuda_cached_memory).
 void release_cached_memory(int device);
 std::size_t cached_memory(int device);
-
-// The compute dtype of a storage dtype (f64 for f64, f32 otherwise).
-DType compute_dtype(DType storage);
 
 // All work of this backend runs on the legacy default stream (see above).
 const cudaStream_t kStream = nullptr;

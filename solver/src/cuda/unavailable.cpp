@@ -141,6 +141,9 @@ CudaDecoder& CudaDecoder::operator=(CudaDecoder&&) noexcept = default;
 void CudaDecoder::step(const TensorView&, const TensorView&, const TensorView&, void*) const {
   throw UnsupportedPath("CudaDecoder: the CUDA backend is not in this build");
 }
+void CudaDecoder::step_gates(const TensorView&, const TensorView&, const TensorView&, void*) const {
+  throw UnsupportedPath("CudaDecoder: the CUDA backend is not in this build");
+}
 void CudaDecoder::synchronize() const {}
 std::int64_t CudaDecoder::batch() const { return 0; }
 const Cell& CudaDecoder::cell() const {

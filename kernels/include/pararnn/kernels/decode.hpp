@@ -16,11 +16,20 @@
 //                         max(x[b][d_in − 1], dt_floor), formed in the kernel
 //   out[b][s][c]          StorageT; may be `state` itself (each (b, c) reads its entries first)
 //
-// Work split: a block owns 32 channels × kDecodeRows batch rows; its warps split the k sum
-// (partial sums reduced in shared memory in a fixed order), x is staged in shared memory in
-// chunks of k, and each warp then steps one row. The sum's order is fixed by the launch shape, so
-// a step is deterministic (a graph replay equals the direct step bit for bit); it differs from a
-// GEMM's order by rounding only.
+// Work split (decode.cuh): a block owns 32 channels × Rows batch rows and has Slices warps; the
+// warps split the k sum (partial sums reduced in shared memory in a fixed order), x is staged in
+// shared memory in chunks of k, and warp r then steps row r. The shape follows the batch: at
+// most kDecodeSmallBatch rows, 2 rows × 32 slices (many blocks, short k loops: the step is bound
+// by the latency of its weight loads); up to kDecodeMediumBatch, 8 × 16; beyond, 16 × 8 (each
+// weight load serves more rows). pararnn_bench_shapes measures the shapes; docs/cuda.md has the
+// table. The sum's order is fixed by the shape, so a step is deterministic (a graph replay
+// equals the direct step bit for bit); it differs from a GEMM's order, and a row's value
+// between batches of different shape classes, by rounding only.
+//
+// launch_decode_gates takes the step from precomputed gate pre-activations instead of x:
+//   gates[b][g·D + c]     ComputeT: W_x x + b of every gate as the solver's W_x x holds them (the
+//                         bias included; CfC's Δt column holds Δt, floored at dt_floor here as
+//                         the x form does), one thread per (b, c), no sum.
 //
 // Guarantees: never allocates, never synchronises, so it can be captured in a CUDA graph;
 // returns cudaErrorInvalidValue for null required arrays, negative sizes, affine_inputs outside
@@ -53,9 +62,28 @@ struct DecodeArgs {
   double dt_floor = 0.0;
 };
 
+template <class StorageT>
+struct DecodeGatesArgs {
+  using ComputeT = ComputeOf<StorageT>;
+  const ComputeT* gates = nullptr;
+  const ComputeT* values = nullptr;
+  const StorageT* state = nullptr;
+  StorageT* out = nullptr;
+  std::int64_t batch = 0;
+  std::int64_t channels = 0;
+  int dt_gate = -1;
+  double dt_floor = 0.0;
+};
+
+// The batch bounds of the decode kernel's shape classes (see "Work split").
+inline constexpr std::int64_t kDecodeSmallBatch = 16;
+inline constexpr std::int64_t kDecodeMediumBatch = 64;
+
 // Instantiated for every per-channel cell math of cells/ (GRU-diag, LSTM, NLRU, sLSTM-diag, CfC
 // 'input' and 'diag_h', Titans) × {float, double, __half, __nv_bfloat16}.
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_step(const DecodeArgs<StorageT>& args, cudaStream_t stream);
+template <class CellMath, class StorageT>
+cudaError_t launch_decode_gates(const DecodeGatesArgs<StorageT>& args, cudaStream_t stream);
 
 }  // namespace pararnn::kernels

@@ -45,6 +45,13 @@ class CudaDecoder {
   // contiguous device views on the decoder's device, shapes as above for its batch.
   void step(const TensorView& state, const TensorView& x, const TensorView& out,
             void* stream = nullptr) const;
+  // The same step from precomputed gate pre-activations instead of x (one kernel, no sum):
+  // gates is (B, G·d_h) or (B, 1, G·d_h), G = cell().spec().gates, in the cell's compute dtype
+  // (f64 for f64, else f32), laid out as the solver's W_x x: gates[b][g·d_h + c] = (W_x x + b) of
+  // gate g at channel c; CfC's Δt gate column holds Δt itself, floored at 1e-4 as the x form
+  // does. Contiguous, on the decoder's device, sharing no memory with out.
+  void step_gates(const TensorView& state, const TensorView& gates, const TensorView& out,
+                  void* stream = nullptr) const;
   // Waits for the decoder's device.
   void synchronize() const;
 
@@ -56,9 +63,18 @@ class CudaDecoder {
   std::unique_ptr<Impl> impl_;
 };
 
-// Checks decode_step's arguments for `cell` (shapes, dtypes, devices, contiguity of out);
-// throws ContractViolation naming the argument. Returns the batch size.
+// The gate pre-activations of host x (B, d_in) or (B, 1, d_in) as CudaDecoder::step_gates takes
+// them: (B, G·d_h) in the cell's compute dtype, each affine block's W x + b summed in f64 at its
+// gate columns and rounded once, CfC's Δt column x's last column (step_gates floors it).
+// Throws ContractViolation ("x") for another shape, dtype or a device tensor.
+[[nodiscard]] Tensor decode_gates(const Cell& cell, const TensorView& x);
+
+// Checks decode_step's arguments for `cell` (shapes, dtypes, devices, contiguity of out; out is
+// state itself or shares no memory with it, and shares none with x); throws ContractViolation
+// naming the argument. Returns the batch size.
 std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
                                     const TensorView& out);
+// The state and out part of those checks (CudaDecoder::step_gates takes gates instead of x).
+std::int64_t check_decode_carry(const Cell& cell, const TensorView& state, const TensorView& out);
 
 }  // namespace pararnn

@@ -1,0 +1,154 @@
+// Device side of launch_decode_step and launch_decode_gates (kernels/decode.hpp): the input
+// affine and the production cell math in one kernel at a given block shape, and the step from
+// precomputed gate pre-activations. Included by decode.cu (the production shapes and the rule
+// that picks one by batch) and by the benchmark that measures the shapes (bench/shape_sweep.cu),
+// so both run the same code.
+//
+// Block shape DecodeShape<Rows, Slices>: 32 channels (the lanes) × Rows batch rows, Slices warps.
+// Warp w sums k ≡ w (mod Slices) of every row of the block's tile; the slices' partial sums meet
+// in shared memory and are added onto the bias in slice order; then warp r steps row r (r < Rows,
+// warps loop when Slices < Rows). The order of every sum is fixed by the shape, so a step is
+// deterministic; two shapes differ by the sums' rounding only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "pararnn/kernels/decode.hpp"
+
+namespace pararnn::kernels::detail {
+
+template <int Rows, int Slices>
+struct DecodeShape {
+  static_assert(Rows >= 1 && Slices >= 1 && Slices <= 32, "a decode block has 1 … 32 warps");
+  static constexpr int kRows = Rows;
+  static constexpr int kSlices = Slices;
+  // x columns staged in shared memory at a time: 16 KiB of doubles at most.
+  static constexpr int kChunk = 2048 / Rows < 32 ? 32 : (2048 / Rows > 128 ? 128 : 2048 / Rows);
+};
+
+template <class CellMath, class StorageT, class Shape>
+__global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<StorageT> a) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int S = CellMath::kSlots;
+  constexpr int G = CellMath::kGates;
+  constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
+  constexpr int R = Shape::kRows, W = Shape::kSlices, C = Shape::kChunk;
+  __shared__ ComputeT xs[R][C];
+  __shared__ ComputeT partial[W][R][32];  // [k slice][row][lane]
+
+  const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
+  const std::int64_t D = a.channels, width = G * D;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * 32 + lane;
+  const std::int64_t b0 = static_cast<std::int64_t>(blockIdx.x) * R;
+  const bool channel = c < D;
+
+  // acc[g][r]: this warp's k slice of row b0 + r's gate g.
+  ComputeT acc[G][R];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[g][r] = ComputeT(0);
+  for (std::int64_t k0 = 0; k0 < a.affine_inputs; k0 += C) {
+    const int n = static_cast<int>(a.affine_inputs - k0 < C ? a.affine_inputs - k0 : C);
+    if (k0 > 0) __syncthreads();  // the previous chunk's reads are done
+    for (int i = warp * 32 + lane; i < R * C; i += 32 * W) {
+      const int r = i / C, k = i - r * C;
+      const std::int64_t b = b0 + r;
+      xs[r][k] = b < a.batch && k < n ? static_cast<ComputeT>(a.x[b * a.d_in + k0 + k]) : ComputeT(0);
+    }
+    __syncthreads();
+    if (channel) {
+      // Unrolled so that several k's weight loads (from L2) are in flight at once: the loop is
+      // bound by their latency, not by the FMAs.
+#pragma unroll 8
+      for (int k = warp; k < n; k += W) {
+        const ComputeT* w_row = a.weight_t + (k0 + k) * width + c;
+        ComputeT w[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) w[g] = w_row[g * D];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const ComputeT xv = xs[r][k];
+#pragma unroll
+          for (int g = 0; g < G; ++g) acc[g][r] = fma(w[g], xv, acc[g][r]);
+        }
+      }
+    }
+  }
+
+  // Gate by gate, the slices' partial sums of each row in slice order, onto the bias.
+  constexpr int kRowsPerWarp = (R + W - 1) / W;
+  ComputeT wx[kRowsPerWarp][G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    __syncthreads();  // the x chunk's or the previous gate's reads are done
+#pragma unroll
+    for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[g][r];
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int r = warp + j * W;
+      ComputeT sum = channel ? a.bias[g * D + c] : ComputeT(0);
+      if (r < R)
+#pragma unroll
+        for (int slice = 0; slice < W; ++slice) sum += partial[slice][r][lane];
+      wx[j][g] = sum;
+    }
+  }
+  if (!channel) return;
+  ComputeT values[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) values[k] = a.values[k * D + c];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int r = warp + j * W;
+    const std::int64_t b = b0 + r;
+    if (r >= R || b >= a.batch) continue;
+    if (a.dt_gate >= 0) {
+      const ComputeT dt = static_cast<ComputeT>(a.x[b * a.d_in + a.d_in - 1]);
+      const ComputeT floor = static_cast<ComputeT>(a.dt_floor);
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (g == a.dt_gate) wx[j][g] = dt < floor ? floor : dt;  // std::max(dt, floor), as the host: NaN stays NaN
+    }
+    ComputeT h_prev[S], h_new[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.state[(b * S + s) * D + c]);
+    CellMath::step(values, wx[j], h_prev, h_new, static_cast<ComputeT*>(nullptr));
+#pragma unroll
+    for (int s = 0; s < S; ++s) a.out[(b * S + s) * D + c] = static_cast<StorageT>(h_new[s]);
+  }
+}
+
+// The argument checks launch_decode_step makes before any launch (cudaErrorInvalidValue), and
+// cudaSuccess for an empty step (no launch needed) — the caller then returns.
+template <class CellMath, class StorageT>
+cudaError_t check_decode_args(const DecodeArgs<StorageT>& a) {
+  if (a.batch < 0 || a.channels < 0 || a.d_in < 0 || a.affine_inputs < 0 || a.affine_inputs > a.d_in)
+    return cudaErrorInvalidValue;
+  if (a.batch > 0 && a.channels > 0 &&
+      (a.bias == nullptr || a.values == nullptr || a.state == nullptr || a.out == nullptr ||
+       (a.affine_inputs > 0 && (a.weight_t == nullptr || a.x == nullptr))))
+    return cudaErrorInvalidValue;
+  if (a.dt_gate >= CellMath::kGates || (a.dt_gate >= 0 && (a.x == nullptr || a.d_in < 1)))
+    return cudaErrorInvalidValue;
+  if ((a.channels + 31) / 32 > 65535) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// The decode kernel at shape Shape; arguments already checked (check_decode_args).
+template <class CellMath, class StorageT, class Shape>
+cudaError_t run_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
+  if (a.batch == 0 || a.channels == 0) return cudaSuccess;
+  const std::int64_t channel_blocks = (a.channels + 31) / 32;
+  const std::int64_t row_blocks = (a.batch + Shape::kRows - 1) / Shape::kRows;
+  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  decode_kernel<CellMath, StorageT, Shape>
+      <<<dim3(static_cast<unsigned>(row_blocks), static_cast<unsigned>(channel_blocks)), dim3(32, Shape::kSlices), 0,
+         stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace pararnn::kernels::detail
