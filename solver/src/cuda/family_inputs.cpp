@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/runtime.hpp"
+#include "pararnn/kernels/row_sum.hpp"
 
 namespace pararnn::detail::cuda {
 
@@ -54,6 +55,16 @@ DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
   return upload_new(h0.data(), h0.nbytes(), "h0");
 }
 
+template <class T>
+std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what) {
+  DeviceBuffer sum(checked_bytes(n, sizeof(double), what), what);
+  PARARNN_CUDA_CHECK(kernels::launch_row_sum<T>({.rows = rows, .out = sum.as<double>(), .count = count, .n = n}, kStream));
+  return download_vector<double>(sum, n);
+}
+
+template std::vector<double> sum_rows_on_device<float>(const float*, std::int64_t, std::int64_t, const char*);
+template std::vector<double> sum_rows_on_device<double>(const double*, std::int64_t, std::int64_t, const char*);
+
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
                                 ComputeT* dx, NewtonGradients& out) {
@@ -80,15 +91,8 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const Compute
                            T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
                            dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
-    const std::vector<ComputeT> dW_rows = download_vector<ComputeT>(dW, B * rows * inputs);
-    const std::vector<ComputeT> db_rows = download_vector<ComputeT>(db, B * rows);
-    std::vector<double> dW_sum(static_cast<std::size_t>(rows * inputs), 0.0), db_sum(static_cast<std::size_t>(rows), 0.0);
-    for (std::int64_t b = 0; b < B; ++b) {
-      for (std::int64_t i = 0; i < rows * inputs; ++i)
-        dW_sum[static_cast<std::size_t>(i)] += static_cast<double>(dW_rows[static_cast<std::size_t>(b * rows * inputs + i)]);
-      for (std::int64_t i = 0; i < rows; ++i)
-        db_sum[static_cast<std::size_t>(i)] += static_cast<double>(db_rows[static_cast<std::size_t>(b * rows + i)]);
-    }
+    const std::vector<double> dW_sum = sum_rows_on_device(dW.as<ComputeT>(), B, rows * inputs, "∇W");
+    const std::vector<double> db_sum = sum_rows_on_device(db.as<ComputeT>(), B, rows, "∇b");
     out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
     out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
   }

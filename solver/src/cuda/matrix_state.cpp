@@ -169,11 +169,8 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
                                           .dW_partials = partials.as<double>()};
   PARARNN_CUDA_CHECK(kernels::launch_m2rnn_vjp<ComputeT>(v, ws.get(), ws.bytes(), kStream));
   NewtonGradients out;
-  const std::vector<double> part = download_vector<double>(partials, L.batch * chunks * VV);
-  std::vector<double> dW(static_cast<std::size_t>(VV), 0.0);
-  for (std::int64_t item = 0; item < L.batch * chunks; ++item)
-    for (std::int64_t k = 0; k < VV; ++k) dW[static_cast<std::size_t>(k)] += part[static_cast<std::size_t>(item * VV + k)];
-  out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(), dW));
+  out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(),
+                                              cuda::sum_rows_on_device(partials.as<double>(), L.batch * chunks, VV, "∇W")));
   const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
   const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
   const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);

@@ -706,12 +706,8 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 
   NewtonGradients out;
   // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
-  const std::vector<double> part = download_vector<double>(partials, B * chunks * R * D);
-  std::vector<double> d_rec(static_cast<std::size_t>(R * D), 0.0);
-  for (std::int64_t bk = 0; bk < B * chunks; ++bk)
-    for (std::int64_t i = 0; i < R * D; ++i)
-      d_rec[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(bk * R * D + i)];
-  out.parameters = recurrent_gradients(cell, d_rec);
+  out.parameters = recurrent_gradients(cell, sum_rows_on_device(partials.as<double>(), B * chunks, R * D,
+                                                                  "recurrent gradients"));
 
   // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
   // when it is a contiguous compute-type device view: no copy).

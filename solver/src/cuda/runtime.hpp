@@ -304,6 +304,11 @@ std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
 // ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
 // leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
 // new buffer.
+// Σ over `count` device rows of n values (float or double), in row order, each widened to double
+// (kernels/row_sum.hpp), downloaded: how the backward reduces its per-row parameter partials.
+template <class T>
+std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
+
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
                                 ComputeT* dx, NewtonGradients& out);
