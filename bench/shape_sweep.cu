@@ -211,9 +211,8 @@ void decode_section(int runs) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::printf("  \"decode\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"d_h\": %lld, \"d_in\": %lld, "
-              "\"steps_per_graph\": 100, \"small_batch\": %lld, \"medium_batch\": %lld, \"rows\": [\n",
-              static_cast<long long>(D), static_cast<long long>(d_in), static_cast<long long>(kDecodeSmallBatch),
-              static_cast<long long>(kDecodeMediumBatch));
+              "\"steps_per_graph\": 100, \"small_batch\": %lld, \"rows\": [\n",
+              static_cast<long long>(D), static_cast<long long>(d_in), static_cast<long long>(kDecodeSmallBatch));
   bool first_row = true;
   for (std::int64_t B : {1, 8, 64, 256}) {
     Buffer x(B * d_in * sizeof(float)), state(B * D * sizeof(float)), out(B * D * sizeof(float)),

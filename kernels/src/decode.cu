@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "decode.cuh"
 #include "pararnn/cells/cell_list.hpp"
@@ -48,10 +49,12 @@ __global__ void __launch_bounds__(128) decode_gates_kernel(DecodeGatesArgs<Stora
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
   if (const cudaError_t e = detail::check_decode_args<CellMath, StorageT>(a); e != cudaSuccess) return e;
-  const int shape = a.batch <= kDecodeSmallBatch ? 0 : a.batch <= kDecodeMediumBatch ? 1 : 2;
-  if (shape == 0) return detail::run_decode_step<CellMath, StorageT, detail::DecodeShape<2, 32>>(a, stream);
-  if (shape == 1) return detail::run_decode_step<CellMath, StorageT, detail::DecodeShape<8, 16>>(a, stream);
-  return detail::run_decode_step<CellMath, StorageT, detail::DecodeShape<16, 8>>(a, stream);
+  if (a.batch <= kDecodeSmallBatch)
+    return detail::run_decode_step<CellMath, StorageT, detail::DecodeShape<4, 16>>(a, stream);
+  // f64: 16 × 16's partial sums would need 64 KiB of shared memory (48 KiB static at most).
+  using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16>,
+                                   detail::DecodeShape<16, 16>>;
+  return detail::run_decode_step<CellMath, StorageT, Large>(a, stream);
 }
 
 template <class CellMath, class StorageT>

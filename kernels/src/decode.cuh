@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<
   constexpr int G = CellMath::kGates;
   constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
   constexpr int R = Shape::kRows, W = Shape::kSlices, C = Shape::kChunk;
+  static_assert(sizeof(ComputeT) * (R * C + W * R * 32) <= 48 * 1024, "the block's shared memory is static");
   __shared__ ComputeT xs[R][C];
   __shared__ ComputeT partial[W][R][32];  // [k slice][row][lane]
 

@@ -18,10 +18,12 @@
 //
 // Work split (decode.cuh): a block owns 32 channels × Rows batch rows and has Slices warps; the
 // warps split the k sum (partial sums reduced in shared memory in a fixed order), x is staged in
-// shared memory in chunks of k, and warp r then steps row r. The shape follows the batch: at
-// most kDecodeSmallBatch rows, 2 rows × 32 slices (many blocks, short k loops: the step is bound
-// by the latency of its weight loads); up to kDecodeMediumBatch, 8 × 16; beyond, 16 × 8 (each
-// weight load serves more rows). pararnn_bench_shapes measures the shapes; docs/cuda.md has the
+// shared memory in chunks of k, and warp r then steps row r. The shape follows the batch: up to
+// kDecodeSmallBatch rows, 4 rows × 16 slices (many blocks, short k loops: a small batch is bound
+// by the latency of its weight loads); beyond, 16 × 16 (each weight load serves more rows, so
+// fewer blocks read the weights from L2; 8 × 16 for f64, whose partial sums would not fit in
+// shared memory). pararnn_bench_shapes --only decode measures the
+// shapes (H200, GRU d 256: B 1 … 64 best at 4 × 16, B 256 at 16 × 16); docs/cuda.md has the
 // table. The sum's order is fixed by the shape, so a step is deterministic (a graph replay
 // equals the direct step bit for bit); it differs from a GEMM's order, and a row's value
 // between batches of different shape classes, by rounding only.
@@ -75,9 +77,8 @@ struct DecodeGatesArgs {
   double dt_floor = 0.0;
 };
 
-// The batch bounds of the decode kernel's shape classes (see "Work split").
-inline constexpr std::int64_t kDecodeSmallBatch = 16;
-inline constexpr std::int64_t kDecodeMediumBatch = 64;
+// The largest batch of the decode kernel's small-batch shape (see "Work split").
+inline constexpr std::int64_t kDecodeSmallBatch = 64;
 
 // Instantiated for every per-channel cell math of cells/ (GRU-diag, LSTM, NLRU, sLSTM-diag, CfC
 // 'input' and 'diag_h', Titans) × {float, double, __half, __nv_bfloat16}.
