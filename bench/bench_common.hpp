@@ -64,6 +64,23 @@ double median_ms(int warmup, int runs, Body&& body) {
   return median_ms_on(nullptr, warmup, runs, [] {}, std::forward<Body>(body));
 }
 
+// Microseconds per step of `step` (one step queued on `stream`, its errors checked by the
+// callable) captured `steps` times in one CUDA graph and replayed: the median over `runs`
+// replays after `warmup`, divided by `steps`.
+template <class Step>
+double graph_us_per_step(cudaStream_t stream, int steps, int warmup, int runs, Step&& step) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < steps; ++i) step();
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double ms = median_ms_on(stream, warmup, runs, [] {}, [&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  return 1000.0 * ms / steps;
+}
+
 inline std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::strtoll(argv[i + 1], nullptr, 10);

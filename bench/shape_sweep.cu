@@ -187,19 +187,7 @@ const DecodeCandidate kDecodeShapes[] = {
 // Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
 template <class F>
 double graph_us_per_step(int runs, cudaStream_t stream, F&& launch) {
-  constexpr int kSteps = 100;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int i = 0; i < kSteps; ++i) check(launch(stream), "decode step (capture)");
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  const double ms = pararnn::bench::median_ms_on(stream, 3, runs, [] {}, [&] {
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  });
-  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
-  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
-  return 1000.0 * ms / kSteps;
+  return pararnn::bench::graph_us_per_step(stream, 100, 3, runs, [&] { check(launch(stream), "decode step"); });
 }
 
 void decode_section(int runs) {

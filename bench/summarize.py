@@ -11,6 +11,7 @@ Usage: bench/summarize.py --newton N.json --shapes S.json --scan C.json --target
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 
@@ -242,16 +243,27 @@ def main():
                              newton["newton_apply_end_to_end"]["ms"]), date)
     p16 = targets.get("P16")
     if p16:
-        rows = p16["rows"]
-        ok = all(r["one_step_vs_host_max_abs"] <= r["tau_atol"] and r["replayed_state_finite"] for r in rows)
+        rows = p16.get("rows") or []
+
+        def number(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        def checked(r, err_key, time_key):
+            return (number(r.get(time_key)) and number(r.get(err_key)) and number(r.get("tau_atol")) and
+                    r[err_key] <= r["tau_atol"] and r.get("replayed_state_finite") is True)
+
+        ok = bool(rows) and all(checked(r, "one_step_vs_host_max_abs", "us_per_step") for r in rows)
         gates_rows = [r for r in rows if "gates_us_per_step" in r]
         gates_ok = bool(gates_rows) and len(gates_rows) == len(rows) and all(
-            r["gates_one_step_vs_host_max_abs"] <= r["tau_atol"] for r in gates_rows)
+            checked(r, "gates_one_step_vs_host_max_abs", "gates_us_per_step") for r in gates_rows)
+        def us(v):
+            return "{:.2f} µs".format(v) if number(v) else "no figure"
+
         note = ("CudaDecoder::step with W_x x inside (target 5 µs), graph replay of 100 steps, GRU d 256 f32: " +
-                ", ".join("B {} {:.2f} µs".format(r["batch"], r["us_per_step"]) for r in rows))
+                ", ".join("B {} {}".format(r.get("batch"), us(r.get("us_per_step"))) for r in rows))
         if gates_rows:
             note += ("; CudaDecoder::step_gates, W_x x precomputed (target 2.6 µs): " +
-                     ", ".join("B {} {:.2f} µs".format(r["batch"], r["gates_us_per_step"]) for r in gates_rows))
+                     ", ".join("B {} {}".format(r.get("batch"), us(r.get("gates_us_per_step"))) for r in gates_rows))
         else:
             note += "; the 2.6 µs form (W_x x precomputed) not measured in this run"
         t["P16"] = entry(max(r["us_per_step"] for r in rows) if ok else None, "us", 5.0, "lower", None, None, note,
@@ -262,8 +274,9 @@ def main():
         # Both forms of the target must be met.
         t["P16"]["met"] = t["P16"]["met"] and t["P16"]["precomputed_gates"]["met"]
     else:
-        t["P16"] = entry(None, "us", 2.6, "lower", None, peers_src,
+        t["P16"] = entry(None, "us", 5.0, "lower", None, None,
                          "not measured (pararnn_bench_targets P16 absent)", date)
+        t["P16"]["precomputed_gates"] = entry(None, "us", 2.6, "lower", None, None, "not measured", date)
     if peers:
         out["peer_versions"] = dict(peers.get("peers", {}))
         out["peer_environment"] = {"torch": peers.get("torch"), "triton": peers.get("triton")}

@@ -472,30 +472,7 @@ nlohmann::ordered_json p16_decode(int runs) {
     const double gates_err = max_abs_difference(got, want);
     // 100 steps (out -> out, in place) captured once and replayed, for each form.
     const auto replayed_us_per_step = [&](auto&& one_step) {
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      for (int s = 0; s < 100; ++s) one_step();
-      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-      check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      cudaEvent_t start, stop;
-      check(cudaEventCreate(&start), "cudaEventCreate");
-      check(cudaEventCreate(&stop), "cudaEventCreate");
-      std::vector<double> per_step;
-      for (int i = 0; i < kWarmup + runs; ++i) {
-        check(cudaEventRecord(start, stream), "cudaEventRecord");
-        check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-        check(cudaEventRecord(stop, stream), "cudaEventRecord");
-        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-        if (i >= kWarmup) per_step.push_back(1000.0 * ms / 100.0);
-      }
-      check(cudaEventDestroy(start), "cudaEventDestroy");
-      check(cudaEventDestroy(stop), "cudaEventDestroy");
-      check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
-      check(cudaGraphDestroy(graph), "cudaGraphDestroy");
-      return median(per_step);
+      return bench::graph_us_per_step(stream, 100, kWarmup, runs, one_step);
     };
     const double x_us = replayed_us_per_step([&] { decoder.step(vo, vx, vo, stream); });
     const double gates_us = replayed_us_per_step([&] { decoder.step_gates(vo, vg, vo, stream); });

@@ -188,6 +188,11 @@ TEST(Decode, ArgumentsAreCheckedAndNamed) {
   EXPECT_EQ(decode_gates(lstm, x.view()).shape(), (Shape{2, lstm.spec().gates * 4}));
   EXPECT_EQ(gates_refused(Tensor(DType::f32, {2, 4}).view()), "x");
   EXPECT_EQ(gates_refused(Tensor(DType::f64, {2, 3}).view()), "x");
+  {  // a dense-Jacobian cell's gates are not per-channel columns
+    QuietWarnings quiet;
+    const Cell hop = Cell::initialise({.cell = "hopfield", .d_in = 3, .d_h = 4}, DType::f32, 1);
+    EXPECT_THROW((void)decode_gates(hop, Tensor(DType::f32, {2, 3}).view()), UnsupportedPath);
+  }
   // out sharing memory with x, or overlapping state at another address.
   Tensor shared(DType::f32, {20});
   const TensorView over_out(shared.data(), DType::f32, {2, 2, 4});
@@ -294,6 +299,25 @@ TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
                                            tolerance_for({.dtype = dtype, .metric = Metric::decode}));
         EXPECT_TRUE(c.ok()) << c.describe();
       }
+    }
+  }
+}
+
+// Both shape classes sum a row in the same order: the first kDecodeSmallBatch rows of a batch one
+// larger (the large class) are bit for bit those of the small-class batch.
+TEST(Decode, CudaDecoderRowsDoNotDependOnTheBatchSize) {
+  QuietWarnings quiet;
+  for (const std::string& label : testing::kPerChannelCellLabels) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
+      const std::int64_t small = kernels::kDecodeSmallBatch, large = small + 1;
+      const Cell cell = decode_cell(label, dtype, 300, 40, 41);
+      const Tensor state = carry_for(cell, large, 42);
+      const Tensor x = generated_case_input(dtype, large, 1, cell.d_in(), 43).reshaped({large, cell.d_in()});
+      const Tensor all = decode_on_backend(cell, state, x);
+      const Tensor first = decode_on_backend(cell, Tensor::copy_of(state.view().slice(0, 0, small)),
+                                             Tensor::copy_of(x.view().slice(0, 0, small)));
+      EXPECT_EQ(std::memcmp(first.data(), all.data(), first.nbytes()), 0);
     }
   }
 }

@@ -49,11 +49,15 @@ __global__ void __launch_bounds__(128) decode_gates_kernel(DecodeGatesArgs<Stora
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
   if (const cudaError_t e = detail::check_decode_args<CellMath, StorageT>(a); e != cudaSuccess) return e;
-  if (a.batch <= kDecodeSmallBatch)
-    return detail::run_decode_step<CellMath, StorageT, detail::DecodeShape<4, 16>>(a, stream);
+  using Small = detail::DecodeShape<4, 16>;
   // f64: 16 × 16's partial sums would need 64 KiB of shared memory (48 KiB static at most).
   using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16>,
                                    detail::DecodeShape<16, 16>>;
+  // Equal slices and chunks: every row's sums run in the same order in both classes, so a row's
+  // result does not depend on the batch (kernels/decode.hpp).
+  static_assert(Small::kSlices == Large::kSlices && Small::kChunk == Large::kChunk);
+  if (a.batch <= kDecodeSmallBatch)
+    return detail::run_decode_step<CellMath, StorageT, Small>(a, stream);
   return detail::run_decode_step<CellMath, StorageT, Large>(a, stream);
 }
 
@@ -63,8 +67,9 @@ cudaError_t launch_decode_gates(const DecodeGatesArgs<StorageT>& a, cudaStream_t
   if (a.batch == 0 || a.channels == 0) return cudaSuccess;
   if (a.gates == nullptr || a.values == nullptr || a.state == nullptr || a.out == nullptr)
     return cudaErrorInvalidValue;
+  if (a.batch > INT64_MAX / a.channels) return cudaErrorInvalidValue;
   const int64_t items = a.batch * a.channels, blocks = (items + 127) / 128;
-  if (items / a.channels != a.batch || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   decode_gates_kernel<CellMath, StorageT><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(a);
   return cudaGetLastError();
 }

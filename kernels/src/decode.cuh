@@ -5,10 +5,11 @@
 // so both run the same code.
 //
 // Block shape DecodeShape<Rows, Slices>: 32 channels (the lanes) × Rows batch rows, Slices warps.
-// Warp w sums k ≡ w (mod Slices) of every row of the block's tile; the slices' partial sums meet
-// in shared memory and are added onto the bias in slice order; then warp r steps row r (r < Rows,
-// warps loop when Slices < Rows). The order of every sum is fixed by the shape, so a step is
-// deterministic; two shapes differ by the sums' rounding only.
+// x is staged kChunk columns at a time; warp w sums the chunk's columns w, w + Slices, … of every
+// row of the block's tile; the slices' partial sums meet in shared memory and are added onto the
+// bias in slice order; then warp r steps row r (r < Rows, warps loop when Slices < Rows). A row's
+// sums depend on Slices and kChunk only, not on Rows: shapes with equal slices and chunks give
+// the same bits; others differ by the sums' rounding.
 #pragma once
 
 #include <cuda_runtime.h>

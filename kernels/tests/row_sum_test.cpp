@@ -4,7 +4,10 @@
 // elements than one grid-stride pass; bad arguments are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "pararnn/core/random.hpp"

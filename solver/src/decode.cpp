@@ -18,6 +18,12 @@ std::string device_name(const TensorView& v) {
   return v.device() == Device::cpu ? "cpu" : fmt::format("cuda:{}", v.device_id());
 }
 
+// Whether `v` is (rows, n) or (rows, 1, n); rows < 0 takes any leading size.
+bool is_rows_of(const TensorView& v, std::int64_t rows, std::int64_t n) {
+  return (v.dim() == 2 || (v.dim() == 3 && v.size(1) == 1)) && (rows < 0 || v.size(0) == rows) &&
+         v.size(v.dim() - 1) == n;
+}
+
 // x as a (B, 1, d_in) view (x is (B, d_in) or (B, 1, d_in)).
 TensorView with_one_step(const TensorView& x) {
   if (x.dim() == 3) return x;
@@ -25,8 +31,7 @@ TensorView with_one_step(const TensorView& x) {
                     {x.strides()[0], x.strides()[0], x.strides()[1]}, x.device(), x.device_id());
 }
 
-}  // namespace
-
+// state and out: the rules every decode form shares. Returns the batch size.
 std::int64_t check_decode_carry(const Cell& cell, const TensorView& state, const TensorView& out) {
   // (B, *state_shape), or (B, 1, d_h) for one-slot cells.
   const Shape carry = cell.state_shape();
@@ -55,12 +60,12 @@ std::int64_t check_decode_carry(const Cell& cell, const TensorView& state, const
   return state.size(0);
 }
 
+}  // namespace
+
 std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
                                     const TensorView& out) {
   const std::int64_t B = check_decode_carry(cell, state, out);
-  const bool x_ok = (x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(0) == B &&
-                    x.size(x.dim() - 1) == cell.d_in();
-  if (!x_ok)
+  if (!is_rows_of(x, B, cell.d_in()))
     throw ContractViolation("x", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, d_in)", B, cell.d_in()),
                             shape_string(x.shape()));
   if (x.dtype() != cell.dtype())
@@ -72,9 +77,28 @@ std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, c
   return B;
 }
 
+std::int64_t check_decode_gates_arguments(const Cell& cell, const TensorView& state, const TensorView& gates,
+                                          const TensorView& out) {
+  const std::int64_t B = check_decode_carry(cell, state, out), width = cell.spec().gates * cell.d_h();
+  if (!is_rows_of(gates, B, width))
+    throw ContractViolation("gates", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, gates·d_h)", B, width),
+                            shape_string(gates.shape()));
+  const DType compute = detail::compute_dtype(cell.dtype());
+  if (gates.dtype() != compute)
+    throw ContractViolation("gates", fmt::format("must have the cell's compute dtype {}", dtype_name(compute)),
+                            dtype_name(gates.dtype()));
+  if (gates.device() != state.device() || gates.device_id() != state.device_id())
+    throw ContractViolation("gates", "must be on state's device " + device_name(state), device_name(gates));
+  if (spans_overlap(out, gates)) throw ContractViolation("out", "must share no memory with gates", "overlapping views");
+  return B;
+}
+
 void decode_step(const Cell& cell, const TensorView& state, const TensorView& x, const TensorView& out) {
   const std::int64_t batch = check_decode_arguments(cell, state, x, out);
   if (state.device() == Device::cuda) {
+    for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"state", &state}, {"x", &x}})
+      if (!view->is_contiguous())
+        throw ContractViolation(name, "must be contiguous for a device decode_step", shape_string(view->shape()));
     const CudaDecoder decoder(cell, batch, state.device_id());
     decoder.step(state, x, out);
     decoder.synchronize();
@@ -86,8 +110,12 @@ void decode_step(const Cell& cell, const TensorView& state, const TensorView& x,
 }
 
 Tensor decode_gates(const Cell& cell, const TensorView& x) {
+  if (cell.spec().jacobian != JacobianClass::per_channel)
+    throw UnsupportedPath(fmt::format("decode_gates: cell '{}' (mix '{}') has a dense Jacobian; its gates are not "
+                                      "per-channel columns (CudaDecoder refuses it too)",
+                                      cell.name(), cell.spec().mix));
   const std::int64_t B = x.dim() > 0 ? x.size(0) : 0, D = cell.d_h(), d_in = cell.d_in();
-  if (!((x.dim() == 2 || (x.dim() == 3 && x.size(1) == 1)) && x.size(x.dim() - 1) == d_in))
+  if (!is_rows_of(x, -1, d_in))
     throw ContractViolation("x", fmt::format("must be (B, {0}) or (B, 1, {0}) (B, d_in)", d_in), shape_string(x.shape()));
   if (x.dtype() != cell.dtype())
     throw ContractViolation("x", fmt::format("must have the cell's dtype {}", dtype_name(cell.dtype())),

@@ -10,7 +10,7 @@
 // backward is the CPU's implicit adjoint in double on the device: the gains at H* by the residual
 // kernel, μ by the reverse walk μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] (a block per row; ∇h0 = J_0ᵀ[μ_0]),
 // M2rnnMath::vjp at every (b, t) in parallel, ∇W summed over rows and chunks in a fixed order on
-// the host, and the input affine's backward by cuBLAS (runtime.hpp). The walk keeps its state
+// the device (sum_rows_on_device), and the input affine's backward by cuBLAS (runtime.hpp). The walk keeps its state
 // in double, so training takes states whose W and two buffers fit in double
 // (kernels::m2rnn_fits_on_gpu(k, v, 8)); larger ones raise UnsupportedPath naming the sizes.
 // newton_backtrack stays CPU-only (api.cpp).

@@ -1492,9 +1492,12 @@ std::int64_t CudaDecoder::batch() const { return impl_->batch; }
 
 namespace {
 
-// The views of a CudaDecoder step: on the decoder's device and contiguous.
-void check_on_decoder_device(std::initializer_list<std::pair<const char*, const TensorView*>> views, int device,
-                             const char* who) {
+// A CudaDecoder step's views: the decoder's batch, on its device and contiguous.
+void check_on_decoder_device(std::initializer_list<std::pair<const char*, const TensorView*>> views,
+                             std::int64_t batch, std::int64_t decoder_batch, int device, const char* who) {
+  if (batch != decoder_batch)
+    throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", decoder_batch),
+                            std::to_string(batch));
   for (const auto& [name, view] : views) {
     if (view->device() != Device::cuda || view->device_id() != device)
       throw ContractViolation(name, fmt::format("must be on CUDA device {} (the decoder's)", device),
@@ -1511,10 +1514,8 @@ void CudaDecoder::step(const TensorView& state, const TensorView& x, const Tenso
   using namespace detail::cuda;
   const Impl& d = *impl_;
   const std::int64_t batch = check_decode_arguments(d.cell, state, x, out);
-  if (batch != d.batch)
-    throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", d.batch),
-                            std::to_string(batch));
-  check_on_decoder_device({{"state", &state}, {"x", &x}, {"out", &out}}, d.device, "CudaDecoder::step");
+  check_on_decoder_device({{"state", &state}, {"x", &x}, {"out", &out}}, batch, d.batch, d.device,
+                          "CudaDecoder::step");
   if (batch == 0) return;
   DeviceGuard guard(d.device);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -1537,23 +1538,9 @@ void CudaDecoder::step_gates(const TensorView& state, const TensorView& gates, c
   using namespace detail::cuda;
   const Impl& d = *impl_;
   const Cell& cell = d.cell;
-  const std::int64_t width = cell.spec().gates * cell.d_h();
-  const DType compute = compute_dtype(cell.dtype());
-  const std::int64_t batch = check_decode_carry(cell, state, out);
-  const bool gates_ok = (gates.dim() == 2 || (gates.dim() == 3 && gates.size(1) == 1)) && gates.size(0) == batch &&
-                        gates.size(gates.dim() - 1) == width;
-  if (!gates_ok)
-    throw ContractViolation("gates", fmt::format("must be ({0}, {1}) or ({0}, 1, {1}) (B, gates·d_h)", batch, width),
-                            shape_string(gates.shape()));
-  if (gates.dtype() != compute)
-    throw ContractViolation("gates", fmt::format("must have the cell's compute dtype {}", dtype_name(compute)),
-                            dtype_name(gates.dtype()));
-  if (batch != d.batch)
-    throw ContractViolation("state", fmt::format("must hold the decoder's batch of {} carries", d.batch),
-                            std::to_string(batch));
-  check_on_decoder_device({{"state", &state}, {"gates", &gates}, {"out", &out}}, d.device,
+  const std::int64_t batch = check_decode_gates_arguments(cell, state, gates, out);
+  check_on_decoder_device({{"state", &state}, {"gates", &gates}, {"out", &out}}, batch, d.batch, d.device,
                           "CudaDecoder::step_gates");
-  if (spans_overlap(out, gates)) throw ContractViolation("out", "must share no memory with gates", "overlapping views");
   if (batch == 0) return;
   DeviceGuard guard(d.device);
   const auto s = static_cast<cudaStream_t>(stream);

@@ -297,18 +297,19 @@ std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
   return out;
 }
 
-// The input affines' backward on the device, every block of cell.spec().affine at its columns
-// of d_wx ([b][t][gate_width(cell)], compute type; `xc` is x contiguous in the compute type):
-// per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1 by cuBLAS in the compute type, summed
-// over rows in double in a fixed order into out.parameters (storage dtype), and
-// ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
-// leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
-// new buffer.
 // Σ over `count` device rows of n values (float or double), in row order, each widened to double
 // (kernels/row_sum.hpp), downloaded: how the backward reduces its per-row parameter partials.
 template <class T>
 std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
 
+// The input affines' backward on the device, every block of cell.spec().affine at its columns
+// of d_wx ([b][t][gate_width(cell)], compute type; `xc` is x contiguous in the compute type):
+// per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1 by cuBLAS in the compute type, summed
+// over rows in double in a fixed order on the device (sum_rows_on_device) into out.parameters
+// (storage dtype), and
+// ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
+// leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
+// new buffer.
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
                                 ComputeT* dx, NewtonGradients& out);

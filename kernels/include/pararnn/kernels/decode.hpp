@@ -14,7 +14,9 @@
 //   x[b][i]               StorageT, i < d_in; the affines read its first affine_inputs columns
 //                         (CfC: all but the last, Δt); the Δt gate (dt_gate >= 0) is
 //                         max(x[b][d_in − 1], dt_floor), formed in the kernel
-//   out[b][s][c]          StorageT; may be `state` itself (each (b, c) reads its entries first)
+//   out[b][s][c]          StorageT; may be `state` itself (each (b, c) reads its entries first),
+//                         otherwise shares no memory with state, x or gates (blocks read a row's
+//                         x while others write out: the caller's check, decode.hpp)
 //
 // Work split (decode.cuh): a block owns 32 channels × Rows batch rows and has Slices warps; the
 // warps split the k sum (partial sums reduced in shared memory in a fixed order), x is staged in
@@ -24,9 +26,10 @@
 // fewer blocks read the weights from L2; 8 × 16 for f64, whose partial sums would not fit in
 // shared memory). pararnn_bench_shapes --only decode measures the
 // shapes (H200, GRU d 256: B 1 … 64 best at 4 × 16, B 256 at 16 × 16); docs/cuda.md has the
-// table. The sum's order is fixed by the shape, so a step is deterministic (a graph replay
-// equals the direct step bit for bit); it differs from a GEMM's order, and a row's value
-// between batches of different shape classes, by rounding only.
+// table. Both classes have 16 slices and 128-column chunks, so every row's sums run in the same
+// order whatever the batch: a step is deterministic, a row's result does not depend on the
+// batch size, and a graph replay equals the direct step bit for bit; it differs from a GEMM's
+// order by rounding only.
 //
 // launch_decode_gates takes the step from precomputed gate pre-activations instead of x:
 //   gates[b][g·D + c]     ComputeT: W_x x + b of every gate as the solver's W_x x holds them (the

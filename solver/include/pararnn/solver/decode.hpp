@@ -5,8 +5,8 @@
 // of the cell throughout, arithmetic in f32 (f64 for f64), the App. C.1 clamp applied.
 //
 // Guarantees: every argument is checked before any work (ContractViolation naming it, the rule
-// and the value); `out` has state's shape, dtype and device, is contiguous and may be `state`
-// itself (in place). Host tensors run on the CPU for every cell; device tensors run on the GPU
+// and the value); `out` has state's shape, dtype and device, is contiguous, and is either
+// `state` itself (in place) or shares no memory with state, x (or gates). Host tensors run on the CPU for every cell; device tensors run on the GPU
 // for the per-channel cells (the dense-Jacobian cells are refused there with UnsupportedPath).
 // `CudaDecoder` is the CUDA-graph-safe form: everything it needs (the transposed input weights,
 // the biases, the clamped recurrent values) is uploaded once at construction, and `step` queues
@@ -66,7 +66,8 @@ class CudaDecoder {
 // The gate pre-activations of host x (B, d_in) or (B, 1, d_in) as CudaDecoder::step_gates takes
 // them: (B, G·d_h) in the cell's compute dtype, each affine block's W x + b summed in f64 at its
 // gate columns and rounded once, CfC's Δt column x's last column (step_gates floors it).
-// Throws ContractViolation ("x") for another shape, dtype or a device tensor.
+// Throws ContractViolation ("x") for another shape, dtype or a device tensor, UnsupportedPath
+// for a dense-Jacobian cell (whose gates are not per-channel columns; CudaDecoder refuses it).
 [[nodiscard]] Tensor decode_gates(const Cell& cell, const TensorView& x);
 
 // Checks decode_step's arguments for `cell` (shapes, dtypes, devices, contiguity of out; out is
@@ -74,7 +75,9 @@ class CudaDecoder {
 // naming the argument. Returns the batch size.
 std::int64_t check_decode_arguments(const Cell& cell, const TensorView& state, const TensorView& x,
                                     const TensorView& out);
-// The state and out part of those checks (CudaDecoder::step_gates takes gates instead of x).
-std::int64_t check_decode_carry(const Cell& cell, const TensorView& state, const TensorView& out);
+// The same checks with CudaDecoder::step_gates's gates in x's place (shape (B, G·d_h) or
+// (B, 1, G·d_h), the compute dtype, state's device, no memory shared with out).
+std::int64_t check_decode_gates_arguments(const Cell& cell, const TensorView& state, const TensorView& gates,
+                                          const TensorView& out);
 
 }  // namespace pararnn
