@@ -111,8 +111,8 @@ void decode_step(const Cell& cell, const TensorView& state, const TensorView& x,
 
 Tensor decode_gates(const Cell& cell, const TensorView& x) {
   if (cell.spec().jacobian != JacobianClass::per_channel)
-    throw UnsupportedPath(fmt::format("decode_gates: cell '{}' (mix '{}') has a dense Jacobian; its gates are not "
-                                      "per-channel columns (CudaDecoder refuses it too)",
+    throw UnsupportedPath(fmt::format("decode_gates: cell '{}' (mix '{}') has no per-channel Jacobian; its gates are "
+                                      "not per-channel columns (CudaDecoder refuses it too)",
                                       cell.name(), cell.spec().mix));
   const std::int64_t B = x.dim() > 0 ? x.size(0) : 0, D = cell.d_h(), d_in = cell.d_in();
   if (!is_rows_of(x, -1, d_in))

@@ -67,7 +67,8 @@ class CudaDecoder {
 // them: (B, G·d_h) in the cell's compute dtype, each affine block's W x + b summed in f64 at its
 // gate columns and rounded once, CfC's Δt column x's last column (step_gates floors it).
 // Throws ContractViolation ("x") for another shape, dtype or a device tensor, UnsupportedPath
-// for a dense-Jacobian cell (whose gates are not per-channel columns; CudaDecoder refuses it).
+// for a cell without a per-channel Jacobian (its gates are not per-channel columns;
+// CudaDecoder refuses it too).
 [[nodiscard]] Tensor decode_gates(const Cell& cell, const TensorView& x);
 
 // Checks decode_step's arguments for `cell` (shapes, dtypes, devices, contiguity of out; out is
