@@ -16,7 +16,9 @@
 // - Fixed K: K evaluations, each followed by an update unless the residual is already below
 //   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
 //   k_max the cap; once the residual test passes after the minimum, one more update and stop.
-//   A non-finite residual stops the loop.
+//   A non-finite residual stops the loop. A family whose loop iterates in other coordinates than
+//   the contract's (sLSTM log coordinates) may end a converged adaptive solve with updates in the
+//   contract's coordinates (`polish`, counted in NewtonStats::updates).
 // - Adaptive and not converged by k_max: every fallback unit (family.hpp: the same unit on both
 //   backends) whose residual is still at or above residual_atol is replaced by its sequential
 //   solution in the compute type; their count is `NewtonStats::fallback_tiles`; a
@@ -143,6 +145,9 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         stats.converged = true;      // and this was the one more update
         break;
       }
+    }
+    if constexpr (requires { family.polish(config.omega); }) {
+      if (stats.converged && adaptive) stats.updates += family.polish(config.omega);
     }
     stats.max_residual = final_residual && loop_residual_final ? *final_residual : residual_max();
   };
