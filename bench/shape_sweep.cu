@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "decode.cuh"
+#include "decode_cluster.cuh"
 #include "newton_step.cuh"
 #include "sequential.cuh"
 #include "pararnn/cells/gru_diag.hpp"
@@ -170,19 +171,30 @@ const Prefetch kPrefetches[] = {{4, false, false, &sequential_at<4, false>},
 
 // --- decode -------------------------------------------------------------------------------
 
+// ranks 1: decode.cuh's block; ranks > 1: decode_cluster.cuh, the slices over a cluster of
+// that many blocks (the same sums as ranks 1 at equal slices and chunk).
 struct DecodeCandidate {
-  int rows, slices;
+  int rows, slices, ranks;
   cudaError_t (*run)(const DecodeArgs<float>&, cudaStream_t);
 };
 template <int R, int W>
 cudaError_t decode_at(const DecodeArgs<float>& a, cudaStream_t s) {
   return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W>>(a, s);
 }
+template <int R, int W, int Q>
+cudaError_t decode_cluster_at(const DecodeArgs<float>& a, cudaStream_t s) {
+  return detail::run_decode_cluster<Gru, float, detail::DecodeClusterShape<R, W, Q>>(a, s);
+}
 const DecodeCandidate kDecodeShapes[] = {
-    {1, 32, &decode_at<1, 32>}, {2, 32, &decode_at<2, 32>}, {4, 32, &decode_at<4, 32>},
-    {2, 16, &decode_at<2, 16>}, {4, 16, &decode_at<4, 16>}, {8, 16, &decode_at<8, 16>},
-    {8, 8, &decode_at<8, 8>},   {16, 8, &decode_at<16, 8>}, {16, 16, &decode_at<16, 16>},
-    {32, 4, &decode_at<32, 4>}, {32, 8, &decode_at<32, 8>}};
+    {1, 32, 1, &decode_at<1, 32>},  {2, 32, 1, &decode_at<2, 32>},  {4, 32, 1, &decode_at<4, 32>},
+    {2, 16, 1, &decode_at<2, 16>},  {4, 16, 1, &decode_at<4, 16>},  {8, 16, 1, &decode_at<8, 16>},
+    {8, 8, 1, &decode_at<8, 8>},    {16, 8, 1, &decode_at<16, 8>},  {16, 16, 1, &decode_at<16, 16>},
+    {32, 4, 1, &decode_at<32, 4>},  {32, 8, 1, &decode_at<32, 8>},
+    {1, 16, 8, &decode_cluster_at<1, 16, 8>},   {1, 16, 16, &decode_cluster_at<1, 16, 16>},
+    {4, 16, 4, &decode_cluster_at<4, 16, 4>},   {4, 16, 8, &decode_cluster_at<4, 16, 8>},
+    {4, 16, 16, &decode_cluster_at<4, 16, 16>}, {16, 16, 4, &decode_cluster_at<16, 16, 4>},
+    {16, 16, 8, &decode_cluster_at<16, 16, 8>}, {32, 16, 8, &decode_cluster_at<32, 16, 8>},
+    {32, 16, 16, &decode_cluster_at<32, 16, 16>}};
 
 // Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
 template <class F>
@@ -251,16 +263,16 @@ void decode_section(int runs) {
     bool first = true;
     for (const DecodeCandidate& shape : kDecodeShapes) {
       if (const cudaError_t e = shape.run(from_state, stream); e != cudaSuccess) {
-        std::printf("%s{\"rows\": %d, \"slices\": %d, \"launch_error\": \"%s\"}", first ? "" : ", ", shape.rows,
-                    shape.slices, cudaGetErrorString(e));
+        std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"launch_error\": \"%s\"}", first ? "" : ", ",
+                    shape.rows, shape.slices, shape.ranks, cudaGetErrorString(e));
         first = false;
         continue;
       }
       check(cudaStreamSynchronize(stream), "decode shape");
       const double err = max_abs_diff(download(out), ref);
       const double us = graph_us_per_step(runs, stream, [&](cudaStream_t s) { return shape.run(in_place, s); });
-      std::printf("%s{\"rows\": %d, \"slices\": %d, \"us\": %.3f, \"max_abs_vs_production\": %.3e}",
-                  first ? "" : ", ", shape.rows, shape.slices, us, err);
+      std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"us\": %.3f, \"max_abs_vs_production\": %.3e}",
+                  first ? "" : ", ", shape.rows, shape.slices, shape.ranks, us, err);
       first = false;
     }
     std::printf("]}");
