@@ -17,9 +17,15 @@
 // way at GRU d 256 f32 for B 1, 8, 64, 256: per step under CUDA-graph replay of 100 in-place
 // steps, each shape's first step checked against the production launch_decode_step; the
 // precomputed-gates step (launch_decode_gates) is timed beside them and checked against the
-// cell's step on the host.
+// cell's step on the host. Cluster shapes (decode_cluster.cuh) spread a block's slices over
+// a thread-block cluster.
 //
-// Usage: pararnn_bench_shapes [--runs 20] [--only decode]
+// The training backward at S1 (kernels/src/cell_adjoint_fused.cuh): the fused adjoint (one
+// reverse single-pass scan with J and the VJP computed on the fly) at a few shapes, each
+// checked against the three launches of the production backward (J and the seed, the reverse
+// f64 three-phase scan, the VJP: d_wx and the recurrent sums), both timed.
+//
+// Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,10 +38,12 @@
 #include <vector>
 
 #include "decode.cuh"
+#include "cell_adjoint_fused.cuh"
 #include "decode_cluster.cuh"
 #include "newton_step.cuh"
 #include "sequential.cuh"
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/decode.hpp"
 #include "pararnn/kernels/newton_step.hpp"
 #include "bench_common.hpp"
@@ -281,20 +289,132 @@ void decode_section(int runs) {
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
+// --- the training backward: the fused adjoint against the three launches -----------------
+
+struct BackwardCandidate {
+  const char* name;
+  int lanes, steps, groups;
+  cudaError_t (*run)(const detail::FusedAdjointArgs<float>&, void*, std::size_t, cudaStream_t);
+  std::size_t (*bytes)(std::int64_t, std::int64_t, std::int64_t);
+};
+template <int V, int kSteps, int kGroups, int kAnchor>
+cudaError_t fused_adjoint_at(const detail::FusedAdjointArgs<float>& a, void* ws, std::size_t bytes, cudaStream_t s) {
+  return detail::run_fused_adjoint<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, 1, kAnchor>>(a, ws, bytes, s);
+}
+template <int V, int kSteps, int kGroups, int kAnchor>
+std::size_t fused_adjoint_bytes(std::int64_t b, std::int64_t t, std::int64_t d) {
+  return detail::fused_adjoint_workspace_bytes<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, 1, kAnchor>>(b, t, d);
+}
+const BackwardCandidate kBackwardShapes[] = {
+    {"v1_s8_g16_a2", 1, 8, 16, &fused_adjoint_at<1, 8, 16, 2>, &fused_adjoint_bytes<1, 8, 16, 2>},
+    {"v2_s8_g16_a2", 2, 8, 16, &fused_adjoint_at<2, 8, 16, 2>, &fused_adjoint_bytes<2, 8, 16, 2>},
+    {"v1_s4_g32_a4", 1, 4, 32, &fused_adjoint_at<1, 4, 32, 4>, &fused_adjoint_bytes<1, 4, 32, 4>}};
+
+std::vector<double> download_doubles(const Buffer& b) {
+  std::vector<double> h(b.bytes / sizeof(double));
+  check(cudaMemcpy(h.data(), b.p, b.bytes, cudaMemcpyDeviceToHost), "download");
+  return h;
+}
+// Σ over the rows of [rows][width] partials, in row order.
+std::vector<double> sum_rows(const std::vector<double>& partials, std::int64_t width) {
+  std::vector<double> out(static_cast<std::size_t>(width), 0.0);
+  for (std::size_t i = 0; i < partials.size(); ++i) out[i % static_cast<std::size_t>(width)] += partials[i];
+  return out;
+}
+double max_abs_of(const std::vector<float>& x) {
+  double m = 0;
+  for (float v : x) m = std::max(m, std::fabs(static_cast<double>(v)));
+  return m;
+}
+
+void backward_section(int runs) {
+  const std::int64_t B = 8, T = 65536, D = 256, G = 3, R = 3;
+  const std::size_t n = static_cast<std::size_t>(B * T * D);
+  Buffer wx(n * G * sizeof(float)), rec(R * D * sizeof(float)), H(n * sizeof(float)), grad_H(n * sizeof(float)),
+      jac(n * sizeof(double)), mu(n * sizeof(double)), d_wx_ref(n * G * sizeof(float)), d_wx(n * G * sizeof(float));
+  fill(wx, 61, -2.0f, 2.0f);
+  fill(rec, 62, -0.5f, 0.5f);
+  fill(H, 63, -1.0f, 1.0f);
+  fill(grad_H, 64, -1.0f, 1.0f);
+  check(cudaDeviceSynchronize(), "fill");
+  const std::int64_t ref_chunks = vjp_partial_chunks(T);
+  Buffer partials_ref(static_cast<std::size_t>(B * ref_chunks * R * D) * sizeof(double));
+  const ScanArgs<double> scan{.jac = static_cast<double*>(jac.p), .delta = static_cast<double*>(mu.p), .batch = B,
+                              .time = T, .channels = D, .reverse = true,
+                              .tiling = {.algorithm = ScanAlgorithm::three_phase}};
+  Buffer scan_ws(scan_affine_workspace_bytes<1, double>(B, T, D, scan.tiling));
+  const CellAdjointJacobianArgs<float> j{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .grad_H = grad_H.f(),
+                                         .jac = static_cast<double*>(jac.p), .mu = static_cast<double*>(mu.p),
+                                         .batch = B, .time = T, .channels = D};
+  const CellVjpArgs<float> v{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .mu = static_cast<double*>(mu.p),
+                             .d_wx = d_wx_ref.f(), .d_rec_partials = static_cast<double*>(partials_ref.p),
+                             .batch = B, .time = T, .channels = D};
+  const auto three_launches = [&] {
+    check(launch_cell_adjoint_jacobian<Gru, float>(j, nullptr), "J and the seed");
+    check(launch_scan_affine<1, double>(scan, scan_ws.p, scan_ws.bytes, nullptr), "reverse f64 scan");
+    check(launch_cell_vjp<Gru, float>(v, nullptr), "VJP");
+  };
+  three_launches();
+  check(cudaDeviceSynchronize(), "three launches");
+  const std::vector<float> ref_dwx = download(d_wx_ref);
+  const std::vector<double> ref_rec = sum_rows(download_doubles(partials_ref), R * D);
+  const double ref_ms = time_ms(runs, three_launches);
+  const double dwx_scale = max_abs_of(ref_dwx);
+  double rec_scale = 0;
+  for (double x : ref_rec) rec_scale = std::max(rec_scale, std::fabs(x));
+  std::printf(",\n  \"backward\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"batch\": %lld, \"time\": %lld, \"d_h\": %lld, "
+              "\"three_launches_ms\": %.4f, \"d_wx_max_abs\": %.4e, \"recurrent_max_abs\": %.4e, \"fused\": [",
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(D), ref_ms, dwx_scale,
+              rec_scale);
+  bool first = true;
+  for (const BackwardCandidate& c : kBackwardShapes) {
+    const std::int64_t chunk = static_cast<std::int64_t>(c.steps) * c.groups, chunks = (T + chunk - 1) / chunk;
+    Buffer ws(c.bytes(B, T, D)), partials(static_cast<std::size_t>(B * chunks * R * D) * sizeof(double));
+    const detail::FusedAdjointArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .grad_H = grad_H.f(),
+                                            .d_wx = d_wx.f(), .d_rec_partials = static_cast<double*>(partials.p),
+                                            .batch = B, .time = T, .channels = D};
+    if (const cudaError_t e = c.run(a, ws.p, ws.bytes, nullptr); e != cudaSuccess) {
+      std::printf("%s{\"shape\": \"%s\", \"launch_error\": \"%s\"}", first ? "" : ", ", c.name, cudaGetErrorString(e));
+      first = false;
+      continue;
+    }
+    check(cudaDeviceSynchronize(), "fused adjoint");
+    const double dwx_err = max_abs_diff(download(d_wx), ref_dwx);
+    const std::vector<double> rec_sums = sum_rows(download_doubles(partials), R * D);
+    double rec_err = 0;
+    for (std::size_t i = 0; i < rec_sums.size(); ++i) {
+      const double d = std::fabs(rec_sums[i] - ref_rec[i]);
+      if (!(d <= rec_err)) rec_err = d;
+    }
+    const double ms = time_ms(runs, [&] { check(c.run(a, ws.p, ws.bytes, nullptr), "fused adjoint"); });
+    // Bytes the fused kernel must move: W_x x, H*, grad_H read, d_wx written (f32).
+    const double bytes = static_cast<double>(n) * sizeof(float) * (G + 1 + 1 + G);
+    std::printf("%s{\"shape\": \"%s\", \"lanes\": %d, \"steps\": %d, \"groups\": %d, \"ms\": %.4f, \"tb_per_s\": %.4f, "
+                "\"d_wx_max_abs_vs_three_launches\": %.4e, \"recurrent_max_abs_vs_three_launches\": %.4e}",
+                first ? "" : ", ", c.name, c.lanes, c.steps, c.groups, ms, bytes / (ms * 1e-3) / 1e12, dwx_err,
+                rec_err);
+    first = false;
+  }
+  std::printf("]}");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pararnn::bench::program_name = "pararnn_bench_shapes";
   int runs = 20;
-  bool decode_only = false;
+  bool decode_only = false, backward_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "decode") == 0) {
       decode_only = true;
       ++i;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "backward") == 0) {
+      backward_only = true;
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N] [--only decode]\n");
+      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N] [--only decode|backward]\n");
       return 2;
     }
   }
@@ -306,6 +426,17 @@ int main(int argc, char** argv) {
     std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"},\n", prop.name,
                 prop.multiProcessorCount, runs, date.c_str());
     decode_section(runs);
+    std::printf("\n}\n");
+    return 0;
+  }
+  if (backward_only) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "properties");
+    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
+    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"}", prop.name,
+                prop.multiProcessorCount, runs, date.c_str());
+    backward_section(runs);
     std::printf("\n}\n");
     return 0;
   }
@@ -445,6 +576,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n  ],\n");
   decode_section(runs);
+  backward_section(runs);
   std::printf("\n}\n");
   return 0;
 }
