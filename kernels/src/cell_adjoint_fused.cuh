@@ -23,24 +23,11 @@
 
 #include <cstdint>
 
+#include "cell_adjoint_fused_args.hpp"
 #include "scan.cuh"
 
 namespace pararnn::kernels::detail {
 
-template <class T>
-struct FusedAdjointArgs {
-  const T* wx = nullptr;
-  const T* recurrent = nullptr;
-  const T* h0 = nullptr;                 // optional
-  const std::int64_t* h0_row = nullptr;  // optional (packed)
-  const std::uint8_t* head = nullptr;    // optional (packed)
-  const T* H = nullptr;                  // H*
-  const T* grad_H = nullptr;
-  T* d_wx = nullptr;
-  double* d_h0 = nullptr;                // optional
-  double* d_rec_partials = nullptr;      // [b][chunk][r][c]
-  std::int64_t batch = 0, time = 0, channels = 0, chunk = 0;
-};
 
 template <class CellMath, class T, int V>
 struct FusedAdjointSource {
