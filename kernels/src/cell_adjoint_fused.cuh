@@ -10,10 +10,12 @@
 //   restarts where a segment ends; the VJP by CellMath::vjp in double on μ_t; d_wx rounded once
 //   to T; ∇h0 written (not accumulated) at heads.
 // - μ itself differs from the three-phase scan's only by the scan's association (the
-//   single-pass look-back); the recurrent partials are per 128-step chunk as cell_vjp.hpp's but
-//   summed in reverse time within a thread and in group order within a block, so they equal
-//   the three launches' to rounding, not bit for bit. Deterministic: every sum has a fixed order.
-// - Partials: d_rec_partials[b][k][r][c] for scan chunk k (time T−1−k·chunk downwards),
+//   single-pass look-back); the recurrent partials are per scan chunk (the shape's steps ×
+//   groups: 128, 32, 16 steps at S = 1, 2, 4 with SinglePassLimits, where cell_vjp.hpp's are 128
+//   forward steps), summed in reverse time within a thread and in group order within a block,
+//   so their totals equal the three launches' to rounding, not bit for bit. Deterministic:
+//   every sum has a fixed order.
+// - Partials: d_rec_partials[b][k][r][c] for scan chunk k (times T−1−k·chunk downwards),
 //   ceil(T / chunk) chunks per row.
 // Measured by pararnn_bench_shapes --only backward against the three launches; not production
 // until a measurement says so.

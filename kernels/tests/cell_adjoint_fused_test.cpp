@@ -124,16 +124,19 @@ TYPED_TEST(CellAdjointFused, EqualsTheThreeLaunchesWithinTau) {
   };
   for (const Variant v : {Variant{false, true}, Variant{true, true}, Variant{false, false}, Variant{true, false}}) {
     SCOPED_TRACE(std::string(v.packed ? "packed" : "one sequence per row") + (v.with_h0 ? ", h0" : ", no h0"));
-    // T not a multiple of any chunk; D not a multiple of 32 (a partial channel tile).
-    expect_fused_equals_three_launches<CellMath, ComputeT, 1>(3, v.packed ? 1500 : 333, 37, v.packed, v.with_h0,
-                                                              ++seed);
+    // T not a multiple of any chunk; D not a multiple of 32 (a partial channel tile). Packed
+    // sequences are one batch row, as the solver requires (their heads and h0 rows are per row).
+    expect_fused_equals_three_launches<CellMath, ComputeT, 1>(v.packed ? 1 : 3, v.packed ? 1500 : 333, 37, v.packed,
+                                                              v.with_h0, ++seed);
   }
 }
 
 // Two channels per lane (the vector loads), GRU f32 at a width that V divides.
 TEST(CellAdjointFusedWide, TwoChannelsPerLaneEqualTheThreeLaunches) {
   const std::uint64_t seed = test_seed(20261205);
-  expect_fused_equals_three_launches<cells::GruDiagMath, float, 2>(2, 777, 96, /*packed=*/true, /*with_h0=*/true, seed);
+  expect_fused_equals_three_launches<cells::GruDiagMath, float, 2>(1, 777, 96, /*packed=*/true, /*with_h0=*/true, seed);
+  expect_fused_equals_three_launches<cells::GruDiagMath, float, 2>(3, 777, 96, /*packed=*/false, /*with_h0=*/true,
+                                                                   seed + 1);
 }
 
 }  // namespace

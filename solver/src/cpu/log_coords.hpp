@@ -11,7 +11,8 @@
 //   the residual gate, Picard adapt), the per-unit maxima of the fallback and the fallback
 //   itself (the native sequential solution) use the decoded trajectory, which is also the result.
 // - A converged adaptive solve ends with two Newton updates in native coordinates from the
-//   decoded iterate (`polish`; NewtonStats::updates counts them). The log iterate converges to an
+//   decoded iterate (`polish`; NewtonStats::updates counts them), kept unless the native max|F|
+//   rose (a NaN counts as rising), in which case the decoded log solution is returned. The log iterate converges to an
 //   ulp of its own system, but decoding n = e^ℓ loses a factor of about ℓ in precision, and n and
 //   m carry those per-step errors along chains whose Jacobian entries are near 1. Measured on 150
 //   f32 cases, T 1000 … 3500 (error / the f32 sequential loop's error): without the native
@@ -85,15 +86,22 @@ class LogCoordsIterate {
   // The residual of the loop (log coordinates) is not the reported one (native).
   bool loop_residual_is_final() const { return false; }
   // After a converged loop: kNativePolish Newton updates in native coordinates from the decoded
-  // iterate (see the header); returns their count.
+  // iterate (see the header), kept only if the native max|F| did not rise; returns the updates
+  // kept (0 when reverted).
   std::int64_t polish(double omega) {
     decode();
+    const std::vector<ComputeT> decoded = H_;
     J_native_.resize(J_.size());
+    double before = 0.0;
     for (int k = 0; k < kNativePolish; ++k) {
-      (void)native_.residual(H_, F_native_, &J_native_);
+      const double r = native_.residual(H_, F_native_, &J_native_);
+      if (k == 0) before = r;
       native_.update(H_, J_native_, F_native_, omega);
     }
-    return kNativePolish;
+    const double after = native_.residual(H_, F_native_, nullptr);
+    if (after <= before) return kNativePolish;
+    H_ = decoded;  // the native steps made it worse (or not finite): the log solution stands
+    return 0;
   }
 
   std::vector<ComputeT>& result() {
