@@ -197,16 +197,50 @@ inline std::string save_failure_artifacts(const GeneratedProblem& p, const std::
   }
 }
 
-// Newton's trajectory (under `config`) within the band (r.atol, r.rtol) of the same-dtype
-// sequential loop, both on config's backend: the claim where the f32 sequential loop is itself
-// outside τ of the oracle (an ill-conditioned case no f32 solver can reach).
-inline bool newton_reaches_the_sequential_answer(const GeneratedProblem& p, const AgreementReport& r,
-                                                 const NewtonConfig& config) {
+// The floor a solver in the case's dtype can reach, when that floor is outside τ (the band
+// r.atol, r.rtol) of the oracle; nullopt when it is inside (then nothing excuses a Disagree).
+// - f32: the same-dtype sequential loop, outside when r.sequential_max_abs > r.atol (hard sLSTM at
+//   long T: found on the GPU at T = 1319, the f32 loop 8.8e-4 from the oracle).
+// - f16 / bf16: Newton computes in f32 and rounds once, so the f32 loop on the same inputs
+//   (widened exactly) rounded once to the storage dtype; a bf16/f16 loop outside τ is no excuse
+//   (it rounds every step). Found by RapidCheck: sLSTM f16, saturating, T 1955, |m| up to 307,
+//   where the f32 loop's n was 0.041 from the oracle against 0.0395 allowed.
+// Both loops run on config's backend.
+inline std::optional<Tensor> floor_outside_tau(const GeneratedProblem& p, const AgreementReport& r,
+                                               const NewtonConfig& config) {
+  const QuietWarnings quiet;
+  if (p.dtype == DType::f32) {
+    if (!(r.sequential_max_abs > r.atol)) return std::nullopt;
+    const GeneratedProblem::Made m = p.make();
+    return sequential_apply(m.cell, m.x, config.scan_backend, m.options());
+  }
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return std::nullopt;
+  const GeneratedProblem::Made m = p.make();
+  GeneratedProblem wide = p;
+  wide.dtype = DType::f32;
+  Cell cell32 = wide.make_cell();
+  for (const auto& [name, value] : m.cell.parameters()) cell32.set_parameter(name, Tensor::converted(value.view(), DType::f32));
+  const Tensor x32 = Tensor::converted(m.x.view(), DType::f32);
+  std::optional<Tensor> h0_32;
+  ApplyOptions options;
+  if (m.h0) {
+    h0_32 = Tensor::converted(m.h0->view(), DType::f32);
+    options.h0 = h0_32->view();
+  }
+  const Tensor rounded = Tensor::converted(sequential_apply(cell32, x32.view(), config.scan_backend, options).view(), p.dtype);
+  const Tensor oracle = reference::oracle_sequential(m.cell.make_case(m.x, m.h0), {.certify = false}).H;
+  if (compare(rounded.view(), oracle.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok()) return std::nullopt;
+  return rounded;
+}
+
+// Newton's trajectory (under `config`) within the band (r.atol, r.rtol) of `floor`
+// (floor_outside_tau): the claim where no implementation in the case's dtype can reach τ.
+inline bool newton_reaches_the_floor(const GeneratedProblem& p, const AgreementReport& r, const NewtonConfig& config,
+                                     const Tensor& floor) {
   const GeneratedProblem::Made m = p.make();
   const QuietWarnings quiet;
   const Tensor newton = newton_apply(m.cell, m.x, config, m.options());
-  const Tensor sequential = sequential_apply(m.cell, m.x, config.scan_backend, m.options());
-  return compare(newton.view(), sequential.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok();
+  return compare(newton.view(), floor.view(), Tolerance{.atol = r.atol, .rtol = r.rtol}).ok();
 }
 
 // A cell label names a cell, or a cell and its ParaCfC gate_mix ("cfc:diag_h").
