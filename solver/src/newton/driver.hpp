@@ -17,8 +17,9 @@
 //   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
 //   k_max the cap; once the residual test passes after the minimum, one more update and stop.
 //   A non-finite residual stops the loop. A family whose loop iterates in other coordinates than
-//   the contract's (sLSTM log coordinates) may end a converged adaptive solve with updates in the
-//   contract's coordinates (`polish`, counted in NewtonStats::updates).
+//   the contract's (sLSTM log coordinates) may end an adaptive solve, converged or not and before
+//   any fallback, with updates in the contract's coordinates (`polish`, counted in
+//   NewtonStats::updates); the fallback then judges the polished iterate.
 // - Adaptive and not converged by k_max: every fallback unit (family.hpp: the same unit on both
 //   backends) whose residual is still at or above residual_atol is replaced by its sequential
 //   solution in the compute type; their count is `NewtonStats::fallback_tiles`; a
@@ -147,7 +148,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       }
     }
     if constexpr (requires { family.polish(config.omega); }) {
-      if (stats.converged && adaptive) stats.updates += family.polish(config.omega);
+      if (adaptive) stats.updates += family.polish(config.omega);
     }
     stats.max_residual = final_residual && loop_residual_final ? *final_residual : residual_max();
   };
