@@ -95,12 +95,12 @@ class LogCoordsIterate {
   std::int64_t polish(double omega) {
     decode();
     const std::vector<ComputeT> decoded = H_;
-    J_native_.resize(J_.size());
+    // The loop's J is not read again (a Picard retry evaluates it afresh): the native J reuses it.
     double before = 0.0;
     for (int k = 0; k < kNativePolish; ++k) {
-      const double r = native_.residual(H_, F_native_, &J_native_);
+      const double r = native_.residual(H_, F_native_, &J_);
       if (k == 0) before = r;
-      native_.update(H_, J_native_, F_native_, omega);
+      native_.update(H_, J_, F_native_, omega);
     }
     const double after = native_.residual(H_, F_native_, nullptr);
     if (after <= before) return kNativePolish;
@@ -160,7 +160,7 @@ class LogCoordsIterate {
   const NativeSolver& native_;
   const LogSolver& log_;
   LogCoordsBounds bounds_;
-  std::vector<ComputeT> L_, H_, F_, F_native_, J_, J_native_;
+  std::vector<ComputeT> L_, H_, F_, F_native_, J_;
   std::int64_t d_h_;
   std::string unit_;
   bool native_current_ = false;
