@@ -286,8 +286,9 @@ TEST(Decode, CudaDecoderStepFromGatesEqualsTheOracleStep) {
 // oracle's step.
 TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
   QuietWarnings quiet;
-  for (const std::int64_t B : {std::int64_t{5}, kernels::kDecodeSmallBatch, kernels::kDecodeSmallBatch + 1,
-                               kernels::kDecodeSmallBatch + 19}) {
+  for (const std::int64_t B : {std::int64_t{1}, std::int64_t{5}, kernels::kDecodeClusterBatch,
+                               kernels::kDecodeClusterBatch + 1, kernels::kDecodeSmallBatch,
+                               kernels::kDecodeSmallBatch + 1, kernels::kDecodeSmallBatch + 19}) {
     for (const std::string& label : testing::kPerChannelCellLabels) {
       for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
         SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + " B " + std::to_string(B));
@@ -303,21 +304,24 @@ TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
   }
 }
 
-// Both shape classes sum a row in the same order: the first kDecodeSmallBatch rows of a batch one
-// larger (the large class) are bit for bit those of the small-class batch.
+// Every shape class sums a row in the same order: the first rows of a large-class batch are bit
+// for bit those of a batch of 1 (one-row cluster), kDecodeClusterBatch (4-row cluster) and
+// kDecodeSmallBatch (the small block shape) rows.
 TEST(Decode, CudaDecoderRowsDoNotDependOnTheBatchSize) {
   QuietWarnings quiet;
   for (const std::string& label : testing::kPerChannelCellLabels) {
-    for (DType dtype : {DType::f64, DType::f32}) {
-      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
-      const std::int64_t small = kernels::kDecodeSmallBatch, large = small + 1;
+    for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+      const std::int64_t large = kernels::kDecodeSmallBatch + 1;
       const Cell cell = decode_cell(label, dtype, 300, 40, 41);
       const Tensor state = carry_for(cell, large, 42);
       const Tensor x = generated_case_input(dtype, large, 1, cell.d_in(), 43).reshaped({large, cell.d_in()});
       const Tensor all = decode_on_backend(cell, state, x);
-      const Tensor first = decode_on_backend(cell, Tensor::copy_of(state.view().slice(0, 0, small)),
-                                             Tensor::copy_of(x.view().slice(0, 0, small)));
-      EXPECT_EQ(std::memcmp(first.data(), all.data(), first.nbytes()), 0);
+      for (const std::int64_t small : {std::int64_t{1}, kernels::kDecodeClusterBatch, kernels::kDecodeSmallBatch}) {
+        SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + " first " + std::to_string(small) + " rows");
+        const Tensor first = decode_on_backend(cell, Tensor::copy_of(state.view().slice(0, 0, small)),
+                                               Tensor::copy_of(x.view().slice(0, 0, small)));
+        EXPECT_EQ(std::memcmp(first.data(), all.data(), first.nbytes()), 0);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-// launch_decode_step and launch_decode_gates (kernels/decode.hpp): the production block shapes of
-// the decode kernel (decode.cuh) and the rule that picks one by batch, measured by
+// launch_decode_step and launch_decode_gates (kernels/decode.hpp): the production block and
+// cluster shapes of the decode kernel (decode.cuh, decode_cluster.cuh) and the rule that picks one
+// by batch, measured by
 // pararnn_bench_shapes (docs/cuda.md records the table), and the step from precomputed gates.
 #include <cuda_runtime.h>
 
@@ -7,6 +8,7 @@
 #include <type_traits>
 
 #include "decode.cuh"
+#include "decode_cluster.cuh"
 #include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/decode.hpp"
 
@@ -56,6 +58,21 @@ cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t strea
   // Equal slices and chunks: every row's sums run in the same order in both classes, so a row's
   // result does not depend on the batch (kernels/decode.hpp).
   static_assert(Small::kSlices == Large::kSlices && Small::kChunk == Large::kChunk);
+  // Up to kDecodeClusterBatch rows, the 16 slices over a thread-block cluster where the device
+  // runs one (decode_cluster.cuh): the same sums as Small, bit for bit.
+  using Single = detail::DecodeClusterShape<1, 16, 16>;
+  using Few = detail::DecodeClusterShape<4, 16, 4>;
+  static_assert(Single::kSlices == Small::kSlices && Single::kChunk == Small::kChunk &&
+                Few::kSlices == Small::kSlices && Few::kChunk == Small::kChunk);
+  if (a.batch >= 1 && a.batch <= kDecodeClusterBatch) {
+    bool available = false;
+    const cudaError_t e = a.batch == 1 ? detail::decode_cluster_available<CellMath, StorageT, Single>(available)
+                                       : detail::decode_cluster_available<CellMath, StorageT, Few>(available);
+    if (e != cudaSuccess) return e;
+    if (available)
+      return a.batch == 1 ? detail::run_decode_cluster<CellMath, StorageT, Single>(a, stream)
+                          : detail::run_decode_cluster<CellMath, StorageT, Few>(a, stream);
+  }
   if (a.batch <= kDecodeSmallBatch)
     return detail::run_decode_step<CellMath, StorageT, Small>(a, stream);
   return detail::run_decode_step<CellMath, StorageT, Large>(a, stream);

@@ -29,25 +29,18 @@ struct DecodeShape {
   static constexpr int kChunk = 2048 / Rows < 32 ? 32 : (2048 / Rows > 128 ? 128 : 2048 / Rows);
 };
 
-template <class CellMath, class StorageT, class Shape>
-__global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<StorageT> a) {
+// The k sum both decode kernels run (decode_cluster.cuh too, so that its shapes equal these bit
+// for bit): x staged C columns at a time by the block's kBlockWarps warps; warp `warp` of the
+// block is k slice `slice` of kSlices and adds columns slice, slice + kSlices, … of each chunk
+// into acc[g][r] (row b0 + r, channel c).
+template <class CellMath, class StorageT, int R, int C, int kBlockWarps, int kSlices>
+__device__ __forceinline__ void decode_affine_sums(const DecodeArgs<StorageT>& a, ComputeOf<StorageT> (&xs)[R][C],
+                                                   int warp, int slice, std::int64_t b0, std::int64_t c,
+                                                   ComputeOf<StorageT> (&acc)[CellMath::kGates][R]) {
   using ComputeT = ComputeOf<StorageT>;
-  constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
-  constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
-  constexpr int R = Shape::kRows, W = Shape::kSlices, C = Shape::kChunk;
-  static_assert(sizeof(ComputeT) * (R * C + W * R * 32) <= 48 * 1024, "the block's shared memory is static");
-  __shared__ ComputeT xs[R][C];
-  __shared__ ComputeT partial[W][R][32];  // [k slice][row][lane]
-
-  const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
+  const int lane = static_cast<int>(threadIdx.x);
   const std::int64_t D = a.channels, width = G * D;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * 32 + lane;
-  const std::int64_t b0 = static_cast<std::int64_t>(blockIdx.x) * R;
-  const bool channel = c < D;
-
-  // acc[g][r]: this warp's k slice of row b0 + r's gate g.
-  ComputeT acc[G][R];
 #pragma unroll
   for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -55,17 +48,17 @@ __global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<
   for (std::int64_t k0 = 0; k0 < a.affine_inputs; k0 += C) {
     const int n = static_cast<int>(a.affine_inputs - k0 < C ? a.affine_inputs - k0 : C);
     if (k0 > 0) __syncthreads();  // the previous chunk's reads are done
-    for (int i = warp * 32 + lane; i < R * C; i += 32 * W) {
+    for (int i = warp * 32 + lane; i < R * C; i += 32 * kBlockWarps) {
       const int r = i / C, k = i - r * C;
       const std::int64_t b = b0 + r;
       xs[r][k] = b < a.batch && k < n ? static_cast<ComputeT>(a.x[b * a.d_in + k0 + k]) : ComputeT(0);
     }
     __syncthreads();
-    if (channel) {
+    if (c < D) {
       // Unrolled so that several k's weight loads (from L2) are in flight at once: the loop is
       // bound by their latency, not by the FMAs.
 #pragma unroll 8
-      for (int k = warp; k < n; k += W) {
+      for (int k = slice; k < n; k += kSlices) {
         const ComputeT* w_row = a.weight_t + (k0 + k) * width + c;
         ComputeT w[G];
 #pragma unroll
@@ -79,6 +72,53 @@ __global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<
       }
     }
   }
+}
+
+// Row b's step at channel c from its gate pre-activations wx (the Δt gate floored here), both
+// decode kernels' last stage.
+template <class CellMath, class StorageT>
+__device__ __forceinline__ void decode_row_step(const DecodeArgs<StorageT>& a, std::int64_t b, std::int64_t c,
+                                                const ComputeOf<StorageT> (&values)[CellMath::kRecurrent +
+                                                                                   CellMath::kConstants],
+                                                ComputeOf<StorageT> (&wx)[CellMath::kGates]) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int S = CellMath::kSlots;
+  constexpr int G = CellMath::kGates;
+  const std::int64_t D = a.channels;
+  if (a.dt_gate >= 0) {
+    const ComputeT dt = static_cast<ComputeT>(a.x[b * a.d_in + a.d_in - 1]);
+    const ComputeT floor = static_cast<ComputeT>(a.dt_floor);
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+      if (g == a.dt_gate) wx[g] = dt < floor ? floor : dt;  // std::max(dt, floor), as the host: NaN stays NaN
+  }
+  ComputeT h_prev[S], h_new[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.state[(b * S + s) * D + c]);
+  CellMath::step(values, wx, h_prev, h_new, static_cast<ComputeT*>(nullptr));
+#pragma unroll
+  for (int s = 0; s < S; ++s) a.out[(b * S + s) * D + c] = static_cast<StorageT>(h_new[s]);
+}
+
+template <class CellMath, class StorageT, class Shape>
+__global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<StorageT> a) {
+  using ComputeT = ComputeOf<StorageT>;
+  constexpr int G = CellMath::kGates;
+  constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
+  constexpr int R = Shape::kRows, W = Shape::kSlices, C = Shape::kChunk;
+  static_assert(sizeof(ComputeT) * (R * C + W * R * 32) <= 48 * 1024, "the block's shared memory is static");
+  __shared__ ComputeT xs[R][C];
+  __shared__ ComputeT partial[W][R][32];  // [k slice][row][lane]
+
+  const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
+  const std::int64_t D = a.channels;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * 32 + lane;
+  const std::int64_t b0 = static_cast<std::int64_t>(blockIdx.x) * R;
+  const bool channel = c < D;
+
+  // acc[g][r]: this warp's k slice of row b0 + r's gate g.
+  ComputeT acc[G][R];
+  decode_affine_sums<CellMath, StorageT, R, C, W, W>(a, xs, warp, warp, b0, c, acc);
 
   // Gate by gate, the slices' partial sums of each row in slice order, onto the bias.
   constexpr int kRowsPerWarp = (R + W - 1) / W;
@@ -108,19 +148,7 @@ __global__ void __launch_bounds__(32 * Shape::kSlices) decode_kernel(DecodeArgs<
     const int r = warp + j * W;
     const std::int64_t b = b0 + r;
     if (r >= R || b >= a.batch) continue;
-    if (a.dt_gate >= 0) {
-      const ComputeT dt = static_cast<ComputeT>(a.x[b * a.d_in + a.d_in - 1]);
-      const ComputeT floor = static_cast<ComputeT>(a.dt_floor);
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (g == a.dt_gate) wx[j][g] = dt < floor ? floor : dt;  // std::max(dt, floor), as the host: NaN stays NaN
-    }
-    ComputeT h_prev[S], h_new[S];
-#pragma unroll
-    for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.state[(b * S + s) * D + c]);
-    CellMath::step(values, wx[j], h_prev, h_new, static_cast<ComputeT*>(nullptr));
-#pragma unroll
-    for (int s = 0; s < S; ++s) a.out[(b * S + s) * D + c] = static_cast<StorageT>(h_new[s]);
+    decode_row_step<CellMath, StorageT>(a, b, c, values, wx[j]);
   }
 }
 

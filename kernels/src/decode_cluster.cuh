@@ -12,13 +12,16 @@
 //   written by one block, so out may be state itself, as for decode.cuh.
 // - A cluster sync before any remote read and one before exit: no block leaves while another
 //   may still read its shared memory.
-// Measured by pararnn_bench_shapes --only decode (checked against the production launch);
-// not a production shape until a measurement says so.
+// - decode_cluster_available asks the device first (cluster launch, code for sm_90, one cluster
+//   resident); launch_decode_step (decode.cu) takes a plain DecodeShape where it says no.
+// Production for small batches (kernels/decode.hpp); pararnn_bench_shapes --only decode measures
+// every shape against the production launch.
 #pragma once
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "decode.cuh"
@@ -40,7 +43,6 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) decode_cluster_kernel(Deco
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using ComputeT = ComputeOf<StorageT>;
-  constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
   constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
   constexpr int R = Shape::kRows, W = Shape::kSlices, Wb = Shape::kWarps, Q = Shape::kRanks, C = Shape::kChunk;
@@ -51,49 +53,19 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) decode_cluster_kernel(Deco
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
-  const int slice = rank * Wb + warp;
-  const std::int64_t D = a.channels, width = G * D;
+  const std::int64_t D = a.channels;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * 32 + lane;
   const std::int64_t b0 = static_cast<std::int64_t>(blockIdx.z) * R;
-  const bool channel = c < D;
 
   ComputeT acc[G][R];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[g][r] = ComputeT(0);
-  for (std::int64_t k0 = 0; k0 < a.affine_inputs; k0 += C) {
-    const int n = static_cast<int>(a.affine_inputs - k0 < C ? a.affine_inputs - k0 : C);
-    if (k0 > 0) __syncthreads();
-    for (int i = warp * 32 + lane; i < R * C; i += 32 * Wb) {
-      const int r = i / C, k = i - r * C;
-      const std::int64_t b = b0 + r;
-      xs[r][k] = b < a.batch && k < n ? static_cast<ComputeT>(a.x[b * a.d_in + k0 + k]) : ComputeT(0);
-    }
-    __syncthreads();
-    if (channel) {
-#pragma unroll 8
-      for (int k = slice; k < n; k += W) {
-        const ComputeT* w_row = a.weight_t + (k0 + k) * width + c;
-        ComputeT w[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) w[g] = w_row[g * D];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const ComputeT xv = xs[r][k];
-#pragma unroll
-          for (int g = 0; g < G; ++g) acc[g][r] = fma(w[g], xv, acc[g][r]);
-        }
-      }
-    }
-  }
+  decode_affine_sums<CellMath, StorageT, R, C, Wb, W>(a, xs, warp, rank * Wb + warp, b0, c, acc);
 #pragma unroll
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int r = 0; r < R; ++r) partial[warp][g][r][lane] = acc[g][r];
   cluster.sync();  // every rank's partial sums are written
 
-  if (channel) {
+  if (c < D) {
     ComputeT values[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) values[k] = a.values[k * D + c];
@@ -110,58 +82,92 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) decode_cluster_kernel(Deco
         }
         wx[g] = sum;
       }
-      if (a.dt_gate >= 0) {
-        const ComputeT dt = static_cast<ComputeT>(a.x[b * a.d_in + a.d_in - 1]);
-        const ComputeT floor = static_cast<ComputeT>(a.dt_floor);
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-          if (g == a.dt_gate) wx[g] = dt < floor ? floor : dt;
-      }
-      ComputeT h_prev[S], h_new[S];
-#pragma unroll
-      for (int s = 0; s < S; ++s) h_prev[s] = static_cast<ComputeT>(a.state[(b * S + s) * D + c]);
-      CellMath::step(values, wx, h_prev, h_new, static_cast<ComputeT*>(nullptr));
-#pragma unroll
-      for (int s = 0; s < S; ++s) a.out[(b * S + s) * D + c] = static_cast<StorageT>(h_new[s]);
+      decode_row_step<CellMath, StorageT>(a, b, c, values, wx);
     }
   }
   cluster.sync();  // no block exits while another may read its partial sums
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a device without clusters: never a silent empty step
 #endif
 }
 
-// The cluster kernel at shape Shape (arguments already checked, check_decode_args); a device
-// without cluster launch returns cudaErrorNotSupported.
-template <class CellMath, class StorageT, class Shape>
-cudaError_t run_decode_cluster(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
-  if (a.batch == 0 || a.channels == 0) return cudaSuccess;
-  int device = 0, cluster_launch = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device); e != cudaSuccess)
-    return e;
-  if (!cluster_launch) return cudaErrorNotSupported;
-  const std::int64_t channel_blocks = (a.channels + 31) / 32;
-  const std::int64_t row_blocks = (a.batch + Shape::kRows - 1) / Shape::kRows;
-  if (row_blocks > 65535) return cudaErrorInvalidValue;
-  auto* kernel = decode_cluster_kernel<CellMath, StorageT, Shape>;
-  if constexpr (Shape::kRanks > 8) {
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        e != cudaSuccess)
-      return e;
-  }
+// The launch of Shape's clusters for `a`: grid (Ranks, channel blocks, row blocks), cluster
+// (Ranks, 1, 1). `attribute` must outlive the config's use.
+template <class Shape, class StorageT>
+cudaLaunchConfig_t decode_cluster_config(const DecodeArgs<StorageT>& a, cudaStream_t stream,
+                                         cudaLaunchAttribute& attribute) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(Shape::kRanks), static_cast<unsigned>(channel_blocks),
-                        static_cast<unsigned>(row_blocks));
+  config.gridDim = dim3(static_cast<unsigned>(Shape::kRanks), static_cast<unsigned>((a.channels + 31) / 32),
+                        static_cast<unsigned>((a.batch + Shape::kRows - 1) / Shape::kRows));
   config.blockDim = dim3(32, Shape::kWarps);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
+  attribute = {};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = Shape::kRanks;
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, a);
+  return config;
+}
+
+// Whether the current device runs Shape's clusters: cluster launch supported and at least one
+// cluster of Ranks blocks resident at once (cudaOccupancyMaxActiveClusters > 0; a partitioned or
+// older device may have none). Asked once per device and shape, then remembered; `available`
+// is false on any error of the queries (the caller then takes a plain block shape).
+template <class CellMath, class StorageT, class Shape>
+cudaError_t decode_cluster_available(bool& available) {
+  available = false;
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  constexpr int kDevices = 64;
+  static std::atomic<signed char> known[kDevices];  // 0 not asked, 1 yes, -1 no
+  if (device < kDevices) {
+    const signed char k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) {
+      available = k > 0;
+      return cudaSuccess;
+    }
+  }
+  int cluster_launch = 0;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device); e != cudaSuccess)
+    return e;
+  cudaFuncAttributes compiled{};
+  auto* kernel = decode_cluster_kernel<CellMath, StorageT, Shape>;
+  if (const cudaError_t e = cudaFuncGetAttributes(&compiled, kernel); e != cudaSuccess) return e;
+  // Code for sm_90 or later: a kernel JIT-compiled from older PTX has the empty (trapping) body.
+  if (cluster_launch && compiled.ptxVersion >= 90 && compiled.binaryVersion >= 90) {
+    if constexpr (Shape::kRanks > 8) {
+      if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+          e != cudaSuccess)
+        return e;
+    }
+    DecodeArgs<StorageT> one{};
+    one.batch = Shape::kRows;
+    one.channels = 32;
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config = decode_cluster_config<Shape>(one, cudaStream_t{}, attribute);
+    int clusters = 0;
+    if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config); e != cudaSuccess) return e;
+    available = clusters > 0;
+  }
+  if (device < kDevices) known[device].store(available ? 1 : -1, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+// The cluster kernel at shape Shape (arguments already checked, check_decode_args); a device
+// without cluster launch returns cudaErrorNotSupported (decode_cluster_available says so first).
+template <class CellMath, class StorageT, class Shape>
+cudaError_t run_decode_cluster(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
+  if (a.batch == 0 || a.channels == 0) return cudaSuccess;
+  bool available = false;
+  if (const cudaError_t e = decode_cluster_available<CellMath, StorageT, Shape>(available); e != cudaSuccess) return e;
+  if (!available) return cudaErrorNotSupported;
+  if ((a.batch + Shape::kRows - 1) / Shape::kRows > 65535) return cudaErrorInvalidValue;
+  cudaLaunchAttribute attribute{};
+  const cudaLaunchConfig_t config = decode_cluster_config<Shape>(a, stream, attribute);
+  return cudaLaunchKernelEx(&config, decode_cluster_kernel<CellMath, StorageT, Shape>, a);
 }
 
 }  // namespace pararnn::kernels::detail

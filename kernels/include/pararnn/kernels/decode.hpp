@@ -24,10 +24,14 @@
 // kDecodeSmallBatch rows, 4 rows × 16 slices (many blocks, short k loops: a small batch is bound
 // by the latency of its weight loads); beyond, 16 × 16 (each weight load serves more rows, so
 // fewer blocks read the weights from L2; 8 × 16 for f64, whose partial sums would not fit in
-// shared memory). pararnn_bench_shapes --only decode measures the
-// shapes (H200, GRU d 256: B 1 … 64 best at 4 × 16, B 256 at 16 × 16); docs/cuda.md has the
-// table. Both classes have 16 slices and 128-column chunks, so every row's sums run in the same
-// order whatever the batch: a step is deterministic, a row's result does not depend on the
+// shared memory). Up to kDecodeClusterBatch rows, where the device runs thread-block clusters
+// (sm_90; decode_cluster.cuh), the 16 slices are spread over a cluster: B 1 one row over 16
+// blocks of one warp, B 2 … 8 4 rows over 4 blocks of 4 warps, so a small batch's weight loads
+// are spread over 4 or 16 times as many SMs. pararnn_bench_shapes --only decode measures the
+// shapes (H200, GRU d 256 f32, 2026-12-03: B 1 3.69 µs over 16 ranks against 5.40 for 4 × 16;
+// B 8 5.23 over 4 ranks against 5.65; B 64 best at 4 × 16, B 256 at 16 × 16); docs/cuda.md has
+// the table. Every class has 16 slices and 128-column chunks, so every row's sums run in the
+// same order whatever the batch: a step is deterministic, a row's result does not depend on the
 // batch size, and a graph replay equals the direct step bit for bit; it differs from a GEMM's
 // order by rounding only.
 //
@@ -82,6 +86,8 @@ struct DecodeGatesArgs {
 
 // The largest batch of the decode kernel's small-batch shape (see "Work split").
 inline constexpr std::int64_t kDecodeSmallBatch = 64;
+// The largest batch stepped over thread-block clusters where the device has them.
+inline constexpr std::int64_t kDecodeClusterBatch = 8;
 
 // Instantiated for every per-channel cell math of cells/ (GRU-diag, LSTM, NLRU, sLSTM-diag, CfC
 // 'input' and 'diag_h', Titans) × {float, double, __half, __nv_bfloat16}.
