@@ -114,8 +114,9 @@ cudaLaunchConfig_t decode_cluster_config(const DecodeArgs<StorageT>& a, cudaStre
 
 // Whether the current device runs Shape's clusters: cluster launch supported and at least one
 // cluster of Ranks blocks resident at once (cudaOccupancyMaxActiveClusters > 0; a partitioned or
-// older device may have none). Asked once per device and shape, then remembered; `available`
-// is false on any error of the queries (the caller then takes a plain block shape).
+// older device may have none). Asked once per device and shape, then remembered (one answer
+// for every translation unit's copy of the kernel); `available` is false on any error of the
+// queries (the caller then takes a plain block shape).
 template <class CellMath, class StorageT, class Shape>
 cudaError_t decode_cluster_available(bool& available) {
   available = false;
@@ -165,9 +166,17 @@ cudaError_t run_decode_cluster(const DecodeArgs<StorageT>& a, cudaStream_t strea
   if (const cudaError_t e = decode_cluster_available<CellMath, StorageT, Shape>(available); e != cudaSuccess) return e;
   if (!available) return cudaErrorNotSupported;
   if ((a.batch + Shape::kRows - 1) / Shape::kRows > 65535) return cudaErrorInvalidValue;
+  auto* kernel = decode_cluster_kernel<CellMath, StorageT, Shape>;
+  // Set on every launch: each translation unit that instantiates the kernel has its own copy
+  // (a module per unit), while the remembered answer above is shared by all of them.
+  if constexpr (Shape::kRanks > 8) {
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        e != cudaSuccess)
+      return e;
+  }
   cudaLaunchAttribute attribute{};
   const cudaLaunchConfig_t config = decode_cluster_config<Shape>(a, stream, attribute);
-  return cudaLaunchKernelEx(&config, decode_cluster_kernel<CellMath, StorageT, Shape>, a);
+  return cudaLaunchKernelEx(&config, kernel, a);
 }
 
 }  // namespace pararnn::kernels::detail
