@@ -17,8 +17,9 @@
 //   every sum has a fixed order.
 // - Partials: d_rec_partials[b][k][r][c] for scan chunk k (times T−1−k·chunk downwards),
 //   ceil(T / chunk) chunks per row.
-// Measured by pararnn_bench_shapes --only backward against the three launches; not production
-// until a measurement says so.
+// Measured by pararnn_bench_shapes --only backward against the three launches: slower on the
+// H200 (2026-12-03, S1: 6.13 ms at its best shape against 5.56; register-bound in double, ncu in
+// bench/backward_fused_ncu_h200.txt), so not production; docs/cuda.md says what would change it.
 #pragma once
 
 #include <cuda_runtime.h>
