@@ -48,34 +48,54 @@ __global__ void __launch_bounds__(128) decode_gates_kernel(DecodeGatesArgs<Stora
 
 }  // namespace
 
+namespace {
+
+using Small = detail::DecodeShape<4, 16>;
+// f64: 16 × 16's partial sums would need 64 KiB of shared memory (48 KiB static at most).
+template <class StorageT>
+using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16>,
+                                 detail::DecodeShape<16, 16>>;
+// Up to kDecodeClusterBatch rows, the 16 slices over a thread-block cluster where the device
+// runs one (decode_cluster.cuh): the same sums as Small, bit for bit.
+using Single = detail::DecodeClusterShape<1, 16, 16>;
+using Few = detail::DecodeClusterShape<4, 16, 4>;
+// Equal slices and chunks: every row's sums run in the same order in every class, so a row's
+// result does not depend on the batch (kernels/decode.hpp).
+static_assert(Small::kSlices == Large<float>::kSlices && Small::kChunk == Large<float>::kChunk &&
+              Small::kSlices == Large<double>::kSlices && Small::kChunk == Large<double>::kChunk);
+static_assert(Single::kSlices == Small::kSlices && Single::kChunk == Small::kChunk &&
+              Few::kSlices == Small::kSlices && Few::kChunk == Small::kChunk);
+
+// Whether a batch of `batch` rows × `channels` steps over a cluster on this device (asked once
+// per device and shape, decode_cluster_available).
+template <class CellMath, class StorageT>
+cudaError_t takes_cluster(std::int64_t batch, std::int64_t channels, bool& cluster) {
+  cluster = false;
+  if (batch < 1 || batch > kDecodeClusterBatch || channels < 1) return cudaSuccess;
+  return batch == 1 ? detail::decode_cluster_available<CellMath, StorageT, Single>(cluster)
+                    : detail::decode_cluster_available<CellMath, StorageT, Few>(cluster);
+}
+
+}  // namespace
+
+template <class CellMath, class StorageT>
+cudaError_t prepare_decode_step(std::int64_t batch, std::int64_t channels) {
+  bool cluster = false;
+  return takes_cluster<CellMath, StorageT>(batch, channels, cluster);
+}
+
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t stream) {
   if (const cudaError_t e = detail::check_decode_args<CellMath, StorageT>(a); e != cudaSuccess) return e;
-  using Small = detail::DecodeShape<4, 16>;
-  // f64: 16 × 16's partial sums would need 64 KiB of shared memory (48 KiB static at most).
-  using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16>,
-                                   detail::DecodeShape<16, 16>>;
-  // Equal slices and chunks: every row's sums run in the same order in both classes, so a row's
-  // result does not depend on the batch (kernels/decode.hpp).
-  static_assert(Small::kSlices == Large::kSlices && Small::kChunk == Large::kChunk);
-  // Up to kDecodeClusterBatch rows, the 16 slices over a thread-block cluster where the device
-  // runs one (decode_cluster.cuh): the same sums as Small, bit for bit.
-  using Single = detail::DecodeClusterShape<1, 16, 16>;
-  using Few = detail::DecodeClusterShape<4, 16, 4>;
-  static_assert(Single::kSlices == Small::kSlices && Single::kChunk == Small::kChunk &&
-                Few::kSlices == Small::kSlices && Few::kChunk == Small::kChunk);
-  if (a.batch >= 1 && a.batch <= kDecodeClusterBatch) {
-    bool available = false;
-    const cudaError_t e = a.batch == 1 ? detail::decode_cluster_available<CellMath, StorageT, Single>(available)
-                                       : detail::decode_cluster_available<CellMath, StorageT, Few>(available);
-    if (e != cudaSuccess) return e;
-    if (available)
-      return a.batch == 1 ? detail::run_decode_cluster<CellMath, StorageT, Single>(a, stream)
-                          : detail::run_decode_cluster<CellMath, StorageT, Few>(a, stream);
-  }
+  bool cluster = false;
+  if (const cudaError_t e = takes_cluster<CellMath, StorageT>(a.batch, a.channels, cluster); e != cudaSuccess)
+    return e;
+  if (cluster)
+    return a.batch == 1 ? detail::run_decode_cluster<CellMath, StorageT, Single>(a, stream)
+                        : detail::run_decode_cluster<CellMath, StorageT, Few>(a, stream);
   if (a.batch <= kDecodeSmallBatch)
     return detail::run_decode_step<CellMath, StorageT, Small>(a, stream);
-  return detail::run_decode_step<CellMath, StorageT, Large>(a, stream);
+  return detail::run_decode_step<CellMath, StorageT, Large<StorageT>>(a, stream);
 }
 
 template <class CellMath, class StorageT>
@@ -93,6 +113,7 @@ cudaError_t launch_decode_gates(const DecodeGatesArgs<StorageT>& a, cudaStream_t
 
 #define PARARNN_INSTANTIATE_DECODE_TYPE(CELL, T)                                               \
   template cudaError_t launch_decode_step<CELL, T>(const DecodeArgs<T>&, cudaStream_t); \
+  template cudaError_t prepare_decode_step<CELL, T>(std::int64_t, std::int64_t);        \
   template cudaError_t launch_decode_gates<CELL, T>(const DecodeGatesArgs<T>&, cudaStream_t);
 #define PARARNN_INSTANTIATE_DECODE_CELL(CELL)        \
   PARARNN_INSTANTIATE_DECODE_TYPE(CELL, float)         \

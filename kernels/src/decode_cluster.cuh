@@ -112,11 +112,13 @@ cudaLaunchConfig_t decode_cluster_config(const DecodeArgs<StorageT>& a, cudaStre
   return config;
 }
 
-// Whether the current device runs Shape's clusters: cluster launch supported and at least one
-// cluster of Ranks blocks resident at once (cudaOccupancyMaxActiveClusters > 0; a partitioned or
-// older device may have none). Asked once per device and shape, then remembered (one answer
-// for every translation unit's copy of the kernel); `available` is false on any error of the
-// queries (the caller then takes a plain block shape).
+// Whether the current device runs Shape's clusters: cluster launch supported, code for sm_90 or
+// later, and at least one cluster of Ranks blocks resident at once
+// (cudaOccupancyMaxActiveClusters > 0; a partitioned or older device may have none). Asked once
+// per device and shape, then remembered (one answer for every translation unit's copy of the
+// kernel). A query that fails counts as "no": its error is cleared (cudaGetLastError) so that
+// the block shape the caller then launches does not report it, and the answer is remembered.
+// Only cudaGetDevice's error is returned.
 template <class CellMath, class StorageT, class Shape>
 cudaError_t decode_cluster_available(bool& available) {
   available = false;
@@ -131,30 +133,35 @@ cudaError_t decode_cluster_available(bool& available) {
       return cudaSuccess;
     }
   }
+  const auto answer = [&](bool yes) {
+    available = yes;
+    if (device < kDevices) known[device].store(yes ? 1 : -1, std::memory_order_relaxed);
+    return cudaSuccess;
+  };
+  const auto failed = [&]() {
+    (void)cudaGetLastError();
+    return answer(false);
+  };
   int cluster_launch = 0;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device); e != cudaSuccess)
-    return e;
+  if (cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) != cudaSuccess) return failed();
+  if (!cluster_launch) return answer(false);
   cudaFuncAttributes compiled{};
   auto* kernel = decode_cluster_kernel<CellMath, StorageT, Shape>;
-  if (const cudaError_t e = cudaFuncGetAttributes(&compiled, kernel); e != cudaSuccess) return e;
-  // Code for sm_90 or later: a kernel JIT-compiled from older PTX has the empty (trapping) body.
-  if (cluster_launch && compiled.ptxVersion >= 90 && compiled.binaryVersion >= 90) {
-    if constexpr (Shape::kRanks > 8) {
-      if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-          e != cudaSuccess)
-        return e;
-    }
-    DecodeArgs<StorageT> one{};
-    one.batch = Shape::kRows;
-    one.channels = 32;
-    cudaLaunchAttribute attribute{};
-    const cudaLaunchConfig_t config = decode_cluster_config<Shape>(one, cudaStream_t{}, attribute);
-    int clusters = 0;
-    if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config); e != cudaSuccess) return e;
-    available = clusters > 0;
+  if (cudaFuncGetAttributes(&compiled, kernel) != cudaSuccess) return failed();
+  // A kernel JIT-compiled from older PTX has the empty (trapping) body.
+  if (compiled.ptxVersion < 90 || compiled.binaryVersion < 90) return answer(false);
+  if constexpr (Shape::kRanks > 8) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+      return failed();
   }
-  if (device < kDevices) known[device].store(available ? 1 : -1, std::memory_order_relaxed);
-  return cudaSuccess;
+  DecodeArgs<StorageT> one{};
+  one.batch = Shape::kRows;
+  one.channels = 32;
+  cudaLaunchAttribute attribute{};
+  const cudaLaunchConfig_t config = decode_cluster_config<Shape>(one, cudaStream_t{}, attribute);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) return failed();
+  return answer(clusters > 0);
 }
 
 // The cluster kernel at shape Shape (arguments already checked, check_decode_args); a device

@@ -750,12 +750,24 @@ cudaError_t run_single_pass(const Source& source, const std::uint8_t* head, int6
   const std::size_t smem =
       static_cast<std::size_t>(g.groups) * ((S * S + S) * 32 * V * sizeof(T) + Source::kSharedPerGroup);
   auto launch = [&](auto kernel) {
-    // Opted in on every launch: the kernel's static shared memory (ticket, restart flags) counts
-    // against the same 48 KiB default, so a dynamic size just under it can still fail to launch
-    // (sLSTM's fused adjoint: exactly 48 KiB dynamic).
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        e != cudaSuccess)
-      return e;
+    // The kernel's static shared memory (ticket, restart flags) counts against the same 48 KiB
+    // default as the dynamic size (sLSTM's fused adjoint: exactly 48 KiB dynamic, which did not
+    // launch). Past it, the limit is raised to the device's most, a value that does not depend
+    // on this launch, so another thread's launch of the same kernel cannot lower it under us.
+    cudaFuncAttributes fa{};
+    if (cudaError_t e = cudaFuncGetAttributes(&fa, kernel); e != cudaSuccess) return e;
+    if (fa.sharedSizeBytes + smem > 48 * 1024) {
+      int device = 0, optin = 0;
+      if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+      if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+          e != cudaSuccess)
+        return e;
+      if (fa.sharedSizeBytes + smem > static_cast<std::size_t>(optin)) return cudaErrorInvalidValue;
+      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               optin - static_cast<int>(fa.sharedSizeBytes));
+          e != cudaSuccess)
+        return e;
+    }
     kernel<<<static_cast<unsigned>(l.n_blocks), dim3(32, static_cast<unsigned>(g.groups)), smem, stream>>>(
         source, head, g, reinterpret_cast<unsigned*>(base), reinterpret_cast<unsigned*>(base + l.flags),
         reinterpret_cast<T*>(base + l.aggregate), reinterpret_cast<T*>(base + l.inclusive));

@@ -1479,6 +1479,13 @@ CudaDecoder::CudaDecoder(const Cell& cell, std::int64_t batch, int device) {
     const Tensor wt = Tensor::from_values(compute, {impl->affine_inputs, width}, weight_t);
     impl->weight_t = upload_new(wt.data(), wt.nbytes(), "the transposed input weights", Allocation::synchronous);
   }
+  // The decode kernel's device questions (cluster or block shape) asked here, not in a step
+  // that may be captured into a graph.
+  dispatch_cell(cell.kind(), [&]<class CellMath>() {
+    dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
+      PARARNN_CUDA_CHECK((kernels::prepare_decode_step<CellMath, StorageT>(batch, D)));
+    });
+  });
   detail::cuda::synchronize();
   impl_ = std::move(impl);
 }

@@ -93,6 +93,12 @@ inline constexpr std::int64_t kDecodeClusterBatch = 8;
 // 'input' and 'diag_h', Titans) × {float, double, __half, __nv_bfloat16}.
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_step(const DecodeArgs<StorageT>& args, cudaStream_t stream);
+// Optional, once per decoder: asks the current device now whether a batch of `batch` rows ×
+// `channels` runs over a thread-block cluster (and remembers it), so that launch_decode_step
+// makes no device query later, e.g. while a stream is being captured into a graph. A failed
+// query means "no cluster" (the block shape, same bits); only cudaGetDevice's error is returned.
+template <class CellMath, class StorageT>
+cudaError_t prepare_decode_step(std::int64_t batch, std::int64_t channels);
 template <class CellMath, class StorageT>
 cudaError_t launch_decode_gates(const DecodeGatesArgs<StorageT>& args, cudaStream_t stream);
 
