@@ -181,17 +181,19 @@ const Prefetch kPrefetches[] = {{4, false, false, &sequential_at<4, false>},
 
 // ranks 1: decode.cuh's block; ranks > 1: decode_cluster.cuh, the slices over a cluster of
 // that many blocks (the same sums as ranks 1 at equal slices and chunk).
+// k_major: x staged [k][row] (DecodeShape's kKMajor: one 16-byte load per 4 rows of a column).
 struct DecodeCandidate {
   int rows, slices, ranks;
   cudaError_t (*run)(const DecodeArgs<float>&, cudaStream_t);
+  bool k_major = false;
 };
-template <int R, int W>
+template <int R, int W, bool K = false>
 cudaError_t decode_at(const DecodeArgs<float>& a, cudaStream_t s) {
-  return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W>>(a, s);
+  return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W, K>>(a, s);
 }
-template <int R, int W, int Q>
+template <int R, int W, int Q, bool K = false>
 cudaError_t decode_cluster_at(const DecodeArgs<float>& a, cudaStream_t s) {
-  return detail::run_decode_cluster<Gru, float, detail::DecodeClusterShape<R, W, Q>>(a, s);
+  return detail::run_decode_cluster<Gru, float, detail::DecodeClusterShape<R, W, Q, K>>(a, s);
 }
 const DecodeCandidate kDecodeShapes[] = {
     {1, 32, 1, &decode_at<1, 32>},  {2, 32, 1, &decode_at<2, 32>},  {4, 32, 1, &decode_at<4, 32>},
@@ -202,7 +204,10 @@ const DecodeCandidate kDecodeShapes[] = {
     {4, 16, 4, &decode_cluster_at<4, 16, 4>},   {4, 16, 8, &decode_cluster_at<4, 16, 8>},
     {4, 16, 16, &decode_cluster_at<4, 16, 16>}, {16, 16, 4, &decode_cluster_at<16, 16, 4>},
     {16, 16, 8, &decode_cluster_at<16, 16, 8>}, {32, 16, 8, &decode_cluster_at<32, 16, 8>},
-    {32, 16, 16, &decode_cluster_at<32, 16, 16>}};
+    {32, 16, 16, &decode_cluster_at<32, 16, 16>},
+    {4, 16, 1, &decode_at<4, 16, true>, true},  {8, 16, 1, &decode_at<8, 16, true>, true},
+    {16, 16, 1, &decode_at<16, 16, true>, true}, {32, 8, 1, &decode_at<32, 8, true>, true},
+    {4, 16, 4, &decode_cluster_at<4, 16, 4, true>, true}, {16, 16, 4, &decode_cluster_at<16, 16, 4, true>, true}};
 
 // Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
 template <class F>
@@ -271,16 +276,19 @@ void decode_section(int runs) {
     bool first = true;
     for (const DecodeCandidate& shape : kDecodeShapes) {
       if (const cudaError_t e = shape.run(from_state, stream); e != cudaSuccess) {
-        std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"launch_error\": \"%s\"}", first ? "" : ", ",
-                    shape.rows, shape.slices, shape.ranks, cudaGetErrorString(e));
+        std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"launch_error\": \"%s\"}",
+                    first ? "" : ", ", shape.rows, shape.slices, shape.ranks, shape.k_major ? "k_major" : "row_major",
+                    cudaGetErrorString(e));
         first = false;
         continue;
       }
       check(cudaStreamSynchronize(stream), "decode shape");
       const double err = max_abs_diff(download(out), ref);
       const double us = graph_us_per_step(runs, stream, [&](cudaStream_t s) { return shape.run(in_place, s); });
-      std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"us\": %.3f, \"max_abs_vs_production\": %.3e}",
-                  first ? "" : ", ", shape.rows, shape.slices, shape.ranks, us, err);
+      std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"us\": %.3f, "
+                  "\"max_abs_vs_production\": %.3e}",
+                  first ? "" : ", ", shape.rows, shape.slices, shape.ranks, shape.k_major ? "k_major" : "row_major", us,
+                  err);
       first = false;
     }
     std::printf("]}");

@@ -28,9 +28,10 @@
 
 namespace pararnn::kernels::detail {
 
-template <int Rows, int Slices, int Ranks>
+template <int Rows, int Slices, int Ranks, bool kKMajorT = false>
 struct DecodeClusterShape {
   static_assert(Ranks >= 2 && Ranks <= 16 && Slices % Ranks == 0, "Ranks divides Slices; clusters of 2 … 16");
+  static constexpr bool kKMajor = kKMajorT;  // x staging, as DecodeShape's
   static constexpr int kRows = Rows;
   static constexpr int kSlices = Slices;
   static constexpr int kRanks = Ranks;
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) decode_cluster_kernel(Deco
   constexpr int V = CellMath::kRecurrent + CellMath::kConstants;
   constexpr int R = Shape::kRows, W = Shape::kSlices, Wb = Shape::kWarps, Q = Shape::kRanks, C = Shape::kChunk;
   static_assert(sizeof(ComputeT) * (R * C + Wb * G * R * 32) <= 48 * 1024, "the block's shared memory is static");
-  __shared__ ComputeT xs[R][C];
+  __shared__ __align__(16) ComputeT xs[R * C];
   __shared__ ComputeT partial[Wb][G][R][32];  // [local slice][gate][row][lane]
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) decode_cluster_kernel(Deco
   const std::int64_t b0 = static_cast<std::int64_t>(blockIdx.z) * R;
 
   ComputeT acc[G][R];
-  decode_affine_sums<CellMath, StorageT, R, C, Wb, W>(a, xs, warp, rank * Wb + warp, b0, c, acc);
+  decode_affine_sums<CellMath, StorageT, R, C, Wb, W, Shape::kKMajor>(a, xs, warp, rank * Wb + warp, b0, c, acc);
 #pragma unroll
   for (int g = 0; g < G; ++g)
 #pragma unroll
