@@ -380,10 +380,38 @@ void backward_section(int runs) {
   const double dwx_scale = max_abs_of(ref_dwx);
   double rec_scale = 0;
   for (double x : ref_rec) rec_scale = std::max(rec_scale, std::fabs(x));
+  // The same three launches with the single-pass reverse scan (production uses the three-phase
+  // one; which is faster for this f64 scan had not been measured), checked against them.
+  ScanArgs<double> scan_sp = scan;
+  scan_sp.tiling = {.algorithm = ScanAlgorithm::single_pass};
+  Buffer scan_sp_ws(scan_affine_workspace_bytes<1, double>(B, T, D, scan_sp.tiling));
+  Buffer d_wx_sp(n * G * sizeof(float)), partials_sp(static_cast<std::size_t>(B * ref_chunks * R * D) * sizeof(double));
+  CellVjpArgs<float> v_sp = v;
+  v_sp.d_wx = d_wx_sp.f();
+  v_sp.d_rec_partials = static_cast<double*>(partials_sp.p);
+  const auto three_launches_sp = [&] {
+    check(launch_cell_adjoint_jacobian<Gru, float>(j, nullptr), "J and the seed");
+    check(launch_scan_affine<1, double>(scan_sp, scan_sp_ws.p, scan_sp_ws.bytes, nullptr), "reverse f64 single-pass scan");
+    check(launch_cell_vjp<Gru, float>(v_sp, nullptr), "VJP");
+  };
+  three_launches_sp();
+  check(cudaDeviceSynchronize(), "three launches, single pass");
+  const double sp_dwx_err = max_abs_diff(download(d_wx_sp), ref_dwx);
+  double sp_rec_err = 0;
+  {
+    const std::vector<double> sums = sum_rows(download_doubles(partials_sp), R * D);
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+      const double d = std::fabs(sums[i] - ref_rec[i]);
+      if (!(d <= sp_rec_err)) sp_rec_err = d;
+    }
+  }
+  const double sp_ms = time_ms(runs, three_launches_sp);
   std::printf(",\n  \"backward\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"batch\": %lld, \"time\": %lld, \"d_h\": %lld, "
-              "\"three_launches_ms\": %.4f, \"d_wx_max_abs\": %.4e, \"recurrent_max_abs\": %.4e, \"fused\": [",
+              "\"three_launches_ms\": %.4f, \"d_wx_max_abs\": %.4e, \"recurrent_max_abs\": %.4e, "
+              "\"three_launches_single_pass_scan\": {\"ms\": %.4f, \"d_wx_max_abs_vs_three_launches\": %.4e, "
+              "\"recurrent_max_abs_vs_three_launches\": %.4e}, \"fused\": [",
               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(D), ref_ms, dwx_scale,
-              rec_scale);
+              rec_scale, sp_ms, sp_dwx_err, sp_rec_err);
   bool first = true;
   for (const BackwardCandidate& c : kBackwardShapes) {
     const std::int64_t chunk = static_cast<std::int64_t>(c.steps) * c.groups, chunks = (T + chunk - 1) / chunk;
