@@ -163,6 +163,13 @@ TEST(SlstmLogCoords, ConvergedSolveEndsAtTheNativeFixedPoint) {
   EXPECT_GT(stats.updates, stats.iters);  // the loop's updates, then the native ones
 }
 
+// The log-coordinate solve on the CPU, and the judge's report of it on p's case.
+const NewtonConfig kLogOnCpu{.scan_backend = ScanBackend::cpu, .coords = Coords::log};
+AgreementReport judged_log_solve(const testing::GeneratedProblem& p) {
+  const testing::GeneratedProblem::Made m = p.make();
+  return verify_agreement(m.cell, m.x, {.config = kLogOnCpu, .seed = p.seed, .certify_budget = kCertifyBudget});
+}
+
 // The f16 case RapidCheck found (saturating inputs, T 1955, |m| up to 307): the adaptive log
 // solve reaches k_max and falls back to the f32 loop, whose n is 0.041 from the oracle where
 // the f16 band allows 0.0395; the f16 loop is 20 away, so the judge says Inconclusive. The floor
@@ -171,10 +178,8 @@ TEST(SlstmLogCoords, HalfPrecisionFloorIsTheRoundedF32Loop) {
   testing::GeneratedProblem p{.cell = "slstm", .dtype = DType::f16, .batch = 1, .time = 1955, .d_in = 7, .d_h = 10,
                               .seed = 720946596};
   p.condition(testing::conditioning_class("saturating"));
-  const testing::GeneratedProblem::Made m = p.make();
-  const NewtonConfig config{.scan_backend = ScanBackend::cpu, .coords = Coords::log};
-  const AgreementReport r = verify_agreement(m.cell, m.x, {.config = config, .seed = p.seed,
-                                                           .certify_budget = kCertifyBudget});
+  const NewtonConfig config = kLogOnCpu;
+  const AgreementReport r = judged_log_solve(p);
   EXPECT_NE(r.verdict, Verdict::disagree) << r.failure_message();
   const std::optional<Tensor> floor = testing::floor_outside_tau(p, r, config);
   ASSERT_TRUE(floor.has_value());
@@ -189,10 +194,7 @@ TEST(SlstmLogCoords, UnconvergedSolveKeepsItsConvergedTilesAtNativeAccuracy) {
   testing::GeneratedProblem p{.cell = "slstm", .dtype = DType::f32, .batch = 2, .time = 1193, .d_in = 4, .d_h = 14,
                               .seed = 591649351};
   p.condition(testing::conditioning_class("dyadic"));
-  const testing::GeneratedProblem::Made m = p.make();
-  const NewtonConfig config{.scan_backend = ScanBackend::cpu, .coords = Coords::log};
-  const AgreementReport r = verify_agreement(m.cell, m.x, {.config = config, .seed = p.seed,
-                                                           .certify_budget = kCertifyBudget});
+  const AgreementReport r = judged_log_solve(p);
   EXPECT_NE(r.verdict, Verdict::disagree) << r.failure_message();
 }
 
