@@ -18,12 +18,14 @@
 // steps, each shape's first step checked against the production launch_decode_step; the
 // precomputed-gates step (launch_decode_gates) is timed beside them and checked against the
 // cell's step on the host. Cluster shapes (decode_cluster.cuh) spread a block's slices over
-// a thread-block cluster.
+// a thread-block cluster; k-major staging (DecodeShape's kKMajor) changes the loads, not the
+// sums, so those candidates must be 0 from production.
 //
 // The training backward at S1 (kernels/src/cell_adjoint_fused.cuh): the fused adjoint (one
-// reverse single-pass scan with J and the VJP computed on the fly) at a few shapes, each
-// checked against the three launches of the production backward (J and the seed, the reverse
-// f64 three-phase scan, the VJP: d_wx and the recurrent sums), both timed.
+// reverse single-pass scan with J and the VJP computed on the fly) at a few shapes, its μ form
+// (the scan with J on the fly writes μ, the production VJP follows) and its float-compute form,
+// each checked against the three launches of the production backward (J and the seed, the
+// reverse f64 three-phase scan, the VJP: d_wx and the recurrent sums), all timed.
 //
 // Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward]
 #include <cuda_runtime.h>
@@ -197,17 +199,18 @@ cudaError_t decode_cluster_at(const DecodeArgs<float>& a, cudaStream_t s) {
 }
 const DecodeCandidate kDecodeShapes[] = {
     {1, 32, 1, &decode_at<1, 32>},  {2, 32, 1, &decode_at<2, 32>},  {4, 32, 1, &decode_at<4, 32>},
-    {2, 16, 1, &decode_at<2, 16>},  {4, 16, 1, &decode_at<4, 16>},  {8, 16, 1, &decode_at<8, 16>},
-    {8, 8, 1, &decode_at<8, 8>},    {16, 8, 1, &decode_at<16, 8>},  {16, 16, 1, &decode_at<16, 16>},
-    {32, 4, 1, &decode_at<32, 4>},  {32, 8, 1, &decode_at<32, 8>},
+    {1, 16, 1, &decode_at<1, 16>},  {2, 16, 1, &decode_at<2, 16>},  {4, 16, 1, &decode_at<4, 16>},
+    {8, 16, 1, &decode_at<8, 16>},  {8, 8, 1, &decode_at<8, 8>},    {16, 8, 1, &decode_at<16, 8>},
+    {16, 16, 1, &decode_at<16, 16>}, {32, 4, 1, &decode_at<32, 4>}, {32, 8, 1, &decode_at<32, 8>},
     {1, 16, 8, &decode_cluster_at<1, 16, 8>},   {1, 16, 16, &decode_cluster_at<1, 16, 16>},
     {4, 16, 4, &decode_cluster_at<4, 16, 4>},   {4, 16, 8, &decode_cluster_at<4, 16, 8>},
     {4, 16, 16, &decode_cluster_at<4, 16, 16>}, {16, 16, 4, &decode_cluster_at<16, 16, 4>},
     {16, 16, 8, &decode_cluster_at<16, 16, 8>}, {32, 16, 8, &decode_cluster_at<32, 16, 8>},
     {32, 16, 16, &decode_cluster_at<32, 16, 16>},
-    {4, 16, 1, &decode_at<4, 16, true>, true},  {8, 16, 1, &decode_at<8, 16, true>, true},
-    {16, 16, 1, &decode_at<16, 16, true>, true}, {32, 8, 1, &decode_at<32, 8, true>, true},
-    {4, 16, 4, &decode_cluster_at<4, 16, 4, true>, true}, {16, 16, 4, &decode_cluster_at<16, 16, 4, true>, true}};
+    {2, 16, 1, &decode_at<2, 16, true>, true},  {4, 16, 1, &decode_at<4, 16, true>, true},
+    {8, 16, 1, &decode_at<8, 16, true>, true},  {16, 16, 1, &decode_at<16, 16, true>, true},
+    {32, 8, 1, &decode_at<32, 8, true>, true},  {4, 16, 4, &decode_cluster_at<4, 16, 4, true>, true},
+    {16, 16, 4, &decode_cluster_at<16, 16, 4, true>, true}};
 
 // Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
 template <class F>
@@ -301,14 +304,30 @@ void decode_section(int runs) {
 
 struct BackwardCandidate {
   const char* name;
+  const char* form;     // "fused": the VJP in the scan's store; "mu_then_vjp": μ written, then launch_cell_vjp
+  const char* compute;  // the type J and the VJP are computed in ("f64": the production backward's)
   int lanes, steps, groups;
   cudaError_t (*run)(const detail::FusedAdjointArgs<float>&, void*, std::size_t, cudaStream_t);
   std::size_t (*bytes)(std::int64_t, std::int64_t, std::int64_t);
 };
-template <int V, int kSteps, int kGroups, int kAnchor, int kMinBlocks = 1>
+template <int V, int kSteps, int kGroups, int kAnchor, int kMinBlocks = 1, class C = double>
 cudaError_t fused_adjoint_at(const detail::FusedAdjointArgs<float>& a, void* ws, std::size_t bytes, cudaStream_t s) {
-  return detail::run_fused_adjoint<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>>(
-      a, ws, bytes, s);
+  return detail::run_fused_adjoint<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, kMinBlocks, kAnchor>,
+                                   /*kVjpInStore=*/true, C>(a, ws, bytes, s);
+}
+// The μ form: the reverse scan with J computed on the fly writes μ in double (J never written),
+// then the production VJP kernel reads it, so d_wx and the partials are the three launches'
+// arithmetic and layout up to the scan's association.
+template <int V, int kSteps, int kGroups, int kAnchor>
+cudaError_t mu_then_vjp_at(const detail::FusedAdjointArgs<float>& a, void* ws, std::size_t bytes, cudaStream_t s) {
+  if (const cudaError_t e = detail::run_fused_adjoint<Gru, float, V, detail::SinglePassShape<kSteps, kGroups, 1, kAnchor>,
+                                                      /*kVjpInStore=*/false>(a, ws, bytes, s);
+      e != cudaSuccess)
+    return e;
+  const CellVjpArgs<float> v{.wx = a.wx, .recurrent = a.recurrent, .H = a.H, .mu = a.mu, .d_wx = a.d_wx,
+                             .d_rec_partials = a.d_rec_partials, .batch = a.batch, .time = a.time,
+                             .channels = a.channels};
+  return launch_cell_vjp<Gru, float>(v, s);
 }
 template <int V, int kSteps, int kGroups, int kAnchor, int kMinBlocks = 1>
 std::size_t fused_adjoint_bytes(std::int64_t b, std::int64_t t, std::int64_t d) {
@@ -317,16 +336,29 @@ std::size_t fused_adjoint_bytes(std::int64_t b, std::int64_t t, std::int64_t d) 
 }
 // ncu on v1_s8_g16_a2 (2026-12-03): 128 registers at 512 threads, 32.5 M local-memory spill
 // requests, 25 % occupancy: the double elements and the cell math in double do not fit. The
-// shapes after the first three trade steps per thread and threads per block for registers.
+// shapes after the first three trade steps per thread and threads per block for registers; the
+// μ form takes the VJP out of the scan kernel, the f32 rows compute J and the VJP in float.
 const BackwardCandidate kBackwardShapes[] = {
-    {"v1_s8_g16_a2", 1, 8, 16, &fused_adjoint_at<1, 8, 16, 2>, &fused_adjoint_bytes<1, 8, 16, 2>},
-    {"v2_s8_g16_a2", 2, 8, 16, &fused_adjoint_at<2, 8, 16, 2>, &fused_adjoint_bytes<2, 8, 16, 2>},
-    {"v1_s4_g32_a4", 1, 4, 32, &fused_adjoint_at<1, 4, 32, 4>, &fused_adjoint_bytes<1, 4, 32, 4>},
-    {"v1_s4_g16_a4", 1, 4, 16, &fused_adjoint_at<1, 4, 16, 4>, &fused_adjoint_bytes<1, 4, 16, 4>},
-    {"v1_s2_g32_a4", 1, 2, 32, &fused_adjoint_at<1, 2, 32, 4>, &fused_adjoint_bytes<1, 2, 32, 4>},
-    {"v1_s2_g16_a4", 1, 2, 16, &fused_adjoint_at<1, 2, 16, 4>, &fused_adjoint_bytes<1, 2, 16, 4>},
-    {"v1_s4_g8_a4_m2", 1, 4, 8, &fused_adjoint_at<1, 4, 8, 4, 2>, &fused_adjoint_bytes<1, 4, 8, 4, 2>},
-    {"v1_s8_g8_a4_m2", 1, 8, 8, &fused_adjoint_at<1, 8, 8, 4, 2>, &fused_adjoint_bytes<1, 8, 8, 4, 2>}};
+    {"v1_s8_g16_a2", "fused", "f64", 1, 8, 16, &fused_adjoint_at<1, 8, 16, 2>, &fused_adjoint_bytes<1, 8, 16, 2>},
+    {"v2_s8_g16_a2", "fused", "f64", 2, 8, 16, &fused_adjoint_at<2, 8, 16, 2>, &fused_adjoint_bytes<2, 8, 16, 2>},
+    {"v1_s4_g32_a4", "fused", "f64", 1, 4, 32, &fused_adjoint_at<1, 4, 32, 4>, &fused_adjoint_bytes<1, 4, 32, 4>},
+    {"v1_s4_g16_a4", "fused", "f64", 1, 4, 16, &fused_adjoint_at<1, 4, 16, 4>, &fused_adjoint_bytes<1, 4, 16, 4>},
+    {"v1_s2_g32_a4", "fused", "f64", 1, 2, 32, &fused_adjoint_at<1, 2, 32, 4>, &fused_adjoint_bytes<1, 2, 32, 4>},
+    {"v1_s2_g16_a4", "fused", "f64", 1, 2, 16, &fused_adjoint_at<1, 2, 16, 4>, &fused_adjoint_bytes<1, 2, 16, 4>},
+    {"v1_s4_g8_a4_m2", "fused", "f64", 1, 4, 8, &fused_adjoint_at<1, 4, 8, 4, 2>, &fused_adjoint_bytes<1, 4, 8, 4, 2>},
+    {"v1_s8_g8_a4_m2", "fused", "f64", 1, 8, 8, &fused_adjoint_at<1, 8, 8, 4, 2>, &fused_adjoint_bytes<1, 8, 8, 4, 2>},
+    {"mu_v1_s8_g16_a2", "mu_then_vjp", "f64", 1, 8, 16, &mu_then_vjp_at<1, 8, 16, 2>, &fused_adjoint_bytes<1, 8, 16, 2>},
+    {"mu_v2_s8_g16_a2", "mu_then_vjp", "f64", 2, 8, 16, &mu_then_vjp_at<2, 8, 16, 2>, &fused_adjoint_bytes<2, 8, 16, 2>},
+    {"mu_v1_s4_g32_a4", "mu_then_vjp", "f64", 1, 4, 32, &mu_then_vjp_at<1, 4, 32, 4>, &fused_adjoint_bytes<1, 4, 32, 4>},
+    {"mu_v2_s4_g16_a4", "mu_then_vjp", "f64", 2, 4, 16, &mu_then_vjp_at<2, 4, 16, 4>, &fused_adjoint_bytes<2, 4, 16, 4>},
+    {"f32_v1_s8_g16_a2", "fused", "f32", 1, 8, 16, &fused_adjoint_at<1, 8, 16, 2, 1, float>,
+     &fused_adjoint_bytes<1, 8, 16, 2>},
+    {"f32_v2_s8_g16_a2", "fused", "f32", 2, 8, 16, &fused_adjoint_at<2, 8, 16, 2, 1, float>,
+     &fused_adjoint_bytes<2, 8, 16, 2>},
+    {"f32_v1_s4_g32_a4", "fused", "f32", 1, 4, 32, &fused_adjoint_at<1, 4, 32, 4, 1, float>,
+     &fused_adjoint_bytes<1, 4, 32, 4>},
+    {"f32_v1_s4_g16_a4", "fused", "f32", 1, 4, 16, &fused_adjoint_at<1, 4, 16, 4, 1, float>,
+     &fused_adjoint_bytes<1, 4, 16, 4>}};
 
 std::vector<double> download_doubles(const Buffer& b) {
   std::vector<double> h(b.bytes / sizeof(double));
@@ -377,7 +409,8 @@ void backward_section(int runs) {
   const CellVjpArgs<float> v{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .mu = static_cast<double*>(mu.p),
                              .d_wx = d_wx_ref.f(), .d_rec_partials = static_cast<double*>(partials_ref.p),
                              .batch = B, .time = T, .channels = D};
-  // J and the seed, the reverse scan `sc` (workspace ws), the VJP `vj`: the production backward.
+  // J and the seed, the reverse scan `sc` (workspace ws), the VJP `vj`: the production backward's
+  // launches (with the three-phase scan first, the reference every candidate is checked against).
   const auto three_launches_with = [&](const ScanArgs<double>& sc, const Buffer& ws, const CellVjpArgs<float>& vj) {
     check(launch_cell_adjoint_jacobian<Gru, float>(j, nullptr), "J and the seed");
     check(launch_scan_affine<1, double>(sc, ws.p, ws.bytes, nullptr), "reverse f64 scan");
@@ -392,8 +425,8 @@ void backward_section(int runs) {
   const double dwx_scale = max_abs_of(ref_dwx);
   double rec_scale = 0;
   for (double x : ref_rec) rec_scale = std::max(rec_scale, std::fabs(x));
-  // The same three launches with the single-pass reverse scan (production uses the three-phase
-  // one; which is faster for this f64 scan had not been measured), checked against them.
+  // The same three launches with the single-pass reverse scan (production since 2026-12-03,
+  // measured faster here than the three-phase scan it replaced), checked against them.
   ScanArgs<double> scan_sp = scan;
   scan_sp.tiling = {.algorithm = ScanAlgorithm::single_pass};
   Buffer scan_sp_ws(scan_affine_workspace_bytes<1, double>(B, T, D, scan_sp.tiling));
@@ -415,11 +448,13 @@ void backward_section(int runs) {
               rec_scale, sp_ms, sp_dwx_err, sp_rec_err);
   bool first = true;
   for (const BackwardCandidate& c : kBackwardShapes) {
-    const std::int64_t chunk = static_cast<std::int64_t>(c.steps) * c.groups, chunks = (T + chunk - 1) / chunk;
+    const bool mu_form = std::strcmp(c.form, "mu_then_vjp") == 0;
+    const std::int64_t chunk = static_cast<std::int64_t>(c.steps) * c.groups,
+                       chunks = mu_form ? ref_chunks : (T + chunk - 1) / chunk;
     Buffer ws(c.bytes(B, T, D)), partials(static_cast<std::size_t>(B * chunks * R * D) * sizeof(double));
     const detail::FusedAdjointArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .grad_H = grad_H.f(),
                                             .d_wx = d_wx.f(), .d_rec_partials = static_cast<double*>(partials.p),
-                                            .batch = B, .time = T, .channels = D};
+                                            .mu = static_cast<double*>(mu.p), .batch = B, .time = T, .channels = D};
     if (const cudaError_t e = c.run(a, ws.p, ws.bytes, nullptr); e != cudaSuccess) {
       std::printf("%s{\"shape\": \"%s\", \"launch_error\": \"%s\"}", first ? "" : ", ", c.name, cudaGetErrorString(e));
       first = false;
@@ -429,12 +464,17 @@ void backward_section(int runs) {
     const double dwx_err = max_abs_diff(download(d_wx), ref_dwx);
     const double rec_err = worst_diff(sum_rows(download_doubles(partials), R * D), ref_rec);
     const double ms = time_ms(runs, [&] { check(c.run(a, ws.p, ws.bytes, nullptr), "fused adjoint"); });
-    // Bytes the fused kernel must move: W_x x, H*, grad_H read, d_wx written (f32).
-    const double bytes = static_cast<double>(n) * sizeof(float) * (G + 1 + 1 + G);
-    std::printf("%s{\"shape\": \"%s\", \"lanes\": %d, \"steps\": %d, \"groups\": %d, \"ms\": %.4f, \"tb_per_s\": %.4f, "
+    // Bytes per token-channel the launches must move: W_x x, H*, grad_H read, d_wx written (f32);
+    // the μ form also writes μ (f64) and reads W_x x, H* and μ again in the VJP.
+    const double per_tc = mu_form ? sizeof(float) * (G + 1 + 1) + sizeof(double) +
+                                        sizeof(float) * (G + 1 + G) + sizeof(double)
+                                  : sizeof(float) * (G + 1 + 1 + G);
+    const double bytes = static_cast<double>(n) * per_tc;
+    std::printf("%s{\"shape\": \"%s\", \"form\": \"%s\", \"compute\": \"%s\", \"lanes\": %d, \"steps\": %d, "
+                "\"groups\": %d, \"ms\": %.4f, \"bytes_per_token_channel\": %.0f, \"tb_per_s\": %.4f, "
                 "\"d_wx_max_abs_vs_three_launches\": %.4e, \"recurrent_max_abs_vs_three_launches\": %.4e}",
-                first ? "" : ", ", c.name, c.lanes, c.steps, c.groups, ms, bytes / (ms * 1e-3) / 1e12, dwx_err,
-                rec_err);
+                first ? "" : ", ", c.name, c.form, c.compute, c.lanes, c.steps, c.groups, ms, per_tc,
+                bytes / (ms * 1e-3) / 1e12, dwx_err, rec_err);
     first = false;
   }
   std::printf("]}");

@@ -4,11 +4,19 @@
 // three-launch path of kernels/cell_vjp.hpp (J and the seed, the reverse scan, the VJP) writes
 // and reads J and μ in double: 4 · S · (S + 1) bytes per token-channel more.
 //
+// Two variants for measurement (pararnn_bench_shapes --only backward), neither production:
+// - kVjpInStore = false, the μ form: the store writes μ_t in double ([b][t][s][c], as the
+//   three-phase scan leaves it) and runs no VJP; launch_cell_vjp then reads it. J is still never
+//   written, and the scan kernel holds no VJP registers.
+// - C = float: J and the VJP computed in float from the inputs as stored (the scan elements, μ
+//   and the recurrent sums stay double). Not the production backward's arithmetic (its J and VJP
+//   are double); it measures what that choice would buy.
+//
 // Guarantees:
-// - The same arithmetic per element as the three launches: J by CellMath::step in double at the
-//   inputs widened in registers, transposed into the reverse element as load_element does,
-//   restarts where a segment ends; the VJP by CellMath::vjp in double on μ_t; d_wx rounded once
-//   to T; ∇h0 written (not accumulated) at heads.
+// - With C = double, the same arithmetic per element as the three launches: J by CellMath::step
+//   in double at the inputs widened in registers, transposed into the reverse element as
+//   load_element does, restarts where a segment ends; the VJP by CellMath::vjp in double on μ_t;
+//   d_wx rounded once to T; ∇h0 written (not accumulated) at heads.
 // - μ itself differs from the three-phase scan's only by the scan's association (the
 //   single-pass look-back); the recurrent partials are per scan chunk (the shape's steps ×
 //   groups: 128, 32, 16 steps at S = 1, 2, 4 with SinglePassLimits, where cell_vjp.hpp's are 128
@@ -32,47 +40,50 @@
 namespace pararnn::kernels::detail {
 
 
-template <class CellMath, class T, int V>
+template <class CellMath, class T, int V, bool kVjpInStore = true, class C = double>
 struct FusedAdjointSource {
   static constexpr int S = CellMath::kSlots;
   static constexpr int G = CellMath::kGates;
   static constexpr int R = CellMath::kRecurrent;
   static constexpr int RC = R + CellMath::kConstants;
   // After the scan's group slots: this group's recurrent sums, reduced over groups in finish().
-  static constexpr std::size_t kSharedPerGroup = static_cast<std::size_t>(R) * 32 * V * sizeof(double);
+  static constexpr std::size_t kSharedPerGroup =
+      kVjpInStore ? static_cast<std::size_t>(R) * 32 * V * sizeof(double) : 0;
   FusedAdjointArgs<T> a;
-  double rec[RC][V] = {};
+  C rec[RC][V] = {};
   double acc[R][V] = {};
   std::int64_t first_b = 0, first_t = -1, tile_c0 = 0;  // this thread's first step (store, u = 0)
 
   __device__ __forceinline__ bool is_head(std::int64_t t) const {
     return t == 0 || (a.head != nullptr && a.head[t] != 0);
   }
-  __device__ __forceinline__ void load_gates(std::int64_t bt, std::int64_t c0, double (&w)[G][V]) const {
+  template <class U>
+  __device__ __forceinline__ void load_gates(std::int64_t bt, std::int64_t c0, U (&w)[G][V]) const {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const Pack<T, V> p = load_pack<T, V>(a.wx + bt * G * a.channels + g * a.channels + c0);
 #pragma unroll
-      for (int v = 0; v < V; ++v) w[g][v] = static_cast<double>(p.v[v]);
+      for (int v = 0; v < V; ++v) w[g][v] = static_cast<U>(p.v[v]);
     }
   }
+  template <class U>
   __device__ __forceinline__ void load_state(const T* base, std::int64_t row, std::int64_t c0,
-                                             double (&h)[S][V]) const {
+                                             U (&h)[S][V]) const {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       const Pack<T, V> p = load_pack<T, V>(base + (row * S + s) * a.channels + c0);
 #pragma unroll
-      for (int v = 0; v < V; ++v) h[s][v] = static_cast<double>(p.v[v]);
+      for (int v = 0; v < V; ++v) h[s][v] = static_cast<U>(p.v[v]);
     }
   }
   // h_prev of step t: h0's row (zeros without h0) at a head, else H*_{t−1}.
-  __device__ __forceinline__ void h_prev_at(std::int64_t b, std::int64_t t, std::int64_t c0, double (&h)[S][V]) const {
+  __device__ __forceinline__ void h_prev_at(std::int64_t b, std::int64_t t, std::int64_t c0, C (&h)[S][V]) const {
     if (!is_head(t)) return load_state(a.H, b * a.time + t - 1, c0, h);
     if (a.h0 != nullptr) return load_state(a.h0, a.h0_row != nullptr ? a.h0_row[t] : b, c0, h);
 #pragma unroll
     for (int s = 0; s < S; ++s)
 #pragma unroll
-      for (int v = 0; v < V; ++v) h[s][v] = 0.0;
+      for (int v = 0; v < V; ++v) h[s][v] = C(0);
   }
 
   // Reverse element at t: r = g_t, J = J_{t+1}ᵀ (step t + 1 at h_prev = H*_t), 0 at a restart.
@@ -84,7 +95,7 @@ struct FusedAdjointSource {
       for (int k = 0; k < RC; ++k) {
         const Pack<T, V> p = load_pack<T, V>(a.recurrent + k * a.channels + c0);
 #pragma unroll
-        for (int v = 0; v < V; ++v) rec[k][v] = static_cast<double>(p.v[v]);
+        for (int v = 0; v < V; ++v) rec[k][v] = static_cast<C>(p.v[v]);
       }
     }
     double g[S][V];
@@ -100,12 +111,12 @@ struct FusedAdjointSource {
         for (int q = 0; q < S * S; ++q) e[v].J[q] = 0.0;
       return;
     }
-    double w[G][V], h[S][V];
+    C w[G][V], h[S][V];
     load_gates(bt + 1, c0, w);
     load_state(a.H, bt, c0, h);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      double r[RC], wv[G], hp[S], hn[S], jac[S * S];
+      C r[RC], wv[G], hp[S], hn[S], jac[S * S];
 #pragma unroll
       for (int k = 0; k < RC; ++k) r[k] = rec[k][v];
 #pragma unroll
@@ -116,13 +127,17 @@ struct FusedAdjointSource {
 #pragma unroll
       for (int o = 0; o < S; ++o)
 #pragma unroll
-        for (int i = 0; i < S; ++i) e[v].J[i * S + o] = jac[o * S + i];
+        for (int i = 0; i < S; ++i) e[v].J[i * S + o] = static_cast<double>(jac[o * S + i]);
     }
   }
 
-  // μ_t: the VJP of step t.
+  // μ_t: the VJP of step t (the μ form: μ_t written).
   __device__ __forceinline__ void store(std::int64_t b, std::int64_t t, std::int64_t c0, int u,
                                         const double (&mu)[V][S]) {
+    if constexpr (!kVjpInStore) {
+      store_state<S, double, V>(a.mu, b, t, a.time, a.channels, c0, mu);
+      return;
+    }
     if (u == 0) {
       first_b = b;
       first_t = t;
@@ -130,33 +145,33 @@ struct FusedAdjointSource {
     }
     const std::int64_t bt = b * a.time + t;
     const bool head = is_head(t);
-    double w[G][V], h[S][V];
+    C w[G][V], h[S][V];
     load_gates(bt, c0, w);
     h_prev_at(b, t, c0, h);
     T d_wx_out[G][V];
     double d_hp_out[S][V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      double r[RC], wv[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
+      C r[RC], wv[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
 #pragma unroll
       for (int k = 0; k < RC; ++k) {
         r[k] = rec[k][v];
-        d_rec[k] = 0.0;
+        d_rec[k] = C(0);
       }
 #pragma unroll
       for (int q = 0; q < G; ++q) wv[q] = w[q][v];
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         hp[s] = h[s][v];
-        cot[s] = mu[v][s];
+        cot[s] = static_cast<C>(mu[v][s]);
       }
       CellMath::vjp(r, wv, hp, cot, d_rec, d_wx, d_hp);
 #pragma unroll
-      for (int k = 0; k < R; ++k) acc[k][v] += d_rec[k];
+      for (int k = 0; k < R; ++k) acc[k][v] += static_cast<double>(d_rec[k]);
 #pragma unroll
       for (int q = 0; q < G; ++q) d_wx_out[q][v] = static_cast<T>(d_wx[q]);
 #pragma unroll
-      for (int s = 0; s < S; ++s) d_hp_out[s][v] = d_hp[s];
+      for (int s = 0; s < S; ++s) d_hp_out[s][v] = static_cast<double>(d_hp[s]);
     }
 #pragma unroll
     for (int q = 0; q < G; ++q) {
@@ -177,6 +192,7 @@ struct FusedAdjointSource {
   // The block's recurrent sums: each group's in shared memory, then group 0 adds them in group
   // order and writes the chunk's partial.
   __device__ __forceinline__ void finish() {
+    if constexpr (!kVjpInStore) return;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const std::size_t slots = static_cast<std::size_t>(blockDim.y) * (S * S + S) * 32 * V;  // the scan's, in double
     double* sums = reinterpret_cast<double*>(smem_raw) + slots;  // [group][r][lane·V + v]
@@ -202,12 +218,12 @@ struct FusedAdjointSource {
 
 // The fused adjoint at V channels per lane and Shape (steps, groups; the chunk is their
 // product); workspace: single_pass_layout(S, sizeof(double), V, …). The caller checked the
-// arguments and that V divides the channels with aligned pointers.
-template <class CellMath, class T, int V, class Shape>
+// arguments and that V divides the channels with aligned pointers (and a.mu in the μ form).
+template <class CellMath, class T, int V, class Shape, bool kVjpInStore = true, class C = double>
 cudaError_t run_fused_adjoint(FusedAdjointArgs<T> a, void* workspace, std::size_t workspace_bytes,
                               cudaStream_t stream) {
   a.chunk = static_cast<std::int64_t>(Shape::kSteps) * Shape::kGroups;
-  const FusedAdjointSource<CellMath, T, V> source{a};
+  const FusedAdjointSource<CellMath, T, V, kVjpInStore, C> source{a};
   return run_single_pass<CellMath::kSlots, double, V, /*kReverse=*/true, Shape>(
       source, a.head, a.batch, a.time, a.channels, a.chunk, workspace, workspace_bytes, stream);
 }

@@ -19,6 +19,7 @@ struct FusedAdjointArgs {
   T* d_wx = nullptr;
   double* d_h0 = nullptr;                // optional
   double* d_rec_partials = nullptr;      // [b][chunk][r][c]
+  double* mu = nullptr;                  // the μ form only: μ_t, [b][t][s][c]
   std::int64_t batch = 0, time = 0, channels = 0, chunk = 0;
 };
 
