@@ -286,8 +286,8 @@ TEST(Decode, CudaDecoderStepFromGatesEqualsTheOracleStep) {
 // oracle's step.
 TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
   QuietWarnings quiet;
-  for (const std::int64_t B : {std::int64_t{1}, std::int64_t{5}, kernels::kDecodeClusterBatch,
-                               kernels::kDecodeClusterBatch + 1, kernels::kDecodeSmallBatch,
+  for (const std::int64_t B : {kernels::kDecodeClusterBatch, kernels::kDecodeClusterBatch + 1, std::int64_t{5},
+                               kernels::kDecodeFewBatch, kernels::kDecodeFewBatch + 1, kernels::kDecodeSmallBatch,
                                kernels::kDecodeSmallBatch + 1, kernels::kDecodeSmallBatch + 19}) {
     for (const std::string& label : testing::kPerChannelCellLabels) {
       for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
@@ -305,8 +305,8 @@ TEST(Decode, CudaDecoderEveryBatchClassEqualsTheOracleStep) {
 }
 
 // Every shape class sums a row in the same order: the first rows of a large-class batch are bit
-// for bit those of a batch of 1 (one-row cluster), kDecodeClusterBatch (4-row cluster) and
-// kDecodeSmallBatch (the small block shape) rows.
+// for bit those of a batch of kDecodeClusterBatch (one row: the cluster), 2 and kDecodeFewBatch
+// (the 2-row block shape) and kDecodeSmallBatch (the 4-row block shape) rows.
 TEST(Decode, CudaDecoderRowsDoNotDependOnTheBatchSize) {
   QuietWarnings quiet;
   for (const std::string& label : testing::kPerChannelCellLabels) {
@@ -316,7 +316,8 @@ TEST(Decode, CudaDecoderRowsDoNotDependOnTheBatchSize) {
       const Tensor state = carry_for(cell, large, 42);
       const Tensor x = generated_case_input(dtype, large, 1, cell.d_in(), 43).reshaped({large, cell.d_in()});
       const Tensor all = decode_on_backend(cell, state, x);
-      for (const std::int64_t small : {std::int64_t{1}, kernels::kDecodeClusterBatch, kernels::kDecodeSmallBatch}) {
+      for (const std::int64_t small : {kernels::kDecodeClusterBatch, std::int64_t{2}, kernels::kDecodeFewBatch,
+                                       kernels::kDecodeSmallBatch}) {
         SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + " first " + std::to_string(small) + " rows");
         const Tensor first = decode_on_backend(cell, Tensor::copy_of(state.view().slice(0, 0, small)),
                                                Tensor::copy_of(x.view().slice(0, 0, small)));

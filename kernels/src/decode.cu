@@ -50,21 +50,23 @@ __global__ void __launch_bounds__(128) decode_gates_kernel(DecodeGatesArgs<Stora
 
 namespace {
 
-using Small = detail::DecodeShape<4, 16>;
+// Every block class stages x k-major (DecodeShape's kKMajor: the same FMAs as row-major
+// staging, never slower at any measured batch; bench/decode_shapes_h200.json).
+using Few = detail::DecodeShape<2, 16, true>;
+using Small = detail::DecodeShape<4, 16, true>;
 // f64: 16 × 16's partial sums would need 64 KiB of shared memory (48 KiB static at most).
 template <class StorageT>
-using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16>,
-                                 detail::DecodeShape<16, 16>>;
-// Up to kDecodeClusterBatch rows, the 16 slices over a thread-block cluster where the device
-// runs one (decode_cluster.cuh): the same sums as Small, bit for bit.
+using Large = std::conditional_t<sizeof(ComputeOf<StorageT>) == 8, detail::DecodeShape<8, 16, true>,
+                                 detail::DecodeShape<16, 16, true>>;
+// A batch of one row: the 16 slices over a thread-block cluster of 16 one-warp blocks where the
+// device runs one (decode_cluster.cuh): the same sums as the blocks, bit for bit.
 using Single = detail::DecodeClusterShape<1, 16, 16>;
-using Few = detail::DecodeClusterShape<4, 16, 4>;
 // Equal slices and chunks: every row's sums run in the same order in every class, so a row's
 // result does not depend on the batch (kernels/decode.hpp).
 static_assert(Small::kSlices == Large<float>::kSlices && Small::kChunk == Large<float>::kChunk &&
-              Small::kSlices == Large<double>::kSlices && Small::kChunk == Large<double>::kChunk);
-static_assert(Single::kSlices == Small::kSlices && Single::kChunk == Small::kChunk &&
+              Small::kSlices == Large<double>::kSlices && Small::kChunk == Large<double>::kChunk &&
               Few::kSlices == Small::kSlices && Few::kChunk == Small::kChunk);
+static_assert(Single::kSlices == Small::kSlices && Single::kChunk == Small::kChunk);
 
 // Whether a batch of `batch` rows × `channels` steps over a cluster on this device (asked once
 // per device and shape, decode_cluster_available).
@@ -72,8 +74,7 @@ template <class CellMath, class StorageT>
 cudaError_t takes_cluster(std::int64_t batch, std::int64_t channels, bool& cluster) {
   cluster = false;
   if (batch < 1 || batch > kDecodeClusterBatch || channels < 1) return cudaSuccess;
-  return batch == 1 ? detail::decode_cluster_available<CellMath, StorageT, Single>(cluster)
-                    : detail::decode_cluster_available<CellMath, StorageT, Few>(cluster);
+  return detail::decode_cluster_available<CellMath, StorageT, Single>(cluster);
 }
 
 }  // namespace
@@ -90,11 +91,9 @@ cudaError_t launch_decode_step(const DecodeArgs<StorageT>& a, cudaStream_t strea
   bool cluster = false;
   if (const cudaError_t e = takes_cluster<CellMath, StorageT>(a.batch, a.channels, cluster); e != cudaSuccess)
     return e;
-  if (cluster)
-    return a.batch == 1 ? detail::run_decode_cluster<CellMath, StorageT, Single>(a, stream)
-                        : detail::run_decode_cluster<CellMath, StorageT, Few>(a, stream);
-  if (a.batch <= kDecodeSmallBatch)
-    return detail::run_decode_step<CellMath, StorageT, Small>(a, stream);
+  if (cluster) return detail::run_decode_cluster<CellMath, StorageT, Single>(a, stream);
+  if (a.batch <= kDecodeFewBatch) return detail::run_decode_step<CellMath, StorageT, Few>(a, stream);
+  if (a.batch <= kDecodeSmallBatch) return detail::run_decode_step<CellMath, StorageT, Small>(a, stream);
   return detail::run_decode_step<CellMath, StorageT, Large<StorageT>>(a, stream);
 }
 

@@ -21,15 +21,16 @@
 // Work split (decode.cuh): a block owns 32 channels × Rows batch rows and has Slices warps; the
 // warps split the k sum (partial sums reduced in shared memory in a fixed order), x is staged in
 // shared memory in chunks of k, and warp r then steps row r. The shape follows the batch: up to
-// kDecodeSmallBatch rows, 4 rows × 16 slices (many blocks, short k loops: a small batch is bound
-// by the latency of its weight loads); beyond, 16 × 16 (each weight load serves more rows, so
-// fewer blocks read the weights from L2; 8 × 16 for f64, whose partial sums would not fit in
-// shared memory). Up to kDecodeClusterBatch rows, where the device runs thread-block clusters
-// (sm_90; decode_cluster.cuh), the 16 slices are spread over a cluster: B 1 one row over 16
-// blocks of one warp, B 2 … 8 4 rows over 4 blocks of 4 warps, so a small batch's weight loads
-// are spread over 4 or 16 times as many SMs. pararnn_bench_shapes --only decode measures the
-// shapes (H200, GRU d 256 f32, 2026-12-03: B 1 3.69 µs over 16 ranks against 5.40 for 4 × 16;
-// B 8 5.23 over 4 ranks against 5.65; B 64 best at 4 × 16, B 256 at 16 × 16); docs/cuda.md has
+// kDecodeFewBatch rows, 2 rows × 16 slices; up to kDecodeSmallBatch, 4 × 16 (many blocks, short k
+// loops: a small batch is bound by the latency of its weight loads); beyond, 16 × 16 (each weight
+// load serves more rows, so fewer blocks read the weights from L2; 8 × 16 for f64, whose partial
+// sums would not fit in shared memory); x is staged k-major in every class. A batch of
+// kDecodeClusterBatch (one) row, where the device runs thread-block clusters (sm_90;
+// decode_cluster.cuh), spreads the 16 slices over a cluster of 16 one-warp blocks, so its weight
+// loads are spread over 16 times as many SMs. pararnn_bench_shapes --only decode measures the
+// shapes (H200, GRU d 256 f32, 2026-12-03, third run: B 1 3.67 µs over 16 ranks against 4.13 for
+// 2 × 16; B 8 4.55 at 2 × 16 against 5.41 over a 4-rank cluster and 5.47 at 4 × 16; B 64 best at
+// 4 × 16, B 256 at 16 × 16); docs/cuda.md has
 // the table. Every class has 16 slices and 128-column chunks, so every row's sums run in the
 // same order whatever the batch: a step is deterministic, a row's result does not depend on the
 // batch size, and a graph replay equals the direct step bit for bit; it differs from a GEMM's
@@ -84,10 +85,11 @@ struct DecodeGatesArgs {
   double dt_floor = 0.0;
 };
 
-// The largest batch of the decode kernel's small-batch shape (see "Work split").
+// The largest batches of the decode kernel's two small-batch shapes (see "Work split").
+inline constexpr std::int64_t kDecodeFewBatch = 8;
 inline constexpr std::int64_t kDecodeSmallBatch = 64;
-// The largest batch stepped over thread-block clusters where the device has them.
-inline constexpr std::int64_t kDecodeClusterBatch = 8;
+// The largest batch stepped over a thread-block cluster where the device has them.
+inline constexpr std::int64_t kDecodeClusterBatch = 1;
 
 // Instantiated for every per-channel cell math of cells/ (GRU-diag, LSTM, NLRU, sLSTM-diag, CfC
 // 'input' and 'diag_h', Titans) × {float, double, __half, __nv_bfloat16}.
