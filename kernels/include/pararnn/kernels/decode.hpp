@@ -28,7 +28,7 @@
 // kDecodeClusterBatch (one) row, where the device runs thread-block clusters (sm_90;
 // decode_cluster.cuh), spreads the 16 slices over a cluster of 16 one-warp blocks, so its weight
 // loads are spread over 16 times as many SMs. pararnn_bench_shapes --only decode measures the
-// shapes (H200, GRU d 256 f32, 2026-12-03, third run: B 1 3.67 µs over 16 ranks against 4.13 for
+// shapes (H200, GRU d 256 f32, 2026-12-03, evening run: B 1 3.67 µs over 16 ranks against 4.13 for
 // 2 × 16; B 8 4.55 at 2 × 16 against 5.41 over a 4-rank cluster and 5.47 at 4 × 16; B 64 best at
 // 4 × 16, B 256 at 16 × 16); docs/cuda.md has
 // the table. Every class has 16 slices and 128-column chunks, so every row's sums run in the
