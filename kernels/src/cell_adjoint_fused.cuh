@@ -17,8 +17,9 @@
 //   in double at the inputs widened in registers, transposed into the reverse element as
 //   load_element does, restarts where a segment ends; the VJP by CellMath::vjp in double on μ_t;
 //   d_wx rounded once to T; ∇h0 written (not accumulated) at heads.
-// - μ itself differs from the three-phase scan's only by the scan's association (the
-//   single-pass look-back); the recurrent partials are per scan chunk (the shape's steps ×
+// - μ itself differs from the three-phase scan's (the tests' reference) only by the scan's
+//   association; at SinglePassLimits<S> it is the production backward's single-pass scan's μ
+//   (the same shape, chunk and anchors); the recurrent partials are per scan chunk (the shape's steps ×
 //   groups: 128, 32, 16 steps at S = 1, 2, 4 with SinglePassLimits, where cell_vjp.hpp's are 128
 //   forward steps), summed in reverse time within a thread and in group order within a block,
 //   so their totals equal the three launches' to rounding, not bit for bit. Deterministic:
@@ -26,8 +27,10 @@
 // - Partials: d_rec_partials[b][k][r][c] for scan chunk k (times T−1−k·chunk downwards),
 //   ceil(T / chunk) chunks per row.
 // Measured by pararnn_bench_shapes --only backward against the three launches: slower on the
-// H200 (2026-12-03, S1: 6.13 ms at its best shape against 5.56; register-bound in double, ncu in
-// bench/backward_fused_ncu_h200.txt), so not production; docs/cuda.md says what would change it.
+// H200 (2026-12-03, S1: 6.13 ms at its best shape against 5.56 with the three-phase scan and
+// 5.28 with the single-pass one production now runs; register-bound in double, ncu in
+// bench/backward_fused_ncu_h200.txt), so not production; the μ form (4.99 ms at two channels per
+// lane) and the float form (4.11 ms) neither; docs/cuda.md has the table.
 #pragma once
 
 #include <cuda_runtime.h>

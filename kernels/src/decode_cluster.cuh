@@ -14,7 +14,7 @@
 //   may still read its shared memory.
 // - decode_cluster_available asks the device first (cluster launch, code for sm_90, one cluster
 //   resident); launch_decode_step (decode.cu) takes a plain DecodeShape where it says no.
-// Production for small batches (kernels/decode.hpp); pararnn_bench_shapes --only decode measures
+// Production for a batch of one (kernels/decode.hpp); pararnn_bench_shapes --only decode measures
 // every shape against the production launch.
 #pragma once
 

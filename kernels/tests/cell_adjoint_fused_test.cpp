@@ -1,6 +1,7 @@
-// The fused adjoint (kernels/src/cell_adjoint_fused.cuh) against the production backward's three
-// launches (launch_cell_adjoint_jacobian, the reverse f64 three-phase launch_scan_affine,
-// launch_cell_vjp) on the same inputs, for every per-channel cell in both compute types, one
+// The fused adjoint (kernels/src/cell_adjoint_fused.cuh) against the backward's three launches
+// (launch_cell_adjoint_jacobian, the reverse f64 launch_scan_affine, launch_cell_vjp; the scan
+// three-phase here, an association independent of the fused kernel's, where production runs the
+// single-pass one) on the same inputs, for every per-channel cell in both compute types, one
 // sequence per row and packed with h0 rows, with and without h0: d_wx, ∇h0 and the recurrent
 // sums per batch row. Both compute μ in double with the same per-element arithmetic and differ
 // only by the scans' association and the order of the recurrent sums, so the bound is the
