@@ -24,8 +24,9 @@
 // The training backward at S1 (kernels/src/cell_adjoint_fused.cuh): the fused adjoint (one
 // reverse single-pass scan with J and the VJP computed on the fly) at a few shapes, its μ form
 // (the scan with J on the fly writes μ, the production VJP follows) and its float-compute form,
-// each checked against the three launches of the production backward (J and the seed, the
-// reverse f64 three-phase scan, the VJP: d_wx and the recurrent sums), all timed.
+// each checked against the production backward's three launches (J and the seed, the reverse
+// f64 scan, the VJP: d_wx and the recurrent sums) run with the three-phase scan as the
+// reference, which the single-pass scan production runs is timed and checked against too.
 //
 // Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward]
 #include <cuda_runtime.h>
@@ -184,14 +185,16 @@ const Prefetch kPrefetches[] = {{4, false, false, &sequential_at<4, false>},
 // ranks 1: decode.cuh's block; ranks > 1: decode_cluster.cuh, the slices over a cluster of
 // that many blocks (the same sums as ranks 1 at equal slices and chunk).
 // k_major: x staged [k][row] (DecodeShape's kKMajor: one 16-byte load per 4 rows of a column).
+// chunk: x columns staged at a time (DecodeShape's kChunk; the sums do not depend on it).
 struct DecodeCandidate {
   int rows, slices, ranks;
   cudaError_t (*run)(const DecodeArgs<float>&, cudaStream_t);
   bool k_major = false;
+  int chunk = 0;  // 0: the shape's default (128 columns at every shape here)
 };
-template <int R, int W, bool K = false>
+template <int R, int W, bool K = false, int C = 0>
 cudaError_t decode_at(const DecodeArgs<float>& a, cudaStream_t s) {
-  return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W, K>>(a, s);
+  return detail::run_decode_step<Gru, float, detail::DecodeShape<R, W, K, C>>(a, s);
 }
 template <int R, int W, int Q, bool K = false>
 cudaError_t decode_cluster_at(const DecodeArgs<float>& a, cudaStream_t s) {
@@ -210,7 +213,10 @@ const DecodeCandidate kDecodeShapes[] = {
     {2, 16, 1, &decode_at<2, 16, true>, true},  {4, 16, 1, &decode_at<4, 16, true>, true},
     {8, 16, 1, &decode_at<8, 16, true>, true},  {16, 16, 1, &decode_at<16, 16, true>, true},
     {32, 8, 1, &decode_at<32, 8, true>, true},  {4, 16, 4, &decode_cluster_at<4, 16, 4, true>, true},
-    {16, 16, 4, &decode_cluster_at<16, 16, 4, true>, true}};
+    {16, 16, 4, &decode_cluster_at<16, 16, 4, true>, true},
+    // One chunk of all 256 columns (d_in here): one x staging and one barrier instead of two.
+    {2, 16, 1, &decode_at<2, 16, true, 256>, true, 256},  {4, 16, 1, &decode_at<4, 16, true, 256>, true, 256},
+    {8, 16, 1, &decode_at<8, 16, true, 256>, true, 256},  {16, 16, 1, &decode_at<16, 16, true, 256>, true, 256}};
 
 // Microseconds per step of `launch` (one in-place step) captured 100 times in a graph and replayed.
 template <class F>
@@ -279,19 +285,20 @@ void decode_section(int runs) {
     bool first = true;
     for (const DecodeCandidate& shape : kDecodeShapes) {
       if (const cudaError_t e = shape.run(from_state, stream); e != cudaSuccess) {
-        std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"launch_error\": \"%s\"}",
+        std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"chunk\": %d, "
+                    "\"launch_error\": \"%s\"}",
                     first ? "" : ", ", shape.rows, shape.slices, shape.ranks, shape.k_major ? "k_major" : "row_major",
-                    cudaGetErrorString(e));
+                    shape.chunk, cudaGetErrorString(e));
         first = false;
         continue;
       }
       check(cudaStreamSynchronize(stream), "decode shape");
       const double err = max_abs_diff(download(out), ref);
       const double us = graph_us_per_step(runs, stream, [&](cudaStream_t s) { return shape.run(in_place, s); });
-      std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"us\": %.3f, "
-                  "\"max_abs_vs_production\": %.3e}",
-                  first ? "" : ", ", shape.rows, shape.slices, shape.ranks, shape.k_major ? "k_major" : "row_major", us,
-                  err);
+      std::printf("%s{\"rows\": %d, \"slices\": %d, \"ranks\": %d, \"x_layout\": \"%s\", \"chunk\": %d, "
+                  "\"us\": %.3f, \"max_abs_vs_production\": %.3e}",
+                  first ? "" : ", ", shape.rows, shape.slices, shape.ranks, shape.k_major ? "k_major" : "row_major",
+                  shape.chunk, us, err);
       first = false;
     }
     std::printf("]}");
@@ -324,7 +331,8 @@ cudaError_t mu_then_vjp_at(const detail::FusedAdjointArgs<float>& a, void* ws, s
                                                       /*kVjpInStore=*/false>(a, ws, bytes, s);
       e != cudaSuccess)
     return e;
-  const CellVjpArgs<float> v{.wx = a.wx, .recurrent = a.recurrent, .H = a.H, .mu = a.mu, .d_wx = a.d_wx,
+  const CellVjpArgs<float> v{.wx = a.wx, .recurrent = a.recurrent, .h0 = a.h0, .h0_row = a.h0_row,
+                             .head = a.head, .H = a.H, .mu = a.mu, .d_wx = a.d_wx, .d_h0 = a.d_h0,
                              .d_rec_partials = a.d_rec_partials, .batch = a.batch, .time = a.time,
                              .channels = a.channels};
   return launch_cell_vjp<Gru, float>(v, s);

@@ -24,14 +24,18 @@ namespace pararnn::kernels::detail {
 // kKMajor: x staged column-major in shared memory (xs[k][row], rows contiguous), so one k's x
 // for every row of the tile is read with 16-byte loads instead of one load per row; the same
 // FMAs in the same order (bit for bit the row-major staging).
-template <int Rows, int Slices, bool kKMajorT = false>
+// kChunkT > 0 sets the x columns staged at a time (default: 16 KiB of doubles at most). A chunk
+// is a multiple of Slices, so slice w's columns are w, w + Slices, … of every chunk, summed in
+// increasing k whatever the chunk: a row's sums depend on Slices only, not on the chunk.
+template <int Rows, int Slices, bool kKMajorT = false, int kChunkT = 0>
 struct DecodeShape {
   static_assert(Rows >= 1 && Slices >= 1 && Slices <= 32, "a decode block has 1 … 32 warps");
   static constexpr int kRows = Rows;
   static constexpr int kSlices = Slices;
   static constexpr bool kKMajor = kKMajorT;
-  // x columns staged in shared memory at a time: 16 KiB of doubles at most.
-  static constexpr int kChunk = 2048 / Rows < 32 ? 32 : (2048 / Rows > 128 ? 128 : 2048 / Rows);
+  static constexpr int kChunk =
+      kChunkT > 0 ? kChunkT : (2048 / Rows < 32 ? 32 : (2048 / Rows > 128 ? 128 : 2048 / Rows));
+  static_assert(kChunk % Slices == 0, "a chunk holds whole rounds of the slices");
 };
 
 // Column k's x of the tile's R rows from k-major staging (xs + k·R, 16-byte aligned when R·size
