@@ -92,7 +92,8 @@ def main():
                             "through the public API (host clock; newton_forward_into {:.1f} ms, so forward + backward "
                             "{:.1f} ms against the peer's forward + backward incl. its GEMMs; with host outputs: "
                             "forward {:.1f} ms, backward {:.1f} ms; gradients bitwise equal): H* kept on the device, "
-                            "J and the reverse scan in f64, per-batch-row GEMMs; no fused backward yet".format(
+                            "J and the single-pass reverse scan in f64, per-batch-row GEMMs; the fused backward "
+                            "measured and not switched in (docs/cuda.md)".format(
                                 p3["forward_device_outputs_ms"],
                                 p3["forward_device_outputs_ms"] + p3["backward_device_outputs_ms"],
                                 p3["forward_ms"], p3["backward_ms"]), date3)
@@ -100,8 +101,9 @@ def main():
             t["P3"] = entry(p3["backward_ms"] if ok else None, "ms", 1.0, "lower", peer_ms(peers, "P3.gru.fwdbwd.f32"),
                             peers_src, "S1 f32 newton_backward from device x and device grad_H through the public API "
                             "(host clock; the forward {:.1f} ms; with grad_H on the host {}): H* kept on the device by "
-                            "the forward, J and the reverse scan in f64, per-batch-row GEMMs, the gradients downloaded "
-                            "into host tensors (the API's outputs); no fused backward yet".format(
+                            "the forward, J and the single-pass reverse scan in f64, per-batch-row GEMMs, the gradients "
+                            "downloaded into host tensors (the API's outputs); the fused backward measured and not "
+                            "switched in (docs/cuda.md)".format(
                                 p3["forward_ms"],
                                 "{:.1f} ms".format(p3["backward_host_grad_H_ms"]) if "backward_host_grad_H_ms" in p3
                                 else "not timed"), date3)
