@@ -28,7 +28,10 @@
 // f64 scan, the VJP: d_wx and the recurrent sums) run with the three-phase scan as the
 // reference, which the single-pass scan production runs is timed and checked against too.
 //
-// Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward]
+// The fused windowed solve (windowed_newton.cuh, a candidate for chunk_len windows on CUDA) at a
+// few block shapes, K = 3 per window, each checked against the sequential kernel in the run.
+//
+// Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward|windowed]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +46,7 @@
 #include "decode.cuh"
 #include "cell_adjoint_fused.cuh"
 #include "decode_cluster.cuh"
+#include "windowed_newton.cuh"
 #include "newton_step.cuh"
 #include "sequential.cuh"
 #include "pararnn/cells/gru_diag.hpp"
@@ -488,12 +492,75 @@ void backward_section(int runs) {
   std::printf("]}");
 }
 
+// --- the fused windowed solve (windowed_newton.cuh): candidate shapes at S1 ----------------
+
+struct WindowedCandidate {
+  int channels, warps, steps;
+  std::int64_t window;
+  cudaError_t (*run)(const detail::WindowedNewtonArgs<float>&, cudaStream_t);
+};
+template <int C, int W, int L>
+cudaError_t windowed_at(const detail::WindowedNewtonArgs<float>& a, cudaStream_t s) {
+  return detail::run_windowed_newton<Gru, float, detail::WindowedShape<C, W, L>>(a, s);
+}
+template <int C, int W, int L>
+constexpr WindowedCandidate windowed_candidate() {
+  return {C, W, L, detail::WindowedShape<C, W, L>::kWindow, &windowed_at<C, W, L>};
+}
+const WindowedCandidate kWindowedShapes[] = {
+    windowed_candidate<8, 32, 4>(),  windowed_candidate<8, 32, 8>(),  windowed_candidate<8, 16, 8>(),
+    windowed_candidate<16, 32, 8>(), windowed_candidate<16, 16, 8>(), windowed_candidate<32, 32, 8>(),
+    windowed_candidate<8, 32, 16>(), windowed_candidate<4, 32, 8>()};
+
+// K = 3 per window at each shape's largest window, every result against the sequential kernel's
+// (the recurrence itself in f32) in the same run, and the production global K = 3 solve's three
+// steps timed beside it for scale.
+void windowed_section(int runs) {
+  const std::int64_t B = 8, T = 65536, D = 256, G = 3;
+  const std::size_t n = static_cast<std::size_t>(B * T * D);
+  Buffer wx(n * G * sizeof(float)), rec(G * D * sizeof(float)), H_seq(n * sizeof(float)), H(n * sizeof(float));
+  fill(wx, 71, -2.0f, 2.0f);
+  fill(rec, 72, -0.9f, 0.9f);
+  check(cudaDeviceSynchronize(), "fill");
+  const SequentialArgs<float> seq{.wx = wx.f(), .recurrent = rec.f(), .H = H_seq.f(), .batch = B, .time = T,
+                                  .channels = D};
+  check(launch_sequential_apply<Gru, float>(seq, nullptr), "sequential kernel");
+  check(cudaDeviceSynchronize(), "sequential kernel");
+  const std::vector<float> ref = download(H_seq);
+  std::printf(",\n  \"windowed\": {\"cell\": \"gru\", \"dtype\": \"f32\", \"batch\": %lld, \"time\": %lld, "
+              "\"d_h\": %lld, \"iterations\": 3, \"shapes\": [",
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(D));
+  bool first = true;
+  for (const WindowedCandidate& c : kWindowedShapes) {
+    const detail::WindowedNewtonArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .batch = B,
+                                              .time = T, .channels = D, .window = c.window, .iterations = 3};
+    std::printf("%s{\"channels\": %d, \"warps\": %d, \"steps\": %d, \"window\": %lld", first ? "" : ", ",
+                c.channels, c.warps, c.steps, static_cast<long long>(c.window));
+    first = false;
+    if (const cudaError_t e = c.run(a, nullptr); e != cudaSuccess) {
+      std::printf(", \"launch_error\": \"%s\"}", cudaGetErrorString(e));
+      continue;
+    }
+    if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+      std::printf(", \"run_error\": \"%s\"}", cudaGetErrorString(e));
+      continue;
+    }
+    const double err = max_abs_diff(download(H), ref);
+    const double ms = time_ms(runs, [&] { check(c.run(a, nullptr), "windowed solve"); });
+    // Bytes it must move: W_x x read once, H written once (f32).
+    const double bytes = static_cast<double>(n) * sizeof(float) * (G + 1);
+    std::printf(", \"ms\": %.4f, \"tb_per_s\": %.4f, \"max_abs_vs_sequential\": %.4e}", ms,
+                bytes / (ms * 1e-3) / 1e12, err);
+  }
+  std::printf("]}");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pararnn::bench::program_name = "pararnn_bench_shapes";
   int runs = 20;
-  bool decode_only = false, backward_only = false;
+  bool decode_only = false, backward_only = false, windowed_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
@@ -503,8 +570,11 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "backward") == 0) {
       backward_only = true;
       ++i;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "windowed") == 0) {
+      windowed_only = true;
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N] [--only decode|backward]\n");
+      std::fprintf(stderr, "usage: pararnn_bench_shapes [--runs N] [--only decode|backward|windowed]\n");
       return 2;
     }
   }
@@ -516,6 +586,17 @@ int main(int argc, char** argv) {
     std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"},\n", prop.name,
                 prop.multiProcessorCount, runs, date.c_str());
     decode_section(runs);
+    std::printf("\n}\n");
+    return 0;
+  }
+  if (windowed_only) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "properties");
+    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
+    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"}", prop.name,
+                prop.multiProcessorCount, runs, date.c_str());
+    windowed_section(runs);
     std::printf("\n}\n");
     return 0;
   }

@@ -1,0 +1,185 @@
+// A fused windowed Newton solve (spec §2.8, NewtonConfig::chunk_len) of a per-channel cell in one
+// launch: every window of `window` steps is a full solve from the previous window's last state
+// (the caller's h0, or zeros, for the first), the App. A guess and then exactly K Newton updates
+// H ← H + ω δ, δ_t = J_t δ_{t−1} + F_t with δ = 0 entering the window, all in registers and
+// shared memory; the gate pre-activations are read once per window and H is written once.
+// A candidate measured by pararnn_bench_shapes --only windowed (docs/cuda.md, "The next lever for
+// P1"); not a production path yet.
+//
+// Layout: one block per (batch row, group of C channels); a warp's 32 lanes are P = 32 / C time
+// lanes of C channels each (C consecutive channels: coalesced 4·C-byte segments of the
+// [b][t][g·D + c] layout), the block's W warps W · P time lanes, each time lane L consecutive steps
+// of the window (window ≤ W · P · L). A Newton iteration per window: F and J of every step from the
+// iterate (a time lane's first step takes h_prev from the lane before through shared memory, the
+// window's first from the carried state, with J = 0 there), each thread's L elements composed in
+// time order, the lanes' aggregates applied one after another per channel by one thread (the δ
+// entering each time lane), then each thread's steps re-run from it and the iterate updated.
+// Semantics: the CPU's windowed solve with a fixed K and no residual_atol (no early stop), window
+// by window, up to rounding (the scan's association and the device's libm). Without heads: the
+// windowed solve refuses cu_seqlens.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "pararnn/cells/affine_monoid.hpp"
+#include "pararnn/kernels/launch.hpp"
+#include "windowed_newton_args.hpp"
+
+namespace pararnn::kernels::detail {
+
+template <int kChannelsT, int kWarpsT, int kStepsT>
+struct WindowedShape {
+  static_assert(32 % kChannelsT == 0, "C divides the warp");
+  static constexpr int kChannels = kChannelsT;            // C
+  static constexpr int kWarps = kWarpsT;                  // W
+  static constexpr int kSteps = kStepsT;                  // L
+  static constexpr int kLanesPerWarp = 32 / kChannelsT;  // P
+  static constexpr int kTimeLanes = kWarpsT * kLanesPerWarp;
+  static constexpr int kWindow = kTimeLanes * kStepsT;    // the largest window
+};
+
+template <class CellMath, class T, class Shape>
+__global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
+  constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
+  constexpr int C = Shape::kChannels, L = Shape::kSteps, Q = Shape::kTimeLanes;
+  using Element = cells::AffineElement<S, T>;
+  static_assert(sizeof(T) * (2 * Q * S * C + S * C) + sizeof(Element) * Q * C <= 48 * 1024,
+                "the block's shared memory is static");
+  __shared__ T s_last[Q][S][C];     // each time lane's iterate at its last step
+  __shared__ Element s_agg[Q][C];   // each time lane's composed elements
+  __shared__ T s_in[Q][S][C];       // δ entering each time lane
+  __shared__ T s_carry[S][C];       // the state entering the window
+
+  const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
+  const int cl = lane % C;                                  // channel within the group
+  const int q = warp * Shape::kLanesPerWarp + lane / C;     // time lane
+  const std::int64_t b = blockIdx.y;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * C + cl;
+  const bool channel = c < a.channels;
+  const std::int64_t D = a.channels;
+
+  T rec[RC];
+#pragma unroll
+  for (int k = 0; k < RC; ++k) rec[k] = channel ? a.recurrent[k * D + c] : T(0);
+  if (q == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) s_carry[s][cl] = channel && a.h0 != nullptr ? a.h0[(b * S + s) * D + c] : T(0);
+  }
+  __syncthreads();
+
+  for (std::int64_t w0 = 0; w0 < a.time; w0 += a.window) {
+    const std::int64_t n = a.time - w0 < a.window ? a.time - w0 : a.window;
+    T wx[L][G], h[L][S], carry[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) carry[s] = s_carry[s][cl];
+    // The gates of this thread's steps (zeros past the window) and the App. A guess.
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
+      const bool valid = channel && i < n;
+      const std::int64_t bt = b * a.time + w0 + i;
+#pragma unroll
+      for (int g = 0; g < G; ++g) wx[u][g] = valid ? a.wx[bt * G * D + g * D + c] : T(0);
+      T from[S], hn[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) from[s] = i == 0 ? carry[s] : T(0);
+      CellMath::step(rec, wx[u], from, hn, static_cast<T*>(nullptr));
+#pragma unroll
+      for (int s = 0; s < S; ++s) h[u][s] = hn[s];
+    }
+    for (int k = 0; k < a.iterations; ++k) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) s_last[q][s][cl] = h[L - 1][s];
+      __syncthreads();
+      // F and J of every step, composed in time order.
+      Element e[L];
+      Element agg = Element::identity();
+#pragma unroll
+      for (int u = 0; u < L; ++u) {
+        const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
+        T hp[S], hn[S], jac[S * S];
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+          hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
+        CellMath::step(rec, wx[u], hp, hn, jac);
+        if (i < n) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) e[u].r[s] = hn[s] - h[u][s];
+#pragma unroll
+          for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
+        } else {
+          e[u] = Element::identity();
+        }
+        agg = u == 0 ? e[u] : cells::compose(e[u], agg);
+      }
+      s_agg[q][cl] = agg;
+      __syncthreads();
+      // The δ entering each time lane, per channel, one lane after another (δ = 0 entering the
+      // window; its first element has J = 0 anyway).
+      if (q == 0) {
+        T d[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) d[s] = T(0);
+        for (int p = 0; p < Q; ++p) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) s_in[p][s][cl] = d[s];
+          T out[S];
+          cells::apply(s_agg[p][cl], d, out);
+#pragma unroll
+          for (int s = 0; s < S; ++s) d[s] = out[s];
+        }
+      }
+      __syncthreads();
+      T d[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) d[s] = s_in[q][s][cl];
+#pragma unroll
+      for (int u = 0; u < L; ++u) {
+        T out[S];
+        cells::apply(e[u], d, out);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          d[s] = out[s];
+          h[u][s] += a.omega * out[s];
+        }
+      }
+    }
+    // H once; the window's last state carried to the next window.
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
+      if (!channel || i >= n) continue;
+      const std::int64_t bt = b * a.time + w0 + i;
+#pragma unroll
+      for (int s = 0; s < S; ++s) a.H[(bt * S + s) * D + c] = h[u][s];
+    }
+    __syncthreads();  // every thread has read s_carry of this window
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
+      if (i == n - 1)
+#pragma unroll
+        for (int s = 0; s < S; ++s) s_carry[s][cl] = h[u][s];
+    }
+    __syncthreads();
+  }
+}
+
+// The launch; cudaErrorInvalidValue for a window outside [1, Shape::kWindow], null arrays or
+// negative sizes. Never allocates.
+template <class CellMath, class T, class Shape>
+cudaError_t run_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.iterations < 0) return cudaErrorInvalidValue;
+  if (a.batch == 0 || a.time == 0 || a.channels == 0) return cudaSuccess;
+  if (a.window < 1 || a.window > Shape::kWindow || a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr)
+    return cudaErrorInvalidValue;
+  const std::int64_t groups = (a.channels + Shape::kChannels - 1) / Shape::kChannels;
+  if (groups > 0x7fffffff || a.batch > 65535) return cudaErrorInvalidValue;
+  windowed_newton_kernel<CellMath, T, Shape>
+      <<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(a.batch)), dim3(32, Shape::kWarps), 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace pararnn::kernels::detail

@@ -1,0 +1,138 @@
+// The fused windowed Newton candidate (kernels/src/windowed_newton.cuh, through
+// windowed_newton_entry.hpp) against the same algorithm
+// on the host in double (the CPU's windowed solve with a fixed K and no early stop: per window,
+// the App. A guess from the carried state, then K updates with δ by sequential substitution), for
+// GRU-diag (one slot) and LSTM (two slots) in f32 and f64, with and without h0, a partial last
+// window and a partial channel group, at a shape whose window is the largest the block holds and
+// at a shorter window. The bound is the compute type's trajectory τ from the table
+// (kKernelVsHostTau): the two differ by the scan's association and the device's libm.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cell_test_support.hpp"
+#include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/cells/lstm.hpp"
+#include "windowed_newton_entry.hpp"
+
+namespace pararnn::kernels::test {
+namespace {
+
+// The windowed solve in double: H [b][t][s][c].
+template <class CellMath, class T>
+std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>& rec, const std::vector<T>* h0,
+                                  std::int64_t B, std::int64_t Tn, std::int64_t D, std::int64_t window, int K,
+                                  double omega) {
+  constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
+  std::vector<double> H(static_cast<std::size_t>(B * Tn * S * D));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t c = 0; c < D; ++c) {
+      double r[RC], carry[S];
+      for (int k = 0; k < RC; ++k) r[k] = static_cast<double>(rec[static_cast<std::size_t>(k * D + c)]);
+      for (int s = 0; s < S; ++s) carry[s] = h0 ? static_cast<double>((*h0)[static_cast<std::size_t>((b * S + s) * D + c)]) : 0.0;
+      for (std::int64_t w0 = 0; w0 < Tn; w0 += window) {
+        const std::int64_t n = std::min(window, Tn - w0);
+        std::vector<double> g(static_cast<std::size_t>(n * G)), h(static_cast<std::size_t>(n * S));
+        for (std::int64_t i = 0; i < n; ++i)
+          for (int q = 0; q < G; ++q)
+            g[static_cast<std::size_t>(i * G + q)] =
+                static_cast<double>(wx[static_cast<std::size_t>(((b * Tn + w0 + i) * G + q) * D + c)]);
+        for (std::int64_t i = 0; i < n; ++i) {
+          double from[S], hn[S];
+          for (int s = 0; s < S; ++s) from[s] = i == 0 ? carry[s] : 0.0;
+          CellMath::step(r, &g[static_cast<std::size_t>(i * G)], from, hn, static_cast<double*>(nullptr));
+          for (int s = 0; s < S; ++s) h[static_cast<std::size_t>(i * S + s)] = hn[s];
+        }
+        for (int k = 0; k < K; ++k) {
+          std::vector<double> F(static_cast<std::size_t>(n * S)), J(static_cast<std::size_t>(n * S * S));
+          for (std::int64_t i = 0; i < n; ++i) {
+            double hp[S], hn[S], jac[S * S];
+            for (int s = 0; s < S; ++s) hp[s] = i == 0 ? carry[s] : h[static_cast<std::size_t>((i - 1) * S + s)];
+            CellMath::step(r, &g[static_cast<std::size_t>(i * G)], hp, hn, jac);
+            for (int s = 0; s < S; ++s) F[static_cast<std::size_t>(i * S + s)] = hn[s] - h[static_cast<std::size_t>(i * S + s)];
+            for (int x = 0; x < S * S; ++x) J[static_cast<std::size_t>(i * S * S + x)] = i == 0 ? 0.0 : jac[x];
+          }
+          double d[S] = {};
+          for (std::int64_t i = 0; i < n; ++i) {
+            double out[S];
+            for (int o = 0; o < S; ++o) {
+              out[o] = F[static_cast<std::size_t>(i * S + o)];
+              for (int x = 0; x < S; ++x) out[o] += J[static_cast<std::size_t>(i * S * S + o * S + x)] * d[x];
+            }
+            for (int s = 0; s < S; ++s) {
+              d[s] = out[s];
+              h[static_cast<std::size_t>(i * S + s)] += omega * out[s];
+            }
+          }
+        }
+        for (std::int64_t i = 0; i < n; ++i)
+          for (int s = 0; s < S; ++s)
+            H[static_cast<std::size_t>(((b * Tn + w0 + i) * S + s) * D + c)] = h[static_cast<std::size_t>(i * S + s)];
+        for (int s = 0; s < S; ++s) carry[s] = h[static_cast<std::size_t>((n - 1) * S + s)];
+      }
+    }
+  return H;
+}
+
+template <class CellMath, class T>
+void expect_windowed_equals_host(std::int64_t B, std::int64_t Tn, std::int64_t D, std::int64_t window, bool with_h0,
+                                 std::uint64_t seed) {
+  constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
+  const int K = 3;
+  SplitMix64 rng(seed);
+  std::vector<T> wx(static_cast<std::size_t>(B * Tn * G * D)), rec(static_cast<std::size_t>(RC * D)),
+      h0(static_cast<std::size_t>(B * S * D));
+  for (T& v : wx) v = static_cast<T>(rng.uniform(-2.0, 2.0));
+  for (T& v : rec) v = static_cast<T>(rng.uniform(-0.5, 0.5));
+  for (T& v : h0) v = static_cast<T>(rng.uniform(-0.5, 0.5));
+  DeviceBuffer<T> d_wx(wx.size()), d_rec(rec.size()), d_h0(h0.size()), d_H(static_cast<std::size_t>(B * Tn * S * D));
+  for (cudaError_t e : {d_wx.status(), d_rec.status(), d_h0.status(), d_H.status()}) PARARNN_CUDA_OK(e);
+  PARARNN_CUDA_OK(d_wx.upload(wx));
+  PARARNN_CUDA_OK(d_rec.upload(rec));
+  PARARNN_CUDA_OK(d_h0.upload(h0));
+  PARARNN_CUDA_OK(cudaMemset(d_H.get(), 0xff, d_H.bytes()));  // poison: NaN until written
+  const detail::WindowedNewtonArgs<T> a{.wx = d_wx.get(), .recurrent = d_rec.get(),
+                                        .h0 = with_h0 ? d_h0.get() : nullptr, .H = d_H.get(), .batch = B,
+                                        .time = Tn, .channels = D, .window = window, .iterations = K,
+                                        .omega = T(1)};
+  PARARNN_CUDA_OK((run_windowed_newton_small<CellMath, T>(a)));
+  PARARNN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<T> got;
+  PARARNN_CUDA_OK(d_H.download(got));
+  const std::vector<double> want = host_windowed<CellMath, T>(wx, rec, with_h0 ? &h0 : nullptr, B, Tn, D, window, K, 1.0);
+  std::vector<T> want_t(want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want_t[i] = static_cast<T>(want[i]);
+  expect_close(want_t, got, kKernelVsHostTau<T>, "H");
+}
+
+template <class CellMath, class T>
+void every_case(std::uint64_t seed) {
+  for (const bool with_h0 : {true, false}) {
+    SCOPED_TRACE(with_h0 ? "h0" : "no h0");
+    // T = 300: a partial last window; D = 37: a partial channel group.
+    expect_windowed_equals_host<CellMath, T>(3, 300, 37, windowed_newton_small_window(), with_h0, ++seed);
+    expect_windowed_equals_host<CellMath, T>(2, 300, 37, 45, with_h0, ++seed);
+  }
+}
+
+TEST(WindowedNewton, EqualsTheHostWindowedSolveGruF32) { every_case<cells::GruDiagMath, float>(test_seed(20261208)); }
+TEST(WindowedNewton, EqualsTheHostWindowedSolveGruF64) { every_case<cells::GruDiagMath, double>(test_seed(20261209)); }
+TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF32) { every_case<cells::LstmMath, float>(test_seed(20261210)); }
+TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF64) { every_case<cells::LstmMath, double>(test_seed(20261211)); }
+
+TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
+  const detail::WindowedNewtonArgs<float> a{.wx = reinterpret_cast<const float*>(16),
+                                            .recurrent = reinterpret_cast<const float*>(16),
+                                            .H = reinterpret_cast<float*>(16), .batch = 1, .time = 100,
+                                            .channels = 8, .window = windowed_newton_small_window() + 1,
+                                            .iterations = 3};
+  EXPECT_EQ((run_windowed_newton_small<cells::GruDiagMath, float>(a)), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace pararnn::kernels::test
