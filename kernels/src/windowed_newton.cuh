@@ -40,13 +40,19 @@ struct WindowedShape {
   static constexpr int kWindow = kTimeLanes * kStepsT;    // the largest window
 };
 
+// Whether Shape's static shared memory (48 KiB at most) holds CellMath's per-lane state in T.
+template <class CellMath, class T, class Shape>
+inline constexpr bool kWindowedFits =
+    sizeof(T) * (2 * Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels + CellMath::kSlots * Shape::kChannels) +
+        sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kTimeLanes * Shape::kChannels <=
+    48 * 1024;
+
 template <class CellMath, class T, class Shape>
 __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
   constexpr int C = Shape::kChannels, L = Shape::kSteps, Q = Shape::kTimeLanes;
   using Element = cells::AffineElement<S, T>;
-  static_assert(sizeof(T) * (2 * Q * S * C + S * C) + sizeof(Element) * Q * C <= 48 * 1024,
-                "the block's shared memory is static");
+  static_assert(kWindowedFits<CellMath, T, Shape>, "the block's shared memory is static");
   __shared__ T s_last[Q][S][C];     // each time lane's iterate at its last step
   __shared__ Element s_agg[Q][C];   // each time lane's composed elements
   __shared__ T s_in[Q][S][C];       // δ entering each time lane

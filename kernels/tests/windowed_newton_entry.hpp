@@ -1,7 +1,9 @@
 // Host entry points to the fused windowed Newton candidate (kernels/src/windowed_newton.cuh) for
-// the kernel tests, instantiated in windowed_newton_entry.cu at a small shape (8 channels per
-// block, 4 warps, 4 steps per thread: windows of up to 64 steps) for GRU-diag and LSTM in f32 and
-// f64.
+// the kernel tests, instantiated in windowed_newton_entry.cu for GRU-diag and LSTM in f32 and f64
+// at three block shapes (channels C × warps W × steps L):
+//   0: 8 × 4 × 4    (4 time lanes per warp; windows of up to 64 steps)
+//   1: 32 × 32 × 8  (1 time lane per warp, 1024 threads; up to 256 steps)
+//   2: 4 × 32 × 8   (8 time lanes per warp, 1024 threads; up to 2048 steps)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,10 +14,14 @@
 
 namespace pararnn::kernels::test {
 
-template <class CellMath, class T>
-cudaError_t run_windowed_newton_small(const detail::WindowedNewtonArgs<T>& a);
+inline constexpr int kWindowedShapes = 3;
 
-// The largest window of that shape.
-std::int64_t windowed_newton_small_window();
+// cudaErrorNotSupported where the shape's shared memory cannot hold the cell in T (LSTM's
+// 2 × 2 elements in f64 at shapes 1 and 2).
+template <class CellMath, class T>
+cudaError_t run_windowed_newton_at(int shape, const detail::WindowedNewtonArgs<T>& a);
+
+// The largest window of shape `shape`.
+std::int64_t windowed_newton_window(int shape);
 
 }  // namespace pararnn::kernels::test

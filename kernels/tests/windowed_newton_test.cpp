@@ -3,8 +3,8 @@
 // on the host in double (the CPU's windowed solve with a fixed K and no early stop: per window,
 // the App. A guess from the carried state, then K updates with δ by sequential substitution), for
 // GRU-diag (one slot) and LSTM (two slots) in f32 and f64, with and without h0, a partial last
-// window and a partial channel group, at a shape whose window is the largest the block holds and
-// at a shorter window. The bound is the compute type's trajectory τ from the table
+// window and a partial channel group, the largest window a block holds and a shorter one, K = 0,
+// 1 and 3, a damped update (ω = 0.7), and three block shapes (4, 1 and 8 time lanes per warp). The bound is the compute type's trajectory τ from the table
 // (kKernelVsHostTau): the two differ by the scan's association and the device's libm.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -79,11 +79,21 @@ std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>
   return H;
 }
 
+struct WindowedCase {
+  int shape;  // windowed_newton_entry.hpp
+  std::int64_t batch, time, channels, window;  // window 0: the shape's largest
+  bool with_h0;
+  int iterations;
+  double omega;
+};
+
 template <class CellMath, class T>
-void expect_windowed_equals_host(std::int64_t B, std::int64_t Tn, std::int64_t D, std::int64_t window, bool with_h0,
-                                 std::uint64_t seed) {
+void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
-  const int K = 3;
+  const std::int64_t B = w.batch, Tn = w.time, D = w.channels;
+  const std::int64_t window = w.window > 0 ? w.window : windowed_newton_window(w.shape);
+  SCOPED_TRACE("shape " + std::to_string(w.shape) + ", window " + std::to_string(window) + ", K " +
+               std::to_string(w.iterations) + ", omega " + std::to_string(w.omega) + (w.with_h0 ? ", h0" : ""));
   SplitMix64 rng(seed);
   std::vector<T> wx(static_cast<std::size_t>(B * Tn * G * D)), rec(static_cast<std::size_t>(RC * D)),
       h0(static_cast<std::size_t>(B * S * D));
@@ -97,14 +107,15 @@ void expect_windowed_equals_host(std::int64_t B, std::int64_t Tn, std::int64_t D
   PARARNN_CUDA_OK(d_h0.upload(h0));
   PARARNN_CUDA_OK(cudaMemset(d_H.get(), 0xff, d_H.bytes()));  // poison: NaN until written
   const detail::WindowedNewtonArgs<T> a{.wx = d_wx.get(), .recurrent = d_rec.get(),
-                                        .h0 = with_h0 ? d_h0.get() : nullptr, .H = d_H.get(), .batch = B,
-                                        .time = Tn, .channels = D, .window = window, .iterations = K,
-                                        .omega = T(1)};
-  PARARNN_CUDA_OK((run_windowed_newton_small<CellMath, T>(a)));
+                                        .h0 = w.with_h0 ? d_h0.get() : nullptr, .H = d_H.get(), .batch = B,
+                                        .time = Tn, .channels = D, .window = window, .iterations = w.iterations,
+                                        .omega = static_cast<T>(w.omega)};
+  PARARNN_CUDA_OK((run_windowed_newton_at<CellMath, T>(w.shape, a)));
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
   std::vector<T> got;
   PARARNN_CUDA_OK(d_H.download(got));
-  const std::vector<double> want = host_windowed<CellMath, T>(wx, rec, with_h0 ? &h0 : nullptr, B, Tn, D, window, K, 1.0);
+  const std::vector<double> want = host_windowed<CellMath, T>(wx, rec, w.with_h0 ? &h0 : nullptr, B, Tn, D, window,
+                                                              w.iterations, static_cast<double>(static_cast<T>(w.omega)));
   std::vector<T> want_t(want.size());
   for (std::size_t i = 0; i < want.size(); ++i) want_t[i] = static_cast<T>(want[i]);
   expect_close(want_t, got, kKernelVsHostTau<T>, "H");
@@ -112,11 +123,20 @@ void expect_windowed_equals_host(std::int64_t B, std::int64_t Tn, std::int64_t D
 
 template <class CellMath, class T>
 void every_case(std::uint64_t seed) {
+  // T = 300: a partial last window; D = 37: a partial channel group; window 45: partial time lanes.
   for (const bool with_h0 : {true, false}) {
-    SCOPED_TRACE(with_h0 ? "h0" : "no h0");
-    // T = 300: a partial last window; D = 37: a partial channel group.
-    expect_windowed_equals_host<CellMath, T>(3, 300, 37, windowed_newton_small_window(), with_h0, ++seed);
-    expect_windowed_equals_host<CellMath, T>(2, 300, 37, 45, with_h0, ++seed);
+    expect_windowed_equals_host<CellMath, T>({0, 3, 300, 37, 0, with_h0, 3, 1.0}, ++seed);
+    expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 45, with_h0, 3, 1.0}, ++seed);
+  }
+  // K = 0 (the guess alone), K = 1, a damped update.
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 0, 1.0}, ++seed);
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 1, 1.0}, ++seed);
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 3, 0.7}, ++seed);
+  // 1024-thread blocks: one time lane per warp (32 channels), and eight (4 channels); their
+  // shared memory does not hold LSTM's 2 × 2 elements in f64.
+  if constexpr (CellMath::kSlots == 1 || sizeof(T) == 4) {
+    expect_windowed_equals_host<CellMath, T>({1, 2, 600, 37, 0, true, 3, 1.0}, ++seed);
+    expect_windowed_equals_host<CellMath, T>({2, 2, 2500, 37, 0, true, 3, 1.0}, ++seed);
   }
 }
 
@@ -129,9 +149,9 @@ TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
   const detail::WindowedNewtonArgs<float> a{.wx = reinterpret_cast<const float*>(16),
                                             .recurrent = reinterpret_cast<const float*>(16),
                                             .H = reinterpret_cast<float*>(16), .batch = 1, .time = 100,
-                                            .channels = 8, .window = windowed_newton_small_window() + 1,
+                                            .channels = 8, .window = windowed_newton_window(0) + 1,
                                             .iterations = 3};
-  EXPECT_EQ((run_windowed_newton_small<cells::GruDiagMath, float>(a)), cudaErrorInvalidValue);
+  EXPECT_EQ((run_windowed_newton_at<cells::GruDiagMath, float>(0, a)), cudaErrorInvalidValue);
 }
 
 }  // namespace
