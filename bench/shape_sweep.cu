@@ -579,6 +579,20 @@ void windowed_section(int runs) {
   std::printf("]}");
 }
 
+// One section alone (--only): the file's head and context, `after_context` (the separator the
+// section expects before it), the section, the file's end.
+int only_section(int argc, char** argv, int runs, const char* after_context, void (*section)(int)) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
+  std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
+  std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"}%s", prop.name,
+              prop.multiProcessorCount, runs, date.c_str(), after_context);
+  section(runs);
+  std::printf("\n}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -602,39 +616,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (decode_only) {
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "properties");
-    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
-    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
-    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"},\n", prop.name,
-                prop.multiProcessorCount, runs, date.c_str());
-    decode_section(runs);
-    std::printf("\n}\n");
-    return 0;
-  }
-  if (windowed_only) {
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "properties");
-    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
-    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
-    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"}", prop.name,
-                prop.multiProcessorCount, runs, date.c_str());
-    windowed_section(runs);
-    std::printf("\n}\n");
-    return 0;
-  }
-  if (backward_only) {
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "properties");
-    const std::string date = pararnn::bench::run_context(argc, argv, 0)["date"].get<std::string>();
-    std::printf("{\n  \"schema_version\": 1,\n  \"benchmark\": \"pararnn_bench_shapes\",\n");
-    std::printf("  \"context\": {\"gpu\": \"%s\", \"sm_count\": %d, \"runs\": %d, \"date\": \"%s\"}", prop.name,
-                prop.multiProcessorCount, runs, date.c_str());
-    backward_section(runs);
-    std::printf("\n}\n");
-    return 0;
-  }
+  if (decode_only) return only_section(argc, argv, runs, ",\n", &decode_section);
+  if (windowed_only) return only_section(argc, argv, runs, "", &windowed_section);
+  if (backward_only) return only_section(argc, argv, runs, "", &backward_section);
   const std::int64_t B = 8, T = 65536, D = 256, G = 3;
   const std::size_t n = static_cast<std::size_t>(B * T * D);
   Buffer wx(n * G * sizeof(float)), rec(G * D * sizeof(float)), H(n * sizeof(float)), H_ref(n * sizeof(float)),
