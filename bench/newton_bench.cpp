@@ -16,6 +16,9 @@
 // traffic of the unfused loop (per token-channel: guess 32 B, an iteration with its update 48 B,
 // a residual evaluation without update 20 B).
 //
+// Then windowed Newton (chunk_len 256, 512, 1024; K = 3 per window) in its one fused launch, and
+// the public newton_apply_into with chunk_len 512 (windowed_k3).
+//
 // Then the fused strategy for LSTM at S1 (P7) and sLSTM-diag at B 8, T 4096, d 256 (P8), checked
 // against the sequential kernel (cell_figures).
 //
@@ -24,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,7 +43,9 @@
 #include "bench_inputs.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
+#include "pararnn/cells/lstm.hpp"
 #include "pararnn/kernels/newton_step.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/solver/solver.hpp"
 
@@ -102,6 +108,25 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
   }
   const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = name, .backend = "cuda"});
   out["fused_k3_vs_sequential_kernel"] = {{"max_abs", err}, {"tau_atol", tau.atol}, {"within_tau", err <= tau.atol}};
+  if (std::string(name) == "lstm") {
+    // Windowed Newton at chunk_len 512, K = 3 per window, in its one fused launch (no residual
+    // maxima: the trajectory alone), against the sequential kernel at the cell's τ.
+    const kernels::WindowedNewtonArgs<float> args{
+        .wx = static_cast<const float*>(wx.get()), .recurrent = static_cast<const float*>(d_rec.get()),
+        .H = static_cast<float*>(H.get()), .batch = B, .time = T, .channels = D, .window = 512, .iterations = 3};
+    const double ms = median_ms(warmup, runs, [&] {
+      check(kernels::launch_windowed_newton<cells::LstmMath, float>(args, nullptr), "windowed Newton");
+    });
+    check(cudaDeviceSynchronize(), "windowed Newton");
+    const std::vector<float> w = download(H);
+    double werr = 0;
+    for (std::size_t i = 0; i < w.size() && i < b.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(w[i]) - static_cast<double>(b[i]));
+      werr = std::isnan(d) ? INFINITY : std::max(werr, d);
+    }
+    out["windowed_k3_chunk_512"] = {{"ms", ms}, {"vs_sequential_kernel_max_abs", werr}, {"tau_atol", tau.atol},
+                                    {"within_tau", werr <= tau.atol}};
+  }
   return out;
 }
 
@@ -260,6 +285,85 @@ int main(int argc, char** argv) {
     into(NewtonConfig{}, "newton_apply_into_device_end_to_end", d_H_fused_adaptive);
     into(NewtonConfig{.max_iters = 3, .residual_atol = std::nullopt}, "newton_apply_into_device_k3_end_to_end",
          d_H_fused_k3);
+  }
+
+  // Windowed Newton (chunk_len, spec §2.8) in one fused launch, as the solver runs it
+  // (kernels/windowed_newton.hpp): K = 3 per window, no early stop (residual_atol unset), the
+  // residual maxima reduced on the device (every window's K evaluations and final residual) and
+  // read back; gates precomputed, as P1. Each window size's trajectory against the CPU sequential
+  // loop on the same 16 chains as below (τ of the contract: a window's K = 3 is a different fixed
+  // point from the global solve's, judged, not assumed), then the public newton_apply_into on
+  // device x with that chunk_len (its input GEMM included), checked bitwise against the launcher.
+  {
+    const std::vector<float> wx_host = download(d_wx);
+    const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = "gru", .backend = "cuda"});
+    DeviceBuffer d_H_window(h_bytes);
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    constexpr int K = 3;
+    for (const std::int64_t window : {std::int64_t{256}, std::int64_t{512}, std::int64_t{1024}}) {
+      const std::int64_t windows = (T + window - 1) / window;
+      DeviceBuffer d_residual(static_cast<std::size_t>(windows * (K + 1)) * sizeof(unsigned int));
+      std::vector<unsigned int> bits(static_cast<std::size_t>(windows * (K + 1)));
+      const kernels::WindowedNewtonArgs<float> args{
+          .wx = static_cast<const float*>(d_wx.get()), .recurrent = static_cast<const float*>(d_rec.get()),
+          .H = static_cast<float*>(d_H_window.get()), .residual_max = static_cast<unsigned int*>(d_residual.get()),
+          .batch = B, .time = T, .channels = D, .window = window, .iterations = K};
+      const double ms = median_ms(warmup, runs, [&] {
+        check(cudaMemsetAsync(d_residual.get(), 0, d_residual.bytes(), nullptr), "zero the residual maxima");
+        check(kernels::launch_windowed_newton<Gru, float>(args, nullptr), "windowed Newton");
+        check(cudaMemcpyAsync(bits.data(), d_residual.get(), d_residual.bytes(), cudaMemcpyDeviceToHost, nullptr),
+              "read the residual maxima");
+      });
+      check(cudaDeviceSynchronize(), "windowed Newton");
+      double final_residual = 0, last_loop_residual = 0;
+      for (std::int64_t w = 0; w < windows; ++w) {
+        const auto at = [&](int e) {
+          return static_cast<double>(std::bit_cast<float>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
+        };
+        final_residual = std::isnan(at(K)) ? INFINITY : std::max(final_residual, at(K));
+        last_loop_residual = std::isnan(at(K - 1)) ? INFINITY : std::max(last_loop_residual, at(K - 1));
+      }
+      const std::vector<float> H_window = download(d_H_window);
+      double err = 0;
+      pararnn::bench::walk_gru_chains<float>(wx_host, rec, B, T, D, [&](std::size_t i, double h) {
+        const double d = std::fabs(static_cast<double>(H_window[i]) - h);
+        err = std::isnan(d) ? INFINITY : std::max(err, d);
+      });
+      // Bytes it must move: W_x x read once (12 B), H written once (4 B) per token-channel.
+      const double bytes = token_channels * 16.0;
+      nlohmann::ordered_json row = {{"chunk_len", window},
+                                    {"k", K},
+                                    {"ms", ms},
+                                    {"bytes_model", bytes},
+                                    {"effective_tb_per_s", bytes / (ms * 1e-3) / 1e12},
+                                    {"max_final_residual", final_residual},
+                                    {"max_third_evaluation_residual", last_loop_residual},
+                                    {"vs_cpu_sequential_max_abs", err},
+                                    {"tau_atol", tau.atol},
+                                    {"within_tau", err <= tau.atol}};
+      if (window == 512) {
+        // The public entry point on device x with this chunk_len: input GEMM, the launch, the
+        // residual gate, H into a device view.
+        const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, device);
+        DeviceBuffer d_H_into(h_bytes);
+        const TensorView H_out(d_H_into.get(), DType::f32, {B, T, D}, {}, Device::cuda, device);
+        const NewtonConfig config{.max_iters = K, .residual_atol = std::nullopt, .chunk_len = window};
+        std::vector<double> times;
+        NewtonStats stats;
+        for (int i = 0; i < 1 + runs; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          newton_apply_into(cell, x_device, H_out, config, {}, &stats);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (i > 0) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        row["newton_apply_into_device_end_to_end"] = {
+            {"ms", median(times)}, {"clock", "host steady_clock"}, {"strategy", stats.strategy},
+            {"iters", stats.iters}, {"max_residual", stats.max_residual},
+            {"equals_the_launchers_H_bitwise", download(d_H_into) == H_window}};
+      }
+      rows.push_back(row);
+    }
+    out["windowed_k3"] = rows;
   }
 
   // Correctness of what was timed: 16 chains against the CPU sequential loop (f32 state).

@@ -497,10 +497,10 @@ void backward_section(int runs) {
 struct WindowedCandidate {
   int channels, warps, steps;
   std::int64_t window;
-  cudaError_t (*run)(const detail::WindowedNewtonArgs<float>&, cudaStream_t);
+  cudaError_t (*run)(const WindowedNewtonArgs<float>&, cudaStream_t);
 };
 template <int C, int W, int L>
-cudaError_t windowed_at(const detail::WindowedNewtonArgs<float>& a, cudaStream_t s) {
+cudaError_t windowed_at(const WindowedNewtonArgs<float>& a, cudaStream_t s) {
   return detail::run_windowed_newton<Gru, float, detail::WindowedShape<C, W, L>>(a, s);
 }
 template <int C, int W, int L>
@@ -545,13 +545,13 @@ void windowed_section(int runs) {
   std::vector<float> common_ref;  // the first shape's result at the common window
   bool first = true;
   for (const WindowedCandidate& c : kWindowedShapes) {
-    const detail::WindowedNewtonArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .batch = B,
+    const WindowedNewtonArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .batch = B,
                                               .time = T, .channels = D, .window = c.window, .iterations = 3};
     std::printf("%s{\"channels\": %d, \"warps\": %d, \"steps\": %d, \"window\": %lld", first ? "" : ", ",
                 c.channels, c.warps, c.steps, static_cast<long long>(c.window));
     first = false;
     // Launches `args` on poisoned H and returns the error of the launch or of the run.
-    const auto run_checked = [&](const detail::WindowedNewtonArgs<float>& args) {
+    const auto run_checked = [&](const WindowedNewtonArgs<float>& args) {
       check(cudaMemset(H.p, 0xff, H.bytes), "poison H");
       if (const cudaError_t e = c.run(args, nullptr); e != cudaSuccess) return e;
       return cudaDeviceSynchronize();
@@ -562,7 +562,7 @@ void windowed_section(int runs) {
     }
     const double err = max_abs_diff(download(H), ref);
     const double ms = time_ms(runs, [&] { check(c.run(a, nullptr), "windowed solve"); });
-    detail::WindowedNewtonArgs<float> common = a;
+    WindowedNewtonArgs<float> common = a;
     common.window = kCommonWindow;
     double common_err = std::nan("");
     if (run_checked(common) == cudaSuccess) {

@@ -13,8 +13,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <utility>
 
 #include "backend.hpp"
@@ -441,6 +443,77 @@ TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
     const ComparisonResult c = compare(gpu, cpu, cuda_tau(DType::f32, options.cell));
     EXPECT_TRUE(c.ok()) << c.describe();
   }
+}
+
+// Windowed Newton (chunk_len) with a fixed K on CUDA is one fused launch (strategy
+// "fused_windowed") whose trajectory equals the CPU's window loop within τ, with the loop's stats:
+// K iterations and updates, K evaluations per window in the history, and as max_residual the
+// final trajectory's max|F| (at a window's first step h_prev is the previous window's last state,
+// so that is the worst window's final residual). Where the loop would have stopped early in some
+// window (an evaluation below residual_atol) the launch's result is not taken: the window loop
+// runs. A NaN input still fires the residual gate.
+Tensor scalar(double v) { return Tensor::from_values(DType::f64, {1}, std::span<const double>(&v, 1)); }
+
+TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
+  for (const std::string& name : kCells) {
+    if (name == "slstm") continue;  // its Picard guess keeps the window loop
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      for (const auto& [window, K] : {std::pair<std::int64_t, std::int64_t>{64, 1}, {64, 3}, {1000, 2}}) {
+        if (name == "lstm" && dtype == DType::f64 && window > 256) continue;  // beyond the kernel's window
+        SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + " window " + std::to_string(window) + " K " +
+                     std::to_string(K));
+        const CellOptions variant = testing::label_options(name);
+        const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype,
+                                 .batch = 3, .time = 2300, .d_in = 5, .d_h = 37, .with_h0 = K != 2,
+                                 .seed = static_cast<std::uint64_t>(700 + window + K)};
+        const auto made = p.make();
+        const ApplyOptions options = made.options();
+        const NewtonConfig config{.max_iters = K, .residual_atol = std::nullopt, .residual_fail = std::nullopt,
+                                  .chunk_len = window};
+        NewtonStats cpu, gpu;
+        const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, config), options, &cpu);
+        const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, config), options, &gpu);
+        EXPECT_EQ(gpu.strategy, "fused_windowed");
+        EXPECT_EQ(gpu.iters, cpu.iters);
+        EXPECT_EQ(gpu.updates, cpu.updates);
+        EXPECT_EQ(gpu.residual_history.size(), cpu.residual_history.size());
+        EXPECT_FALSE(gpu.converged);
+        const Tolerance tau = cuda_tau(dtype, variant.cell);
+        const ComparisonResult c = compare(H_gpu, H_cpu, tau);
+        EXPECT_TRUE(c.ok()) << c.describe();
+        // The kernel's reduced residual against the host's evaluation of the same trajectory.
+        const double host_residual = max_residual(made.cell, made.x, H_gpu, options);
+        ASSERT_TRUE(std::isfinite(gpu.max_residual)) << gpu.max_residual;
+        EXPECT_GT(host_residual, 0.0);
+        const ComparisonResult r = compare(scalar(gpu.max_residual), scalar(host_residual), tau);
+        EXPECT_TRUE(r.ok()) << r.describe();
+        // The first window's guess residual (the loop's first evaluation) is the same quantity on both.
+        ASSERT_FALSE(gpu.residual_history.empty());
+        const ComparisonResult first = compare(scalar(gpu.residual_history[0]), scalar(cpu.residual_history[0]), tau);
+        EXPECT_TRUE(first.ok()) << first.describe();
+      }
+    }
+  }
+  // The early stop: with the default residual_atol and a K the windows converge within, the
+  // loop stops early, so the window loop runs (its windows' strategy) and agrees with the CPU's.
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f64, .batch = 2, .time = 512, .d_in = 5, .d_h = 37,
+                           .seed = 77};
+  const auto made = p.make();
+  const NewtonConfig converging{.max_iters = 30, .chunk_len = 64};
+  NewtonStats cpu, gpu;
+  const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, converging), {}, &cpu);
+  const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, converging), {}, &gpu);
+  EXPECT_NE(gpu.strategy, "fused_windowed");
+  EXPECT_TRUE(gpu.converged);
+  EXPECT_EQ(gpu.iters, cpu.iters);
+  const ComparisonResult c = compare(H_gpu, H_cpu, cuda_tau(DType::f64, "gru"));
+  EXPECT_TRUE(c.ok()) << c.describe();
+  // A NaN in x: the gate raises on the fused path as on the window loop.
+  Tensor x_nan = Tensor::copy_of(made.x.view());
+  x_nan.data_as<double>()[5 * 300 + 2] = std::numeric_limits<double>::quiet_NaN();
+  const NewtonConfig fixed{.max_iters = 3, .residual_atol = std::nullopt, .chunk_len = 64};
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, fixed)), NewtonDivergenceError);
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, fixed)), NewtonDivergenceError);
 }
 
 // The auto rule (docs/cuda.md): an adaptive solve with B·d_h at the threshold is the sequential

@@ -1,10 +1,6 @@
-// A fused windowed Newton solve (spec §2.8, NewtonConfig::chunk_len) of a per-channel cell in one
-// launch: every window of `window` steps is a full solve from the previous window's last state
-// (the caller's h0, or zeros, for the first), the App. A guess and then exactly K Newton updates
-// H ← H + ω δ, δ_t = J_t δ_{t−1} + F_t with δ = 0 entering the window, all in registers and
-// shared memory; the gate pre-activations are read once per window and H is written once.
-// A candidate measured by pararnn_bench_shapes --only windowed (docs/cuda.md, "The next lever for
-// P1"); not a production path yet.
+// The kernel of launch_windowed_newton (kernels/windowed_newton.hpp: semantics, layouts, the
+// residual maxima), at a block shape; windowed_newton.cu instantiates the production shapes, the
+// kernel tests and pararnn_bench_shapes --only windowed others.
 //
 // Layout: one block per (batch row, group of C channels); a warp's 32 lanes are P = 32 / C time
 // lanes of C channels each (C consecutive channels: coalesced 4·C-byte segments of the
@@ -14,9 +10,9 @@
 // window's first from the carried state, with J = 0 there), each thread's L elements composed in
 // time order, the lanes' aggregates applied one after another per channel by one thread (the δ
 // entering each time lane), then each thread's steps re-run from it and the iterate updated.
-// Semantics: the CPU's windowed solve with a fixed K and no residual_atol (no early stop), window
-// by window, up to rounding (the scan's association and the device's libm). Without heads: the
-// windowed solve refuses cu_seqlens.
+// With residual_max, each evaluation's max|F| (bits, NaN-propagating) is reduced per warp by
+// shuffles, per block by thread 0 and over blocks by one atomicMax per block, and one more
+// evaluation (F only) after the K-th update gives the final residual.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,9 +21,12 @@
 
 #include "pararnn/cells/affine_monoid.hpp"
 #include "pararnn/kernels/launch.hpp"
-#include "windowed_newton_args.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
 
 namespace pararnn::kernels::detail {
+
+// K's bound (the residual maxima's row of K + 1 stays an int).
+inline constexpr int kWindowedMaxIterations = 1 << 20;
 
 template <int kChannelsT, int kWarpsT, int kStepsT>
 struct WindowedShape {
@@ -43,9 +42,17 @@ struct WindowedShape {
 // Whether Shape's static shared memory (48 KiB at most) holds CellMath's per-lane state in T.
 template <class CellMath, class T, class Shape>
 inline constexpr bool kWindowedFits =
-    sizeof(T) * (2 * Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels + CellMath::kSlots * Shape::kChannels) +
+    sizeof(T) * (2 * Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels + CellMath::kSlots * Shape::kChannels +
+                 Shape::kWarps) +
         sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kTimeLanes * Shape::kChannels <=
     48 * 1024;
+
+// The bits of |v| as an unsigned integer of v's width: for non-negative values (and a NaN, whose
+// sign fabs clears) the integer order is the order of the values, with a NaN above +inf.
+__device__ __forceinline__ unsigned int abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+__device__ __forceinline__ unsigned long long abs_bits(double v) {
+  return static_cast<unsigned long long>(__double_as_longlong(fabs(v)));
+}
 
 template <class CellMath, class T, class Shape>
 __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
@@ -57,6 +64,8 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
   __shared__ Element s_agg[Q][C];   // each time lane's composed elements
   __shared__ T s_in[Q][S][C];       // δ entering each time lane
   __shared__ T s_carry[S][C];       // the state entering the window
+  using Bits = typename WindowedNewtonArgs<T>::Bits;
+  __shared__ Bits s_res[Shape::kWarps];  // each warp's max|F| bits at this evaluation
 
   const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
   const int cl = lane % C;                                  // channel within the group
@@ -95,13 +104,19 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
 #pragma unroll
       for (int s = 0; s < S; ++s) h[u][s] = hn[s];
     }
-    for (int k = 0; k < a.iterations; ++k) {
+    const std::int64_t window_index = w0 / a.window;
+    // Evaluation k < K is followed by update k; evaluation K (only with residual_max) is the
+    // final iterate's residual.
+    const int evaluations = a.residual_max != nullptr ? a.iterations + 1 : a.iterations;
+    for (int k = 0; k < evaluations; ++k) {
+      const bool final_evaluation = k == a.iterations;
 #pragma unroll
       for (int s = 0; s < S; ++s) s_last[q][s][cl] = h[L - 1][s];
       __syncthreads();
       // F and J of every step, composed in time order.
       Element e[L];
       Element agg = Element::identity();
+      Bits worst = 0;  // max of the bits of |F| over this thread's valid steps
 #pragma unroll
       for (int u = 0; u < L; ++u) {
         const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
@@ -109,19 +124,38 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
 #pragma unroll
         for (int s = 0; s < S; ++s)
           hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
-        CellMath::step(rec, wx[u], hp, hn, jac);
-        if (i < n) {
+        CellMath::step(rec, wx[u], hp, hn, final_evaluation ? static_cast<T*>(nullptr) : jac);
+        if (channel && i < n) {
 #pragma unroll
-          for (int s = 0; s < S; ++s) e[u].r[s] = hn[s] - h[u][s];
+          for (int s = 0; s < S; ++s) {
+            e[u].r[s] = hn[s] - h[u][s];
+            const Bits bits = abs_bits(e[u].r[s]);
+            worst = bits > worst ? bits : worst;
+          }
+          if (!final_evaluation)
 #pragma unroll
-          for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
+            for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
         } else {
           e[u] = Element::identity();
         }
-        agg = u == 0 ? e[u] : cells::compose(e[u], agg);
+        if (!final_evaluation) agg = u == 0 ? e[u] : cells::compose(e[u], agg);
       }
-      s_agg[q][cl] = agg;
+      if (a.residual_max != nullptr) {
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) {
+          const Bits other = __shfl_xor_sync(0xffffffffu, worst, offset);
+          worst = other > worst ? other : worst;
+        }
+        if (lane == 0) s_res[warp] = worst;
+      }
+      if (!final_evaluation) s_agg[q][cl] = agg;
       __syncthreads();
+      if (a.residual_max != nullptr && warp == 0 && lane == 0) {
+        Bits block = 0;
+        for (int v = 0; v < Shape::kWarps; ++v) block = s_res[v] > block ? s_res[v] : block;
+        atomicMax(a.residual_max + window_index * (a.iterations + 1) + k, block);
+      }
+      if (final_evaluation) break;  // every thread: the block-wide barrier above was the last use
       // The δ entering each time lane, per channel, one lane after another (δ = 0 entering the
       // window; its first element has J = 0 anyway).
       if (q == 0) {
@@ -173,11 +207,12 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
   }
 }
 
-// The launch; cudaErrorInvalidValue for a window outside [1, Shape::kWindow], null arrays or
-// negative sizes. Never allocates.
+// The launch; cudaErrorInvalidValue for a window outside [1, Shape::kWindow], null arrays,
+// negative sizes or more than kWindowedMaxIterations iterations. Never allocates.
 template <class CellMath, class T, class Shape>
 cudaError_t run_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
-  if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.iterations < 0) return cudaErrorInvalidValue;
+  if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.iterations < 0 || a.iterations > kWindowedMaxIterations)
+    return cudaErrorInvalidValue;
   if (a.batch == 0 || a.time == 0 || a.channels == 0) return cudaSuccess;
   if (a.window < 1 || a.window > Shape::kWindow || a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr)
     return cudaErrorInvalidValue;

@@ -13,7 +13,7 @@ using Shape2 = detail::WindowedShape<4, 32, 8>;
 
 // Shape's launch, or cudaErrorNotSupported where its shared memory cannot hold the cell in T.
 template <class CellMath, class T, class Shape>
-cudaError_t run_if_it_fits(const detail::WindowedNewtonArgs<T>& a) {
+cudaError_t run_if_it_fits(const WindowedNewtonArgs<T>& a) {
   if constexpr (detail::kWindowedFits<CellMath, T, Shape>) {
     return detail::run_windowed_newton<CellMath, T, Shape>(a, cudaStream_t{});
   } else {
@@ -22,7 +22,7 @@ cudaError_t run_if_it_fits(const detail::WindowedNewtonArgs<T>& a) {
 }
 
 template <class CellMath, class T>
-cudaError_t run_windowed_newton_at(int shape, const detail::WindowedNewtonArgs<T>& a) {
+cudaError_t run_windowed_newton_at(int shape, const WindowedNewtonArgs<T>& a) {
   switch (shape) {
     case 0: return run_if_it_fits<CellMath, T, Shape0>(a);
     case 1: return run_if_it_fits<CellMath, T, Shape1>(a);
@@ -40,9 +40,9 @@ std::int64_t windowed_newton_window(int shape) {
   }
 }
 
-template cudaError_t run_windowed_newton_at<cells::GruDiagMath, float>(int, const detail::WindowedNewtonArgs<float>&);
-template cudaError_t run_windowed_newton_at<cells::GruDiagMath, double>(int, const detail::WindowedNewtonArgs<double>&);
-template cudaError_t run_windowed_newton_at<cells::LstmMath, float>(int, const detail::WindowedNewtonArgs<float>&);
-template cudaError_t run_windowed_newton_at<cells::LstmMath, double>(int, const detail::WindowedNewtonArgs<double>&);
+template cudaError_t run_windowed_newton_at<cells::GruDiagMath, float>(int, const WindowedNewtonArgs<float>&);
+template cudaError_t run_windowed_newton_at<cells::GruDiagMath, double>(int, const WindowedNewtonArgs<double>&);
+template cudaError_t run_windowed_newton_at<cells::LstmMath, float>(int, const WindowedNewtonArgs<float>&);
+template cudaError_t run_windowed_newton_at<cells::LstmMath, double>(int, const WindowedNewtonArgs<double>&);
 
 }  // namespace pararnn::kernels::test

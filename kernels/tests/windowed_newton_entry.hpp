@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "windowed_newton_args.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
 
 namespace pararnn::kernels::test {
 
@@ -19,7 +19,7 @@ inline constexpr int kWindowedShapes = 3;
 // cudaErrorNotSupported where the shape's shared memory cannot hold the cell in T (LSTM's
 // 2 × 2 elements in f64 at shapes 1 and 2).
 template <class CellMath, class T>
-cudaError_t run_windowed_newton_at(int shape, const detail::WindowedNewtonArgs<T>& a);
+cudaError_t run_windowed_newton_at(int shape, const WindowedNewtonArgs<T>& a);
 
 // The largest window of shape `shape`.
 std::int64_t windowed_newton_window(int shape);

@@ -1,15 +1,18 @@
-// The fused windowed Newton candidate (kernels/src/windowed_newton.cuh, through
-// windowed_newton_entry.hpp) against the same algorithm
-// on the host in double (the CPU's windowed solve with a fixed K and no early stop: per window,
-// the App. A guess from the carried state, then K updates with δ by sequential substitution), for
-// GRU-diag (one slot) and LSTM (two slots) in f32 and f64, with and without h0, a partial last
-// window and a partial channel group, the largest window a block holds and a shorter one, K = 0,
-// 1 and 3, a damped update (ω = 0.7), and three block shapes (4, 1 and 8 time lanes per warp). The bound is the compute type's trajectory τ from the table
-// (kKernelVsHostTau): the two differ by the scan's association and the device's libm.
+// The fused windowed Newton kernel (kernels/src/windowed_newton.cuh, through
+// windowed_newton_entry.hpp) against the same algorithm on the host in double (the CPU's
+// windowed solve with a fixed K and no early stop: per window, the App. A guess from the carried
+// state, then K updates with δ by sequential substitution): H, and the residual maxima per window
+// and evaluation (left untouched, zeros, when not asked for); GRU-diag (one slot) and LSTM (two
+// slots) in f32 and f64, with and without h0, a partial last window and a partial channel group,
+// the largest window a block holds and a shorter one, K = 0, 1 and 3, a damped update (ω = 0.7),
+// and three block shapes (4, 1 and 8 time lanes per warp). The production launcher's window
+// bound. The bound is the compute type's trajectory τ from the table (kKernelVsHostTau): the two
+// differ by the scan's association and the device's libm.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -18,18 +21,23 @@
 #include "cell_test_support.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/cells/lstm.hpp"
+#include "pararnn/cells/slstm_diag.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
 #include "windowed_newton_entry.hpp"
 
 namespace pararnn::kernels::test {
 namespace {
 
-// The windowed solve in double: H [b][t][s][c].
+// The windowed solve in double: H [b][t][s][c], and in `residual` [window][K + 1] max|F| over
+// the batch and channels at each of a window's K evaluations and at its final iterate.
 template <class CellMath, class T>
 std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>& rec, const std::vector<T>* h0,
                                   std::int64_t B, std::int64_t Tn, std::int64_t D, std::int64_t window, int K,
-                                  double omega) {
+                                  double omega, std::vector<double>& residual) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
   std::vector<double> H(static_cast<std::size_t>(B * Tn * S * D));
+  const std::int64_t windows = (Tn + window - 1) / window;
+  residual.assign(static_cast<std::size_t>(windows * (K + 1)), 0.0);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t c = 0; c < D; ++c) {
       double r[RC], carry[S];
@@ -48,15 +56,20 @@ std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>
           CellMath::step(r, &g[static_cast<std::size_t>(i * G)], from, hn, static_cast<double*>(nullptr));
           for (int s = 0; s < S; ++s) h[static_cast<std::size_t>(i * S + s)] = hn[s];
         }
-        for (int k = 0; k < K; ++k) {
+        for (int k = 0; k <= K; ++k) {
           std::vector<double> F(static_cast<std::size_t>(n * S)), J(static_cast<std::size_t>(n * S * S));
+          double& worst = residual[static_cast<std::size_t>((w0 / window) * (K + 1) + k)];
           for (std::int64_t i = 0; i < n; ++i) {
             double hp[S], hn[S], jac[S * S];
             for (int s = 0; s < S; ++s) hp[s] = i == 0 ? carry[s] : h[static_cast<std::size_t>((i - 1) * S + s)];
             CellMath::step(r, &g[static_cast<std::size_t>(i * G)], hp, hn, jac);
-            for (int s = 0; s < S; ++s) F[static_cast<std::size_t>(i * S + s)] = hn[s] - h[static_cast<std::size_t>(i * S + s)];
+            for (int s = 0; s < S; ++s) {
+              F[static_cast<std::size_t>(i * S + s)] = hn[s] - h[static_cast<std::size_t>(i * S + s)];
+              worst = std::max(worst, std::fabs(F[static_cast<std::size_t>(i * S + s)]));
+            }
             for (int x = 0; x < S * S; ++x) J[static_cast<std::size_t>(i * S * S + x)] = i == 0 ? 0.0 : jac[x];
           }
+          if (k == K) break;  // the final iterate's residual
           double d[S] = {};
           for (std::int64_t i = 0; i < n; ++i) {
             double out[S];
@@ -85,6 +98,7 @@ struct WindowedCase {
   bool with_h0;
   int iterations;
   double omega;
+  bool with_residual = true;  // pass residual_max (false: the kernel must leave it untouched)
 };
 
 template <class CellMath, class T>
@@ -106,19 +120,35 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   PARARNN_CUDA_OK(d_rec.upload(rec));
   PARARNN_CUDA_OK(d_h0.upload(h0));
   PARARNN_CUDA_OK(cudaMemset(d_H.get(), 0xff, d_H.bytes()));  // poison: NaN until written
-  const detail::WindowedNewtonArgs<T> a{.wx = d_wx.get(), .recurrent = d_rec.get(),
-                                        .h0 = w.with_h0 ? d_h0.get() : nullptr, .H = d_H.get(), .batch = B,
+  using Bits = typename WindowedNewtonArgs<T>::Bits;
+  const std::int64_t windows = (Tn + window - 1) / window;
+  DeviceBuffer<Bits> d_res(static_cast<std::size_t>(windows * (w.iterations + 1)));
+  PARARNN_CUDA_OK(d_res.status());
+  PARARNN_CUDA_OK(cudaMemset(d_res.get(), 0, d_res.bytes()));
+  const WindowedNewtonArgs<T> a{.wx = d_wx.get(), .recurrent = d_rec.get(),
+                                        .h0 = w.with_h0 ? d_h0.get() : nullptr, .H = d_H.get(),
+                                        .residual_max = w.with_residual ? d_res.get() : nullptr, .batch = B,
                                         .time = Tn, .channels = D, .window = window, .iterations = w.iterations,
                                         .omega = static_cast<T>(w.omega)};
   PARARNN_CUDA_OK((run_windowed_newton_at<CellMath, T>(w.shape, a)));
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
   std::vector<T> got;
   PARARNN_CUDA_OK(d_H.download(got));
+  std::vector<double> want_residual;
   const std::vector<double> want = host_windowed<CellMath, T>(wx, rec, w.with_h0 ? &h0 : nullptr, B, Tn, D, window,
-                                                              w.iterations, static_cast<double>(static_cast<T>(w.omega)));
+                                                              w.iterations, static_cast<double>(static_cast<T>(w.omega)),
+                                                              want_residual);
   std::vector<T> want_t(want.size());
   for (std::size_t i = 0; i < want.size(); ++i) want_t[i] = static_cast<T>(want[i]);
   expect_close(want_t, got, kKernelVsHostTau<T>, "H");
+  std::vector<Bits> bits;
+  PARARNN_CUDA_OK(d_res.download(bits));
+  std::vector<T> got_residual(bits.size()), want_residual_t(want_residual.size());
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    got_residual[i] = std::bit_cast<T>(bits[i]);
+  for (std::size_t i = 0; i < want_residual.size(); ++i)
+    want_residual_t[i] = w.with_residual ? static_cast<T>(want_residual[i]) : T(0);  // untouched without the array
+  expect_close(want_residual_t, got_residual, kKernelVsHostTau<T>, "max|F| per window and evaluation");
 }
 
 template <class CellMath, class T>
@@ -132,6 +162,7 @@ void every_case(std::uint64_t seed) {
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 0, 1.0}, ++seed);
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 1, 1.0}, ++seed);
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 3, 0.7}, ++seed);
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 3, 1.0, false}, ++seed);
   // 1024-thread blocks: one time lane per warp (32 channels), and eight (4 channels); their
   // shared memory does not hold LSTM's 2 × 2 elements in f64.
   if constexpr (CellMath::kSlots == 1 || sizeof(T) == 4) {
@@ -146,12 +177,22 @@ TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF32) { every_case<cells::Lstm
 TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF64) { every_case<cells::LstmMath, double>(test_seed(20261211)); }
 
 TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
-  const detail::WindowedNewtonArgs<float> a{.wx = reinterpret_cast<const float*>(16),
+  const WindowedNewtonArgs<float> a{.wx = reinterpret_cast<const float*>(16),
                                             .recurrent = reinterpret_cast<const float*>(16),
                                             .H = reinterpret_cast<float*>(16), .batch = 1, .time = 100,
                                             .channels = 8, .window = windowed_newton_window(0) + 1,
                                             .iterations = 3};
   EXPECT_EQ((run_windowed_newton_at<cells::GruDiagMath, float>(0, a)), cudaErrorInvalidValue);
+  // The production launcher: its largest windows, and one step more refused.
+  EXPECT_EQ((windowed_newton_max_window<cells::GruDiagMath, float>()), 1024);
+  EXPECT_EQ((windowed_newton_max_window<cells::LstmMath, double>()), 256);
+  EXPECT_EQ((windowed_newton_max_window<cells::SlstmDiagMath, float>()), 0);
+  WindowedNewtonArgs<float> beyond = a;
+  beyond.window = windowed_newton_max_window<cells::GruDiagMath, float>() + 1;
+  EXPECT_EQ((launch_windowed_newton<cells::GruDiagMath, float>(beyond, cudaStream_t{})), cudaErrorInvalidValue);
+  beyond.window = 1;
+  beyond.iterations = -1;
+  EXPECT_EQ((launch_windowed_newton<cells::GruDiagMath, float>(beyond, cudaStream_t{})), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -218,7 +218,9 @@ void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
     total = window;
     return;
   }
-  total.max_residual = std::max(total.max_residual, window.max_residual);
+  // The worst window's residual; a NaN in any window stays a NaN (std::max would drop it).
+  if (!std::isnan(total.max_residual) && !(window.max_residual <= total.max_residual))
+    total.max_residual = window.max_residual;
   total.iters = std::max(total.iters, window.iters);
   total.updates = std::max(total.updates, window.updates);
   total.converged = total.converged && window.converged;
@@ -359,7 +361,17 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
     return Tensor();
   }
   if (windowed) {
-    // Windowed Newton: serial over windows, each a full solve from the previous last state.
+    // Windowed Newton: on CUDA one fused launch where it applies and the window loop would not
+    // have stopped early (backends.hpp); otherwise serial over windows, each a full solve from
+    // the previous last state.
+    if (backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
+      NewtonStats fused;
+      if (std::optional<Tensor> H = detail::cuda_windowed_newton_apply(cell, x, config, options, layout, fused)) {
+        detail::residual_gate(cell, config, fused, x, options);
+        if (stats) *stats = std::move(fused);
+        return std::move(*H);
+      }
+    }
     const NewtonConfig w = window_config(config, cell, layout.time);
     Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
     std::optional<Tensor> h0;

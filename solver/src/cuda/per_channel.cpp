@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -53,6 +54,7 @@
 #include "pararnn/kernels/sequential.hpp"
 #include "pararnn/kernels/strided_copy.hpp"
 #include "pararnn/kernels/tile_max.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
 
 namespace pararnn::detail {
 namespace cuda {
@@ -1168,6 +1170,80 @@ Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConf
   cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
   return cuda::download_trajectory(H, inputs.compute(), cell,
                                    cell.trajectory_shape(layout.batch, layout.time));
+}
+
+std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                                 const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  const CellSpec& spec = cell.spec();
+  const DType storage = cell.dtype();
+  if (!config.chunk_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
+      config.newton_backtrack || (storage != DType::f32 && storage != DType::f64))
+    return std::nullopt;
+  // A faults build injecting into the driver's loop keeps that loop (the catalog measures it).
+  if (PARARNN_FAULT_POINT("dropped_last_update") || PARARNN_FAULT_POINT("loose_early_stop")) return std::nullopt;
+  const KResolution k = resolve_newton_iters(config, spec, storage, layout.time);
+  if (k.adaptive && resolved_residual_atol(config, storage)) return std::nullopt;
+  if (k.k > std::numeric_limits<int>::max() - 1) return std::nullopt;
+  const std::int64_t window = *config.chunk_len;
+  const std::int64_t windows = (layout.time + window - 1) / window;
+  const int K = static_cast<int>(k.k);
+  cuda::require_cuda_cell(cell.kind());
+  std::optional<Tensor> result;
+  cuda::dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
+    cuda::dispatch_compute(storage, [&]<class T>() {
+      if (window > kernels::windowed_newton_max_window<CellMath, T>()) return;
+      cuda::require_device("newton_apply on the CUDA backend");
+      cuda::DeviceGuard guard(cuda::solve_device(x, options));
+      const cuda::DeviceInputs inputs(cell, x, options, layout);
+      const cuda::DeviceProblem& p = inputs.problem();
+      using Bits = typename kernels::WindowedNewtonArgs<T>::Bits;
+      const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+      cuda::DeviceBuffer H(cuda::checked_bytes(n, sizeof(T), "H"), "H");
+      const std::int64_t maxima = windows * (K + 1);
+      cuda::DeviceBuffer residual(cuda::checked_bytes(maxima, sizeof(Bits), "the windows' residual maxima"),
+                                  "the windows' residual maxima");
+      PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::kStream));
+      const kernels::WindowedNewtonArgs<T> args{
+          .wx = static_cast<const T*>(p.wx), .recurrent = static_cast<const T*>(p.recurrent),
+          .h0 = static_cast<const T*>(p.h0), .H = H.as<T>(), .residual_max = residual.as<Bits>(),
+          .batch = layout.batch, .time = layout.time, .channels = layout.d_h, .window = window,
+          .iterations = K, .omega = static_cast<T>(config.omega)};
+      PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::kStream)));
+      std::vector<Bits> bits(static_cast<std::size_t>(maxima));
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(bits.data(), residual.get(), residual.bytes(), cudaMemcpyDeviceToHost,
+                                         cuda::kStream));
+      cuda::synchronize();
+      // The driver's fixed-K loop per window (newton/driver.hpp): evaluation k is followed by an
+      // update unless it is non-finite or below the early-stop threshold. Where either happened
+      // the kernel's K updates are not that loop's answer: the caller runs the window loop.
+      const std::optional<double> stop = resolved_residual_atol(config, storage);
+      NewtonStats s;
+      s.k = k;
+      s.scan_backend = "cuda";
+      s.strategy = "fused_windowed";
+      s.iters = s.updates = K;
+      // The final residual is the worst window's; a NaN in any window stays a NaN.
+      double worst = 0.0;
+      bool nan = false;
+      for (std::int64_t w = 0; w < windows; ++w) {
+        for (int e = 0; e <= K; ++e) {
+          const double v = static_cast<double>(std::bit_cast<T>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
+          if (e < K) {
+            if (!std::isfinite(v) || (stop && v < *stop)) return;
+            s.residual_history.push_back(v);
+          } else if (std::isnan(v)) {
+            nan = true;
+          } else {
+            worst = std::max(worst, v);
+          }
+        }
+      }
+      s.max_residual = nan ? std::numeric_limits<double>::quiet_NaN() : worst;
+      stats = std::move(s);
+      result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
+    });
+  });
+  return result;
 }
 
 // The solve writes straight into `out` when it is a contiguous view of the compute type on the

@@ -33,6 +33,11 @@ Tensor cuda_newton_apply(const Cell&, const TensorView&, const NewtonConfig&, co
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+std::optional<Tensor> cuda_windowed_newton_apply(const Cell&, const TensorView&, const NewtonConfig&,
+                                                 const ApplyOptions&, Layout, NewtonStats&) {
+  return std::nullopt;  // the caller's window loop then names the missing backend
+}
+
 Tensor cuda_sequential_apply(const Cell&, const TensorView&, const ApplyOptions&, Layout) {
   throw UnsupportedPath("the CUDA backend is not in this build");
 }

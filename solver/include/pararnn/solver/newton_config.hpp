@@ -103,7 +103,8 @@ struct NewtonStats {
   std::int64_t iters = 0;                 // residual evaluations inside the loop
   std::int64_t updates = 0;               // Newton updates applied
   std::string scan_backend;               // resolved backend
-  std::string strategy = "host_driven";   // "host_driven", "fused" or "sequential" (auto rule)
+  std::string strategy = "host_driven";   // "host_driven", "fused", "sequential" (auto rule) or
+                                          // "fused_windowed" (chunk_len in one launch on CUDA)
   std::int64_t picard_iters = 0;          // passes of the solve returned (after any adapt)
   std::int64_t picard_retries = 0;        // adapt retries (solves redone with more passes)
   std::int64_t backtracks = 0;            // newton_backtrack: rejected (row, step) trials

@@ -1,0 +1,60 @@
+// The fused windowed Newton solve (spec §2.8, NewtonConfig::chunk_len) of a per-channel cell on
+// the GPU: one launch solves every window of `window` steps, each from the previous window's last
+// state (h0, or zeros, for the first): the App. A guess, then exactly K Newton updates
+// H ← H + ω δ (δ_t = J_t δ_{t−1} + F_t, δ = 0 entering the window, J = 0 at its first step), the
+// gate pre-activations read once per window and H written once (kernels/src/windowed_newton.cuh).
+//
+// Layout (D = d_h channels, G = CellMath::kGates, S = kSlots), all in T (f32 or f64):
+//   wx[b][t][g·D + c]   gate pre-activations W_x x + b (CfC's Δt gate block already floored)
+//   recurrent[k][c]     the clamped recurrent rows, then the constants (Cell::channel_values)
+//   h0[b][s][c]         optional
+//   H[b][t][s][c]       written
+//   residual_max        optional [window index][K + 1], zeroed by the caller: the bits of
+//                       max|F| over the window's whole batch at each of its K loop evaluations
+//                       and at its final iterate (atomicMax of the bits of |F|: a NaN anywhere in
+//                       the window leaves a NaN's bits, which compare above +inf's)
+// Semantics: the CPU's windowed solve with the fixed K and no early stop, window by window, up
+// to rounding (the time lanes' association and the device's libm). The early stop on
+// residual_atol needs the window's max|F| over every row before each update, which no block has:
+// the solver (cuda/per_channel.cpp) reads residual_max afterwards and takes this result only
+// where that stop cannot have fired.
+//
+// Guarantees: never allocates, never synchronises; cudaErrorInvalidValue for negative sizes, a
+// null required array, a window outside [1, windowed_newton_max_window<CellMath, T>()] or more
+// than 65535 batch rows, else the launch's error. Instantiated for every per-channel cell
+// (cells/cell_list.hpp) in float and double. Example:
+//   WindowedNewtonArgs<float> a{.wx = wx, .recurrent = rec, .H = H, .batch = 8, .time = 65536,
+//                               .channels = 256, .window = 512, .iterations = 3};
+//   cudaError_t e = launch_windowed_newton<cells::GruDiagMath, float>(a, stream);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace pararnn::kernels {
+
+template <class T>
+struct WindowedNewtonArgs {
+  using Bits = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  const T* wx = nullptr;
+  const T* recurrent = nullptr;
+  const T* h0 = nullptr;
+  T* H = nullptr;
+  Bits* residual_max = nullptr;
+  std::int64_t batch = 0, time = 0, channels = 0, window = 0;
+  int iterations = 0;  // K
+  T omega = T(1);
+};
+
+// The largest window launch_windowed_newton takes for CellMath in T (the block shapes whose
+// shared memory holds the cell's per-lane state): 1024 for most cells, 256 for LSTM's 2 × 2
+// elements in f64, 0 (every window refused) for sLSTM's 4 × 4.
+template <class CellMath, class T>
+std::int64_t windowed_newton_max_window();
+
+template <class CellMath, class T>
+cudaError_t launch_windowed_newton(const WindowedNewtonArgs<T>& args, cudaStream_t stream);
+
+}  // namespace pararnn::kernels
