@@ -63,9 +63,17 @@ def main():
     gemm = newton["input_gemm"]["ms"]
     out = {"schema_version": 1, "gpu": newton["context"]["gpu"], "date": date, "targets": {}}
     t = out["targets"]
+    windowed = ""
+    for row in newton.get("windowed_k3", []):
+        if row.get("chunk_len") == 512:
+            windowed = ("; windowed Newton (chunk_len 512, K = 3 per window, one fused launch with the residual "
+                        "maxima) {:.2f} ms, {:.1e} from the CPU sequential loop ({} τ {:.0e})").format(
+                row["ms"], row["vs_cpu_sequential_max_abs"], "within" if row["within_tau"] else "NOT within",
+                row["tau_atol"])
     t["P1"] = entry(fused, "ms", 1.6, "lower", peer_ms(peers, "P1.gru.solve"), peers_src,
-                    "S1 GRU-diag f32, fused strategy, K = 3, gates precomputed; peer: pararnn-torch's "
-                    "fused solve, gates precomputed (Apple ml-pararnn: 3.14 ms, issue 13's table)", date)
+                    "S1 GRU-diag f32, fused strategy, K = 3, gates precomputed" + windowed + "; peer: pararnn-torch's "
+                    "fused solve, gates precomputed (Apple ml-pararnn: 3.14 ms windowed, K = 3 per 4096-step "
+                    "window, issue 13's table)", date)
     p2 = targets.get("P2")
     if p2:
         chk = p2["check_vs_f64_loop"]
@@ -169,6 +177,10 @@ def main():
                 c["fused_adaptive_default"]["iters"], c["fused_k3_fixed"]["ms"], c["sequential_kernel_ms"],
                 c["fused_k3_vs_sequential_kernel"]["max_abs"], c["fused_k3_vs_sequential_kernel"]["tau_atol"])
     v7, n7 = cell("P7_lstm_s1")
+    w7 = newton.get("P7_lstm_s1", {}).get("windowed_k3_chunk_512")
+    if w7:
+        n7 += "; windowed Newton (chunk_len 512, K = 3 per window) {:.2f} ms, {:.1e} from the sequential kernel ({} τ)".format(
+            w7["ms"], w7["vs_sequential_kernel_max_abs"], "within" if w7["within_tau"] else "NOT within")
     t["P7"] = entry(v7, "ms", 3.0, "lower", peer_ms(peers, "P7.lstm.solve"), peers_src,
                     "LSTM S1 f32, gates precomputed; " + n7 + "; peer: pararnn-torch's solve (ml-pararnn 11.05 ms)", date)
     p8 = targets.get("P8")

@@ -105,18 +105,32 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
       for (int s = 0; s < S; ++s) h[u][s] = hn[s];
     }
     const std::int64_t window_index = w0 / a.window;
-    // Evaluation k < K is followed by update k; evaluation K (only with residual_max) is the
-    // final iterate's residual.
-    const int evaluations = a.residual_max != nullptr ? a.iterations + 1 : a.iterations;
-    for (int k = 0; k < evaluations; ++k) {
-      const bool final_evaluation = k == a.iterations;
+    const bool track = a.residual_max != nullptr;  // uniform over the grid
+    // The warp's max of `worst` into s_res[warp] (lane 0), before a block-wide barrier.
+    const auto warp_max_to_shared = [&](Bits worst) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const Bits other = __shfl_xor_sync(0xffffffffu, worst, offset);
+        worst = other > worst ? other : worst;
+      }
+      if (lane == 0) s_res[warp] = worst;
+    };
+    // After that barrier: the block's max over its warps, onto evaluation e of this window.
+    const auto block_max_to_global = [&](int e) {
+      if (warp == 0 && lane == 0) {
+        Bits block = 0;
+        for (int v = 0; v < Shape::kWarps; ++v) block = s_res[v] > block ? s_res[v] : block;
+        atomicMax(a.residual_max + window_index * (a.iterations + 1) + e, block);
+      }
+    };
+    for (int k = 0; k < a.iterations; ++k) {
 #pragma unroll
       for (int s = 0; s < S; ++s) s_last[q][s][cl] = h[L - 1][s];
       __syncthreads();
       // F and J of every step, composed in time order.
       Element e[L];
       Element agg = Element::identity();
-      Bits worst = 0;  // max of the bits of |F| over this thread's valid steps
+      Bits worst = 0;  // max of the bits of |F| over this thread's valid steps (track only)
 #pragma unroll
       for (int u = 0; u < L; ++u) {
         const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
@@ -124,38 +138,27 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
 #pragma unroll
         for (int s = 0; s < S; ++s)
           hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
-        CellMath::step(rec, wx[u], hp, hn, final_evaluation ? static_cast<T*>(nullptr) : jac);
-        if (channel && i < n) {
+        CellMath::step(rec, wx[u], hp, hn, jac);
+        if (i < n) {
 #pragma unroll
-          for (int s = 0; s < S; ++s) {
-            e[u].r[s] = hn[s] - h[u][s];
-            const Bits bits = abs_bits(e[u].r[s]);
-            worst = bits > worst ? bits : worst;
-          }
-          if (!final_evaluation)
+          for (int s = 0; s < S; ++s) e[u].r[s] = hn[s] - h[u][s];
 #pragma unroll
-            for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
+          for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
+          if (track && channel)
+#pragma unroll
+            for (int s = 0; s < S; ++s) {
+              const Bits bits = abs_bits(e[u].r[s]);
+              worst = bits > worst ? bits : worst;
+            }
         } else {
           e[u] = Element::identity();
         }
-        if (!final_evaluation) agg = u == 0 ? e[u] : cells::compose(e[u], agg);
+        agg = u == 0 ? e[u] : cells::compose(e[u], agg);
       }
-      if (a.residual_max != nullptr) {
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-          const Bits other = __shfl_xor_sync(0xffffffffu, worst, offset);
-          worst = other > worst ? other : worst;
-        }
-        if (lane == 0) s_res[warp] = worst;
-      }
-      if (!final_evaluation) s_agg[q][cl] = agg;
+      if (track) warp_max_to_shared(worst);
+      s_agg[q][cl] = agg;
       __syncthreads();
-      if (a.residual_max != nullptr && warp == 0 && lane == 0) {
-        Bits block = 0;
-        for (int v = 0; v < Shape::kWarps; ++v) block = s_res[v] > block ? s_res[v] : block;
-        atomicMax(a.residual_max + window_index * (a.iterations + 1) + k, block);
-      }
-      if (final_evaluation) break;  // every thread: the block-wide barrier above was the last use
+      if (track) block_max_to_global(k);
       // The δ entering each time lane, per channel, one lane after another (δ = 0 entering the
       // window; its first element has J = 0 anyway).
       if (q == 0) {
@@ -185,6 +188,31 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
           h[u][s] += a.omega * out[s];
         }
       }
+    }
+    if (track) {
+      // The final iterate's residual (F only).
+#pragma unroll
+      for (int s = 0; s < S; ++s) s_last[q][s][cl] = h[L - 1][s];
+      __syncthreads();
+      Bits worst = 0;
+#pragma unroll
+      for (int u = 0; u < L; ++u) {
+        const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
+        T hp[S], hn[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+          hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
+        CellMath::step(rec, wx[u], hp, hn, static_cast<T*>(nullptr));
+        if (channel && i < n)
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            const Bits bits = abs_bits(hn[s] - h[u][s]);
+            worst = bits > worst ? bits : worst;
+          }
+      }
+      warp_max_to_shared(worst);
+      __syncthreads();
+      block_max_to_global(a.iterations);
     }
     // H once; the window's last state carried to the next window.
 #pragma unroll
