@@ -8,6 +8,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
@@ -192,6 +193,23 @@ TEST(Windowed, SmallWindowsAreJudgedNotAssumed) {
   const AgreementReport one_step = verify_agreement(
       cell, x, {.config = {.max_iters = 1, .residual_fail = std::nullopt, .chunk_len = 64}});
   EXPECT_EQ(one_step.verdict, Verdict::disagree) << one_step.failure_message();
+}
+
+// A window whose residual is NaN (a NaN input in the last window, the gate disabled): the merged
+// stats keep the NaN however the windows before ended, and the judge does not say Agree.
+TEST(Windowed, ANonFiniteWindowKeepsItsResidualInTheMergedStats) {
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 256, .d_in = 3, .d_h = 8,
+                           .seed = 6};
+  const Cell cell = p.make_cell();
+  Tensor x = p.make_input();
+  x.data_as<float>()[(0 * 256 + 200) * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
+  const NewtonConfig config{.max_iters = 3, .residual_atol = std::nullopt, .residual_fail = std::nullopt,
+                            .chunk_len = 64};
+  NewtonStats stats;
+  (void)newton_apply(cell, x, config, {}, &stats);
+  EXPECT_FALSE(std::isfinite(stats.max_residual)) << stats.max_residual;
+  const AgreementReport report = verify_agreement(cell, x, {.config = config});
+  EXPECT_NE(report.verdict, Verdict::agree);
 }
 
 TEST(Windowed, WindowedGradientsMatchTheGlobalSolve) {
