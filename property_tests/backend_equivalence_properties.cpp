@@ -447,11 +447,12 @@ TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
 
 // Windowed Newton (chunk_len) with a fixed K on CUDA is one fused launch (strategy
 // "fused_windowed") whose trajectory equals the CPU's window loop within τ, with the loop's stats:
-// K iterations and updates, K evaluations per window in the history, and as max_residual the
-// final trajectory's max|F| (at a window's first step h_prev is the previous window's last state,
-// so that is the worst window's final residual). Where the loop would have stopped early in some
-// window (an evaluation below residual_atol) the launch's result is not taken: the window loop
-// runs. A NaN input still fires the residual gate.
+// K iterations and updates, K evaluations per window in the history (each against the loop's),
+// and as max_residual the final trajectory's max|F| (at a window's first step h_prev is the
+// previous window's last state, so that is the worst window's final residual). With
+// residual_atol set the launch is taken where no window comes near it; where the loop would have
+// stopped early in some window the window loop runs. A NaN input fires the residual gate on
+// both paths, and with the gate off the launch's NaN final residual reaches the stats.
 Tensor scalar(double v) { return Tensor::from_values(DType::f64, {1}, std::span<const double>(&v, 1)); }
 
 TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
@@ -485,12 +486,17 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
         const double host_residual = max_residual(made.cell, made.x, H_gpu, options);
         ASSERT_TRUE(std::isfinite(gpu.max_residual)) << gpu.max_residual;
         EXPECT_GT(host_residual, 0.0);
+        EXPECT_GT(gpu.max_residual, 0.0);
         const ComparisonResult r = compare(scalar(gpu.max_residual), scalar(host_residual), tau);
         EXPECT_TRUE(r.ok()) << r.describe();
-        // The first window's guess residual (the loop's first evaluation) is the same quantity on both.
-        ASSERT_FALSE(gpu.residual_history.empty());
-        const ComparisonResult first = compare(scalar(gpu.residual_history[0]), scalar(cpu.residual_history[0]), tau);
-        EXPECT_TRUE(first.ok()) << first.describe();
+        // Every window's evaluations, in window order, are the loop's (the guess residuals are of
+        // the state's size, the later ones far smaller: an order mix-up shows).
+        ASSERT_EQ(gpu.residual_history.size(), cpu.residual_history.size());
+        const auto history = [](const std::vector<double>& h) {
+          return Tensor::from_values(DType::f64, {static_cast<std::int64_t>(h.size())}, h);
+        };
+        const ComparisonResult evaluations = compare(history(gpu.residual_history), history(cpu.residual_history), tau);
+        EXPECT_TRUE(evaluations.ok()) << evaluations.describe();
       }
     }
   }
@@ -508,12 +514,35 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   EXPECT_EQ(gpu.iters, cpu.iters);
   const ComparisonResult c = compare(H_gpu, H_cpu, cuda_tau(DType::f64, "gru"));
   EXPECT_TRUE(c.ok()) << c.describe();
-  // A NaN in x: the gate raises on the fused path as on the window loop.
+  // With residual_atol set and no window near it (one update: every evaluation is a guess's
+  // residual) the launch is taken.
+  {
+    const NewtonConfig one{.max_iters = 1, .residual_fail = std::nullopt, .chunk_len = 64};
+    NewtonStats c1, g1;
+    const Tensor H1_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, one), {}, &c1);
+    const Tensor H1_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, one), {}, &g1);
+    EXPECT_EQ(g1.strategy, "fused_windowed");
+    EXPECT_EQ(g1.residual_history.size(), c1.residual_history.size());
+    const ComparisonResult c1_ok = compare(H1_gpu, H1_cpu, cuda_tau(DType::f64, "gru"));
+    EXPECT_TRUE(c1_ok.ok()) << c1_ok.describe();
+  }
+  // A NaN in x. With K = 3 the loop's evaluations see it, so the window loop runs and its gate
+  // raises. With K = 0 there is no loop evaluation: the launch is taken and its final residual
+  // (NaN) reaches the stats, and the gate raises on it as on the CPU's loop.
   Tensor x_nan = Tensor::copy_of(made.x.view());
   x_nan.data_as<double>()[5 * 300 + 2] = std::numeric_limits<double>::quiet_NaN();
   const NewtonConfig fixed{.max_iters = 3, .residual_atol = std::nullopt, .chunk_len = 64};
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, fixed)), NewtonDivergenceError);
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, fixed)), NewtonDivergenceError);
+  const NewtonConfig guess{.max_iters = 0, .residual_atol = std::nullopt, .chunk_len = 64};
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, guess)), NewtonDivergenceError);
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, guess)), NewtonDivergenceError);
+  NewtonConfig ungated = guess;
+  ungated.residual_fail = std::nullopt;
+  NewtonStats nan_stats;
+  (void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, ungated), {}, &nan_stats);
+  EXPECT_EQ(nan_stats.strategy, "fused_windowed");
+  EXPECT_FALSE(std::isfinite(nan_stats.max_residual)) << nan_stats.max_residual;
 }
 
 // The auto rule (docs/cuda.md): an adaptive solve with B·d_h at the threshold is the sequential

@@ -25,9 +25,6 @@
 
 namespace pararnn::kernels::detail {
 
-// K's bound (the residual maxima's row of K + 1 stays an int).
-inline constexpr int kWindowedMaxIterations = 1 << 20;
-
 template <int kChannelsT, int kWarpsT, int kStepsT>
 struct WindowedShape {
   static_assert(32 % kChannelsT == 0, "C divides the warp");
@@ -236,7 +233,8 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
 }
 
 // The launch; cudaErrorInvalidValue for a window outside [1, Shape::kWindow], null arrays,
-// negative sizes or more than kWindowedMaxIterations iterations. Never allocates.
+// negative sizes, more than kWindowedMaxBatch rows or kWindowedMaxIterations iterations (the
+// bounds of kernels/windowed_newton.hpp). Never allocates.
 template <class CellMath, class T, class Shape>
 cudaError_t run_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
   if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.iterations < 0 || a.iterations > kWindowedMaxIterations)
@@ -245,7 +243,7 @@ cudaError_t run_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t str
   if (a.window < 1 || a.window > Shape::kWindow || a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr)
     return cudaErrorInvalidValue;
   const std::int64_t groups = (a.channels + Shape::kChannels - 1) / Shape::kChannels;
-  if (groups > 0x7fffffff || a.batch > 65535) return cudaErrorInvalidValue;
+  if (groups > 0x7fffffff || a.batch > kWindowedMaxBatch) return cudaErrorInvalidValue;
   windowed_newton_kernel<CellMath, T, Shape>
       <<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(a.batch)), dim3(32, Shape::kWarps), 0, stream>>>(a);
   return cudaGetLastError();

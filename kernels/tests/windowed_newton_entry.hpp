@@ -15,13 +15,16 @@
 namespace pararnn::kernels::test {
 
 inline constexpr int kWindowedShapes = 3;
+// run_windowed_newton_at's shape index for the production launcher (launch_windowed_newton,
+// which picks its block shape by the window).
+inline constexpr int kProductionLauncher = 3;
 
 // cudaErrorNotSupported where the shape's shared memory cannot hold the cell in T (LSTM's
 // 2 × 2 elements in f64 at shapes 1 and 2).
 template <class CellMath, class T>
 cudaError_t run_windowed_newton_at(int shape, const WindowedNewtonArgs<T>& a);
 
-// The largest window of shape `shape`.
+// The largest window of shape `shape` (0, 1 or 2).
 std::int64_t windowed_newton_window(int shape);
 
 }  // namespace pararnn::kernels::test

@@ -5,9 +5,9 @@
 // and evaluation (left untouched, zeros, when not asked for); GRU-diag (one slot) and LSTM (two
 // slots) in f32 and f64, with and without h0, a partial last window and a partial channel group,
 // the largest window a block holds and a shorter one, K = 0, 1 and 3, a damped update (ω = 0.7),
-// and three block shapes (4, 1 and 8 time lanes per warp). The production launcher's window
-// bound. The bound is the compute type's trajectory τ from the table (kKernelVsHostTau): the two
-// differ by the scan's association and the device's libm.
+// three block shapes (4, 1 and 8 time lanes per warp), and the production launcher at a window
+// of each of its shapes; its window bound. The bound is the compute type's trajectory τ from the
+// table (kKernelVsHostTau): the two differ by the scan's association and the device's libm.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -163,6 +163,11 @@ void every_case(std::uint64_t seed) {
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 1, 1.0}, ++seed);
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 3, 0.7}, ++seed);
   expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 3, 1.0, false}, ++seed);
+  // The production launcher at a window of each of its block shapes (up to 256, 512, 1024 steps),
+  // where the cell fits.
+  for (const std::int64_t window : {200, 500, 1000})
+    if (window <= windowed_newton_max_window<CellMath, T>())
+      expect_windowed_equals_host<CellMath, T>({kProductionLauncher, 2, 2100, 37, window, true, 3, 1.0}, ++seed);
   // 1024-thread blocks: one time lane per warp (32 channels), and eight (4 channels); their
   // shared memory does not hold LSTM's 2 × 2 elements in f64.
   if constexpr (CellMath::kSlots == 1 || sizeof(T) == 4) {

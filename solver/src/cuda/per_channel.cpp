@@ -1183,7 +1183,8 @@ std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorV
   if (PARARNN_FAULT_POINT("dropped_last_update") || PARARNN_FAULT_POINT("loose_early_stop")) return std::nullopt;
   const KResolution k = resolve_newton_iters(config, spec, storage, layout.time);
   if (k.adaptive && resolved_residual_atol(config, storage)) return std::nullopt;
-  if (k.k > std::numeric_limits<int>::max() - 1) return std::nullopt;
+  // The launch's bounds (kernels/windowed_newton.hpp): beyond them the window loop, which has none.
+  if (k.k > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
   const std::int64_t window = *config.chunk_len;
   const std::int64_t windows = (layout.time + window - 1) / window;
   const int K = static_cast<int>(k.k);
@@ -1214,11 +1215,14 @@ std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorV
                                          cuda::kStream));
       cuda::synchronize();
       // The driver's fixed-K loop per window (newton/driver.hpp): evaluation k is followed by an
-      // update unless it is non-finite or below the early-stop threshold. Where either happened
-      // the kernel's K updates are not that loop's answer: the caller runs the window loop.
+      // update unless it is non-finite or below the early-stop threshold. Where either may have
+      // happened the kernel's K updates are not that loop's answer: the caller runs the window loop.
       const std::optional<double> stop = resolved_residual_atol(config, storage);
       NewtonStats s;
       s.k = k;
+      // The window loop pins the table's K per window with a one-entry newton_iters_by_t
+      // (api.cpp window_config), so its stats name that source.
+      if (!config.max_iters) s.k.source = "newton_iters_by_t";
       s.scan_backend = "cuda";
       s.strategy = "fused_windowed";
       s.iters = s.updates = K;
@@ -1229,7 +1233,9 @@ std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorV
         for (int e = 0; e <= K; ++e) {
           const double v = static_cast<double>(std::bit_cast<T>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
           if (e < K) {
-            if (!std::isfinite(v) || (stop && v < *stop)) return;
+            // A factor of 2 above the threshold as a band: the kernel's residual and the loop's
+            // differ by rounding (a few ulps of the state), so near the threshold the loop decides.
+            if (!std::isfinite(v) || (stop && v < 2.0 * *stop)) return;
             s.residual_history.push_back(v);
           } else if (std::isnan(v)) {
             nan = true;

@@ -20,8 +20,9 @@
 // where that stop cannot have fired.
 //
 // Guarantees: never allocates, never synchronises; cudaErrorInvalidValue for negative sizes, a
-// null required array, a window outside [1, windowed_newton_max_window<CellMath, T>()] or more
-// than 65535 batch rows, else the launch's error. Instantiated for every per-channel cell
+// null required array, a window outside [1, windowed_newton_max_window<CellMath, T>()], more
+// than kWindowedMaxBatch batch rows or more than kWindowedMaxIterations iterations, else the
+// launch's error. Instantiated for every per-channel cell
 // (cells/cell_list.hpp) in float and double. Example:
 //   WindowedNewtonArgs<float> a{.wx = wx, .recurrent = rec, .H = H, .batch = 8, .time = 65536,
 //                               .channels = 256, .window = 512, .iterations = 3};
@@ -34,6 +35,11 @@
 #include <type_traits>
 
 namespace pararnn::kernels {
+
+// The launch's bounds: batch rows are the grid's y dimension; K + 1 residual maxima per window
+// stay an int.
+inline constexpr std::int64_t kWindowedMaxBatch = 65535;
+inline constexpr int kWindowedMaxIterations = 1 << 20;
 
 template <class T>
 struct WindowedNewtonArgs {
