@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,17 @@ inline void check(cudaError_t e, const char* what) {
     std::fprintf(stderr, "%s: %s: %s\n", program_name, what, cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+// max |a − b| over two trajectories, a NaN (or a length mismatch) as infinity.
+inline double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+  }
+  return err;
 }
 
 inline double median(std::vector<double> v) {

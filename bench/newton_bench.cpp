@@ -56,6 +56,7 @@ namespace cuda = pararnn::detail::cuda;
 using pararnn::bench::arg_value;
 using pararnn::bench::check;
 using pararnn::bench::download;
+using pararnn::bench::max_abs_difference;
 using pararnn::bench::median;
 using pararnn::bench::median_ms;
 using pararnn::bench::uniform_input;
@@ -101,11 +102,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
       median_ms(warmup, runs, [&] { cuda::sequential_solve(cell.kind(), DType::f32, problem, H_seq.get()); });
   check(cudaDeviceSynchronize(), "sync");
   const std::vector<float> a = download(H), b = download(H_seq);
-  double err = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
-    err = std::isnan(d) ? INFINITY : std::max(err, d);
-  }
+  const double err = max_abs_difference(a, b);
   const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = name, .backend = "cuda"});
   out["fused_k3_vs_sequential_kernel"] = {{"max_abs", err}, {"tau_atol", tau.atol}, {"within_tau", err <= tau.atol}};
   if (std::string(name) == "lstm") {
@@ -118,12 +115,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
       check(kernels::launch_windowed_newton<cells::LstmMath, float>(args, nullptr), "windowed Newton");
     });
     check(cudaDeviceSynchronize(), "windowed Newton");
-    const std::vector<float> w = download(H);
-    double werr = 0;
-    for (std::size_t i = 0; i < w.size() && i < b.size(); ++i) {
-      const double d = std::fabs(static_cast<double>(w[i]) - static_cast<double>(b[i]));
-      werr = std::isnan(d) ? INFINITY : std::max(werr, d);
-    }
+    const double werr = max_abs_difference(download(H), b);
     out["windowed_k3_chunk_512"] = {{"ms", ms}, {"vs_sequential_kernel_max_abs", werr}, {"tau_atol", tau.atol},
                                     {"within_tau", werr <= tau.atol}};
   }

@@ -50,6 +50,7 @@ namespace {
 
 using namespace pararnn;
 using bench::check;
+using bench::max_abs_difference;
 using bench::median;
 using bench::median_ms;
 using detail::cuda::DeviceBuffer;
@@ -60,16 +61,6 @@ constexpr int kWarmup = 2;
 
 double host_ms(const std::chrono::steady_clock::time_point& t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// max |a − b| with NaN as infinity.
-double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double err = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
-    err = std::isnan(d) ? INFINITY : std::max(err, d);
-  }
-  return a.size() == b.size() ? err : INFINITY;
 }
 
 // One per-channel problem on the device: the cell, x, W_x x + b (the backend's own GEMM), the

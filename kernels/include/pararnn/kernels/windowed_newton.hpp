@@ -17,7 +17,8 @@
 // to rounding (the time lanes' association and the device's libm). The early stop on
 // residual_atol needs the window's max|F| over every row before each update, which no block has:
 // the solver (cuda/per_channel.cpp) reads residual_max afterwards and takes this result only
-// where that stop cannot have fired.
+// where that stop cannot have fired (no evaluation non-finite or within a factor 2 of the
+// threshold).
 //
 // Guarantees: never allocates, never synchronises; cudaErrorInvalidValue for negative sizes, a
 // null required array, a window outside [1, windowed_newton_max_window<CellMath, T>()], more
