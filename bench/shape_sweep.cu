@@ -510,7 +510,8 @@ constexpr WindowedCandidate windowed_candidate() {
 const WindowedCandidate kWindowedShapes[] = {
     windowed_candidate<8, 32, 4>(),  windowed_candidate<8, 32, 8>(),  windowed_candidate<8, 16, 8>(),
     windowed_candidate<16, 32, 8>(), windowed_candidate<16, 16, 8>(), windowed_candidate<32, 32, 8>(),
-    windowed_candidate<8, 32, 16>(), windowed_candidate<4, 32, 8>()};
+    windowed_candidate<8, 32, 16>(), windowed_candidate<4, 32, 8>(),  windowed_candidate<4, 16, 8>(),
+    windowed_candidate<4, 32, 4>(),  windowed_candidate<16, 16, 16>(), windowed_candidate<8, 16, 16>()};
 
 // A JSON number, or null where the value is not finite (a broken candidate must not break the
 // file).

@@ -1,10 +1,12 @@
 // launch_windowed_newton (kernels/windowed_newton.hpp): the kernel of windowed_newton.cuh at the
-// production block shapes, the smallest that holds the window (measured at S1, GRU f32, K = 3 by
-// pararnn_bench_shapes --only windowed: 16 channels × 32 warps × 8 steps, windows up to 512,
-// was the fastest shape; a 256-step window runs half as many warps, a 1024-step one 8 channels).
-// Every per-channel cell in float and double; a shape whose shared memory cannot hold the cell
-// in T (LSTM's 2 × 2 elements in f64 beyond 16 × 16 × 8) is not instantiated and its windows are
-// refused (windowed_newton_max_window).
+// production block shapes, the smallest that holds the window and the cell (measured at S1, GRU
+// f32, K = 3 by pararnn_bench_shapes --only windowed: 16 channels × 32 warps × 8 steps, windows
+// up to 512, was the fastest shape; a 256-step window runs half as many warps, a 1024-step one 8
+// channels). Every per-channel cell with 1 × 1 or 2 × 2 elements in float and double; a shape
+// whose shared memory cannot hold the cell in T (LSTM's 2 × 2 elements in f64 at 16 × 32 × 8) is
+// not instantiated and the next larger one takes its windows. sLSTM's 4 × 4 cell is not
+// instantiated (its solve starts from a Picard guess this kernel does not run): its windows are
+// refused (windowed_newton_max_window 0).
 #include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/windowed_newton.hpp"
 #include "windowed_newton.cuh"
@@ -17,17 +19,11 @@ using Window512 = detail::WindowedShape<16, 32, 8>;
 using Window1024 = detail::WindowedShape<8, 32, 8>;
 
 template <class CellMath, class T, class Shape>
-constexpr std::int64_t window_if_it_fits() {
-  return detail::kWindowedFits<CellMath, T, Shape> ? Shape::kWindow : 0;
-}
+inline constexpr bool kInstantiated = CellMath::kSlots <= 2 && detail::kWindowedFits<CellMath, T, Shape>;
 
 template <class CellMath, class T, class Shape>
-cudaError_t launch_if_it_fits(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
-  if constexpr (detail::kWindowedFits<CellMath, T, Shape>) {
-    return detail::run_windowed_newton<CellMath, T, Shape>(a, stream);
-  } else {
-    return cudaErrorInvalidValue;
-  }
+constexpr std::int64_t window_if_it_fits() {
+  return kInstantiated<CellMath, T, Shape> ? Shape::kWindow : 0;
 }
 
 }  // namespace
@@ -43,9 +39,13 @@ std::int64_t windowed_newton_max_window() {
 template <class CellMath, class T>
 cudaError_t launch_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
   if (a.window < 1 || a.window > windowed_newton_max_window<CellMath, T>()) return cudaErrorInvalidValue;
-  if (a.window <= Window256::kWindow) return launch_if_it_fits<CellMath, T, Window256>(a, stream);
-  if (a.window <= Window512::kWindow) return launch_if_it_fits<CellMath, T, Window512>(a, stream);
-  return launch_if_it_fits<CellMath, T, Window1024>(a, stream);
+  if constexpr (kInstantiated<CellMath, T, Window256>)
+    if (a.window <= Window256::kWindow) return detail::run_windowed_newton<CellMath, T, Window256>(a, stream);
+  if constexpr (kInstantiated<CellMath, T, Window512>)
+    if (a.window <= Window512::kWindow) return detail::run_windowed_newton<CellMath, T, Window512>(a, stream);
+  if constexpr (kInstantiated<CellMath, T, Window1024>)
+    return detail::run_windowed_newton<CellMath, T, Window1024>(a, stream);
+  return cudaErrorInvalidValue;
 }
 
 #define PARARNN_INSTANTIATE_WINDOWED(kind, Math, label)                                                      \

@@ -8,8 +8,10 @@
 // of the window (window ≤ W · P · L). A Newton iteration per window: F and J of every step from the
 // iterate (a time lane's first step takes h_prev from the lane before through shared memory, the
 // window's first from the carried state, with J = 0 there), each thread's L elements composed in
-// time order, the lanes' aggregates applied one after another per channel by one thread (the δ
-// entering each time lane), then each thread's steps re-run from it and the iterate updated.
+// time order, the time lanes' aggregates scanned by warp shuffles (within a warp across its P
+// time lanes, then the warps' totals across the W warps by one warp per channel: 2 + log2 P +
+// log2 W dependent steps instead of one thread's pass over the W · P lanes) for the δ entering
+// each time lane, then each thread's steps re-run from it and the iterate updated.
 // With residual_max, each evaluation's max|F| (bits, NaN-propagating) is reduced per warp by
 // shuffles, per block by thread 0 and over blocks by one atomicMax per block, and one more
 // evaluation (F only) after the K-th update gives the final residual.
@@ -28,6 +30,7 @@ namespace pararnn::kernels::detail {
 template <int kChannelsT, int kWarpsT, int kStepsT>
 struct WindowedShape {
   static_assert(32 % kChannelsT == 0, "C divides the warp");
+  static_assert(kWarpsT >= 1 && kWarpsT <= 32, "one warp scans the warps' totals");
   static constexpr int kChannels = kChannelsT;            // C
   static constexpr int kWarps = kWarpsT;                  // W
   static constexpr int kSteps = kStepsT;                  // L
@@ -36,12 +39,14 @@ struct WindowedShape {
   static constexpr int kWindow = kTimeLanes * kStepsT;    // the largest window
 };
 
-// Whether Shape's static shared memory (48 KiB at most) holds CellMath's per-lane state in T.
+// Whether Shape's static shared memory (48 KiB at most) holds CellMath's per-lane state in T:
+// each time lane's last iterate, each warp's composed element and entering δ, the carried state
+// and the warps' residual maxima.
 template <class CellMath, class T, class Shape>
 inline constexpr bool kWindowedFits =
-    sizeof(T) * (2 * Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels + CellMath::kSlots * Shape::kChannels +
-                 Shape::kWarps) +
-        sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kTimeLanes * Shape::kChannels <=
+    sizeof(T) * (Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels +
+                 (Shape::kWarps + 1) * CellMath::kSlots * Shape::kChannels + Shape::kWarps) +
+        sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kWarps * Shape::kChannels <=
     48 * 1024;
 
 // The bits of |v| as an unsigned integer of v's width: for non-negative values (and a NaN, whose
@@ -51,22 +56,36 @@ __device__ __forceinline__ unsigned long long abs_bits(double v) {
   return static_cast<unsigned long long>(__double_as_longlong(fabs(v)));
 }
 
+// e from the lane `delta` below (a lane below 0 keeps its own); every lane of the warp takes part.
+template <int S, class T>
+__device__ __forceinline__ cells::AffineElement<S, T> shfl_up_element(const cells::AffineElement<S, T>& e,
+                                                                     int delta) {
+  cells::AffineElement<S, T> out;
+#pragma unroll
+  for (int x = 0; x < S * S; ++x) out.J[x] = __shfl_up_sync(0xffffffffu, e.J[x], delta);
+#pragma unroll
+  for (int s = 0; s < S; ++s) out.r[s] = __shfl_up_sync(0xffffffffu, e.r[s], delta);
+  return out;
+}
+
 template <class CellMath, class T, class Shape>
 __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
-  constexpr int C = Shape::kChannels, L = Shape::kSteps, Q = Shape::kTimeLanes;
+  constexpr int C = Shape::kChannels, L = Shape::kSteps, Q = Shape::kTimeLanes, W = Shape::kWarps;
+  constexpr int P = Shape::kLanesPerWarp;
   using Element = cells::AffineElement<S, T>;
   static_assert(kWindowedFits<CellMath, T, Shape>, "the block's shared memory is static");
   __shared__ T s_last[Q][S][C];     // each time lane's iterate at its last step
-  __shared__ Element s_agg[Q][C];   // each time lane's composed elements
-  __shared__ T s_in[Q][S][C];       // δ entering each time lane
+  __shared__ Element s_wagg[W][C];  // each warp's composed elements
+  __shared__ T s_win[W][S][C];      // δ entering each warp
   __shared__ T s_carry[S][C];       // the state entering the window
   using Bits = typename WindowedNewtonArgs<T>::Bits;
   __shared__ Bits s_res[Shape::kWarps];  // each warp's max|F| bits at this evaluation
 
   const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
   const int cl = lane % C;                                  // channel within the group
-  const int q = warp * Shape::kLanesPerWarp + lane / C;     // time lane
+  const int p = lane / C;                                   // time lane within the warp
+  const int q = warp * P + p;                               // time lane
   const std::int64_t b = blockIdx.y;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * C + cl;
   const bool channel = c < a.channels;
@@ -153,28 +172,44 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
         agg = u == 0 ? e[u] : cells::compose(e[u], agg);
       }
       if (track) warp_max_to_shared(worst);
-      s_agg[q][cl] = agg;
+      // The δ entering each time lane (δ = 0 entering the window; its first element has J = 0
+      // anyway): the lanes' elements scanned within the warp by shuffles across its P time lanes
+      // (C lanes apart), the warps' totals scanned by one warp per channel by shuffles across the
+      // W warps, then each time lane's exclusive prefix within its warp applied to the δ entering
+      // the warp.
+      Element incl = agg;
+#pragma unroll
+      for (int o = 1; o < P; o *= 2) {
+        const Element earlier = shfl_up_element(incl, o * C);
+        if (p >= o) incl = cells::compose(incl, earlier);
+      }
+      const Element excl = P > 1 ? shfl_up_element(incl, C) : incl;  // used where p ≥ 1
+      if (p == P - 1) s_wagg[warp][cl] = incl;
       __syncthreads();
       if (track) block_max_to_global(k);
-      // The δ entering each time lane, per channel, one lane after another (δ = 0 entering the
-      // window; its first element has J = 0 anyway).
-      if (q == 0) {
-        T d[S];
+      for (int ch = warp; ch < C; ch += W) {  // uniform over the warp
+        Element total = lane < W ? s_wagg[lane][ch] : Element::identity();
 #pragma unroll
-        for (int s = 0; s < S; ++s) d[s] = T(0);
-        for (int p = 0; p < Q; ++p) {
+        for (int o = 1; o < W; o *= 2) {
+          const Element earlier = shfl_up_element(total, o);
+          if (lane >= o) total = cells::compose(total, earlier);
+        }
 #pragma unroll
-          for (int s = 0; s < S; ++s) s_in[p][s][cl] = d[s];
-          T out[S];
-          cells::apply(s_agg[p][cl], d, out);
-#pragma unroll
-          for (int s = 0; s < S; ++s) d[s] = out[s];
+        for (int s = 0; s < S; ++s) {
+          const T before = __shfl_up_sync(0xffffffffu, total.r[s], 1);
+          if (lane < W) s_win[lane][s][ch] = lane == 0 ? T(0) : before;
         }
       }
       __syncthreads();
       T d[S];
 #pragma unroll
-      for (int s = 0; s < S; ++s) d[s] = s_in[q][s][cl];
+      for (int s = 0; s < S; ++s) d[s] = s_win[warp][s][cl];
+      if (P > 1 && p > 0) {
+        T out[S];
+        cells::apply(excl, d, out);
+#pragma unroll
+        for (int s = 0; s < S; ++s) d[s] = out[s];
+      }
 #pragma unroll
       for (int u = 0; u < L; ++u) {
         T out[S];

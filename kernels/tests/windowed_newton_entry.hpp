@@ -20,7 +20,7 @@ inline constexpr int kWindowedShapes = 3;
 inline constexpr int kProductionLauncher = 3;
 
 // cudaErrorNotSupported where the shape's shared memory cannot hold the cell in T (LSTM's
-// 2 × 2 elements in f64 at shapes 1 and 2).
+// 2 × 2 elements in f64 at shape 1).
 template <class CellMath, class T>
 cudaError_t run_windowed_newton_at(int shape, const WindowedNewtonArgs<T>& a);
 

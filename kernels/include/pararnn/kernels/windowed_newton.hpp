@@ -56,8 +56,8 @@ struct WindowedNewtonArgs {
 };
 
 // The largest window launch_windowed_newton takes for CellMath in T (the block shapes whose
-// shared memory holds the cell's per-lane state): 1024 for most cells, 256 for LSTM's 2 × 2
-// elements in f64, 0 (every window refused) for sLSTM's 4 × 4.
+// shared memory holds the cell's per-lane state): 1024 for the cells of 1 × 1 and 2 × 2
+// elements in f32 and f64, 0 (every window refused) for sLSTM's 4 × 4.
 template <class CellMath, class T>
 std::int64_t windowed_newton_max_window();
 
