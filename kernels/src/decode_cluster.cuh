@@ -36,7 +36,7 @@ struct DecodeClusterShape {
   static constexpr int kSlices = Slices;
   static constexpr int kRanks = Ranks;
   static constexpr int kWarps = Slices / Ranks;  // warps per block
-  static constexpr int kChunk = 128;  // the production shapes' chunk (DecodeShape with Rows <= 16)
+  static constexpr int kChunk = 128;  // x columns staged at a time (the sums do not depend on it)
 };
 
 template <class CellMath, class StorageT, class Shape>

@@ -24,15 +24,16 @@
 // kDecodeFewBatch rows, 2 rows × 16 slices; up to kDecodeSmallBatch, 4 × 16 (many blocks, short k
 // loops: a small batch is bound by the latency of its weight loads); beyond, 16 × 16 (each weight
 // load serves more rows, so fewer blocks read the weights from L2; 8 × 16 for f64, whose partial
-// sums would not fit in shared memory); x is staged k-major in every class. A batch of
+// sums would not fit in shared memory); x is staged k-major in every class, 256 columns at a
+// time in the blocks (one staging and one barrier for d_in ≤ 256), 128 in the cluster. A batch of
 // kDecodeClusterBatch (one) row, where the device runs thread-block clusters (sm_90;
 // decode_cluster.cuh), spreads the 16 slices over a cluster of 16 one-warp blocks, so its weight
 // loads are spread over 16 times as many SMs. pararnn_bench_shapes --only decode measures the
 // shapes (H200, GRU d 256 f32, 2026-12-03, evening run: B 1 3.67 µs over 16 ranks against 4.13 for
 // 2 × 16; B 8 4.55 at 2 × 16 against 5.41 over a 4-rank cluster and 5.47 at 4 × 16; B 64 best at
 // 4 × 16, B 256 at 16 × 16); docs/cuda.md has
-// the table. Every class has 16 slices and 128-column chunks, so every row's sums run in the
-// same order whatever the batch: a step is deterministic, a row's result does not depend on the
+// the table. Every class has 16 slices, so every row's sums run in the same order whatever the
+// batch (the chunk changes the staging, not the sums): a step is deterministic, a row's result does not depend on the
 // batch size, and a graph replay equals the direct step bit for bit; it differs from a GEMM's
 // order by rounding only.
 //
