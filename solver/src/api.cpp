@@ -332,6 +332,36 @@ void write_result(const TensorView& out, const Tensor& value, const char* argume
 
 const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
 
+// Windowed Newton serially over windows, each a full solve (newton_apply) from the previous
+// window's last state; the windows' stats merged (merge_stats).
+Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& config, const detail::Layout& layout,
+                   const ApplyOptions& options, NewtonStats* stats) {
+  const NewtonConfig w = window_config(config, cell, layout.time);
+  Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
+  std::optional<Tensor> h0;
+  if (options.h0) h0 = Tensor::copy_of(*options.h0);
+  NewtonStats total;
+  bool first = true;
+  for (const Window& win : windows_of(layout.time, *config.chunk_len)) {
+    NewtonStats ws;
+    ApplyOptions wo;
+    if (h0) wo.h0 = h0->view();
+    const Tensor Hw = newton_apply(cell, x.slice(1, win.begin, win.end), w, wo, &ws);
+    merge_stats(total, ws, first);
+    first = false;
+    const Tensor Hw_copy = Hw;
+    for (std::int64_t b = 0; b < layout.batch; ++b)
+      for (std::int64_t t = win.begin; t < win.end; ++t) {
+        const TensorView dst = H.view().select(0, b).select(0, t);
+        const TensorView src = Hw_copy.view().select(0, b).select(0, t - win.begin);
+        std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(H.dtype()));
+      }
+    h0 = last_state(Hw);
+  }
+  if (stats) *stats = total;
+  return H;
+}
+
 Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config, const ApplyOptions& options,
                   NewtonStats* stats, const TensorView* out) {
   const char* who = out ? "newton_apply_into" : "newton_apply";
@@ -355,48 +385,23 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
     detail::residual_gate(cell, config, s, x, options);
     return Tensor();
   }
+  if (windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
+    // Windowed Newton on CUDA: one fused launch where it applies and the window loop would not
+    // have stopped early (backends.hpp), writing into `out` where one is given.
+    NewtonStats fused;
+    if (std::optional<Tensor> H = detail::cuda_windowed_newton_apply(cell, x, config, options, layout, out, fused)) {
+      detail::residual_gate(cell, config, fused, x, options);
+      if (stats) *stats = std::move(fused);
+      return std::move(*H);  // empty where written into `out`
+    }
+  }
   if (out) {
-    Tensor H = apply_impl(cell, x, config, options, stats, nullptr);
+    const Tensor H = windowed ? window_loop(cell, x, config, layout, options, stats)
+                              : apply_impl(cell, x, config, options, stats, nullptr);
     write_result(*out, H, "out");
     return Tensor();
   }
-  if (windowed) {
-    // Windowed Newton: on CUDA one fused launch where it applies and the window loop would not
-    // have stopped early (backends.hpp); otherwise serial over windows, each a full solve from
-    // the previous last state.
-    if (backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
-      NewtonStats fused;
-      if (std::optional<Tensor> H = detail::cuda_windowed_newton_apply(cell, x, config, options, layout, fused)) {
-        detail::residual_gate(cell, config, fused, x, options);
-        if (stats) *stats = std::move(fused);
-        return std::move(*H);
-      }
-    }
-    const NewtonConfig w = window_config(config, cell, layout.time);
-    Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
-    std::optional<Tensor> h0;
-    if (options.h0) h0 = Tensor::copy_of(*options.h0);
-    NewtonStats total;
-    bool first = true;
-    for (const Window& win : windows_of(layout.time, *config.chunk_len)) {
-      NewtonStats ws;
-      ApplyOptions wo;
-      if (h0) wo.h0 = h0->view();
-      const Tensor Hw = newton_apply(cell, x.slice(1, win.begin, win.end), w, wo, &ws);
-      merge_stats(total, ws, first);
-      first = false;
-      const Tensor Hw_copy = Hw;
-      for (std::int64_t b = 0; b < layout.batch; ++b)
-        for (std::int64_t t = win.begin; t < win.end; ++t) {
-          const TensorView dst = H.view().select(0, b).select(0, t);
-          const TensorView src = Hw_copy.view().select(0, b).select(0, t - win.begin);
-          std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(H.dtype()));
-        }
-      h0 = last_state(Hw);
-    }
-    if (stats) *stats = total;
-    return H;
-  }
+  if (windowed) return window_loop(cell, x, config, layout, options, stats);
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   Tensor H = family_entry(cell.spec().jacobian, backend).newton(cell, x, config, options, std::move(layout), s);

@@ -117,11 +117,15 @@ NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
 // fixed K (max_iters, or the table's K with residual_atol unset), a window the kernel holds,
 // no Picard guess, native coordinates. The trajectory, with `stats` of the window loop's
 // meaning (iters = updates = K, the K evaluations of every window in residual_history, the worst
-// window's final max|F|, strategy "fused_windowed"); nullopt, `stats` untouched, where the path
-// does not apply or where the window loop would have stopped early in some window (an
-// evaluation non-finite or below residual_atol): the caller then runs the window loop.
+// window's final max|F|, strategy "fused_windowed"); with `out` (newton_apply_into, checked
+// there) the trajectory is written into it, in place where it is a contiguous view of the
+// compute type on the solve's device, and the tensor returned is empty. nullopt, `stats`
+// untouched, where the path does not apply or where the window loop would have stopped early in
+// some window (an evaluation non-finite or below residual_atol): the caller then runs the window
+// loop (which overwrites all of `out`).
 std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                                 const ApplyOptions& options, Layout layout, NewtonStats& stats);
+                                                 const ApplyOptions& options, Layout layout, const TensorView* out,
+                                                 NewtonStats& stats);
 // The same three writing their big output into a caller's view (solver.hpp's newton_apply_into,
 // training.hpp's *_into: checked there for shape, dtype and aliasing) on the host or on the
 // solve's device: H, H (forward.H left undefined) and ∇x (the gradients' x left undefined).

@@ -1173,7 +1173,8 @@ Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConf
 }
 
 std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                                 const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+                                                 const ApplyOptions& options, Layout layout, const TensorView* out,
+                                                 NewtonStats& stats) {
   const CellSpec& spec = cell.spec();
   const DType storage = cell.dtype();
   if (!config.chunk_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
@@ -1195,18 +1196,23 @@ std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorV
       if (window > kernels::windowed_newton_max_window<CellMath, T>()) return;
       cuda::require_device("newton_apply on the CUDA backend");
       cuda::DeviceGuard guard(cuda::solve_device(x, options));
+      if (out) cuda::check_store_target(*out, "out");
       const cuda::DeviceInputs inputs(cell, x, options, layout);
       const cuda::DeviceProblem& p = inputs.problem();
       using Bits = typename kernels::WindowedNewtonArgs<T>::Bits;
       const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-      cuda::DeviceBuffer H(cuda::checked_bytes(n, sizeof(T), "H"), "H");
+      // The launch writes into `out` itself where it can (as cuda_newton_apply_into).
+      const bool in_place = out && out->device() == Device::cuda && out->is_contiguous() && out->dtype() == storage;
+      cuda::DeviceBuffer H;
+      if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, sizeof(T), "H"), "H");
+      T* const target = in_place ? static_cast<T*>(out->data()) : H.as<T>();
       const std::int64_t maxima = windows * (K + 1);
       cuda::DeviceBuffer residual(cuda::checked_bytes(maxima, sizeof(Bits), "the windows' residual maxima"),
                                   "the windows' residual maxima");
       PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::kStream));
       const kernels::WindowedNewtonArgs<T> args{
           .wx = static_cast<const T*>(p.wx), .recurrent = static_cast<const T*>(p.recurrent),
-          .h0 = static_cast<const T*>(p.h0), .H = H.as<T>(), .residual_max = residual.as<Bits>(),
+          .h0 = static_cast<const T*>(p.h0), .H = target, .residual_max = residual.as<Bits>(),
           .batch = layout.batch, .time = layout.time, .channels = layout.d_h, .window = window,
           .iterations = K, .omega = static_cast<T>(config.omega)};
       PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::kStream)));
@@ -1246,7 +1252,12 @@ std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorV
       }
       s.max_residual = nan ? std::numeric_limits<double>::quiet_NaN() : worst;
       stats = std::move(s);
-      result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
+      if (out) {
+        cuda::store_into(target, storage, *out, "out");
+        result = Tensor();
+      } else {
+        result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
+      }
     });
   });
   return result;

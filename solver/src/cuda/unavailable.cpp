@@ -34,7 +34,7 @@ Tensor cuda_newton_apply(const Cell&, const TensorView&, const NewtonConfig&, co
 }
 
 std::optional<Tensor> cuda_windowed_newton_apply(const Cell&, const TensorView&, const NewtonConfig&,
-                                                 const ApplyOptions&, Layout, NewtonStats&) {
+                                                 const ApplyOptions&, Layout, const TensorView*, NewtonStats&) {
   return std::nullopt;  // the caller's window loop then names the missing backend
 }
 
