@@ -189,8 +189,8 @@ TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
   EXPECT_EQ((run_windowed_newton_at<cells::GruDiagMath, float>(0, a)), cudaErrorInvalidValue);
   // The production launcher: its largest windows, and one step more refused.
   EXPECT_EQ((windowed_newton_max_window<cells::GruDiagMath, float>()), 1024);
-  // LSTM in f64: 16 × 32 × 8 does not hold its elements, so windows of 257 … 512 steps run at
-  // 8 × 32 × 8 (the launcher case at window 500 above).
+  // LSTM in f64: 16 × 32 × 4 does not hold its elements, so windows of up to 256 steps run at
+  // 8 × 32 × 4 (the launcher case at window 200 above).
   EXPECT_EQ((windowed_newton_max_window<cells::LstmMath, double>()), 1024);
   EXPECT_EQ((windowed_newton_max_window<cells::SlstmDiagMath, float>()), 0);
   WindowedNewtonArgs<float> beyond = a;
