@@ -52,7 +52,7 @@ namespace {
 
 // Every block class stages x k-major (DecodeShape's kKMajor: the same FMAs as row-major
 // staging, never slower at any measured batch; bench/decode_shapes_h200.json) in chunks of 256
-// columns (one x staging and one barrier for d_in ≤ 256: 5–10 % faster than 128 at every batch
+// columns (one x staging and one barrier for d_in ≤ 256: 4–10 % faster than 128 at every batch
 // measured, bit for bit; bench/decode_shapes_chunk_h200.json).
 constexpr int kChunk = 256;
 using Few = detail::DecodeShape<2, 16, true, kChunk>;

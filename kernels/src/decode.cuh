@@ -8,8 +8,8 @@
 // x is staged kChunk columns at a time; warp w sums the chunk's columns w, w + Slices, … of every
 // row of the block's tile; the slices' partial sums meet in shared memory and are added onto the
 // bias in slice order; then warp r steps row r (r < Rows, warps loop when Slices < Rows). A row's
-// sums depend on Slices and kChunk only, not on Rows: shapes with equal slices and chunks give
-// the same bits; others differ by the sums' rounding.
+// sums depend on Slices only, not on Rows or kChunk (below): shapes with equal slices give the
+// same bits; others differ by the sums' rounding.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -37,6 +37,7 @@ struct DecodeClusterShape {
   static constexpr int kRanks = Ranks;
   static constexpr int kWarps = Slices / Ranks;  // warps per block
   static constexpr int kChunk = 128;  // x columns staged at a time (the sums do not depend on it)
+  static_assert(kChunk % Slices == 0, "a chunk holds whole rounds of the slices");
 };
 
 template <class CellMath, class StorageT, class Shape>

@@ -57,7 +57,8 @@ struct WindowedNewtonArgs {
 
 // The largest window launch_windowed_newton takes for CellMath in T (the block shapes whose
 // shared memory holds the cell's per-lane state): 1024 for the cells of 1 × 1 and 2 × 2
-// elements in f32 and f64, 0 (every window refused) for sLSTM's 4 × 4.
+// elements in f32 and f64; 0 (every window refused) for sLSTM's 4 × 4, which is not
+// instantiated (its solve starts from a Picard guess the kernel does not run).
 template <class CellMath, class T>
 std::int64_t windowed_newton_max_window();
 
