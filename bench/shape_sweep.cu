@@ -28,8 +28,9 @@
 // f64 scan, the VJP: d_wx and the recurrent sums) run with the three-phase scan as the
 // reference, which the single-pass scan production runs is timed and checked against too.
 //
-// The fused windowed solve (windowed_newton.cuh, a candidate for chunk_len windows on CUDA) at a
-// few block shapes, K = 3 per window, each checked against the sequential kernel in the run.
+// The fused windowed solve (windowed_newton.cuh, production for chunk_len windows on CUDA:
+// windowed_newton.cu picks its shapes from this table) at candidate block shapes, K = 3 per
+// window, each checked against the sequential kernel in the run.
 //
 // Usage: pararnn_bench_shapes [--runs 20] [--only decode|backward|windowed]
 #include <cuda_runtime.h>
@@ -511,7 +512,8 @@ const WindowedCandidate kWindowedShapes[] = {
     windowed_candidate<8, 32, 4>(),  windowed_candidate<8, 32, 8>(),  windowed_candidate<8, 16, 8>(),
     windowed_candidate<16, 32, 8>(), windowed_candidate<16, 16, 8>(), windowed_candidate<32, 32, 8>(),
     windowed_candidate<8, 32, 16>(), windowed_candidate<4, 32, 8>(),  windowed_candidate<4, 16, 8>(),
-    windowed_candidate<4, 32, 4>(),  windowed_candidate<16, 16, 16>(), windowed_candidate<8, 16, 16>()};
+    windowed_candidate<4, 32, 4>(),  windowed_candidate<16, 16, 16>(), windowed_candidate<8, 16, 16>(),
+    windowed_candidate<16, 32, 4>()};
 
 // A JSON number, or null where the value is not finite (a broken candidate must not break the
 // file).
