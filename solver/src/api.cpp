@@ -349,11 +349,10 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
     const Tensor Hw = newton_apply(cell, x.slice(1, win.begin, win.end), w, wo, &ws);
     merge_stats(total, ws, first);
     first = false;
-    const Tensor Hw_copy = Hw;
     for (std::int64_t b = 0; b < layout.batch; ++b)
       for (std::int64_t t = win.begin; t < win.end; ++t) {
         const TensorView dst = H.view().select(0, b).select(0, t);
-        const TensorView src = Hw_copy.view().select(0, b).select(0, t - win.begin);
+        const TensorView src = Hw.view().select(0, b).select(0, t - win.begin);
         std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(H.dtype()));
       }
     h0 = last_state(Hw);
