@@ -496,24 +496,26 @@ void backward_section(int runs) {
 // --- the fused windowed solve (windowed_newton.cuh): candidate shapes at S1 ----------------
 
 struct WindowedCandidate {
-  int channels, warps, steps;
+  int channels, warps, steps, min_blocks;
   std::int64_t window;
   cudaError_t (*run)(const WindowedNewtonArgs<float>&, cudaStream_t);
 };
-template <int C, int W, int L>
+template <int C, int W, int L, int M>
 cudaError_t windowed_at(const WindowedNewtonArgs<float>& a, cudaStream_t s) {
-  return detail::run_windowed_newton<Gru, float, detail::WindowedShape<C, W, L>>(a, s);
+  return detail::run_windowed_newton<Gru, float, detail::WindowedShape<C, W, L, M>>(a, s);
 }
-template <int C, int W, int L>
+template <int C, int W, int L, int M = 1>
 constexpr WindowedCandidate windowed_candidate() {
-  return {C, W, L, detail::WindowedShape<C, W, L>::kWindow, &windowed_at<C, W, L>};
+  return {C, W, L, M, detail::WindowedShape<C, W, L, M>::kWindow, &windowed_at<C, W, L, M>};
 }
+// Production's three first (windowed_newton.cu), then 512-thread blocks capped at 64 registers
+// so that two share an SM (min_blocks 2), then the other shapes of earlier sweeps.
 const WindowedCandidate kWindowedShapes[] = {
-    windowed_candidate<8, 32, 4>(),  windowed_candidate<8, 32, 8>(),  windowed_candidate<8, 16, 8>(),
-    windowed_candidate<16, 32, 8>(), windowed_candidate<16, 16, 8>(), windowed_candidate<32, 32, 8>(),
-    windowed_candidate<8, 32, 16>(), windowed_candidate<4, 32, 8>(),  windowed_candidate<4, 16, 8>(),
-    windowed_candidate<4, 32, 4>(),  windowed_candidate<16, 16, 16>(), windowed_candidate<8, 16, 16>(),
-    windowed_candidate<16, 32, 4>()};
+    windowed_candidate<8, 32, 4>(),     windowed_candidate<16, 32, 4>(),    windowed_candidate<4, 32, 4>(),
+    windowed_candidate<8, 16, 4, 2>(),  windowed_candidate<4, 16, 4, 2>(),  windowed_candidate<4, 16, 8, 2>(),
+    windowed_candidate<8, 16, 8, 2>(),  windowed_candidate<8, 32, 8>(),
+    windowed_candidate<16, 32, 8>(),    windowed_candidate<4, 32, 8>(),     windowed_candidate<8, 16, 8>(),
+    windowed_candidate<16, 16, 8>(),    windowed_candidate<4, 16, 8>()};
 
 // A JSON number, or null where the value is not finite (a broken candidate must not break the
 // file).
@@ -550,8 +552,8 @@ void windowed_section(int runs) {
   for (const WindowedCandidate& c : kWindowedShapes) {
     const WindowedNewtonArgs<float> a{.wx = wx.f(), .recurrent = rec.f(), .H = H.f(), .batch = B,
                                               .time = T, .channels = D, .window = c.window, .iterations = 3};
-    std::printf("%s{\"channels\": %d, \"warps\": %d, \"steps\": %d, \"window\": %lld", first ? "" : ", ",
-                c.channels, c.warps, c.steps, static_cast<long long>(c.window));
+    std::printf("%s{\"channels\": %d, \"warps\": %d, \"steps\": %d, \"min_blocks\": %d, \"window\": %lld",
+                first ? "" : ", ", c.channels, c.warps, c.steps, c.min_blocks, static_cast<long long>(c.window));
     first = false;
     // Launches `args` on poisoned H and returns the error of the launch or of the run.
     const auto run_checked = [&](const WindowedNewtonArgs<float>& args) {

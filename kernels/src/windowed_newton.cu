@@ -1,16 +1,17 @@
 // launch_windowed_newton (kernels/windowed_newton.hpp): the kernel of windowed_newton.cuh at the
-// production block shapes, the smallest that holds the window and the cell. All three are
-// 1024-thread blocks of 4 steps per thread: with the time lanes scanned by shuffles, more lanes
-// are cheap, and 4 steps keep GRU f32 within the 64 registers a 1024-thread block allows (LSTM f32
-// spills 140 bytes against 1248 at 8 steps). Measured at S1, GRU f32, K = 3 by
-// pararnn_bench_shapes --only windowed (2026-12-04): 8 channels × 32 warps × 4 steps (windows up
-// to 512) 2.35 ms against 2.74 at 16 × 32 × 8, and 4 × 32 × 4 (up to 1024) 2.69 ms; 512-thread
-// blocks were 3.9–4.6 ms (half the warps per SM). Windows up to 256 run 16 channels × 32 × 4.
+// production block shapes, the smallest that holds the window and the cell. All three run 4 steps
+// per thread at 64 registers: with the time lanes scanned by shuffles, more lanes are cheap, and 4
+// steps keep GRU f32 within 64 registers (LSTM f32 spills about 100 bytes, 1248 at 8 steps).
+// Measured at S1, GRU f32, K = 3 by pararnn_bench_shapes --only windowed (2026-12-04, two runs):
+// windows up to 256 run 8 channels × 16 warps × 4 steps, two 512-thread blocks per SM (2.20–2.21 ms
+// against 2.38 at 16 × 32 × 4, one 1024-thread block: the other block runs while one waits at a
+// barrier); up to 512, 8 × 32 × 4 (2.21–2.22 ms; 4 × 16 × 4 at two per SM 2.28); up to 1024,
+// 4 × 32 × 4 (2.45 ms; 4 × 16 × 8 at two per SM 2.41, within the runs' spread of LSTM's
+// heavier registers at 8 steps, not taken). Blocks of 512 threads at one per SM were 4.0–4.4 ms.
 // Every per-channel cell with 1 × 1 or 2 × 2 elements in float and double; a shape whose shared
-// memory cannot hold the cell in T (LSTM's 2 × 2 elements in f64 at 16 × 32 × 4) is not
-// instantiated and the next larger one takes its windows. sLSTM's 4 × 4 cell is not
-// instantiated (its solve starts from a Picard guess this kernel does not run): its windows are
-// refused (windowed_newton_max_window 0).
+// memory cannot hold the cell in T is not instantiated and the next larger one takes its windows.
+// sLSTM's 4 × 4 cell is not instantiated (its solve starts from a Picard guess this kernel does
+// not run): its windows are refused (windowed_newton_max_window 0).
 #include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/windowed_newton.hpp"
 #include "windowed_newton.cuh"
@@ -18,7 +19,7 @@
 namespace pararnn::kernels {
 namespace {
 
-using Window256 = detail::WindowedShape<16, 32, 4>;
+using Window256 = detail::WindowedShape<8, 16, 4, 2>;
 using Window512 = detail::WindowedShape<8, 32, 4>;
 using Window1024 = detail::WindowedShape<4, 32, 4>;
 

@@ -27,13 +27,18 @@
 
 namespace pararnn::kernels::detail {
 
-template <int kChannelsT, int kWarpsT, int kStepsT>
+// kMinBlocksT: the blocks per SM asked of the register allocator (__launch_bounds__'s minimum):
+// 1 lets a 1024-thread block use 64 registers per thread (without it ptxas gives some f64 cells
+// 32), 2 caps a 512-thread block at 64 so that two blocks share an SM.
+template <int kChannelsT, int kWarpsT, int kStepsT, int kMinBlocksT = 1>
 struct WindowedShape {
   static_assert(32 % kChannelsT == 0, "C divides the warp");
   static_assert(kWarpsT >= 1 && kWarpsT <= 32, "one warp scans the warps' totals");
+  static_assert(kMinBlocksT >= 1 && kWarpsT * kMinBlocksT <= 64, "an SM holds 64 warps");
   static constexpr int kChannels = kChannelsT;            // C
   static constexpr int kWarps = kWarpsT;                  // W
   static constexpr int kSteps = kStepsT;                  // L
+  static constexpr int kMinBlocks = kMinBlocksT;
   static constexpr int kLanesPerWarp = 32 / kChannelsT;  // P
   static constexpr int kTimeLanes = kWarpsT * kLanesPerWarp;
   static constexpr int kWindow = kTimeLanes * kStepsT;    // the largest window
@@ -69,7 +74,7 @@ __device__ __forceinline__ cells::AffineElement<S, T> shfl_up_element(const cell
 }
 
 template <class CellMath, class T, class Shape>
-__global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
+__global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowed_newton_kernel(WindowedNewtonArgs<T> a) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
   constexpr int C = Shape::kChannels, L = Shape::kSteps, Q = Shape::kTimeLanes, W = Shape::kWarps;
   constexpr int P = Shape::kLanesPerWarp;
@@ -100,27 +105,33 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
   }
   __syncthreads();
 
-  for (std::int64_t w0 = 0; w0 < a.time; w0 += a.window) {
-    const std::int64_t n = a.time - w0 < a.window ? a.time - w0 : a.window;
+  // Within a window, steps are counted in int (a window is at most Shape::kWindow steps): this
+  // thread holds steps q·L + u of the window for u < held, the window's first step where
+  // first_lane and u = 0.
+  const bool first_lane = q == 0;
+  std::int64_t window_index = 0;
+  for (std::int64_t w0 = 0; w0 < a.time; w0 += a.window, ++window_index) {
+    const int n = static_cast<int>(a.time - w0 < a.window ? a.time - w0 : a.window);
+    const int beyond = n - q * L;
+    const int held = beyond < 0 ? 0 : (beyond > L ? L : beyond);
+    const std::int64_t t0 = b * a.time + w0 + q * L;  // this thread's first step in [b][t]
+    const T* wx_at = a.wx + t0 * G * D + c;
     T wx[L][G], h[L][S], carry[S];
 #pragma unroll
     for (int s = 0; s < S; ++s) carry[s] = s_carry[s][cl];
     // The gates of this thread's steps (zeros past the window) and the App. A guess.
 #pragma unroll
     for (int u = 0; u < L; ++u) {
-      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
-      const bool valid = channel && i < n;
-      const std::int64_t bt = b * a.time + w0 + i;
+      const bool valid = channel && u < held;
 #pragma unroll
-      for (int g = 0; g < G; ++g) wx[u][g] = valid ? a.wx[bt * G * D + g * D + c] : T(0);
+      for (int g = 0; g < G; ++g) wx[u][g] = valid ? wx_at[(u * G + g) * D] : T(0);
       T from[S], hn[S];
 #pragma unroll
-      for (int s = 0; s < S; ++s) from[s] = i == 0 ? carry[s] : T(0);
+      for (int s = 0; s < S; ++s) from[s] = u == 0 && first_lane ? carry[s] : T(0);
       CellMath::step(rec, wx[u], from, hn, static_cast<T*>(nullptr));
 #pragma unroll
       for (int s = 0; s < S; ++s) h[u][s] = hn[s];
     }
-    const std::int64_t window_index = w0 / a.window;
     const bool track = a.residual_max != nullptr;  // uniform over the grid
     // The warp's max of `worst` into s_res[warp] (lane 0), before a block-wide barrier.
     const auto warp_max_to_shared = [&](Bits worst) {
@@ -149,17 +160,16 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
       Bits worst = 0;  // max of the bits of |F| over this thread's valid steps (track only)
 #pragma unroll
       for (int u = 0; u < L; ++u) {
-        const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
         T hp[S], hn[S], jac[S * S];
 #pragma unroll
         for (int s = 0; s < S; ++s)
-          hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
+          hp[s] = u > 0 ? h[u - 1][s] : (first_lane ? carry[s] : s_last[q - 1][s][cl]);
         CellMath::step(rec, wx[u], hp, hn, jac);
-        if (i < n) {
+        if (u < held) {
 #pragma unroll
           for (int s = 0; s < S; ++s) e[u].r[s] = hn[s] - h[u][s];
 #pragma unroll
-          for (int x = 0; x < S * S; ++x) e[u].J[x] = i == 0 ? T(0) : jac[x];
+          for (int x = 0; x < S * S; ++x) e[u].J[x] = u == 0 && first_lane ? T(0) : jac[x];
           if (track && channel)
 #pragma unroll
             for (int s = 0; s < S; ++s) {
@@ -229,13 +239,12 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
       Bits worst = 0;
 #pragma unroll
       for (int u = 0; u < L; ++u) {
-        const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
         T hp[S], hn[S];
 #pragma unroll
         for (int s = 0; s < S; ++s)
-          hp[s] = u > 0 ? h[u - 1][s] : (q == 0 ? carry[s] : s_last[q - 1][s][cl]);
+          hp[s] = u > 0 ? h[u - 1][s] : (first_lane ? carry[s] : s_last[q - 1][s][cl]);
         CellMath::step(rec, wx[u], hp, hn, static_cast<T*>(nullptr));
-        if (channel && i < n)
+        if (channel && u < held)
 #pragma unroll
           for (int s = 0; s < S; ++s) {
             const Bits bits = abs_bits(hn[s] - h[u][s]);
@@ -247,19 +256,17 @@ __global__ void __launch_bounds__(32 * Shape::kWarps) windowed_newton_kernel(Win
       block_max_to_global(a.iterations);
     }
     // H once; the window's last state carried to the next window.
+    T* H_at = a.H + t0 * S * D + c;
 #pragma unroll
     for (int u = 0; u < L; ++u) {
-      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
-      if (!channel || i >= n) continue;
-      const std::int64_t bt = b * a.time + w0 + i;
+      if (!channel || u >= held) continue;
 #pragma unroll
-      for (int s = 0; s < S; ++s) a.H[(bt * S + s) * D + c] = h[u][s];
+      for (int s = 0; s < S; ++s) H_at[(u * S + s) * D] = h[u][s];
     }
     __syncthreads();  // every thread has read s_carry of this window
 #pragma unroll
     for (int u = 0; u < L; ++u) {
-      const std::int64_t i = static_cast<std::int64_t>(q) * L + u;
-      if (i == n - 1)
+      if (q * L + u == n - 1)
 #pragma unroll
         for (int s = 0; s < S; ++s) s_carry[s][cl] = h[u][s];
     }
