@@ -508,8 +508,9 @@ template <int C, int W, int L, int M = 1>
 constexpr WindowedCandidate windowed_candidate() {
   return {C, W, L, M, detail::WindowedShape<C, W, L, M>::kWindow, &windowed_at<C, W, L, M>};
 }
-// Production's three first (windowed_newton.cu), then 512-thread blocks capped at 64 registers
-// so that two share an SM (min_blocks 2), then the other shapes of earlier sweeps.
+// 1024-thread blocks of 4 steps first (8 × 32 × 4 and 4 × 32 × 4 are production's, 16 × 32 × 4
+// was until 8 × 16 × 4 at min_blocks 2 replaced it), then 512-thread blocks capped at 64
+// registers so that two share an SM (min_blocks 2), then the other shapes of earlier sweeps.
 const WindowedCandidate kWindowedShapes[] = {
     windowed_candidate<8, 32, 4>(),     windowed_candidate<16, 32, 4>(),    windowed_candidate<4, 32, 4>(),
     windowed_candidate<8, 16, 4, 2>(),  windowed_candidate<4, 16, 4, 2>(),  windowed_candidate<4, 16, 8, 2>(),

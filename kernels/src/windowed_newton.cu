@@ -6,10 +6,11 @@
 // windows up to 256 run 8 channels × 16 warps × 4 steps, two 512-thread blocks per SM (2.20–2.21 ms
 // against 2.38 at 16 × 32 × 4, one 1024-thread block: the other block runs while one waits at a
 // barrier); up to 512, 8 × 32 × 4 (2.21–2.22 ms; 4 × 16 × 4 at two per SM 2.28); up to 1024,
-// 4 × 32 × 4 (2.45 ms; 4 × 16 × 8 at two per SM 2.41, within the runs' spread of LSTM's
-// heavier registers at 8 steps, not taken). Blocks of 512 threads at one per SM were 4.0–4.4 ms.
+// 4 × 32 × 4 (2.45 ms; 4 × 16 × 8 at two per SM 2.41: within 2 %, and 8 steps per thread is
+// where LSTM spilled, so not taken). Blocks of 512 threads at one per SM were 4.0–4.4 ms.
 // Every per-channel cell with 1 × 1 or 2 × 2 elements in float and double; a shape whose shared
-// memory cannot hold the cell in T is not instantiated and the next larger one takes its windows.
+// memory cannot hold the cell in T is not instantiated and the next larger one takes its windows
+// (none at present: every 1 × 1 and 2 × 2 cell fits all three in f32 and f64).
 // sLSTM's 4 × 4 cell is not instantiated (its solve starts from a Picard guess this kernel does
 // not run): its windows are refused (windowed_newton_max_window 0).
 #include "pararnn/cells/cell_list.hpp"

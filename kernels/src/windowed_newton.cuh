@@ -28,13 +28,15 @@
 namespace pararnn::kernels::detail {
 
 // kMinBlocksT: the blocks per SM asked of the register allocator (__launch_bounds__'s minimum):
-// 1 lets a 1024-thread block use 64 registers per thread (without it ptxas gives some f64 cells
-// 32), 2 caps a 512-thread block at 64 so that two blocks share an SM.
+// 1 lets a 1024-thread block use 64 registers per thread (observed with nvcc 13.0 for sm_90:
+// without the minimum ptxas gave the LSTM, NLRU and Titans f64 instantiations 32), 2 caps a
+// 512-thread block at 64 so that two blocks share an SM. The static_assert is the sm_80/sm_90
+// bound of 64 resident warps per SM; the 64-register cap needs kWarps · kMinBlocks ≤ 32.
 template <int kChannelsT, int kWarpsT, int kStepsT, int kMinBlocksT = 1>
 struct WindowedShape {
   static_assert(32 % kChannelsT == 0, "C divides the warp");
   static_assert(kWarpsT >= 1 && kWarpsT <= 32, "one warp scans the warps' totals");
-  static_assert(kMinBlocksT >= 1 && kWarpsT * kMinBlocksT <= 64, "an SM holds 64 warps");
+  static_assert(kMinBlocksT >= 1 && kWarpsT * kMinBlocksT <= 64, "an SM holds at most 64 warps (sm_80/sm_90)");
   static constexpr int kChannels = kChannelsT;            // C
   static constexpr int kWarps = kWarpsT;                  // W
   static constexpr int kSteps = kStepsT;                  // L
@@ -115,6 +117,8 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
     const int beyond = n - q * L;
     const int held = beyond < 0 ? 0 : (beyond > L ? L : beyond);
     const std::int64_t t0 = b * a.time + w0 + q * L;  // this thread's first step in [b][t]
+    // Formed for every thread, dereferenced only at its valid steps (u < held, channel < D); for
+    // a thread past the window's end or the last channel it may point beyond the array.
     const T* wx_at = a.wx + t0 * G * D + c;
     T wx[L][G], h[L][S], carry[S];
 #pragma unroll
@@ -256,7 +260,7 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
       block_max_to_global(a.iterations);
     }
     // H once; the window's last state carried to the next window.
-    T* H_at = a.H + t0 * S * D + c;
+    T* H_at = a.H + t0 * S * D + c;  // like wx_at: written only at the valid steps
 #pragma unroll
     for (int u = 0; u < L; ++u) {
       if (!channel || u >= held) continue;
