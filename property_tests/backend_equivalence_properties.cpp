@@ -597,14 +597,18 @@ TEST(CudaBackend, WindowedIntoDeviceAndHostViewsIsTheLaunchBitwise) {
 // loop and to the GPU's Newton solve; one batch row fewer, a fixed K, or allow_sequential = false
 // keep Newton.
 TEST(CudaBackend, AutoRuleIsTheSequentialSolveFromItsThresholdOn) {
-  for (const std::string name : {"gru", "slstm"}) {
-    SCOPED_TRACE(name);
+  for (const std::string& label : testing::kPerChannelCellLabels) {
+    SCOPED_TRACE(label);
     const std::int64_t d_h = 4;
-    const std::int64_t min_chains = cuda_sequential_min_chains(Cell::initialise({.cell = name, .d_in = 3, .d_h = d_h}, DType::f32, 1));
+    CellOptions options = testing::label_options(label);
+    options.d_in = 3;
+    options.d_h = d_h;
+    const std::int64_t min_chains = cuda_sequential_min_chains(Cell::initialise(options, DType::f32, 1));
     ASSERT_LT(min_chains, std::int64_t{1} << 20) << "the rule covers every per-channel cell";
     const std::int64_t rows = (min_chains + d_h - 1) / d_h;
-    const GeneratedProblem p{.cell = name, .dtype = DType::f32, .batch = rows, .time = 16, .d_in = 3, .d_h = d_h,
-                             .seed = 41};
+    const std::string name = options.cell;
+    const GeneratedProblem p{.cell = name, .gate_mix = options.gate_mix, .dtype = DType::f32, .batch = rows,
+                             .time = 16, .d_in = 3, .d_h = d_h, .seed = 41};
     const Cell cell = p.make_cell();
     const Tensor x = p.make_input();
     NewtonStats at, newton, fixed, below;

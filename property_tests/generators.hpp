@@ -313,7 +313,7 @@ inline CellOptions dense_variant_options(const DenseVariant& v, std::int64_t d_i
 }
 
 // Every per-channel cell and variant the properties run over.
-#define PARARNN_CELL_LABEL(kind, Math, label) label,
+#define PARARNN_CELL_LABEL(kind, Math, label, min_chains) label,
 inline const std::vector<std::string> kPerChannelCellLabels = {PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_LABEL)};
 #undef PARARNN_CELL_LABEL
 

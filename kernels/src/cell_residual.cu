@@ -101,7 +101,7 @@ template std::size_t cell_residual_workspace_bytes<double>();
 #define PARARNN_INSTANTIATE_CELL_RESIDUAL(CELL, STORAGE)                                     \
   template cudaError_t launch_cell_residual<CELL, STORAGE>(const CellResidualArgs<STORAGE>&, \
                                                            void*, std::size_t, cudaStream_t);
-#define PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL(kind, Math, label) \
+#define PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL(kind, Math, label, min_chains) \
   PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::Math, float) PARARNN_INSTANTIATE_CELL_RESIDUAL(cells::Math, double)
 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL)
 #undef PARARNN_INSTANTIATE_CELL_RESIDUAL_CELL

@@ -152,7 +152,7 @@ cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStre
   template cudaError_t launch_cell_adjoint_jacobian<CELL, double>(const CellAdjointJacobianArgs<double>&, cudaStream_t); \
   template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);                       \
   template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);
-#define PARARNN_INSTANTIATE_CELL_VJP_CELL(kind, Math, label) PARARNN_INSTANTIATE_CELL_VJP(cells::Math)
+#define PARARNN_INSTANTIATE_CELL_VJP_CELL(kind, Math, label, min_chains) PARARNN_INSTANTIATE_CELL_VJP(cells::Math)
 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_VJP_CELL)
 #undef PARARNN_INSTANTIATE_CELL_VJP_CELL
 #undef PARARNN_INSTANTIATE_CELL_VJP

@@ -67,7 +67,7 @@ std::int64_t newton_step_chunk() {
   template std::int64_t newton_step_chunk<CELL, T>();                                                       \
   template std::size_t newton_step_workspace_bytes<CELL, T>(std::int64_t, std::int64_t, std::int64_t); \
   template cudaError_t launch_newton_step<CELL, T>(const NewtonStepArgs<T>&, void*, std::size_t, cudaStream_t);
-#define PARARNN_INSTANTIATE_NEWTON_STEP_CELL(kind, Math, label) \
+#define PARARNN_INSTANTIATE_NEWTON_STEP_CELL(kind, Math, label, min_chains) \
   PARARNN_INSTANTIATE_NEWTON_STEP(cells::Math, float) PARARNN_INSTANTIATE_NEWTON_STEP(cells::Math, double)
 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_NEWTON_STEP_CELL)
 #undef PARARNN_INSTANTIATE_NEWTON_STEP_CELL

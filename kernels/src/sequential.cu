@@ -28,7 +28,7 @@ cudaError_t launch_sequential_apply(const SequentialArgs<StorageT>& a, cudaStrea
 #define PARARNN_INSTANTIATE_SEQUENTIAL(CELL, STORAGE)              \
   template cudaError_t launch_sequential_apply<CELL, STORAGE>(     \
       const SequentialArgs<STORAGE>&, cudaStream_t);
-#define PARARNN_INSTANTIATE_SEQUENTIAL_ALL(kind, Math, label) \
+#define PARARNN_INSTANTIATE_SEQUENTIAL_ALL(kind, Math, label, min_chains) \
   PARARNN_INSTANTIATE_SEQUENTIAL(cells::Math, float)         \
   PARARNN_INSTANTIATE_SEQUENTIAL(cells::Math, double)        \
   PARARNN_INSTANTIATE_SEQUENTIAL(cells::Math, __half)        \

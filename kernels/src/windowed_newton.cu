@@ -54,7 +54,7 @@ cudaError_t launch_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t 
   return cudaErrorInvalidValue;
 }
 
-#define PARARNN_INSTANTIATE_WINDOWED(kind, Math, label)                                                      \
+#define PARARNN_INSTANTIATE_WINDOWED(kind, Math, label, min_chains)                                                      \
   template std::int64_t windowed_newton_max_window<cells::Math, float>();                                    \
   template std::int64_t windowed_newton_max_window<cells::Math, double>();                                   \
   template cudaError_t launch_windowed_newton<cells::Math, float>(const WindowedNewtonArgs<float>&, cudaStream_t); \

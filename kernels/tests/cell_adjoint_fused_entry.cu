@@ -27,7 +27,7 @@ std::int64_t fused_adjoint_chunk() {
 #define PARARNN_FUSED_ADJOINT_ENTRY(CELL, T, V)                                                                   \
   template cudaError_t run_fused_adjoint<CELL, T, V>(const detail::FusedAdjointArgs<T>&, void*, std::size_t); \
   template std::size_t fused_adjoint_workspace_bytes<CELL, T, V>(std::int64_t, std::int64_t, std::int64_t);
-#define PARARNN_FUSED_ADJOINT_CELL(kind, Math, label)       \
+#define PARARNN_FUSED_ADJOINT_CELL(kind, Math, label, min_chains)       \
   PARARNN_FUSED_ADJOINT_ENTRY(cells::Math, float, 1)         \
   PARARNN_FUSED_ADJOINT_ENTRY(cells::Math, double, 1)        \
   template std::int64_t fused_adjoint_chunk<cells::Math>();

@@ -53,7 +53,7 @@ struct CellCaseName {
   static std::string GetName(int) {
     using M = typename Case::CellMath;
     std::string cell;
-#define PARARNN_CELL_CASE_NAME(kind, Math, label) \
+#define PARARNN_CELL_CASE_NAME(kind, Math, label, min_chains) \
   if (std::is_same_v<M, cells::Math>) cell = #kind;
     PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_CASE_NAME)
 #undef PARARNN_CELL_CASE_NAME
@@ -66,7 +66,7 @@ struct CellCaseName {
 };
 
 // Every per-channel cell of the list, in both compute types.
-#define PARARNN_CELL_CASES(kind, Math, label) , CellCase<cells::Math, float>, CellCase<cells::Math, double>
+#define PARARNN_CELL_CASES(kind, Math, label, min_chains) , CellCase<cells::Math, float>, CellCase<cells::Math, double>
 template <class... Cases>
 struct DropFirst;
 template <class First, class... Rest>
@@ -79,7 +79,7 @@ using CellCases =
 
 // Every per-channel cell in every storage dtype (kernels whose output is the storage dtype: the
 // sequential unroll rounds the state to f16 / bf16 every step, with f32 arithmetic).
-#define PARARNN_STORAGE_CELL_CASES(kind, Math, label)                                              \
+#define PARARNN_STORAGE_CELL_CASES(kind, Math, label, min_chains)                                              \
   , CellCase<cells::Math, float>, CellCase<cells::Math, double>, CellCase<cells::Math, __half>, \
       CellCase<cells::Math, __nv_bfloat16>
 using StorageCellCases =

@@ -117,8 +117,7 @@ class CudaDenseFamily {
         a, residual_ws_.get(), residual_ws_.bytes(), kStream)));
     if (!reduce) return 0.0;
     ComputeT max_abs = 0;
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, max_abs_.get(), sizeof(ComputeT), cudaMemcpyDeviceToHost, kStream));
-    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    copy_to_host(&max_abs, max_abs_.get(), sizeof(ComputeT));
     return static_cast<double>(max_abs);
   }
 
@@ -186,8 +185,7 @@ Tensor chain_major_to_trajectory(const Cell& cell, const Layout& L, const Device
   const std::int64_t chains = L.batch * per_row, state_row = cell.slots() * L.d_h;
   std::vector<ComputeT> chain_major(static_cast<std::size_t>(chains * L.time * n));
   if (!chain_major.empty())
-    PARARNN_CUDA_CHECK(cudaMemcpy(chain_major.data(), H.get(), chain_major.size() * sizeof(ComputeT),
-                                  cudaMemcpyDeviceToHost));
+    copy_to_host(chain_major.data(), H.get(), chain_major.size() * sizeof(ComputeT));
   Tensor trajectory(compute_dtype(cell.dtype()), cell.trajectory_shape(L.batch, L.time));
   auto* dst = trajectory.data_as<ComputeT>();
   for (std::int64_t chain = 0; chain < chains; ++chain) {
@@ -281,12 +279,12 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   for (const auto& [name, values] : cell.dense_chain_parameter_gradients(sums, P))
     out.parameters.emplace(name, gradient_tensor(cell, cell.parameter(name).shape(), values));
 
-  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
-  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
-  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
   Tensor dx_host(compute, {L.batch, T, L.d_in});
   if (dx_host.nbytes() > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+    copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
   out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, inputs.h0_count()));
   return out;
@@ -322,7 +320,7 @@ NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, c
       if (!config.recompute) {  // H* chain-major in the compute type, as the CPU saves it
         Tensor saved(cuda::compute_dtype(cell.dtype()), {inputs.state_elems()});
         if (saved.nbytes() > 0)
-          PARARNN_CUDA_CHECK(cudaMemcpy(saved.data(), H.get(), saved.nbytes(), cudaMemcpyDeviceToHost));
+          cuda::copy_to_host(saved.data(), H.get(), saved.nbytes());
         forward.saved_trajectory = saved_on_host(std::move(saved));
       }
     });

@@ -101,12 +101,12 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
                                           .time = L.time, .heads = heads, .d = d};
   PARARNN_CUDA_CHECK(kernels::launch_rwkv7_vjp<ComputeT>(v, cuda::kStream));
   NewtonGradients out;
-  const Tensor x_compute = Tensor::converted(cuda::host_copy(x, "x"), compute);
-  const cuda::DeviceBuffer xc = cuda::upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
-  const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  cuda::DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(cuda::on_device_as(x, compute, x_holder, "x (compute type)"));
+  const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
   Tensor dx_host(compute, {L.batch, L.time, L.d_in});
   if (dx_host.nbytes() > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+    cuda::copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
   out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
   if (options.h0)
     out.h0 = gradient_tensor(cell, options.h0->shape(),

@@ -14,11 +14,6 @@
 
 namespace pararnn::detail::cuda {
 
-void require_available(const char* who) {
-  std::string why;
-  if (!cuda_backend_available(&why)) throw UnsupportedPath(fmt::format("{}: {}", who, why));
-}
-
 // W_x x + b on the device, [b][t][gate_width(cell)] in the compute type: the bias row, then one
 // GEMM per affine block onto its columns (first_gate times the block width, as cpu/input_affine.hpp's
 // input_affine places them on the CPU).
@@ -48,11 +43,16 @@ DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const La
   return wx;
 }
 
-// h0 on the device in the compute type (empty without h0).
+// h0 on the device in the compute type (empty without h0): a copy of its own (callers keep it
+// beyond the view's life), converted on the device.
 DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
   if (!options.h0) return {};
-  const Tensor h0 = Tensor::converted(host_copy(*options.h0, "h0"), compute);
-  return upload_new(h0.data(), h0.nbytes(), "h0");
+  DeviceBuffer converted;
+  const void* h0 = on_device_as(*options.h0, compute, converted, "h0");
+  if (converted.get() == h0) return converted;
+  DeviceBuffer copy(checked_bytes(options.h0->numel(), dtype_size(compute), "h0"), "h0");
+  if (copy.bytes() > 0) PARARNN_CUDA_CHECK(cudaMemcpyAsync(copy.get(), h0, copy.bytes(), cudaMemcpyDeviceToDevice, kStream));
+  return copy;
 }
 
 template <class T>

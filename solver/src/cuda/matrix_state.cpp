@@ -98,8 +98,7 @@ class M2rnnDeviceSolve {
     PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<ComputeT>(a, ws_.get(), ws_.bytes(), kStream));
     if (!reduce) return 0.0;
     ComputeT max_abs = 0;
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(&max_abs, max_abs_.get(), sizeof(ComputeT), cudaMemcpyDeviceToHost, kStream));
-    PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+    copy_to_host(&max_abs, max_abs_.get(), sizeof(ComputeT));
     return static_cast<double>(max_abs);
   }
 
@@ -171,12 +170,12 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   NewtonGradients out;
   out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(),
                                               cuda::sum_rows_on_device(partials.as<double>(), L.batch * chunks, VV, "∇W")));
-  const Tensor x_compute = Tensor::converted(host_copy(x, "x"), compute);
-  const DeviceBuffer xc = upload_new(x_compute.data(), x_compute.nbytes(), "x (compute type)");
-  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc.as<ComputeT>(), d_wx.as<ComputeT>(), out);
+  DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
   Tensor dx_host(compute, {L.batch, L.time, L.d_in});
   if (dx_host.nbytes() > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(dx_host.data(), dx.get(), dx_host.nbytes(), cudaMemcpyDeviceToHost));
+    copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
   out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, L.batch * KV));
   return out;

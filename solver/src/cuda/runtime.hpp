@@ -125,6 +125,12 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// The only host<->device copies of the backend: each adds its bytes to the process's transfer
+// counters (solver.hpp's cuda_transfer_bytes). copy_to_host waits for the copy (and so for
+// everything queued before it on kStream); copy_to_device is ordered on kStream.
+void copy_to_host(void* dst, const void* src, std::size_t bytes);
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+
 // count · element_bytes, or Error naming `what` when it overflows (or count < 0).
 std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what);
 void upload(DeviceBuffer& dst, const void* src, std::size_t bytes);
@@ -137,6 +143,11 @@ Tensor host_copy(const TensorView& view, const char* what);
 // `view` contiguous on the device in its dtype: one transfer (host) or one gather (a strided
 // device view) into `holder`; a contiguous device view is used in place.
 const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, const char* what);
+// `view` contiguous on the device in `dtype`: contiguous_on_device in its own dtype (a host view
+// crosses in its storage bytes), then, for another dtype, one converting store on the device
+// (kernels/strided_copy.hpp: widening is exact, f64 -> f32 rounds to nearest) into `holder`.
+// A device view never goes through the host. Example: x (bf16, any strides) in f32 for a GEMM.
+const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& holder, const char* what);
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options);
 // A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
@@ -227,8 +238,9 @@ struct DeviceAffine {
 // The gate pre-activations into `wx` (`rows` = B·T rows of `width` = G·d_h, compute type):
 // `bias_row` (width values, compute type) in every row, plus every block's W x, by cuBLAS with f64
 // arithmetic for f64 and f32 accumulation otherwise (f16/bf16 inputs multiply exactly in f32).
-// `x` is contiguous (rows × d_in) in the storage dtype. f32 (every column in a block, not during
-// a graph capture): one cuBLASLt GEMM per block with the bias in its epilogue (wx written once);
+// `x` is contiguous (rows × d_in) in the storage dtype. f32, f16 and bf16 (every column in a
+// block, not during a graph capture): one cuBLASLt GEMM per block, the storage dtype read as it is
+// (tensor cores with f32 accumulation for f16/bf16), the bias in its epilogue (wx written once);
 // otherwise the bias rows are copied in and the GEMMs accumulate onto them.
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
                   const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
@@ -251,12 +263,17 @@ void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem,
 // Waits for the device work queued by the functions above.
 void synchronize();
 
+// UnsupportedPath naming `who` unless the CUDA backend can run; require_device_index also
+// ContractViolation unless `device` names one of the CUDA devices.
+void require_available(const char* who);
+void require_device_index(int device, const char* who);
+
 // The device inputs the dense, matrix-state and exact linear families share (family_inputs.cpp):
 // UnsupportedPath naming `who` unless the CUDA backend can run; W_x x + b on the device,
 // [b][t][gate_width(cell)] in the compute type (the bias row, then one GEMM per affine block
 // onto its columns, as cpu/input_affine.hpp places them); h0 in the compute type (empty
 // without h0).
-void require_available(const char* who);
+
 DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L);
 DeviceBuffer device_h0(const ApplyOptions& options, DType compute);
 
@@ -293,7 +310,7 @@ template <class T>
 std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
   std::vector<T> out(static_cast<std::size_t>(count));
   if (count > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(out.data(), buffer.get(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    copy_to_host(out.data(), buffer.get(), out.size() * sizeof(T));
   return out;
 }
 
@@ -351,7 +368,7 @@ std::int64_t sequential_fallback_units(const DeviceBuffer& F, std::int64_t count
                                        CopyUnit&& copy_unit) {
   std::vector<ComputeT> host(static_cast<std::size_t>(count));
   if (count > 0)
-    PARARNN_CUDA_CHECK(cudaMemcpy(host.data(), F.get(), host.size() * sizeof(ComputeT), cudaMemcpyDeviceToHost));
+    copy_to_host(host.data(), F.get(), host.size() * sizeof(ComputeT));
   std::vector<double> unit_max(static_cast<std::size_t>(units), 0.0);
   for (std::int64_t i = 0; i < count; ++i) {
     double& m = unit_max[static_cast<std::size_t>(unit_of(i))];

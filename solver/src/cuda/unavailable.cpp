@@ -11,6 +11,8 @@ std::int64_t cuda_sequential_min_chains(const Cell&, int) {
   throw UnsupportedPath("cuda_sequential_min_chains: the CUDA backend is not in this build");
 }
 
+CudaTransferBytes cuda_transfer_bytes() { return {}; }
+
 void cuda_release_cached_memory(int) {
   throw UnsupportedPath("cuda_release_cached_memory: the CUDA backend is not in this build");
 }

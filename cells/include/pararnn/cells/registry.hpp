@@ -42,7 +42,7 @@ bool has_single_mix(std::string_view name);
 template <class F>
 decltype(auto) dispatch_cell(CellKind kind, F&& f) {
   switch (kind) {
-#define PARARNN_DISPATCH_CELL(kind_name, Math, label) \
+#define PARARNN_DISPATCH_CELL(kind_name, Math, label, min_chains) \
   case CellKind::kind_name: return f.template operator()<cells::Math>();
     PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_DISPATCH_CELL)
 #undef PARARNN_DISPATCH_CELL

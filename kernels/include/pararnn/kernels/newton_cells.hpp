@@ -9,7 +9,7 @@
 
 namespace pararnn::kernels {
 
-#define PARARNN_IS_LISTED_CELL(kind, Math, label) || std::is_same_v<CellMath, cells::Math>
+#define PARARNN_IS_LISTED_CELL(kind, Math, label, min_chains) || std::is_same_v<CellMath, cells::Math>
 template <class CellMath>
 inline constexpr bool kHasNewtonKernels = false PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_IS_LISTED_CELL);
 #undef PARARNN_IS_LISTED_CELL

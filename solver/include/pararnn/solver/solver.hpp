@@ -73,6 +73,16 @@ void cuda_release_cached_memory(int device = 0);
 // has not used); the same errors.
 std::size_t cuda_cached_memory(int device = 0);
 
+// The bytes the CUDA backend has moved between host and device since the process started
+// (every host<->device copy of this backend is counted, in both directions, on every device): a
+// solve or training step on device tensors moves O(parameters + B·d_h) bytes (weights, per-channel
+// values, h0, the per-iteration residual maxima and the parameter gradients), never
+// O(B·T·d_h), in every dtype. Zeros without the CUDA backend in the build.
+struct CudaTransferBytes {
+  std::uint64_t to_device = 0, to_host = 0;
+};
+CudaTransferBytes cuda_transfer_bytes();
+
 // Checks cu_seqlens against CONTRACT §6 for a packed length `total_length` and returns the
 // segment starts; throws ContractViolation naming the rule and value.
 std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,

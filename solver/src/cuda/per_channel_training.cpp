@@ -1,0 +1,284 @@
+// Training on the device for the per-channel cells (training.hpp's contract): the forward is
+// newton_apply's solve (the auto rule included; a solve repeats bit for bit, so recompute's
+// re-solve in the backward is exactly the forward's H*), H* and W_x x kept on the device for the
+// backward; the backward is the implicit adjoint: J at H* and a reverse scan in f64 plus a
+// per-element VJP, then the input affines' gradients by cuBLAS.
+#include "cuda/per_channel.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <utility>
+
+#include "pararnn/kernels/cell_vjp.hpp"
+#include "pararnn/kernels/scan.hpp"
+#include "pararnn/kernels/time_gate.hpp"
+
+namespace pararnn::detail {
+namespace cuda {
+namespace {
+
+// The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
+// its reverse walk replaced by a parallel reverse scan), in double, every input read in the
+// compute type and widened in registers (kernels/cell_vjp.hpp): J at H* and the seed μ = grad_H
+// (rounded to the compute type first, on the device, as the CPU backend rounds it) in one pass, μ by the reverse
+// scan, the per-element VJP (d_wx, ∇h0 at heads, recurrent partial sums); then Σ over batch rows
+// in double, and the input affines' gradients by cuBLAS in the compute type, one GEMM per batch
+// row as the CPU does. ∇x is written straight into grad_x when that is a contiguous compute-type
+// view on the device.
+template <class CellMath, class ComputeT>
+NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const DeviceProblem& p,
+                                 const ComputeT* H, const TensorView& x, const TensorView& grad_H,
+                                 const ApplyOptions& options, const TensorView* grad_x) {
+  constexpr int S = CellMath::kSlots, G = CellMath::kGates, R = CellMath::kRecurrent;
+  const DType compute = compute_dtype(cell.dtype());
+  const std::int64_t B = L.batch, T = L.time, D = L.d_h, n = B * T * S * D;
+  const std::int64_t width = G * D, rows_bt = B * T;
+  const std::int64_t h0_rows = options.h0 ? options.h0->size(0) : 0;
+  if (grad_H.numel() != n)
+    throw Error(fmt::format("CUDA backward: grad_H holds {} elements, the trajectory {}", grad_H.numel(), n));
+  DeviceBuffer grad_H_holder;
+  const auto* g = static_cast<const ComputeT*>(
+      on_device_as(grad_H, compute, grad_H_holder, "grad_H (compute type)"));
+
+  // J at H* and the seed, then μ by the reverse scan (in place).
+  DeviceBuffer J(checked_bytes(n * S, sizeof(double), "J (f64)"), "J (f64)");
+  DeviceBuffer mu(checked_bytes(n, sizeof(double), "the adjoint μ"), "the adjoint μ");
+  const kernels::CellAdjointJacobianArgs<ComputeT> j{
+      .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
+      .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H, .grad_H = g,
+      .jac = J.as<double>(), .mu = mu.as<double>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT>(j, kStream)));
+  // The single-pass scan (its association is fixed: the gradients repeat bit for bit). At S1 the
+  // three launches take 5.28 ms with it against 5.56 with the three-phase scan, the same d_wx
+  // bit for bit and recurrent sums within 1.2e-13 (H200, pararnn_bench_shapes --only backward).
+  const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
+                                       .batch = B, .time = T, .channels = D, .reverse = true,
+                                       .tiling = {.algorithm = kernels::ScanAlgorithm::single_pass}};
+  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D, scan.tiling),
+                       "the adjoint scan's workspace");
+  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), kStream)));
+
+  // The per-element VJP.
+  const std::int64_t chunks = kernels::vjp_partial_chunks(T);
+  DeviceBuffer d_wx(checked_bytes(rows_bt * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  DeviceBuffer partials(checked_bytes(B * chunks * R * D, sizeof(double), "recurrent partials"),
+                        "recurrent partials");
+  DeviceBuffer d_h0;
+  if (options.h0) {
+    d_h0 = DeviceBuffer(checked_bytes(h0_rows * S * D, sizeof(double), "∇h0"), "∇h0");
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
+  }
+  const kernels::CellVjpArgs<ComputeT> v{
+      .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
+      .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H,
+      .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
+      .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, kStream)));
+  J = DeviceBuffer();  // J and μ are not read again: back to the pool before the GEMMs' buffers
+  mu = DeviceBuffer();
+
+  NewtonGradients out;
+  // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
+  out.parameters = recurrent_gradients(cell, sum_rows_on_device(partials.as<double>(), B * chunks, R * D,
+                                                                  "recurrent gradients"));
+
+  // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
+  // when it is a contiguous compute-type device view: no copy).
+  DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
+  const bool in_place = grad_x && grad_x->device() == Device::cuda && grad_x->is_contiguous() &&
+                        grad_x->dtype() == compute;
+  DeviceBuffer dx_holder;
+  if (!in_place) dx_holder = DeviceBuffer(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
+  auto* dx = in_place ? static_cast<ComputeT*>(grad_x->data()) : dx_holder.as<ComputeT>();
+  input_affine_backward_into<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), dx, out);
+  if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
+    const kernels::TimeGateBackwardArgs<ComputeT> a{
+        .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx, .rows = rows_bt,
+        .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
+    PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
+  }
+  if (grad_x) {
+    store_into(dx, compute, *grad_x, "grad_x");  // nothing to do in place
+  } else {
+    Tensor dx_host(compute, {B, T, L.d_in});
+    if (dx_host.nbytes() > 0)
+      copy_to_host(dx_host.data(), dx, dx_host.nbytes());
+    out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  }
+  if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, h0_rows * S * D));
+  return out;
+}
+
+}  // namespace
+}  // namespace cuda
+
+namespace cuda {
+namespace {
+
+// H* kept on the device of the forward's solve, in the compute type, and the forward's W_x x
+// beside it, so that the backward runs no second input GEMM (training.hpp).
+class SavedOnDevice final : public SavedTrajectory {
+ public:
+  SavedOnDevice(DeviceBuffer H, std::shared_ptr<const DeviceBuffer> wx, int device, DType compute, Shape shape)
+      : H_(std::move(H)), wx_(std::move(wx)), device_(device), compute_(compute), shape_(std::move(shape)) {}
+  std::size_t bytes() const override { return H_.bytes() + (wx_ ? wx_->bytes() : 0); }
+  Tensor host() const override {
+    DeviceGuard guard(device_);
+    Tensor out(compute_, shape_);
+    if (out.nbytes() > 0)
+      copy_to_host(out.data(), H_.get(), out.nbytes());
+    return out;
+  }
+  // H* on the current device: in place when it is the forward's, else a peer copy in `holder`.
+  const void* on_current_device(DeviceBuffer& holder) const {
+    int current = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+    if (current == device_) return H_.get();
+    holder = DeviceBuffer(H_.bytes(), "H* (peer copy)");
+    PARARNN_CUDA_CHECK(cudaMemcpyPeer(holder.get(), current, H_.get(), device_, H_.bytes()));
+    return holder.get();
+  }
+  // The forward's W_x x where the current device is the forward's; null elsewhere (the backward
+  // there computes it again).
+  std::shared_ptr<const DeviceBuffer> wx_on_current_device() const {
+    int current = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+    return current == device_ ? wx_ : nullptr;
+  }
+  DType compute() const { return compute_; }
+  std::int64_t numel() const { return shape_numel(shape_); }
+
+ private:
+  DeviceBuffer H_;
+  std::shared_ptr<const DeviceBuffer> wx_;
+  int device_;
+  DType compute_;
+  Shape shape_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+// Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
+// repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
+namespace {
+
+// The forward's solve; H returned as a new host tensor (out null) or stored into *out.
+NewtonForward forward_on_device(const Cell& cell, const TensorView& x, const TensorView* out,
+                                const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
+  cuda::require_available("newton_forward on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "H_out");
+  const cuda::DeviceInputs inputs(cell, x, options, layout);
+  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  NewtonForward forward;
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, forward.stats);
+  const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
+  if (out)
+    cuda::store_into(H.get(), inputs.compute(), *out, "H_out");
+  else
+    forward.H = cuda::download_trajectory(H, inputs.compute(), cell, shape);
+  if (!config.recompute) {
+    int device = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+    forward.saved_trajectory =
+        std::make_shared<const cuda::SavedOnDevice>(std::move(H), inputs.shared_wx(), device, inputs.compute(), shape);
+  }
+  return forward;
+}
+
+NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                   const TensorView& grad_H, const TensorView* grad_x,
+                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout);
+
+}  // namespace
+
+NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                  const ApplyOptions& options, Layout layout) {
+  return forward_on_device(cell, x, nullptr, config, options, layout);
+}
+
+NewtonForward cuda_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                       const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
+  return forward_on_device(cell, x, &out, config, options, layout);
+}
+
+NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
+                                     const NewtonForward& forward, const TensorView& grad_H,
+                                     const NewtonConfig& config, const ApplyOptions& options,
+                                     Layout layout) {
+  return backward_on_device(cell, x, forward, grad_H, nullptr, config, options, layout);
+}
+
+NewtonGradients cuda_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                          const TensorView& grad_H, const TensorView& grad_x,
+                                          const NewtonConfig& config, const ApplyOptions& options,
+                                          Layout layout) {
+  return backward_on_device(cell, x, forward, grad_H, &grad_x, config, options, layout);
+}
+
+namespace {
+
+// The backward; ∇x returned as a new host tensor (grad_x null) or stored into *grad_x.
+NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                   const TensorView& grad_H, const TensorView* grad_x,
+                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::require_cuda_cell(cell.kind());
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  auto refuse = [&](DType dtype, std::int64_t count, const char* what) {
+    if (dtype != compute || count != n)
+      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                              fmt::format("{} of {} {} values", what, count, dtype_name(dtype)));
+  };
+  // A forward of this backend on this device lends its W_x x too (no second input GEMM).
+  const auto* on_device = dynamic_cast<const cuda::SavedOnDevice*>(forward.saved_trajectory.get());
+  std::shared_ptr<const cuda::DeviceBuffer> saved_wx;
+  if (on_device) {
+    refuse(on_device->compute(), on_device->numel(), "a saved trajectory");
+    saved_wx = on_device->wx_on_current_device();
+    const std::size_t wx_bytes =
+        static_cast<std::size_t>(layout.batch * layout.time * cell.spec().gates * layout.d_h) * dtype_size(compute);
+    if (saved_wx && saved_wx->bytes() != wx_bytes)
+      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                              fmt::format("a saved W_x x of {} bytes where this cell and x give {}",
+                                          saved_wx->bytes(), wx_bytes));
+  }
+  const cuda::DeviceInputs inputs(cell, x, options, layout, std::move(saved_wx));
+  cuda::DeviceBuffer H;  // H* unless the forward's device copy is read in place
+  const void* H_star = nullptr;
+  if (on_device) {
+    H_star = on_device->on_current_device(H);
+  } else if (forward.saved_trajectory) {  // held on the host (a forward of the CPU backend)
+    const Tensor saved = forward.saved_trajectory->host();
+    refuse(saved.dtype(), saved.numel(), "a saved trajectory");
+    H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
+    H_star = H.get();
+  } else {  // recompute: the forward's solve again (it repeats: the same bits)
+    H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(compute), "H*"), "H*");
+    cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
+    NewtonStats stats;
+    cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
+    H_star = H.get();
+  }
+  return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
+    return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+      return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(),
+                                                        static_cast<const ComputeT*>(H_star), x, grad_H, options,
+                                                        grad_x);
+    });
+  });
+}
+
+}  // namespace
+
+}  // namespace pararnn::detail

@@ -1,0 +1,409 @@
+// The CUDA backend's runtime (runtime.hpp): checked calls, the cuBLAS handle, transfers, device
+// buffers from the backend's memory pools and their byte counter, stores into caller views. Every
+// other file of cuda/ builds on it.
+#include "cuda/runtime.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <source_location>
+#include <utility>
+
+#include "pararnn/kernels/strided_copy.hpp"
+
+namespace pararnn::detail {
+namespace cuda {
+namespace {
+
+std::string where(const std::source_location& at) {
+  std::string_view file = at.file_name();
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  return fmt::format("{}:{} ({})", file, at.line(), at.function_name());
+}
+
+}  // namespace
+
+void check_cuda(cudaError_t e, const char* call, std::source_location at) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error so that later calls are not blamed
+  throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cudaGetErrorName(e),
+                          cudaGetErrorString(e), where(at)));
+}
+
+void check_cublas(cublasStatus_t s, const char* call, std::source_location at) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(fmt::format("CUDA backend: {} failed: {} ({}) at {}", call, cublasGetStatusName(s),
+                          cublasGetStatusString(s), where(at)));
+}
+
+// One cuBLAS handle per (thread, device), created at first use (never during static
+// initialisation) and deliberately never destroyed: cublasDestroy at thread or process exit can
+// run after the CUDA runtime has shut down.
+cublasHandle_t cublas_handle() {
+  int device = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t handle = nullptr;
+    PARARNN_CUBLAS_CHECK(cublasCreate(&handle));
+    it = handles.emplace(device, handle).first;
+  }
+  PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, kStream));
+  return it->second;
+}
+
+std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what) {
+  if (count < 0 || static_cast<std::uint64_t>(count) >
+                       std::numeric_limits<std::size_t>::max() / std::max<std::size_t>(element_bytes, 1))
+    throw Error(fmt::format("CUDA backend: {} of {} elements is too large", what, count));
+  return static_cast<std::size_t>(count) * element_bytes;
+}
+
+namespace {
+std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0};
+}  // namespace
+
+void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  copy_to_host(dst, src, bytes);
+  bytes_to_host.fetch_add(bytes);
+}
+
+void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  PARARNN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  bytes_to_device.fetch_add(bytes);
+}
+
+void upload(DeviceBuffer& dst, const void* src, std::size_t bytes) { copy_to_device(dst.get(), src, bytes); }
+
+DeviceBuffer upload_new(const void* src, std::size_t bytes, const char* what, Allocation how) {
+  DeviceBuffer dst(bytes, what, how);
+  upload(dst, src, bytes);
+  return dst;
+}
+
+// A contiguous copy on the device of a device view of any strides (one gather kernel).
+DeviceBuffer gather_contiguous(const TensorView& view, const char* what) {
+  if (view.dim() > kernels::kStridedCopyMaxRank)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} has {} dimensions; at most {} are gathered",
+                                      what, view.dim(), kernels::kStridedCopyMaxRank));
+  const std::size_t element = dtype_size(view.dtype());
+  DeviceBuffer out(checked_bytes(view.numel(), element, what), what);
+  kernels::StridedCopyArgs args{.src = view.data(), .dst = out.get(),
+                                .rank = static_cast<int>(view.dim()),
+                                .element_bytes = static_cast<int>(element)};
+  for (std::int64_t d = 0; d < view.dim(); ++d) {
+    args.shape[static_cast<std::size_t>(d)] = view.shape()[static_cast<std::size_t>(d)];
+    args.strides[static_cast<std::size_t>(d)] = view.strides()[static_cast<std::size_t>(d)];
+  }
+  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, kStream));
+  return out;
+}
+
+// A contiguous host copy of a view on either side.
+Tensor host_copy(const TensorView& view, const char* what) {
+  if (view.device() == Device::cpu) return Tensor::copy_of(view);
+  Tensor out(view.dtype(), view.shape());
+  const DeviceBuffer contiguous = gather_contiguous(view, what);
+  if (out.nbytes() > 0)
+    copy_to_host(out.data(), contiguous.get(), out.nbytes());
+  return out;
+}
+
+const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, const char* what) {
+  if (view.device() == Device::cpu) {
+    const Tensor host = view.is_contiguous() ? Tensor() : Tensor::copy_of(view);
+    const void* src = host.defined() ? host.data() : view.data();
+    holder = upload_new(src, checked_bytes(view.numel(), dtype_size(view.dtype()), what), what);
+    return holder.get();
+  }
+  if (view.is_contiguous()) return view.data();
+  holder = gather_contiguous(view, what);
+  return holder.get();
+}
+
+namespace {
+kernels::StoreType store_type(DType d) {
+  switch (d) {
+    case DType::f64: return kernels::StoreType::f64;
+    case DType::f32: return kernels::StoreType::f32;
+    case DType::f16: return kernels::StoreType::f16;
+    case DType::bf16: return kernels::StoreType::bf16;
+    default: break;
+  }
+  throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(d));
+}
+}  // namespace
+
+const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& holder, const char* what) {
+  if (view.dtype() == dtype) return contiguous_on_device(view, holder, what);
+  DeviceBuffer own;
+  const void* src = contiguous_on_device(view, own, what);
+  holder = DeviceBuffer(checked_bytes(view.numel(), dtype_size(dtype), what), what);
+  if (view.numel() == 0) return holder.get();
+  const kernels::StridedStoreArgs args{.src = src, .src_type = store_type(view.dtype()), .dst = holder.get(),
+                                       .dst_type = store_type(dtype), .rank = 1, .shape = {view.numel()},
+                                       .strides = {1}};
+  PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, kStream));
+  return holder.get();
+}
+
+// The device of a solve: x's, or h0's, or the current one for host inputs.
+int solve_device(const TensorView& x, const ApplyOptions& options) {
+  std::optional<int> device;
+  if (x.device() == Device::cuda) device = x.device_id();
+  if (options.h0 && options.h0->device() == Device::cuda) {
+    if (device && *device != options.h0->device_id())
+      throw UnsupportedPath(fmt::format("CUDA backend: x is on device {} and h0 on device {}; "
+                                        "pass both on one device",
+                                        *device, options.h0->device_id()));
+    device = options.h0->device_id();
+  }
+  if (device) return *device;
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  return current;
+}
+
+Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
+                           bool keep_compute) {
+  Tensor out(dtype, shape);
+  if (out.nbytes() > 0)
+    copy_to_host(out.data(), H.get(), out.nbytes());
+  return dtype == cell.dtype() || keep_compute ? out : Tensor::converted(out, cell.dtype());
+}
+
+void check_store_target(const TensorView& out, const char* what) {
+  if (out.device() != Device::cuda) return;
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  if (out.device_id() != current)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} is on device {} and the solve runs on device {}; "
+                                      "pass it on the solve's device (or on the host)",
+                                      what, out.device_id(), current));
+  if (out.dim() > kernels::kStridedCopyMaxRank)
+    throw UnsupportedPath(fmt::format("CUDA backend: {} has {} dimensions; at most {} are written on the device",
+                                      what, out.dim(), kernels::kStridedCopyMaxRank));
+}
+
+void store_into(const void* src, DType src_dtype, const TensorView& out, const char* what) {
+  check_store_target(out, what);
+  if (out.numel() == 0) return;
+  if (out.device() == Device::cpu) {
+    Tensor host(src_dtype, out.shape());
+    copy_to_host(host.data(), src, host.nbytes());
+    copy_into(out, src_dtype == out.dtype() ? host : Tensor::converted(host, out.dtype()), what);
+    return;
+  }
+  if (out.is_contiguous() && out.dtype() == src_dtype) {
+    if (out.data() != src)
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out.data(), src, checked_bytes(out.numel(), dtype_size(src_dtype), what),
+                                         cudaMemcpyDeviceToDevice, kStream));
+  } else {
+    kernels::StridedStoreArgs args{.src = src, .src_type = store_type(src_dtype), .dst = out.data(),
+                                   .dst_type = store_type(out.dtype()), .rank = static_cast<int>(out.dim())};
+    for (std::int64_t d = 0; d < out.dim(); ++d) {
+      args.shape[static_cast<std::size_t>(d)] = out.shape()[static_cast<std::size_t>(d)];
+      args.strides[static_cast<std::size_t>(d)] = out.strides()[static_cast<std::size_t>(d)];
+    }
+    PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, kStream));
+  }
+  synchronize();
+}
+
+namespace {
+
+// The DeviceBuffer byte counters (device_memory).
+std::atomic<std::size_t> live_device_bytes{0}, peak_device_bytes{0};
+
+void count_allocation(std::size_t bytes) {
+  const std::size_t now = live_device_bytes.fetch_add(bytes) + bytes;
+  std::size_t peak = peak_device_bytes.load();
+  while (now > peak && !peak_device_bytes.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+DeviceMemory device_memory() { return {.live = live_device_bytes.load(), .peak = peak_device_bytes.load()}; }
+void reset_device_peak() { peak_device_bytes.store(live_device_bytes.load()); }
+
+namespace {
+
+std::mutex pools_mutex;
+std::map<int, cudaMemPool_t> pools;  // the backend's pool of each device it has used
+
+// The backend's memory pool of `device` (created at first use, never destroyed: it outlives
+// every DeviceBuffer), keeping what is freed (release threshold: all); null where the device
+// has no memory pools (then stream-ordered buffers fall back to cudaMalloc).
+cudaMemPool_t backend_pool(int device) {
+  std::lock_guard lock(pools_mutex);
+  if (const auto it = pools.find(device); it != pools.end()) return it->second;
+  int supported = 0;
+  PARARNN_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+  cudaMemPool_t pool = nullptr;
+  if (supported != 0) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    PARARNN_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+    PARARNN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  }
+  pools.emplace(device, pool);
+  return pool;
+}
+
+// The backend's pool of `device` if it has one already (null: never used, or no pools there).
+cudaMemPool_t existing_pool(int device) {
+  std::lock_guard lock(pools_mutex);
+  const auto it = pools.find(device);
+  return it != pools.end() ? it->second : nullptr;
+}
+
+}  // namespace
+
+std::size_t cached_memory(int device) {
+  cudaMemPool_t pool = existing_pool(device);
+  if (pool == nullptr) return 0;
+  std::uint64_t reserved = 0, used = 0;
+  PARARNN_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  PARARNN_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return static_cast<std::size_t>(reserved - std::min(reserved, used));
+}
+
+void release_cached_memory(int device) {
+  cudaMemPool_t pool = existing_pool(device);
+  if (pool == nullptr) return;
+  DeviceGuard guard(device);
+  PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  PARARNN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) : bytes_(bytes), how_(how) {
+  if (bytes == 0) return;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device_));
+  cudaMemPool_t pool = how == Allocation::stream_ordered ? backend_pool(device_) : nullptr;
+  if (pool == nullptr) how_ = Allocation::synchronous;
+  auto allocate = [&] {
+    return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, kStream) : cudaMalloc(&data_, bytes);
+  };
+  cudaError_t e = allocate();
+  if (e == cudaErrorMemoryAllocation) {
+    // What the pool keeps may be what is missing (for a cudaMalloc too): return it to the
+    // device once and retry.
+    (void)cudaGetLastError();
+    release_cached_memory(device_);
+    e = allocate();
+  }
+  if (e != cudaSuccess) {
+    data_ = nullptr;
+    bytes_ = 0;
+    (void)cudaGetLastError();
+    throw Error(fmt::format("CUDA backend: {} of {} bytes for {} failed: {} ({})",
+                            pool != nullptr ? "cudaMallocFromPoolAsync" : "cudaMalloc", bytes, what,
+                            cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
+  count_allocation(bytes);
+}
+
+void DeviceBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (how_ == Allocation::stream_ordered) {
+    int current = device_;
+    (void)cudaGetDevice(&current);
+    if (current != device_) (void)cudaSetDevice(device_);
+    // Unwinding from an error: the work queued before it may still read or write the caller's
+    // memory, which the caller may free once it has caught the error. Wait for it, as the
+    // device-wide cudaFree of a synchronous buffer does.
+    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(kStream);
+    (void)cudaFreeAsync(data_, kStream);
+    if (current != device_) (void)cudaSetDevice(current);
+  } else {
+    (void)cudaFree(data_);
+  }
+  live_device_bytes.fetch_sub(bytes_);
+  data_ = nullptr;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
+      device_(other.device_), how_(other.how_) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    device_ = other.device_;
+    how_ = other.how_;
+  }
+  return *this;
+}
+
+void require_available(const char* who) {
+  std::string why;
+  if (!cuda_backend_available(&why)) throw UnsupportedPath(fmt::format("{}: {}", who, why));
+}
+
+void require_device_index(int device, const char* who) {
+  require_available(who);
+  int count = 0;
+  PARARNN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw ContractViolation("device", fmt::format("must name one of the {} CUDA devices", count),
+                            std::to_string(device));
+}
+
+void synchronize() { PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
+
+}  // namespace cuda
+
+bool cuda_backend_available(std::string* why_not) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why_not)
+      *why_not = fmt::format("no usable CUDA device (cudaGetDeviceCount: {}: {})",
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    return false;
+  }
+  if (count == 0) {
+    if (why_not) *why_not = "no CUDA device (cudaGetDeviceCount found 0)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace pararnn::detail
+
+namespace pararnn {
+
+CudaTransferBytes cuda_transfer_bytes() {
+  return {.to_device = detail::cuda::bytes_to_device.load(), .to_host = detail::cuda::bytes_to_host.load()};
+}
+
+void cuda_release_cached_memory(int device) {
+  detail::cuda::require_device_index(device, "cuda_release_cached_memory");
+  detail::cuda::release_cached_memory(device);
+}
+
+std::size_t cuda_cached_memory(int device) {
+  detail::cuda::require_device_index(device, "cuda_cached_memory");
+  return detail::cuda::cached_memory(device);
+}
+
+}  // namespace pararnn

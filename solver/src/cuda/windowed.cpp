@@ -1,0 +1,110 @@
+// The fused windowed launch of the per-channel family (cuda_windowed_newton_apply): every window
+// of chunk_len steps solved with K Newton iterations in one kernel (kernels/windowed_newton.hpp),
+// taken where its answer is the window loop's (api.cpp window_loop); std::nullopt hands the solve
+// back to that loop.
+#include "cuda/per_channel.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "pararnn/core/fault.hpp"
+#include "pararnn/kernels/windowed_newton.hpp"
+
+namespace pararnn::detail {
+
+std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                                 const ApplyOptions& options, Layout layout, const TensorView* out,
+                                                 NewtonStats& stats) {
+  const CellSpec& spec = cell.spec();
+  const DType storage = cell.dtype();
+  if (!config.chunk_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
+      config.newton_backtrack || (storage != DType::f32 && storage != DType::f64))
+    return std::nullopt;
+  // A faults build injecting into the driver's loop keeps that loop (the catalog measures it).
+  if (PARARNN_FAULT_POINT("dropped_last_update") || PARARNN_FAULT_POINT("loose_early_stop")) return std::nullopt;
+  const KResolution k = resolve_newton_iters(config, spec, storage, layout.time);
+  if (k.adaptive && resolved_residual_atol(config, storage)) return std::nullopt;
+  // The launch's bounds (kernels/windowed_newton.hpp): beyond them the window loop, which has none.
+  if (k.k > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
+  const std::int64_t window = *config.chunk_len;
+  const std::int64_t windows = (layout.time + window - 1) / window;
+  const int K = static_cast<int>(k.k);
+  cuda::require_cuda_cell(cell.kind());
+  std::optional<Tensor> result;
+  cuda::dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
+    cuda::dispatch_compute(storage, [&]<class T>() {
+      if (window > kernels::windowed_newton_max_window<CellMath, T>()) return;
+      cuda::require_available("newton_apply on the CUDA backend");
+      cuda::DeviceGuard guard(cuda::solve_device(x, options));
+      if (out) cuda::check_store_target(*out, "out");
+      const cuda::DeviceInputs inputs(cell, x, options, layout);
+      const cuda::DeviceProblem& p = inputs.problem();
+      using Bits = typename kernels::WindowedNewtonArgs<T>::Bits;
+      const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+      // The launch writes into `out` itself where it can (as cuda_newton_apply_into).
+      const bool in_place = out && out->device() == Device::cuda && out->is_contiguous() && out->dtype() == storage;
+      cuda::DeviceBuffer H;
+      if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, sizeof(T), "H"), "H");
+      T* const target = in_place ? static_cast<T*>(out->data()) : H.as<T>();
+      const std::int64_t maxima = windows * (K + 1);
+      cuda::DeviceBuffer residual(cuda::checked_bytes(maxima, sizeof(Bits), "the windows' residual maxima"),
+                                  "the windows' residual maxima");
+      PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::kStream));
+      const kernels::WindowedNewtonArgs<T> args{
+          .wx = static_cast<const T*>(p.wx), .recurrent = static_cast<const T*>(p.recurrent),
+          .h0 = static_cast<const T*>(p.h0), .H = target, .residual_max = residual.as<Bits>(),
+          .batch = layout.batch, .time = layout.time, .channels = layout.d_h, .window = window,
+          .iterations = K, .omega = static_cast<T>(config.omega)};
+      PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::kStream)));
+      std::vector<Bits> bits(static_cast<std::size_t>(maxima));
+      cuda::copy_to_host(bits.data(), residual.get(), residual.bytes());
+      cuda::synchronize();
+      // The driver's fixed-K loop per window (newton/driver.hpp): evaluation k is followed by an
+      // update unless it is non-finite or below the early-stop threshold. Where either may have
+      // happened the kernel's K updates are not that loop's answer: the caller runs the window loop.
+      const std::optional<double> stop = resolved_residual_atol(config, storage);
+      NewtonStats s;
+      s.k = k;
+      // The window loop pins the table's K per window with a one-entry newton_iters_by_t
+      // (api.cpp window_config), so its stats name that source.
+      if (!config.max_iters) s.k.source = "newton_iters_by_t";
+      s.scan_backend = "cuda";
+      s.strategy = "fused_windowed";
+      s.iters = s.updates = K;
+      // The final residual is the worst window's; a NaN in any window stays a NaN.
+      double worst = 0.0;
+      bool nan = false;
+      for (std::int64_t w = 0; w < windows; ++w) {
+        for (int e = 0; e <= K; ++e) {
+          const double v = static_cast<double>(std::bit_cast<T>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
+          if (e < K) {
+            // A factor of 2 above the threshold as a band: the kernel's residual and the loop's
+            // differ by rounding (a few ulps of the state), so near the threshold the loop decides.
+            if (!std::isfinite(v) || (stop && v < 2.0 * *stop)) return;
+            s.residual_history.push_back(v);
+          } else if (std::isnan(v)) {
+            nan = true;
+          } else {
+            worst = std::max(worst, v);
+          }
+        }
+      }
+      s.max_residual = nan ? std::numeric_limits<double>::quiet_NaN() : worst;
+      stats = std::move(s);
+      if (out) {
+        cuda::store_into(target, storage, *out, "out");
+        result = Tensor();
+      } else {
+        result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
+      }
+    });
+  });
+  return result;
+}
+
+}  // namespace pararnn::detail
