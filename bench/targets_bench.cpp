@@ -18,10 +18,17 @@
 //       on device x, against x plus the output trajectory;
 //   P14 newton_apply from host tensors against its transfers (pageable H2D of x, D2H into a new
 //       tensor) plus the device time (input GEMM + fused solve) measured in the same run;
+//   T   the training step on device tensors through the public API (newton_forward_into and
+//       newton_backward_into: x, grad_H, H and ∇x on the device, GEMMs included) at S1 for GRU and
+//       LSTM in f32, bf16 and f16 (T1, T2, T3, T4's ours, P9b's forward, P10's training peak):
+//       forward, backward and step times, the host<->device bytes of one step, the backend's peak
+//       device bytes over the forward and over the step against x + H; checked in the same run:
+//       the half-precision forward and parameter gradients against the f32-storage step on the
+//       same (widened) inputs;
 //   P16 CudaDecoder::step (GRU d 256, W_x x inside) and CudaDecoder::step_gates (W_x x
 //       precomputed by decode_gates) per step under CUDA-graph replay, B ∈ {1, 8, 64, 256},
 //       each form's first step checked against the host decode_step.
-// Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,...]
+// Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,T,...]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -268,6 +275,120 @@ nlohmann::ordered_json p3_training(int runs) {
   return out;
 }
 
+// Largest |a − b| over largest |b| (0 when b is all zeros and a equals it).
+double max_relative_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = a.to_f64_vector(), vb = b.to_f64_vector();
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const double d = std::fabs(va[i] - vb[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(vb[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// One training step's figures on device tensors of `cell` (x given on the host, copied to the
+// device once): forward_into, backward_into; H and the gradients of the last run kept.
+struct TrainingRun {
+  nlohmann::ordered_json figures;
+  Tensor H, grad_x;
+  NewtonGradients grads;
+};
+TrainingRun training_on_device(const Cell& cell, const Tensor& x, int runs) {
+  const DType dtype = cell.dtype();
+  const std::int64_t B = x.size(0), T = x.size(1);
+  const Shape shape = cell.trajectory_shape(B, T);
+  DeviceBuffer d_x(x.nbytes()), d_H(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype)),
+      d_g(d_H.bytes()), d_dx(x.nbytes());
+  check(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice), "upload x");
+  const Tensor g = Tensor::from_values(dtype, shape, std::vector<double>(static_cast<std::size_t>(shape_numel(shape)), 1e-3));
+  check(cudaMemcpy(d_g.get(), g.data(), g.nbytes(), cudaMemcpyHostToDevice), "upload grad_H");
+  const TensorView xv(d_x.get(), dtype, x.shape(), {}, Device::cuda, 0), Hv(d_H.get(), dtype, shape, {}, Device::cuda, 0),
+      gv(d_g.get(), dtype, shape, {}, Device::cuda, 0), dxv(d_dx.get(), dtype, x.shape(), {}, Device::cuda, 0);
+  const NewtonConfig config{};
+  std::vector<double> fwd, bwd, step;
+  TrainingRun run;
+  NewtonForward forward;
+  std::uint64_t moved_to_device = 0, moved_to_host = 0;
+  std::size_t forward_peak = 0, step_peak = 0;
+  for (int i = 0; i < kWarmup + runs; ++i) {
+    check(cudaDeviceSynchronize(), "sync");
+    const std::size_t live = detail::cuda::device_memory().live;
+    detail::cuda::reset_device_peak();
+    const CudaTransferBytes before = cuda_transfer_bytes();
+    auto t0 = std::chrono::steady_clock::now();
+    forward = newton_forward_into(cell, xv, Hv, config);
+    const double f = host_ms(t0);
+    forward_peak = detail::cuda::device_memory().peak - live;
+    t0 = std::chrono::steady_clock::now();
+    run.grads = newton_backward_into(cell, xv, forward, gv, dxv, config);
+    const double b = host_ms(t0);
+    step_peak = detail::cuda::device_memory().peak - live;
+    const CudaTransferBytes after = cuda_transfer_bytes();
+    moved_to_device = after.to_device - before.to_device;
+    moved_to_host = after.to_host - before.to_host;
+    forward = NewtonForward();  // the saved H* and W_x x go back to the pool, as a step's end does
+    if (i >= kWarmup) {
+      fwd.push_back(f);
+      bwd.push_back(b);
+      step.push_back(f + b);
+    }
+  }
+  run.H = Tensor(dtype, shape);
+  check(cudaMemcpy(run.H.data(), d_H.get(), run.H.nbytes(), cudaMemcpyDeviceToHost), "download H");
+  run.grad_x = Tensor(dtype, x.shape());
+  check(cudaMemcpy(run.grad_x.data(), d_dx.get(), run.grad_x.nbytes(), cudaMemcpyDeviceToHost), "download grad_x");
+  const double x_plus_H = static_cast<double>(x.nbytes() + run.H.nbytes());
+  run.figures = {{"forward_ms", median(fwd)}, {"backward_ms", median(bwd)}, {"step_ms", median(step)},
+                 {"bytes_to_device_per_step", moved_to_device}, {"bytes_to_host_per_step", moved_to_host},
+                 {"trajectory_bytes", run.H.nbytes()},
+                 {"forward_peak_bytes", forward_peak}, {"step_peak_bytes", step_peak},
+                 {"forward_peak_over_x_plus_H", static_cast<double>(forward_peak) / x_plus_H},
+                 {"step_peak_over_x_plus_H", static_cast<double>(step_peak) / x_plus_H}};
+  return run;
+}
+
+std::vector<float> floats(const Tensor& t) {
+  const Tensor f = Tensor::converted(t, DType::f32);
+  return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
+}
+
+nlohmann::ordered_json t_training(int runs) {
+  nlohmann::ordered_json out = {
+      {"shape", "S1 (B 8, T 65536, d_in = d_h = 256), NewtonConfig{} (adaptive, auto rule), device tensors, "
+                "grad_H = 1e-3 everywhere"},
+      {"clock", "host steady_clock around each public call (each returns synchronised)"}};
+  for (const char* cell_name : {"gru", "lstm"}) {
+    CellOptions options = kS1Gru;
+    options.cell = cell_name;
+    nlohmann::ordered_json rows;
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      // The half-precision step, and the f32-storage step on the same values widened (exactly).
+      const Cell cell = Cell::initialise(options, dtype, kSeed);
+      const Tensor x = bench::uniform_input(8, 65536, options.d_in, kSeed + 1, dtype);
+      Cell wide = Cell::initialise(options, DType::f32, kSeed);
+      for (const auto& [name, value] : cell.parameters()) wide.set_parameter(name, Tensor::converted(value, DType::f32));
+      const Tensor x_wide = Tensor::converted(x, DType::f32);
+      TrainingRun half = training_on_device(cell, x, runs);
+      const TrainingRun f32 = training_on_device(wide, x_wide, runs);
+      nlohmann::ordered_json check_row = {
+          {"forward_vs_f32_storage_max_abs", max_abs_difference(floats(half.H), floats(f32.H))},
+          {"grad_x_vs_f32_storage_max_rel", max_relative_difference(half.grad_x, f32.grad_x)}};
+      for (const auto& [name, g] : f32.grads.parameters)
+        check_row["grad_" + name + "_vs_f32_storage_max_rel"] =
+            half.grads.parameters.contains(name) ? max_relative_difference(half.grads.parameters.at(name), g) : INFINITY;
+      check_row["tau_atol"] = tau_of(dtype, cell_name);
+      half.figures["check"] = check_row;
+      half.figures["backward_over_f32_backward"] =
+          half.figures["backward_ms"].get<double>() / f32.figures["backward_ms"].get<double>();
+      rows[std::string(dtype_name(dtype))] = half.figures;
+      if (!rows.contains("f32")) rows["f32"] = f32.figures;
+    }
+    out[cell_name] = rows;
+  }
+  return out;
+}
+
 nlohmann::ordered_json p4_hard(int runs) {
   CellOptions hard = kS1Gru;
   hard.max_recurrent_norm = std::nullopt;
@@ -485,7 +606,7 @@ nlohmann::ordered_json p16_decode(int runs) {
 int main(int argc, char** argv) {
   bench::program_name = "pararnn_bench_targets";
   const int runs = static_cast<int>(std::max<std::int64_t>(5, bench::arg_value(argc, argv, "--runs", 10)));
-  std::string only = ",P2,P3,P4,P6,P8,P10,P14,P16,";
+  std::string only = ",P2,P3,P4,P6,P8,P10,P14,P16,T,";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--only") only = "," + std::string(argv[i + 1]) + ",";
   const auto wanted = [&](const char* id) { return only.find("," + std::string(id) + ",") != std::string::npos; };
@@ -502,6 +623,7 @@ int main(int argc, char** argv) {
     if (wanted("P14")) out["P14"] = p14_host(runs);
     if (wanted("P16")) out["P16"] = p16_decode(runs);
     if (wanted("P3")) out["P3"] = p3_training(runs);
+    if (wanted("T")) out["T"] = t_training(runs);
     if (wanted("P8")) out["P8"] = p8_slstm(runs);
     if (wanted("P6")) out["P6"] = p6_auto(runs);
   } catch (const std::exception& e) {

@@ -126,8 +126,10 @@ TEST(CudaBackend, StridedDeviceInputEqualsContiguousHostInputBitwise) {
 // device by the forward (with its W_x x) gives those of H* held on the host. Cells with one, two
 // and a time-gated input block; f32 and f64.
 TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
+  // f16/bf16 views of x and grad_H are widened to f32 on the device; widening is exact, so the
+  // bits are the host conversion's.
   for (const std::string cell_name : {"gru", "lstm", "cfc"})
-    for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(cell_name + " " + std::string(dtype_name(dtype)));
       const GeneratedProblem p{.cell = cell_name, .dtype = dtype, .batch = 3, .time = 300,
                                .d_in = 6, .d_h = 17, .with_h0 = true, .seed = 21};
@@ -181,14 +183,16 @@ TEST(CudaBackend, TrainingOnDeviceViewsEqualsTrainingOnHostTensorsBitwise) {
                   "strided device x, contiguous device grad_H");
       expect_same(newton_backward(cell, x, forward, g_storage.view().permute(order), config, options),
                   "permuted host grad_H");
-      // The forward keeps H* on the device (the compute type is the storage type here): it is
-      // forward.H, and the backward from a host-held copy of it (which computes W_x x again)
-      // is the same bits. W_x x is kept beside H* (B·T·gates·d_h values).
+      // The forward keeps H* on the device in the compute type: rounded to the storage type it
+      // is forward.H, and the backward from a host-held copy of it (which computes W_x x again)
+      // is the same bits. W_x x is kept beside H* (B·T·gates·d_h values of the compute type).
+      const DType compute = dtype == DType::f64 ? DType::f64 : DType::f32;
       const Tensor saved = forward.saved_trajectory->host();
-      EXPECT_TRUE(same_bits(saved, forward.H));
+      EXPECT_EQ(saved.dtype(), compute);
+      EXPECT_TRUE(same_bits(Tensor::converted(saved, dtype), forward.H));
       EXPECT_EQ(forward.saved_bytes(),
-                forward.H.nbytes() +
-                    static_cast<std::size_t>(p.batch * p.time * cell.spec().gates * p.d_h) * dtype_size(dtype));
+                static_cast<std::size_t>(forward.H.numel()) * dtype_size(compute) +
+                    static_cast<std::size_t>(p.batch * p.time * cell.spec().gates * p.d_h) * dtype_size(compute));
       NewtonForward held_on_host = forward;
       held_on_host.saved_trajectory = saved_on_host(saved);
       expect_same(newton_backward(cell, x, held_on_host, g, config, options), "H* held on the host");
@@ -231,6 +235,50 @@ struct DeviceOutput {
     return order;
   }
 };
+
+// A training step on device tensors (x, h0 and grad_H on the device, H and ∇x written into device
+// views) moves O(parameters + B·d_h) bytes between host and device, never O(B·T·d_h), in every
+// dtype and for every per-channel cell: the bytes it moves (cuda_transfer_bytes) are the same at
+// T and at 16T, and fewer than one trajectory's.
+TEST(CudaBackend, DeviceTrainingStepMovesNoBytesThatGrowWithT) {
+  for (const std::string& label : testing::kPerChannelCellLabels)
+    for (const DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
+      const CellOptions variant = testing::label_options(label);
+      std::size_t trajectory_bytes = 0;
+      auto moved = [&](std::int64_t time) {
+        const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                                 .time = time, .d_in = 5, .d_h = 8, .with_h0 = true, .seed = 31};
+        const Cell cell = p.make_cell();
+        const Tensor x = p.make_input();
+        const Tensor h0 = *p.make_h0(cell.slots());
+        const Shape shape = cell.trajectory_shape(p.batch, p.time);
+        Tensor g(dtype, shape);
+        {
+          Tensor flat = g.reshaped({g.numel()});
+          SplitMix64 rng(32);
+          for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal());
+        }
+        const DeviceCopy x_device(x), h0_device(h0), g_device(g);
+        const DeviceOutput H_out(dtype, shape, false), dx_out(dtype, x.shape(), false);
+        trajectory_bytes = static_cast<std::size_t>(g.numel()) * dtype_size(dtype);
+        const NewtonConfig config = on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt});
+        const ApplyOptions options{.h0 = h0_device.view_like(h0)};
+        const CudaTransferBytes before = cuda_transfer_bytes();
+        const NewtonForward forward = newton_forward_into(cell, x_device.view_like(x), H_out.view, config, options);
+        const NewtonGradients grads = newton_backward_into(cell, x_device.view_like(x), forward,
+                                                           g_device.view_like(g), dx_out.view, config, options);
+        const CudaTransferBytes after = cuda_transfer_bytes();
+        EXPECT_FALSE(grads.parameters.empty());
+        return std::pair{after.to_device - before.to_device, after.to_host - before.to_host};
+      };
+      const auto short_run = moved(64);
+      const auto long_run = moved(1024);
+      EXPECT_EQ(short_run.first, long_run.first) << "bytes to the device";
+      EXPECT_EQ(short_run.second, long_run.second) << "bytes to the host";
+      EXPECT_LT(long_run.first + long_run.second, trajectory_bytes);
+    }
+}
 
 TEST(CudaBackend, IntoDeviceAndHostViewsEqualsTheReturnedResultsBitwise) {
   for (const std::string cell_name : {"gru", "lstm", "slstm"})

@@ -403,13 +403,13 @@ def bench_pararnn_forward(ctx: Ctx, pararnn, kind: str, ident_base: str, dims: d
     state.clear()
 
 
-def bench_pararnn_backward(ctx: Ctx, pararnn, ident: str, dims: dict, dtype):
+def bench_pararnn_backward(ctx: Ctx, pararnn, ident: str, dims: dict, dtype, kind: str = "gru"):
     B, T, d = dims["B"], dims["T"], dims["d"]
     dn = _dtype_name(dtype)
     shape = {"B": B, "T": T, "d_in": d, "d_h": d}
 
     def body():
-        cell = _make_cell(pararnn, "gru", d, d, ctx.device, dtype)
+        cell = _make_cell(pararnn, kind, d, d, ctx.device, dtype)
         x = _make_x(B, T, d, ctx.device, dtype).requires_grad_(True)
         dropped: list = []
         cfg = _bench_config(pararnn, dropped)
@@ -422,9 +422,19 @@ def bench_pararnn_backward(ctx: Ctx, pararnn, ident: str, dims: dict, dtype):
             H.sum().backward()
 
         t_fb = time_fn(ctx, fwdbwd)
+        # torch's peak of allocated bytes over one training step, above what was live before it
+        peak = None
+        if str(ctx.device).startswith("cuda"):
+            torch.cuda.synchronize()
+            live = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            fwdbwd()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - live
         t_f = time_fn(ctx, lambda: fwd())
         # backward alone: one graph, backward replayed (retain_graph); grads accumulate (harmless)
         H = fwd()
+        h_bytes = H.numel() * H.element_size()
         loss = H.sum()
         t_b = time_fn(ctx, lambda: loss.backward(retain_graph=True))
         del H, loss
@@ -457,11 +467,14 @@ def bench_pararnn_backward(ctx: Ctx, pararnn, ident: str, dims: dict, dtype):
             **t_fb,
             "ms_fwd": t_f["ms"],
             "ms_bwd": t_b["ms"],
+            "step_peak_bytes": peak,
+            "x_plus_H_bytes": x.numel() * x.element_size() + h_bytes,
             "notes": notes,
             "check": check,
         }
 
-    guarded(ctx, ident, "pararnn-torch", "GRU-diag forward+backward (loss = H.sum())", shape, dn, body)
+    what = {"gru": "GRU-diag", "lstm": "LSTM (CIFG, peepholes)"}.get(kind, kind)
+    guarded(ctx, ident, "pararnn-torch", f"{what} forward+backward (loss = H.sum())", shape, dn, body)
 
 
 def bench_pararnn_slstm(ctx: Ctx, pararnn, ident: str, dims: dict, dtype):
@@ -631,6 +644,9 @@ def run_pararnn(ctx: Ctx) -> None:
     if want("P3"):
         bench_pararnn_backward(ctx, pararnn, "P3.gru.fwdbwd.f32", s1, torch.float32)
         bench_pararnn_backward(ctx, pararnn, "P3.gru.fwdbwd.bf16", s1, torch.bfloat16)
+    if want("T4"):
+        bench_pararnn_backward(ctx, pararnn, "T4.lstm.fwdbwd.f32", s1, torch.float32, kind="lstm")
+        bench_pararnn_backward(ctx, pararnn, "T4.lstm.fwdbwd.bf16", s1, torch.bfloat16, kind="lstm")
     if want("P7"):
         bench_pararnn_forward(ctx, pararnn, "lstm", "P7.lstm", s1, torch.float32)
     if want("P8"):
@@ -944,7 +960,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--only",
         nargs="*",
         default=None,
-        help="restrict to ids: P1 P9 P3 P7 P8 P16 P5 F (flashrnn)",
+        help="restrict to ids: P1 P9 P3 T4 P7 P8 P16 P5 F (flashrnn)",
     )
     p.add_argument("--no-jit", action="store_true", help="skip the child steps that JIT-compile CUDA (warp scan, flashrnn cuda)")
     p.add_argument("--no-flashrnn", action="store_true")

@@ -82,6 +82,15 @@ def _like(reference, array):
     return _to_numpy(array)
 
 
+def _on_device_of(reference, array):
+    """A small result (parameter or h0 gradient) like _like, moved to the reference's device when
+    that is a torch CUDA tensor."""
+    result = _like(reference, array)
+    if _torch_cuda(reference):
+        return result.to(reference.device)
+    return result
+
+
 class Cell:
     """A production cell: its kind, sizes and parameters under pararnn-torch's state_dict names.
 
@@ -236,7 +245,8 @@ def newton_backward(forward, grad_H, *, grad_x=None):
     newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
     "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
     on the forward's backend with its configuration. A torch CUDA x gives a CUDA "x" on x's
-    device, computed into it ("h0" and "parameters" are small host tensors); `grad_x` (any
+    device, computed into it, and "h0" and "parameters" on x's device too (what an optimizer of
+    the module's CUDA parameters expects; they cross as O(parameters) bytes); `grad_x` (any
     DLPack array of x's shape and the cell's dtype) is written instead and returned as "x".
     grad_H may have any floating dtype and strides."""
     if not isinstance(forward, Forward):
@@ -251,8 +261,8 @@ def newton_backward(forward, grad_H, *, grad_x=None):
                                       _dlpack_source(forward.h0, "h0"),
                                       _dlpack_source(forward.cu_seqlens, "cu_seqlens"))
     return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
-            "h0": None if grads["h0"] is None else _like(x, grads["h0"]),
-            "parameters": {name: _like(x, g) for name, g in grads["parameters"].items()}}
+            "h0": None if grads["h0"] is None else _on_device_of(x, grads["h0"]),
+            "parameters": {name: _on_device_of(x, g) for name, g in grads["parameters"].items()}}
 
 
 def cuda_release_cached_memory(device=0):

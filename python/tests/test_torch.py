@@ -94,7 +94,11 @@ class TorchTraining(unittest.TestCase):
         self.assertTrue(torch.equal(forward.H.cpu(), judge.newton_forward(gru(), x, backend="cuda").H))
         self.assertTrue(torch.equal(grads["x"].cpu(), host["x"]))
         for name, value in host["parameters"].items():
-            self.assertTrue(torch.equal(grads["parameters"][name], value), name)
+            # The parameter gradients of a CUDA x live on x's device, as an optimizer expects.
+            self.assertTrue(grads["parameters"][name].is_cuda, name)
+            self.assertEqual(grads["parameters"][name].device, x.cuda().device, name)
+            self.assertTrue(torch.equal(grads["parameters"][name].cpu(), value), name)
+            self.assertFalse(value.is_cuda, name)
 
 
 @unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")

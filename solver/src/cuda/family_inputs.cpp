@@ -75,8 +75,7 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const Compute
   const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == L.d_in;
   if (!first_writes_all && rows_bt * L.d_in > 0)
     PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), kStream));
-  const Tensor ones_host = Tensor::from_values(compute, {T}, std::vector<double>(static_cast<std::size_t>(T), 1.0));
-  const DeviceBuffer ones = upload_new(ones_host.data(), ones_host.nbytes(), "a ones vector");
+  const DeviceBuffer ones = broadcast_on_device(1.0, compute, T, "a ones vector");
   for (const AffineBlock& block : blocks) {
     const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);
     const ComputeT beta = first_writes_all && &block == &blocks.front() ? ComputeT(0) : ComputeT(1);

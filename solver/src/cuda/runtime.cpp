@@ -157,6 +157,17 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
   return holder.get();
 }
 
+DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what) {
+  DeviceBuffer out(checked_bytes(count, dtype_size(dtype), what), what);
+  if (count == 0) return out;
+  const Tensor one = Tensor::from_values(dtype, {1}, {value});
+  const DeviceBuffer element = upload_new(one.data(), one.nbytes(), what);
+  const kernels::StridedCopyArgs args{.src = element.get(), .dst = out.get(), .rank = 1, .shape = {count},
+                                      .strides = {0}, .element_bytes = static_cast<int>(dtype_size(dtype))};
+  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, kStream));
+  return out;
+}
+
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options) {
   std::optional<int> device;

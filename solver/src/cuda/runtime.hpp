@@ -148,6 +148,9 @@ const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, c
 // (kernels/strided_copy.hpp: widening is exact, f64 -> f32 rounds to nearest) into `holder`.
 // A device view never goes through the host. Example: x (bf16, any strides) in f32 for a GEMM.
 const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& holder, const char* what);
+// `count` copies of `value` in `dtype` on the device: one element crosses, the rest is a gather
+// with stride 0 (so that a vector as long as T never crosses).
+DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what);
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options);
 // A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
