@@ -16,7 +16,7 @@
 // Semantics: the CPU's windowed solve with the fixed K and no early stop, window by window, up
 // to rounding (the time lanes' association and the device's libm). The early stop on
 // residual_atol needs the window's max|F| over every row before each update, which no block has:
-// the solver (cuda/per_channel.cpp) reads residual_max afterwards and takes this result only
+// the solver (cuda/windowed.cpp) reads residual_max afterwards and takes this result only
 // where that stop cannot have fired (no evaluation non-finite or within a factor 2 of the
 // threshold).
 //
