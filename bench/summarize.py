@@ -7,6 +7,9 @@ value null and met false, with the reason. The nightly report reads this file.
 
 Usage: bench/summarize.py --newton N.json --shapes S.json --scan C.json --targets T.json --peers P.json
                           --out F.json
+       bench/summarize.py --merge --targets T.json --peers P.json --out F.json
+         (the training targets T1-T4, P9b and P10's training peak from pararnn_bench_targets' T section
+          and the peers' P3/T4 rows, written into the existing F.json; its other entries are kept)
 """
 import argparse
 import datetime
@@ -47,12 +50,107 @@ def entry(value, unit, target, better, peer=None, peer_source=None, note="", dat
             "peer": peer, "peer_source": peer_source, "date": date, "note": note}
 
 
+def training_entries(targets, peers, peers_src):
+    """T1-T4, P9b and P10's training form from pararnn_bench_targets' "T" section (S1 training steps on
+    device tensors) and the peers' P3 (GRU) and T4 (LSTM) forward+backward rows. A figure whose
+    same-run check fails (a half-precision gradient or forward outside τ against the f32-storage step,
+    bytes moved that are a trajectory's) has value null, with the reason."""
+    T = targets.get("T")
+    date = targets.get("context", {}).get("date")
+    out = {}
+    if not T:
+        for key, unit, target in (("T1", "ms", 5.0), ("T2", "ms", 15.0), ("T3", "ratio", 1.2), ("T4", "ratio", 0.3),
+                                  ("P9b", "ms", 2.5)):
+            out[key] = entry(None, unit, target, "lower", None, None, "not measured (pararnn_bench_targets T absent)", date)
+        return out
+
+    def peer_row(entry_id):
+        for e in (peers or {}).get("entries", []):
+            if e.get("id") == entry_id and e.get("ms") is not None:
+                return e
+        return None
+
+    def checked(row):
+        c = row.get("check", {})
+        tau = c.get("tau_atol")
+        rel = [v for k, v in c.items() if k.endswith("_max_rel")]
+        small_bytes = row["bytes_to_device_per_step"] + row["bytes_to_host_per_step"] < row["trajectory_bytes"]
+        ok = (tau is not None and c.get("forward_vs_f32_storage_max_abs") is not None and
+              c["forward_vs_f32_storage_max_abs"] <= tau and all(v is not None and v <= tau for v in rel))
+        return ok and small_bytes
+
+    def bytes_note(row):
+        return "{} B to the device, {} B to the host per step (a trajectory is {} B)".format(
+            row["bytes_to_device_per_step"], row["bytes_to_host_per_step"], row["trajectory_bytes"])
+
+    gru, lstm = T.get("gru", {}), T.get("lstm", {})
+    p3_bf16, p3_f32 = peer_row("P3.gru.fwdbwd.bf16"), peer_row("P3.gru.fwdbwd.f32")
+    if "bf16" in gru:
+        r = gru["bf16"]
+        out["T1"] = entry(r["step_ms"] if checked(r) else None, "ms", 5.0, "lower", p3_bf16["ms"] if p3_bf16 else None,
+                          peers_src, "S1 GRU bf16 training step (newton_forward_into + newton_backward_into, device "
+                          "tensors, GEMMs included, default config): forward {:.2f} + backward {:.2f} ms; {}; checked "
+                          "against the f32-storage step on the same values".format(r["forward_ms"], r["backward_ms"],
+                                                                                   bytes_note(r)), date)
+    if "f32" in gru:
+        r = gru["f32"]
+        out["T2"] = entry(r["step_ms"], "ms", 15.0, "lower", p3_f32["ms"] if p3_f32 else None, peers_src,
+                          "S1 GRU f32 training step: forward {:.2f} + backward {:.2f} ms; {}".format(
+                              r["forward_ms"], r["backward_ms"], bytes_note(r)), date)
+    ratios = {"{} {}".format(c, d): rows[d]["backward_over_f32_backward"]
+              for c, rows in (("gru", gru), ("lstm", lstm)) for d in ("bf16", "f16") if d in rows and checked(rows[d])}
+    out["T3"] = entry(max(ratios.values()) if ratios else None, "ratio", 1.2, "lower", None, None,
+                      "backward alone over the f32 backward of the same shape (S1): " +
+                      ", ".join("{} {:.2f}".format(k, v) for k, v in ratios.items()), date)
+    lstm_notes, lstm_ratios = [], []
+    for d, peer_id in (("bf16", "T4.lstm.fwdbwd.bf16"), ("f32", "T4.lstm.fwdbwd.f32")):
+        peer = peer_row(peer_id)
+        if d in lstm and peer:
+            ratio = lstm[d]["step_ms"] / peer["ms"]
+            lstm_ratios.append(ratio)
+            lstm_notes.append("{} ours {:.2f} ms / pararnn-torch {:.2f} ms = {:.2f}".format(d, lstm[d]["step_ms"], peer["ms"], ratio))
+    out["T4"] = entry(max(lstm_ratios) if len(lstm_ratios) == 2 else None, "ratio", 0.3, "lower", None, peers_src,
+                      "S1 LSTM training step over pararnn-torch's in the same run: " + "; ".join(lstm_notes), date)
+    if "bf16" in gru:
+        r = gru["bf16"]
+        out["P9b"] = entry(r["forward_ms"] if checked(r) else None, "ms", 2.5, "lower",
+                           (peer_row("P9.gru.e2e_default") or {}).get("ms"), peers_src,
+                           "S1 GRU bf16 forward end to end incl. the input GEMM (newton_forward_into, default config, "
+                           "device tensors)", date)
+        notes = ["forward peak {:.2f}x and training-step peak {:.2f}x (x + H) for GRU bf16".format(
+            r["forward_peak_over_x_plus_H"], r["step_peak_over_x_plus_H"])]
+        if p3_bf16 and p3_bf16.get("step_peak_bytes"):
+            notes.append("pararnn-torch's bf16 step peak {:.2f}x (x + H); ours over torch's {:.2f}".format(
+                p3_bf16["step_peak_bytes"] / p3_bf16["x_plus_H_bytes"], r["step_peak_bytes"] / p3_bf16["step_peak_bytes"]))
+        out["P10_training"] = entry(r["forward_peak_over_x_plus_H"], "ratio", 1.5, "lower", None, peers_src,
+                                    "; ".join(notes), date)
+    return out
+
+
+def merge(a):
+    targets, peers = load(a.targets) or {}, load(a.peers)
+    out = load(a.out)
+    if out is None:
+        sys.exit("summarize --merge: {} does not exist (run the full form first)".format(a.out))
+    peers_src = "bench/peers/run_peers.py ({})".format(peers.get("date")) if peers else None
+    out["targets"].update(training_entries(targets, peers, peers_src))
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, a.out)
+    print("{}: merged {}".format(a.out, ", ".join(sorted(training_entries(targets, peers, peers_src)))))
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name in ("newton", "shapes", "scan", "targets", "peers"):
         ap.add_argument("--" + name)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--merge", action="store_true")
     a = ap.parse_args()
+    if a.merge:
+        return merge(a)
     newton, shapes, scan, peers = load(a.newton), load(a.shapes), load(a.scan), load(a.peers)
     targets = load(a.targets) or {}
     if newton is None:
@@ -299,6 +397,7 @@ def main():
         t["P16"] = entry(None, "us", 5.0, "lower", None, None,
                          "not measured (pararnn_bench_targets P16 absent)", date)
         t["P16"]["precomputed_gates"] = entry(None, "us", 2.6, "lower", None, None, "not measured", date)
+    t.update(training_entries(targets, peers, peers_src))
     if peers:
         out["peer_versions"] = dict(peers.get("peers", {}))
         out["peer_environment"] = {"torch": peers.get("torch"), "triton": peers.get("triton")}
