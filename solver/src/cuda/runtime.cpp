@@ -73,7 +73,7 @@ std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0};
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  copy_to_host(dst, src, bytes);
+  PARARNN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
   bytes_to_host.fetch_add(bytes);
 }
 
@@ -160,7 +160,8 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
 DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what) {
   DeviceBuffer out(checked_bytes(count, dtype_size(dtype), what), what);
   if (count == 0) return out;
-  const Tensor one = Tensor::from_values(dtype, {1}, {value});
+  const double values[1] = {value};
+  const Tensor one = Tensor::from_values(dtype, {1}, values);
   const DeviceBuffer element = upload_new(one.data(), one.nbytes(), what);
   const kernels::StridedCopyArgs args{.src = element.get(), .dst = out.get(), .rank = 1, .shape = {count},
                                       .strides = {0}, .element_bytes = static_cast<int>(dtype_size(dtype))};
