@@ -178,7 +178,7 @@ TEST(CompareExternalGradients, AMissingTensorIsNamedAndNeverAgree) {
 
 TEST(CompareExternalGradients, NonFiniteValuesAreJudgedDisagree) {
   const Answer a = solved("gru", /*with_h0=*/false);
-  for (const double bad : {std::nan(""), INFINITY}) {
+  for (const double bad : {std::nan(""), static_cast<double>(INFINITY)}) {
     std::map<std::string, Tensor> wrong = a.gradients;
     wrong["grad.x"] = Tensor::copy_of(a.gradients.at("grad.x"));
     wrong["grad.x"].store({1, 7, 2}, bad);
