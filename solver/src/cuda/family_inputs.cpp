@@ -71,8 +71,6 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const Compute
   const DType compute = compute_dtype(cell.dtype());
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), rows_bt = B * T;
   const std::vector<AffineBlock>& blocks = cell.spec().affine;
-  const GemmArithmetic arithmetic = cell.dtype() == DType::f16 || cell.dtype() == DType::bf16 ? GemmArithmetic::tf32
-                                                                                              : GemmArithmetic::exact;
   // ∇x accumulates over the blocks; the first one overwrites it where it reads every column.
   const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == L.d_in;
   if (!first_writes_all && rows_bt * L.d_in > 0)
@@ -87,11 +85,11 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const Compute
     DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
     DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc, L.d_in, T * L.d_in, dwx_block, width,
-                           T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B, arithmetic);
+                           T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
                            T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
-                           dwx_block, width, 0, beta, dx, L.d_in, 0, 1, arithmetic);
+                           dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
     const std::vector<double> dW_sum = sum_rows_on_device(dW.as<ComputeT>(), B, rows * inputs, "∇W");
     const std::vector<double> db_sum = sum_rows_on_device(db.as<ComputeT>(), B, rows, "∇b");
     out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));

@@ -293,30 +293,20 @@ const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage,
   }
 }
 
-// How a GEMM multiplies: `exact` in the compute type (f64, or f32 without TF32); `tf32` (f32 only)
-// on tensor cores with the operands rounded to TF32 (10 mantissa bits) and f32 accumulation,
-// for the f16/bf16 backward, whose x and W widened from 8 or 11 significant bits are exact in TF32:
-// only the cotangent d_wx is rounded (docs/choices.md).
-enum class GemmArithmetic : std::uint8_t { exact, tf32 };
-
 // One strided-batched GEMM in the compute type (column-major, cuBLAS's convention):
 // C_i = α op(A_i) B_i-op + β C_i for i < batch.
 template <class ComputeT>
 void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n,
                   std::int64_t k, const ComputeT* A, std::int64_t lda, std::int64_t stride_a,
                   const ComputeT* B, std::int64_t ldb, std::int64_t stride_b, ComputeT beta, ComputeT* C,
-                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch,
-                  GemmArithmetic arithmetic = GemmArithmetic::exact) {
+                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   constexpr bool kF64 = std::is_same_v<ComputeT, double>;
   const cudaDataType_t type = kF64 ? CUDA_R_64F : CUDA_R_32F;
-  const cublasComputeType_t compute = kF64                                    ? CUBLAS_COMPUTE_64F
-                                      : arithmetic == GemmArithmetic::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                            : CUBLAS_COMPUTE_32F;
   const ComputeT one = 1;
-  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda,
-                                                     stride_a, B, type, ldb, stride_b, &beta, C, type, ldc, stride_c,
-                                                     batch, compute, CUBLAS_GEMM_DEFAULT));
+  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda, stride_a, B, type, ldb, stride_b, &beta, C,
+      type, ldc, stride_c, batch, kF64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <class T>
@@ -337,8 +327,6 @@ std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::i
 // per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1 by cuBLAS in the compute type, summed
 // over rows in double in a fixed order on the device (sum_rows_on_device) into out.parameters
 // (storage dtype), and
-// For f16/bf16 storage ∇W and ∇x multiply on tensor cores in TF32 (GemmArithmetic::tf32; ∇b stays
-// exact).
 // ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
 // leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
 // new buffer.
