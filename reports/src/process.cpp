@@ -1,4 +1,4 @@
-#include "process.hpp"
+#include "pararnn/reports/process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace pararnn::reports::detail {
+namespace pararnn::reports {
 namespace {
 
 struct Pipe {
@@ -114,4 +114,4 @@ ScratchDirectory::~ScratchDirectory() {
   std::filesystem::remove_all(path_, ec);
 }
 
-}  // namespace pararnn::reports::detail
+}  // namespace pararnn::reports

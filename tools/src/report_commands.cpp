@@ -14,7 +14,7 @@
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/core/case_file.hpp"
-#include "pararnn/reports/campaign.hpp"
+#include "pararnn/nightly/campaign.hpp"
 #include "pararnn/reports/diff.hpp"
 #include "pararnn/reports/render.hpp"
 #include "pararnn/reports/report_json.hpp"
@@ -57,7 +57,7 @@ std::vector<std::int64_t> split_ints(const std::string& text, const char* argume
 }  // namespace
 
 int report_nightly(const NightlyArgs& args) {
-  reports::CampaignOptions options;
+  nightly::CampaignOptions options;
   options.out_dir = args.out;
   options.quick = args.quick;
   options.backends = split_list(args.backends, "--backends");
@@ -79,12 +79,12 @@ int report_nightly(const NightlyArgs& args) {
   options.gpu_available = cuda_device_available();
   options.argv = args.argv;
   Progress progress("nightly", 0, "tasks");
-  options.progress = [&](const reports::CampaignProgress& p) {
+  options.progress = [&](const nightly::CampaignProgress& p) {
     progress.set_total(p.total);
     // A finished task's line names it with its seconds (a log of where a campaign's time went).
     progress.update(p.done, p.finished.empty() ? p.current : fmt::format("done {} ({:.1f} s)", p.finished, p.finished_s));
   };
-  const reports::CampaignResult result = reports::run_campaign(options);
+  const nightly::CampaignResult result = nightly::run_campaign(options);
   progress.finish();
   const auto& summary = result.report["summary"];
   const auto& by = summary["by_outcome"];

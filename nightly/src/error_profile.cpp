@@ -1,4 +1,4 @@
-#include "pararnn/reports/error_profile.hpp"
+#include "pararnn/nightly/error_profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
 std::vector<double> max_abs_along_t(const TensorView& a, const TensorView& b) {
   const Tensor ca = Tensor::copy_of(a), cb = Tensor::copy_of(b);
@@ -98,4 +98,4 @@ nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, cons
   return j;
 }
 
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace pararnn::reports::detail {
+namespace pararnn::reports {
 
 struct ProcessResult {
   int exit_code = -1;        // the program's exit status; 127 when it could not be started
@@ -38,4 +38,4 @@ class ScratchDirectory {
   std::filesystem::path path_;
 };
 
-}  // namespace pararnn::reports::detail
+}  // namespace pararnn::reports

@@ -16,7 +16,7 @@
 #include "pararnn/core/tensor.hpp"
 #include "pararnn/solver/newton_config.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
 // Per-step maxima of |a − b| over every axis but the time axis (axis 1), as doubles.
 std::vector<double> max_abs_along_t(const TensorView& a, const TensorView& b);
@@ -35,4 +35,4 @@ nlohmann::ordered_json binned_series(const std::vector<double>& values, std::siz
 nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, const NewtonConfig& config,
                                      std::size_t max_points = 256);
 
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly
