@@ -114,6 +114,7 @@ Json assemble_report(const RunRecord& run, const std::filesystem::path& report_p
   report["format"] = reports::kReportFormat;
   report["schema_version"] = reports::kNightlySchemaVersion;
   report["context"] = reports::context_block(run.options.build, run.options.argv, run.plan.seed_list);
+  if (run.options.external) report["context"]["solver"] = solver_json(*run.options.external);
   report["plan"] = plan_json(run.options, run.plan);
   Json summary = summarise(run, rows, equivalences, kstar_rows, skipped);
   report["skipped"] = std::move(skipped);
@@ -143,16 +144,29 @@ int campaign_exit_code(const Json& report) {
   return failed ? 1 : (inconclusive ? 2 : 0);
 }
 
+namespace {
+
+// Replaces <out>/<name> by `staging` (empty: removes it, so the folder never holds another run's files).
+void replace_folder(const std::filesystem::path& out_dir, const std::string& name, const std::filesystem::path& staging) {
+  const std::filesystem::path folder = out_dir / name, old = out_dir / ("." + name + "-previous");
+  std::filesystem::remove_all(old);
+  if (std::filesystem::exists(folder)) std::filesystem::rename(folder, old);
+  if (!staging.empty()) {
+    std::filesystem::rename(staging, folder);
+    using std::filesystem::perms;  // mkdtemp made it 0700; it is an ordinary folder of the report
+    std::filesystem::permissions(folder, perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
+                                             perms::others_exec);
+  }
+  std::filesystem::remove_all(old);
+}
+
+}  // namespace
+
 void publish_report(const std::filesystem::path& out_dir, const std::filesystem::path& staging,
-                    const std::filesystem::path& report_path, const Json& report) {
-  const std::filesystem::path cases = out_dir / "cases", old_cases = out_dir / ".cases-previous";
-  std::filesystem::remove_all(old_cases);
-  if (std::filesystem::exists(cases)) std::filesystem::rename(cases, old_cases);
-  std::filesystem::rename(staging, cases);
-  using std::filesystem::perms;  // mkdtemp made it 0700; cases/ is an ordinary folder of the report
-  std::filesystem::permissions(cases, perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
-                                          perms::others_exec);
-  std::filesystem::remove_all(old_cases);
+                    const std::filesystem::path& bundles_staging, const std::filesystem::path& report_path,
+                    const Json& report) {
+  replace_folder(out_dir, "cases", staging);
+  replace_folder(out_dir, "bundles", bundles_staging);
   reports::write_json_file(report_path, report);
 }
 

@@ -33,8 +33,10 @@ nlohmann::ordered_json assemble_report(const RunRecord& run, const std::filesyst
 // an Inconclusive, or the time budget left tasks not run.
 int campaign_exit_code(const nlohmann::ordered_json& report);
 
-// Replaces <out>/cases by `staging` and writes report.json (atomically).
+// Replaces <out>/cases by `staging` and <out>/bundles by `bundles_staging` (removed when empty:
+// no external solver) and writes report.json (atomically).
 void publish_report(const std::filesystem::path& out_dir, const std::filesystem::path& staging,
-                    const std::filesystem::path& report_path, const nlohmann::ordered_json& report);
+                    const std::filesystem::path& bundles_staging, const std::filesystem::path& report_path,
+                    const nlohmann::ordered_json& report);
 
 }  // namespace pararnn::nightly::detail

@@ -3,6 +3,7 @@
 // outputs in that order (whatever the number of workers) and written once.
 #include "pararnn/nightly/campaign.hpp"
 
+#include <optional>
 #include <thread>
 
 #include "assemble.hpp"
@@ -40,13 +41,18 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   // This run's cases are written to a staging folder that replaces <out>/cases only when the
   // report is written, so cases/ never mixes runs and a failed run leaves the previous one whole.
   const reports::ScratchDirectory staging(options.out_dir, ".cases-");
+  // ... and an external solver's bundles the same way, into <out>/bundles.
+  std::optional<reports::ScratchDirectory> bundles;
+  if (options.external) bundles.emplace(options.out_dir, ".bundles-");
   const std::filesystem::path report_path = options.out_dir / "report.json";
   check_output_path(report_path, "--out");
 
   const QuietWarnings quiet;  // fixed-K and hard rows warn on purpose; the report keeps the figures
   OracleMemo oracle_memo;
   const detail::TaskContext context{.options = options, .plan = plan.plan, .oracle_memo = oracle_memo,
-                                    .staging = staging.path(), .checkpoint = [&budget] { budget.checkpoint(); }};
+                                    .staging = staging.path(),
+                                    .bundles_staging = bundles ? bundles->path() : std::filesystem::path(),
+                                    .checkpoint = [&budget] { budget.checkpoint(); }};
   const std::vector<PoolItem> items = pool_items(plan.tasks);
   const std::vector<std::size_t> order = run_order(items);
   std::vector<detail::TaskOutput> outputs(plan.tasks.size());
@@ -67,7 +73,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
       {.options = options, .plan = plan, .order = order, .outputs = outputs, .pool = pool, .oracle_memo = oracle_memo,
        .elapsed_s = budget.elapsed()},
       report_path);
-  detail::publish_report(options.out_dir, staging.path(), report_path, report);
+  detail::publish_report(options.out_dir, staging.path(), bundles ? bundles->path() : std::filesystem::path(),
+                         report_path, report);
   return {report, report_path, detail::campaign_exit_code(report)};
 }
 

@@ -64,8 +64,11 @@ void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
 
 void run_task(const TaskSpec& spec, const TaskContext& context, TaskOutput& out) {
   switch (spec.kind) {
-    case TaskKind::rows: return run_rows(spec, context, out);
-    case TaskKind::packed_vs_per_sequence: return run_packed_vs_per_sequence(spec, context, out);
+    case TaskKind::rows:
+      return context.options.external ? run_external_rows(spec, context, out) : run_rows(spec, context, out);
+    case TaskKind::packed_vs_per_sequence:
+      return context.options.external ? run_external_packed(spec, context, out)
+                                      : run_packed_vs_per_sequence(spec, context, out);
     case TaskKind::strided_vs_contiguous: return run_strided_vs_contiguous(spec, context, out);
     case TaskKind::recompute_vs_stored: return run_recompute_vs_stored(spec, context, out);
     case TaskKind::gpu_vs_cpu: return run_gpu_vs_cpu(spec, context, out);

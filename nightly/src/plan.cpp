@@ -68,8 +68,13 @@ void resolve_dtypes(const CampaignOptions& options, Plan& plan) {
   }
 }
 
-// cpu always runs; cuda only with a device (else skipped, with the reason).
+// cpu always runs; cuda only with a device (else skipped, with the reason). An external solver
+// is the one backend of its rows.
 void resolve_backends(const CampaignOptions& options, Plan& plan, Json& skipped) {
+  if (options.external) {
+    plan.backends = {"external"};
+    return;
+  }
   if (options.backends.empty()) throw ContractViolation("--backends", "needs at least one backend", "(empty)");
   for (const std::string& b : options.backends) {
     if (b != "cpu" && b != "cuda") throw ContractViolation("--backends", "must be among cpu, cuda", b);
@@ -191,6 +196,7 @@ void plan_case_tasks(const Plan& plan, const CaseKey& key, std::vector<TaskSpec>
                        .cost = equivalence_cost, .key = key, .backend = backend});
   };
   if (key.cls == "packed") per_backend(TaskKind::packed_vs_per_sequence, "packed_vs_per_sequence");
+  if (plan.external) return;  // strided, recompute and GPU = CPU do not apply to a black box
   if (key.cls == "init") per_backend(TaskKind::strided_vs_contiguous, "strided_vs_contiguous");
   if (gradients) per_backend(TaskKind::recompute_vs_stored, "recompute_vs_stored");
   if (contains(plan.backends, "cuda") && key.time <= plan.cpu_max_t && contains(plan.gpu_cpu_classes, key.cls))
@@ -214,8 +220,19 @@ void plan_row_tasks(const Plan& plan, std::vector<TaskSpec>& tasks) {
         }
 }
 
+// What does not apply to an external solver, recorded once (docs/external-solvers.md).
+void record_external_skips(Json& skipped) {
+  skipped.push_back({{"what", "equivalence strided_vs_contiguous (external solver)"},
+                     {"reason", "not applicable: a black box does not expose how it reads a strided x"}});
+  skipped.push_back({{"what", "equivalence recompute_vs_stored (external solver)"},
+                     {"reason", "not applicable: a black box does not expose a recompute switch of its adjoint"}});
+  skipped.push_back({{"what", "kstar (external solver)"},
+                     {"reason", "not measured: K* needs control of the Newton iterations inside the solver"}});
+}
+
 // K*(T): one measurement per (variant, dtype, class) over the ladder up to kstar_max_t.
 void plan_kstar_tasks(const Plan& plan, std::vector<TaskSpec>& tasks, Json& skipped) {
+  if (plan.external) return record_external_skips(skipped);
   for (const Variant* vp : plan.variants)
     for (DType dtype : plan.dtypes)
       for (const std::string& cls : plan.kstar_classes) {
@@ -331,6 +348,7 @@ CampaignPlan make_plan(const CampaignOptions& options, std::int64_t host_cpus) {
   p.threads_per_job = static_cast<int>(std::max<std::int64_t>(1, cpus / p.jobs));
   Plan& plan = p.plan;
   plan.quick = options.quick;
+  plan.external = options.external.has_value();
   resolve_variants(options, plan);
   resolve_dtypes(options, plan);
   resolve_backends(options, plan, p.skipped);
@@ -341,6 +359,11 @@ CampaignPlan make_plan(const CampaignOptions& options, std::int64_t host_cpus) {
   plan_row_tasks(plan, p.tasks);
   plan_kstar_tasks(plan, p.tasks, p.skipped);
   return p;
+}
+
+Json solver_json(const ExternalSolver& s) {
+  return {{"name", s.name}, {"version", s.version ? Json(*s.version) : Json(nullptr)}, {"command", s.command},
+          {"version_command", s.version_command}, {"timeout_s", s.timeout_s}};
 }
 
 Json plan_json(const CampaignOptions& options, const CampaignPlan& p) {
@@ -356,7 +379,7 @@ Json plan_json(const CampaignOptions& options, const CampaignPlan& p) {
   j["dtypes"] = dtypes_json;
   j["backends"] = plan.backends;
   j["cpu_max_T"] = limit(plan.cpu_max_t);
-  j["requested_backends"] = options.backends;
+  j["requested_backends"] = options.external ? Json::array({"external"}) : Json(options.backends);
   j["times"] = plan.times;
   j["classes"] = plan.classes;
   j["seeds"] = plan.seeds;
@@ -376,6 +399,7 @@ Json plan_json(const CampaignOptions& options, const CampaignPlan& p) {
   j["timing_repeats"] = plan.timing_repeats;
   j["timing_repeat_max_ms"] = plan.timing_repeat_max_ms;
   j["time_budget_s"] = options.time_budget_s ? Json(*options.time_budget_s) : Json(nullptr);
+  if (options.external) j["solver"] = solver_json(*options.external);
   j["jobs"] = p.jobs;  // the timings were taken with this many tasks at once
   j["threads_per_job"] = p.jobs == 1 ? Json("openmp default") : Json(p.threads_per_job);
   return j;

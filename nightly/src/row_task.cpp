@@ -12,8 +12,6 @@
 #include "tasks.hpp"
 
 namespace pararnn::nightly::detail {
-namespace {
-
 using Json = nlohmann::ordered_json;
 
 Json row_identity(const CaseKey& key, const std::string& id, const std::string& backend, const BuiltCase& built) {
@@ -34,6 +32,8 @@ Json row_identity(const CaseKey& key, const std::string& id, const std::string& 
   row["case_seed"] = key.case_seed;
   return row;
 }
+
+namespace {
 
 // The verify flags that replay a row: backend, K, seed, certification budget, --grad.
 std::string verify_flags(const TaskContext& ctx, const CaseKey& key, const std::string& backend, bool gradients) {

@@ -14,6 +14,7 @@
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/nightly/campaign.hpp"
 #include "pararnn/nightly/plan.hpp"
+#include "cases.hpp"
 
 namespace pararnn::nightly::detail {
 
@@ -31,7 +32,8 @@ struct TaskContext {
   const CampaignOptions& options;
   const Plan& plan;
   OracleMemo& oracle_memo;
-  std::filesystem::path staging;
+  std::filesystem::path staging;          // cases/ of this run
+  std::filesystem::path bundles_staging;  // bundles/ of this run (external solvers)
   std::function<void()> checkpoint;
 };
 
@@ -43,6 +45,12 @@ void run_strided_vs_contiguous(const TaskSpec& spec, const TaskContext& context,
 void run_recompute_vs_stored(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_gpu_vs_cpu(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_kstar(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
+void run_external_rows(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
+void run_external_packed(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
+
+// A row's identity (id, variant, cell, mix, dtype, backend, T, batch, d_in, d_h, class, seed, case_seed).
+nlohmann::ordered_json row_identity(const CaseKey& key, const std::string& id, const std::string& backend,
+                                    const BuiltCase& built);
 
 // An equivalence entry's identity (id, name, variant, dtype, backend, T, class, seed).
 nlohmann::ordered_json equivalence_header(const TaskSpec& spec, const std::string& name);

@@ -2,7 +2,10 @@
 // seed, each row judged by verify_agreement (solver vs the certified oracle, the same-dtype
 // sequential floor, the quality ratio, gradients where the cell has an adjoint), beside K*(T)
 // (measure_kstar) and the equivalences packed = per-sequence and GPU = CPU (compare() at the
-// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). The result is one report.json (pararnn/reports/report_json.hpp), the
+// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). With
+// `external`, each row is solved by an external command instead (external_solver.hpp,
+// docs/external-solvers.md) and judged by compare_trajectory; a failing row keeps a bundle under
+// <out>/bundles/. The result is one report.json (pararnn/reports/report_json.hpp), the
 // system of record.
 //
 // The campaign is four parts (docs/architecture.md): the plan, a pure function of the options
@@ -39,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "pararnn/nightly/external_solver.hpp"
 #include "pararnn/nightly/pool.hpp"
 #include "pararnn/reports/report_json.hpp"
 
@@ -63,6 +67,7 @@ struct CampaignOptions {
   std::optional<std::int64_t> jobs;              // tasks run at once (default: the CPUs); each
                                                  // task's OpenMP loops get CPUs / jobs threads;
                                                  // the report does not depend on it, its timings do
+  std::optional<ExternalSolver> external;        // rows solved by this command instead of ours
   reports::BuildContext build;                   // from the caller (the CLI's env)
   bool gpu_available = false;                    // a CUDA device answers (the CLI checks)
   std::vector<std::string> argv;                 // recorded in the context block

@@ -35,4 +35,9 @@ nlohmann::ordered_json binned_series(const std::vector<double>& values, std::siz
 nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, const NewtonConfig& config,
                                      std::size_t max_points = 256);
 
+// The same picture for an external solver's trajectory `theirs` (its "solver" series; no
+// residual history: a black box does not report one).
+nlohmann::ordered_json external_error_along_t(const Case& problem, const TensorView& theirs,
+                                              std::size_t max_points = 256);
+
 }  // namespace pararnn::nightly

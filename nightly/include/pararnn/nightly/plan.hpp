@@ -57,6 +57,7 @@ const std::vector<std::string>& campaign_classes();
 
 struct Plan {
   bool quick = false;
+  bool external = false;              // rows solved by an external command (docs/external-solvers.md)
   std::vector<const Variant*> variants;
   std::vector<DType> dtypes;
   std::vector<std::string> backends;  // those that run
@@ -157,6 +158,9 @@ struct CampaignPlan {
 
 // The plan of `options` on a host of `host_cpus` CPUs (the default of --jobs).
 CampaignPlan make_plan(const CampaignOptions& options, std::int64_t host_cpus);
+
+// The external solver as the report names it: name, version, command, version command, timeout.
+nlohmann::ordered_json solver_json(const ExternalSolver& solver);
 
 // The plan's part of report.json (`plan`).
 nlohmann::ordered_json plan_json(const CampaignOptions& options, const CampaignPlan& p);
