@@ -3,7 +3,9 @@
 #include "pararnn/contracts/oracle_memo.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -129,26 +131,28 @@ double largest_finite(DType dtype) {
   });
 }
 
-// Production adjoint vs the oracle's BPTT, per tensor; any mismatch makes the verdict Disagree,
+// The cotangent of L = Σ grad_H ⊙ H: a copy of grad_H as given, or ones in the cell's dtype (as
+// `pararnn solve --grad` takes it).
+Tensor cotangent(const Cell& cell, std::int64_t batch, std::int64_t time, const std::optional<TensorView>& grad_H) {
+  if (grad_H) return Tensor::copy_of(*grad_H);
+  Tensor g(cell.dtype(), cell.trajectory_shape(batch, time));
+  Tensor flat = g.reshaped({g.numel()});
+  for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
+  return g;
+}
+
+// The one judgement of gradients against the oracle's BPTT, for the production adjoint (verify
+// --grad) and for an external solver's (compare): per tensor ("x", "h0", each parameter: the
+// report names) at the gradient τ of the cell class; any mismatch makes the verdict Disagree,
 // a non-finite oracle gradient or a large certification delta makes it Inconclusive, and so do
-// elements beyond the storage dtype's range when everything else agrees.
-void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
-                     const VerifyOptions& options) {
-  const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
-  Tensor g = options.grad_H ? Tensor::copy_of(*options.grad_H)
-                            : Tensor(cell.dtype(), cell.trajectory_shape(x.size(0), x.size(1)));
-  if (!options.grad_H) {
-    Tensor flat = g.reshaped({g.numel()});
-    for (std::int64_t i = 0; i < g.numel(); ++i) flat.store({i}, 1.0);
-  }
-  auto start = Clock::now();
-  const NewtonForward forward = newton_forward(cell, x, options.config, apply);
-  const NewtonGradients grads = newton_backward(cell, x, forward, g, options.config, apply);
-  r.timings_ms["backward"] = ms_since(start);
-  problem.grad_H = Tensor::converted(g, cell.dtype());
-  start = Clock::now();
+// tensors the cell needs that were not given (r.gradients_missing) and elements beyond the
+// storage dtype's range when everything else agrees. `problem` holds the cotangent (grad_H).
+void judge_gradient_tensors(AgreementReport& r, const Case& problem, Metric metric,
+                            const std::vector<std::pair<std::string, Tensor>>& theirs, const VerifyOptions& options) {
+  const DType dtype = problem.dtype();
+  const auto start = Clock::now();
   const reference::OracleOptions oracle_options{
-      .certify = true, .certify_budget = certify_budget(options, cell.dtype()), .seed = options.seed};
+      .certify = true, .certify_budget = certify_budget(options, dtype), .seed = options.seed};
   const std::shared_ptr<const reference::OracleGradients> oracle_result =
       options.oracle_memo
           ? options.oracle_memo->gradients(options.oracle_key, options.oracle_uses, problem, oracle_options)
@@ -156,10 +160,9 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   const reference::OracleGradients& oracle = *oracle_result;
   r.timings_ms["oracle_gradients"] = ms_since(start);
   r.gradient_self_check_delta = oracle.self_check_delta;
-  const Metric metric = gradient_metric(cell);
-  Tolerance tol = tolerance_for({.dtype = cell.dtype(), .metric = metric, .cell = r.cell, .backend = r.backend});
+  Tolerance tol = tolerance_for({.dtype = dtype, .metric = metric, .cell = r.cell, .backend = r.backend});
   tol.relative_to_rms = true;  // gradient elements are sums that cancel (CONTRACT §2, docs)
-  auto check = [&](const std::string& name, const Tensor& ours) {
+  for (const auto& [name, ours] : theirs) {
     auto it = oracle.tensors.find(name);
     if (it == oracle.tensors.end()) throw Error("oracle_gradients returned no '" + name + "'");
     // Elements beyond the storage dtype's range that the solver holds as the same infinity are
@@ -170,10 +173,7 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
     } else {
       r.gradients.push_back({name, compare(beyond.actual, beyond.expected, tol), beyond.count, beyond.largest});
     }
-  };
-  check("x", grads.x);
-  if (grads.h0) check("h0", *grads.h0);
-  for (const auto& [name, grad] : grads.parameters) check(name, grad);
+  }
   if (r.verdict == Verdict::inconclusive) return;
   if (const auto why = certification_failure(oracle.finite, oracle.self_check_delta,
                                                oracle.certified_chain_steps, problem, "gradients")) {
@@ -188,19 +188,96 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
       r.ok = false;
     }
   if (r.verdict == Verdict::disagree) return;
+  std::vector<std::string> reasons;
+  if (!r.gradients_missing.empty()) {
+    std::string names;
+    for (const auto& name : r.gradients_missing) names += fmt::format("{}grad.{}", names.empty() ? "" : ", ", name);
+    reasons.push_back(fmt::format("gradients missing: {} (the {} cell has them; a gradient not given is not judged, "
+                                  "so the answer is incomplete)", names, r.cell));
+  }
   std::string beyond;
   for (const auto& gc : r.gradients)
     if (gc.unrepresentable > 0)
       beyond += fmt::format("{}{} of `{}` (largest |oracle| {:.4g})", beyond.empty() ? "" : ", ", gc.unrepresentable,
                             gc.name, gc.largest_unrepresentable);
-  if (!beyond.empty()) {
-    r.verdict = Verdict::inconclusive;
-    r.ok = false;
-    r.inconclusive_reason = fmt::format(
+  if (!beyond.empty())
+    reasons.push_back(fmt::format(
         "gradient elements beyond {}'s range (largest finite {:g}): {}; the solver returns them as the same "
         "infinities, as any {} result must, so they are not judged; every other element agrees",
-        dtype_name(cell.dtype()), largest_finite(cell.dtype()), beyond, dtype_name(cell.dtype()));
+        dtype_name(dtype), largest_finite(dtype), beyond, dtype_name(dtype)));
+  if (!reasons.empty()) {
+    r.verdict = Verdict::inconclusive;
+    r.ok = false;
+    r.inconclusive_reason = fmt::format("{}", fmt::join(reasons, "; "));
   }
+}
+
+// Production adjoint vs the oracle's BPTT (verify --grad).
+void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
+                     const VerifyOptions& options) {
+  const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
+  const Tensor g = cotangent(cell, x.size(0), x.size(1), options.grad_H);
+  auto start = Clock::now();
+  const NewtonForward forward = newton_forward(cell, x, options.config, apply);
+  const NewtonGradients grads = newton_backward(cell, x, forward, g, options.config, apply);
+  r.timings_ms["backward"] = ms_since(start);
+  problem.grad_H = Tensor::converted(g, cell.dtype());
+  std::vector<std::pair<std::string, Tensor>> ours = {{"x", grads.x}};
+  if (grads.h0) ours.emplace_back("h0", *grads.h0);
+  for (const auto& [name, grad] : grads.parameters) ours.emplace_back(name, grad);
+  judge_gradient_tensors(r, problem, gradient_metric(cell), ours, options);
+}
+
+// An external solver's gradients, checked against gradient_names before any work: each a host
+// tensor of the case's dtype and its tensor's shape, under one of the names (ContractViolation
+// naming the source and the tensor otherwise). Returns them under their report names, in
+// gradient_names' order; the required names not given go to `missing`.
+std::vector<std::pair<std::string, Tensor>> checked_external_gradients(const Case& problem,
+                                                                       const ExternalGradients& given,
+                                                                       std::vector<std::string>& missing) {
+  const std::vector<GradientName> names = gradient_names(problem);
+  std::string expected;
+  for (const auto& n : names) expected += fmt::format("{}{}", expected.empty() ? "" : ", ", n.file_name);
+  for (const auto& [name, tensor] : given.tensors) {
+    const std::string argument = fmt::format("{}: tensor '{}'", given.source, name);
+    const auto it = std::find_if(names.begin(), names.end(), [&](const GradientName& n) { return n.file_name == name; });
+    if (it == names.end())
+      throw ContractViolation(argument,
+                              fmt::format("is not a gradient of this {} case: a gradient file holds only {} (the "
+                                          "trajectory H goes in the trajectory file, the cotangent grad.H in the case)",
+                                          problem.cell, expected),
+                              "an unexpected tensor");
+    if (tensor.device() != Device::cpu)
+      throw ContractViolation(argument, "must be a host tensor", "a CUDA tensor");
+    if (tensor.dtype() != problem.dtype())
+      throw ContractViolation(argument,
+                              fmt::format("must have the case's dtype {} (a gradient has its parameter's dtype)",
+                                          dtype_name(problem.dtype())),
+                              dtype_name(tensor.dtype()));
+  }
+  const auto shape_of = [&](const std::string& report_name) -> const Tensor& {
+    if (report_name == "x") return problem.x;
+    if (report_name == "h0") return *problem.h0;
+    return problem.parameters.at(report_name);
+  };
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& n : names) {
+    const auto it = given.tensors.find(n.file_name);
+    if (it == given.tensors.end()) {
+      if (n.required) missing.push_back(n.report_name);
+      continue;
+    }
+    const Shape& want = shape_of(n.report_name).shape();
+    if (it->second.shape() != want)
+      throw ContractViolation(fmt::format("{}: tensor '{}'", given.source, n.file_name),
+                              fmt::format("must have the shape of {} {}", n.report_name == "x" || n.report_name == "h0"
+                                                                              ? n.report_name
+                                                                              : "parameter '" + n.report_name + "'",
+                                          shape_string(want)),
+                              shape_string(it->second.shape()));
+    out.emplace_back(n.report_name, Tensor::copy_of(it->second));
+  }
+  return out;
 }
 
 }  // namespace
@@ -210,6 +287,16 @@ Metric gradient_metric(const Cell& cell) {
 }
 
 std::int64_t default_certify_budget(DType dtype) { return dtype == DType::f64 ? 100'000 : 4'000'000; }
+
+std::vector<GradientName> gradient_names(const Case& problem) {
+  // The 0.17.4 ParaCfC had no W_b: the case reader adds it as 0 (core/src/case.cpp) and says so.
+  const bool added_w_b = problem.meta("cell_version").value_or("").find("no W_b") != std::string::npos;
+  std::vector<GradientName> names = {{"grad.x", "x"}};
+  if (problem.h0) names.push_back({"grad.h0", "h0"});
+  for (const auto& [name, tensor] : problem.parameters)
+    names.push_back({"grad." + name, name, !(added_w_b && name.starts_with("W_b."))});
+  return names;
+}
 
 std::string_view verdict_name(Verdict verdict) {
   switch (verdict) {
@@ -291,9 +378,11 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
 }
 
 AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
-                                   const VerifyOptions& options) {
+                                   const VerifyOptions& options, const std::optional<ExternalGradients>& gradients) {
   const Cell cell = checked_case(problem);  // the same refusals as verify and solve
   AgreementReport r;
+  std::vector<std::pair<std::string, Tensor>> theirs;
+  if (gradients) theirs = checked_external_gradients(problem, *gradients, r.gradients_missing);
   r.cell = problem.cell;
   r.seed = options.seed;
   r.repro_command = options.repro_command;
@@ -324,6 +413,13 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   apply_ill_conditioned_rule(r, H_seq, oracle, tau);
   r.newton_iters = 0;
   r.max_residual = NAN;
+  if (gradients) {
+    Case with_cotangent = problem;  // the case's grad.H, or ones
+    if (!with_cotangent.grad_H) with_cotangent.grad_H = cotangent(cell, problem.x.size(0), problem.x.size(1), std::nullopt);
+    VerifyOptions own = options;  // the oracle memo is verify's (its key is released there)
+    own.oracle_memo = nullptr;
+    judge_gradient_tensors(r, with_cotangent, gradient_metric(cell), theirs, own);
+  }
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
 }
@@ -398,6 +494,7 @@ nlohmann::ordered_json AgreementReport::to_json() const {
     j["gradients"] = grads;
     j["gradient_self_check_delta"] = gradient_self_check_delta;
   }
+  if (!gradients_missing.empty()) j["gradients_missing"] = gradients_missing;
   j["schema_version"] = kReportSchemaVersion;
   return j;
 }
@@ -455,6 +552,8 @@ std::string AgreementReport::gradient_summary() const {
                        gc.unrepresentable > 0
                            ? fmt::format("  ({} beyond the dtype's range, not judged)", gc.unrepresentable)
                            : std::string());
+  for (const auto& name : gradients_missing)
+    out += fmt::format("\ngradient {:<12} MISSING (not given: never Agree)", name);
   return out;
 }
 

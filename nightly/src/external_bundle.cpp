@@ -56,9 +56,10 @@ std::string readme(const ExternalBundleInputs& in, const std::optional<Agreement
   text += external_command_line(in.solver, "case.safetensors", "answer.safetensors", in.gradients) +
           fmt::format("   # the nightly saw exit {}{}\n", in.run.exit_code, in.run.timed_out ? " (killed at its timeout)" : "");
   if (has_answer)
-    text += fmt::format("pararnn compare case.safetensors --trajectory answer.safetensors --seed {} --certify-budget {}"
+    text += fmt::format("pararnn compare case.safetensors --trajectory answer.safetensors --seed {} --certify-budget {}{}"
                         "   # expect exit {}\n",
-                        in.seed, in.certify_budget, exit_code_of(report));
+                        in.seed, in.certify_budget, in.gradients ? " --gradients answer.safetensors" : "",
+                        exit_code_of(report));
   text += "```\n\n";
   text += fmt::format("The solver was run without a shell, with stdin /dev/null, under a timeout of {} s, with "
                       "PARARNN_GRADIENTS {}; it must write `H` (and `grad.*` when asked) to the answer file as "

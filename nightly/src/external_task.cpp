@@ -61,8 +61,15 @@ Json run_json(const ExternalSolver& solver, const SolverRun& run, bool gradients
 std::optional<AgreementReport> judge_answer(const Case& problem, const ExternalAnswer& answer, bool gradients,
                                             const VerifyOptions& vo, Json& row) {
   try {
-    (void)gradients;  // the gradient hook: compare --gradients (issue 41 item 1) judges answer.gradients
-    const AgreementReport r = compare_trajectory(problem, answer.H, vo);
+    // Gradients: judged by compare --gradients' own rules (issue 41 item 1): a tensor not named as
+    // `solve --grad` names it, or of another dtype or shape, is refused; a missing one is named and
+    // never Agree.
+    std::optional<ExternalGradients> theirs;
+    if (gradients) {
+      theirs = ExternalGradients{.source = "the answer file"};
+      for (const auto& [name, tensor] : answer.gradients) theirs->tensors.emplace(name, tensor.view());
+    }
+    const AgreementReport r = compare_trajectory(problem, answer.H, vo, theirs);
     row["outcome"] = std::string(verdict_name(r.verdict));
     row["agreement"] = r.to_json();
     return r;
@@ -100,8 +107,9 @@ void keep_failing_row(const TaskContext& ctx, const FailingRow& f, const BuiltCa
     std::filesystem::copy_file(answer_path, out.case_files.back());
     row["answer_file"] = "cases/" + f.id + ".answer.safetensors";
     row["repro"] = fmt::format("pararnn compare cases/{0}.safetensors --trajectory cases/{0}.answer.safetensors "
-                               "--seed {1} --certify-budget {2}",
-                               f.id, f.seed, f.certify_budget);
+                               "--seed {1} --certify-budget {2}{3}",
+                               f.id, f.seed, f.certify_budget,
+                               f.gradients ? fmt::format(" --gradients cases/{}.answer.safetensors", f.id) : "");
   } else {
     row["repro"] = external_command_line(*ctx.options.external, row["case_file"].get<std::string>(),
                                          "answer.safetensors", f.gradients);
@@ -136,11 +144,8 @@ void run_external_rows(const TaskSpec& spec, const TaskContext& ctx, TaskOutput&
   const BuiltCase built = build_case(ctx.plan, key);
   Json row = row_identity(key, id, "external", built);
   const bool wants_gradients = judges_gradients(ctx.plan, *key.variant, key.dtype, key.time, key.cls, key.seed_index);
-  const bool gradients = false;  // until compare --gradients (issue 41 item 1) is merged
-  row["gradients"] = wants_gradients ? "not_applicable" : "not_requested";
-  if (wants_gradients)
-    row["gradients_reason"] = "judging an external solver's gradients needs compare --gradients (issue 41 item 1), "
-                              "not in this build";
+  const bool gradients = wants_gradients;
+  row["gradients"] = gradients ? "judged" : "not_requested";
   row["solver"] = solver.name;
   const reports::ScratchDirectory scratch(ctx.options.out_dir, ".solver-");
   ctx.checkpoint();
@@ -152,7 +157,8 @@ void run_external_rows(const TaskSpec& spec, const TaskContext& ctx, TaskOutput&
   vo.seed = key.case_seed;
   vo.certify_budget = budget;
   vo.repro_command = fmt::format("pararnn compare cases/{0}.safetensors --trajectory cases/{0}.answer.safetensors "
-                                 "--seed {1} --certify-budget {2}", id, key.case_seed, budget);
+                                 "--seed {1} --certify-budget {2}{3}", id, key.case_seed, budget,
+                                 gradients ? fmt::format(" --gradients cases/{}.answer.safetensors", id) : "");
   vo.progress = [&](std::string_view) { ctx.checkpoint(); };
   vo.poll = ctx.checkpoint;
   std::optional<AgreementReport> report;

@@ -295,12 +295,36 @@ def _host_twin(array):
     return array.detach().cpu() if hasattr(array, "detach") else array.get()  # torch / CuPy
 
 
+def _gradient_file_names(gradients):
+    """External gradients under the names of a gradient file ('grad.x', 'grad.h0',
+    'grad.<state_dict name>'): a mapping of those names (what safetensors' load_file gives) as it
+    is, or newton_backward's {'x', 'h0', 'parameters'} renamed (a None entry is not given)."""
+    if isinstance(gradients, dict) and "parameters" in gradients and set(gradients) <= {"x", "h0", "parameters"}:
+        named = {f"grad.{name}": value for name, value in gradients["parameters"].items()}
+        for key in ("x", "h0"):
+            if gradients.get(key) is not None:
+                named[f"grad.{key}"] = gradients[key]
+        return named
+    return dict(gradients)
+
+
 def compare(cell, x, H, *, h0=None, cu_seqlens=None, atol=None, seed=0, certify_budget=None,
-            raise_on_fail=False):
-    """Judges any solver's trajectory H (the solver's layout) against the oracle."""
+            raise_on_fail=False, gradients=None, grad_H=None):
+    """Judges any solver's trajectory H (the solver's layout) against the oracle and, with
+    `gradients`, its gradients of sum(grad_H * H) (grad_H, or ones) against the oracle's BPTT,
+    as `pararnn compare --gradients` does: a mapping {'grad.x', 'grad.h0', 'grad.<state_dict
+    name>': array} (or newton_backward's result), each of the case's dtype and its tensor's
+    shape; anything else is refused (ContractViolation naming it), a tensor the cell needs and
+    not given is listed in `gradients_missing` and the verdict is never Agree."""
+    named = None
+    if gradients is not None:
+        named = {}
+        for name, value in _gradient_file_names(gradients).items():
+            host = _host_twin(value)  # the judge reads gradients on the host
+            named[name] = _dlpack_source(value if host is None else host, name)
     return _pararnn._compare(_native(cell), _dlpack_source(x, "x"), _dlpack_source(H, "H"),
                              _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                             atol, seed, certify_budget, raise_on_fail)
+                             atol, seed, certify_budget, raise_on_fail, named, _dlpack_source(grad_H, "grad_H"))
 
 
 def oracle(cell, x, *, h0=None, cu_seqlens=None, seed=0, certify_budget=None):

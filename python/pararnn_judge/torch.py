@@ -6,7 +6,8 @@ constructor argument the state_dict cannot carry, under its Python name (str() o
 "None" where unset). ``verify(cell, x, **kw)`` and ``compare(cell, x, H, **kw)`` judge a live
 cell in one call, reading it exactly as the case file would be read (``case_from_file``: a
 0.17.4 ParaCfC without W_b is completed with W_b = 0 and reports say so; a ParaRWKV7 always
-carries n_heads). torch is imported only when a function here runs.
+carries n_heads); ``compare_training(cell, x, **kw)`` runs the cell's own forward and torch
+autograd and judges both H and the gradients. torch is imported only when a function here runs.
 
 Guarantees: the same cell gives the same problem through ``dump_case`` + ``pararnn verify`` and
 through ``verify`` (both build one metadata map, ``case_metadata``); a constructor argument that
@@ -147,6 +148,37 @@ def compare(cell, x, H, **kw):
     """pararnn_judge.compare on a live cell: judges the trajectory H (e.g. cell(x)'s) against the oracle."""
     constructor, options = _split(dict(kw))
     return _pararnn.compare(cell_of(cell, **constructor), _host(x), _host(H), **options)
+
+
+def compare_training(cell, x, *, h0=None, cu_seqlens=None, grad_H=None, config=None, **kw):
+    """Judges a live pararnn-torch cell's training step against the oracle: runs its own forward,
+    ``pararnn.newton_apply(cell, x, config or NewtonConfig(), h0=, cu_seqlens=)``, and torch
+    autograd of L = sum(grad_H * H) (grad_H, or ones, the cotangent ``pararnn solve --grad``
+    takes) with respect to x, h0 and every parameter, then judges H and those gradients with
+    ``pararnn_judge.compare(..., gradients=...)`` (the rules of ``pararnn compare
+    --gradients``). A parameter autograd leaves unused has gradient zero (torch returns None);
+    a state_dict entry that is not a parameter has no gradient and is reported missing (never
+    Agree). Constructor arguments (max_recurrent_norm=...) may be passed beside compare's
+    keywords (atol, seed, certify_budget, raise_on_fail)."""
+    import torch
+    import pararnn as pararnn_torch  # pararnn-torch (its import name)
+    constructor, options = _split(dict(kw))
+    judge_cell = cell_of(cell, **constructor)
+    x_leaf = x.detach().clone().requires_grad_(True)
+    h0_leaf = None if h0 is None else h0.detach().clone().requires_grad_(True)
+    parameters = [(name, p) for name, p in cell.named_parameters() if p.requires_grad]
+    with torch.enable_grad():
+        H = pararnn_torch.newton_apply(cell, x_leaf, config if config is not None else pararnn_torch.NewtonConfig(),
+                                       h0=h0_leaf, cu_seqlens=cu_seqlens)
+        cotangent = torch.ones_like(H) if grad_H is None else grad_H.to(device=H.device, dtype=H.dtype)
+        leaves = [x_leaf] + ([h0_leaf] if h0_leaf is not None else []) + [p for _, p in parameters]
+        grads = torch.autograd.grad((cotangent * H).sum(), leaves, allow_unused=True)
+    names = ["grad.x"] + (["grad.h0"] if h0_leaf is not None else []) + [f"grad.{n}" for n, _ in parameters]
+    gradients = {name: _host(torch.zeros_like(leaf) if g is None else g)
+                 for name, leaf, g in zip(names, leaves, grads)}
+    return _pararnn.compare(judge_cell, _host(x), _host(H), h0=None if h0 is None else _host(h0),
+                            cu_seqlens=None if cu_seqlens is None else _host(cu_seqlens),
+                            gradients=gradients, grad_H=None if grad_H is None else _host(grad_H), **options)
 
 
 def bug_report(cell, x, path, **kw):

@@ -309,6 +309,7 @@ NB_MODULE(_pararnn, m) {
       .def_ro("atol", &AgreementReport::atol)
       .def_ro("rtol", &AgreementReport::rtol)
       .def_ro("inconclusive_reason", &AgreementReport::inconclusive_reason)
+      .def_ro("gradients_missing", &AgreementReport::gradients_missing)
       .def_ro("ill_conditioned", &AgreementReport::ill_conditioned)
       .def_ro("mismatches", &AgreementReport::mismatches)
       .def_ro("backend", &AgreementReport::backend)
@@ -446,21 +447,29 @@ NB_MODULE(_pararnn, m) {
   m.def("_compare",
         [](const PyCell& c, const AnyArray& x, const AnyArray& H, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, std::optional<double> atol, std::uint64_t seed,
-           std::optional<std::int64_t> certify_budget, bool raise_on_fail) {
+           std::optional<std::int64_t> certify_budget, bool raise_on_fail,
+           std::optional<std::map<std::string, AnyArray>> gradients, std::optional<AnyArray> grad_H) {
           const TensorView xv = view_of(x, "x");
           const TensorView Hv = view_of(H, "H");
-          const Case problem = case_of(c, xv, optional_view(h0, "h0"), optional_view(cu_seqlens, "cu_seqlens"));
+          Case problem = case_of(c, xv, optional_view(h0, "h0"), optional_view(cu_seqlens, "cu_seqlens"));
+          if (grad_H) problem.grad_H = Tensor::copy_of(view_of(*grad_H, "grad_H"));
+          std::optional<ExternalGradients> external;
+          if (gradients) {
+            external = ExternalGradients{.source = "gradients"};
+            for (const auto& [name, array] : *gradients) external->tensors.emplace(name, view_of(array, name));
+          }
           VerifyOptions options;
           options.atol = atol;
           options.seed = seed;
           options.certify_budget = certify_budget;
           options.raise_on_fail = raise_on_fail;
-          options.repro_command = fmt::format("pararnn_judge.compare(cell, x, H, seed={})", seed);
+          options.repro_command = fmt::format("pararnn_judge.compare(cell, x, H, seed={}{})", seed,
+                                              gradients ? ", gradients=..." : "");
           nb::gil_scoped_release release;
-          return compare_trajectory(problem, Hv, options);
+          return compare_trajectory(problem, Hv, options, external);
         },
         "cell"_a, "x"_a, "H"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "atol"_a.none(), "seed"_a,
-        "certify_budget"_a.none(), "raise_on_fail"_a);
+        "certify_budget"_a.none(), "raise_on_fail"_a, "gradients"_a.none(), "grad_H"_a.none());
   m.def("_oracle",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            std::uint64_t seed, std::optional<std::int64_t> certify_budget) {

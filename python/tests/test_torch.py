@@ -97,6 +97,78 @@ class TorchTraining(unittest.TestCase):
             self.assertTrue(torch.equal(grads["parameters"][name], value), name)
 
 
+class TorchGradientsAreJudged(unittest.TestCase):
+    """compare(..., gradients=) on torch tensors: torch autograd's gradients (of our own solver's
+    forward, differentiated by torch through newton_backward's answer) in, the verdict out; and a
+    file written by safetensors.torch.save_file read by `pararnn compare --gradients`."""
+
+    def test_torch_gradients_agree_and_one_moved_element_disagrees(self):
+        cell = gru()
+        x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED))
+        forward = judge.newton_forward(cell, x)
+        grads = judge.newton_backward(forward, torch.ones_like(forward.H))
+        named = {f"grad.{k}": v for k, v in grads["parameters"].items()}
+        named["grad.x"] = grads["x"]
+        right = judge.compare(cell, x, forward.H, seed=SEED, gradients=named)
+        self.assertEqual(right.verdict, "Agree", right.failure_message())
+        entry = right.to_dict()["gradients"]["W_x.weight"]
+        moved = named["grad.W_x.weight"].clone()
+        moved.view(-1)[5] += 10 * (entry["atol"] + entry["rtol"] * moved.abs().max().item())
+        wrong = judge.compare(cell, x, forward.H, seed=SEED, gradients={**named, "grad.W_x.weight": moved})
+        self.assertEqual(wrong.verdict, "Disagree")
+
+    def test_a_save_file_gradient_file_is_read_by_the_cli(self):
+        try:
+            from safetensors.torch import save_file
+        except ImportError:
+            self.skipTest("safetensors is not installed (the numpy-written file of test_external_gradients stands in)")
+        import subprocess
+        from _support import CLI
+        folder = scratch()
+        case = os.path.join(folder, "case.safetensors")
+        subprocess.run([CLI, "make-case", "--cell", "lstm", "--seed", str(SEED), "--batch", "2", "--time", "32",
+                        "--d-in", "4", "--d-h", "8", "--out", case], check=True, capture_output=True)
+        read = judge.read_case(case)
+        x = torch.from_numpy(read["x"])
+        forward = judge.newton_forward(read["cell"], x)
+        grads = judge.newton_backward(forward, torch.ones_like(forward.H))
+        tensors = {f"grad.{k}": v.contiguous() for k, v in grads["parameters"].items()}
+        tensors["grad.x"] = grads["x"].contiguous()
+        save_file({"H": forward.H.contiguous()}, os.path.join(folder, "H.safetensors"))
+        save_file(tensors, os.path.join(folder, "G.safetensors"))
+        done = subprocess.run([CLI, "compare", case, "--trajectory", os.path.join(folder, "H.safetensors"),
+                               "--gradients", os.path.join(folder, "G.safetensors")], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+
+
+@unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
+class CompareTrainingJudgesTheLiveModule(unittest.TestCase):
+    """pararnn_judge.torch.compare_training: pararnn-torch's own forward and torch autograd of
+    sum(grad_H * H), both judged against the oracle in one call."""
+
+    def test_its_forward_and_gradients_agree_on_easy_cases(self):
+        import pararnn as P
+        generator = torch.Generator().manual_seed(SEED)
+        for cell in (P.ParaGRU(input_size=8, hidden_size=16), P.ParaLSTM(input_size=8, hidden_size=16)):
+            name = type(cell).__name__
+            with self.subTest(cell=name):
+                x = torch.randn(2, 64, 8, generator=generator)
+                h0 = 0.5 * torch.randn((2,) + tuple(pt.cell_of(cell).state_shape), generator=generator)
+                grad_H = torch.randn(2, 64, *pt.cell_of(cell).state_shape, generator=generator)
+                report = pt.compare_training(cell, x, h0=h0, grad_H=grad_H, seed=SEED)
+                self.assertEqual(report.verdict, "Agree", report.failure_message())
+                judged = set(report.to_dict()["gradients"])
+                self.assertTrue({"x", "h0"} | {n for n, _ in cell.named_parameters()} <= judged, judged)
+                self.assertEqual(report.gradients_missing, [])
+
+    def test_a_fixed_k_of_zero_is_caught(self):
+        import pararnn as P
+        cell = P.ParaGRU(input_size=8, hidden_size=16)
+        x = torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(SEED))
+        report = pt.compare_training(cell, x, config=P.NewtonConfig(max_iters=0, residual_fail=None), seed=SEED)
+        self.assertEqual(report.verdict, "Disagree")
+
+
 @unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
 class PararnnTorchCellsVerifyInOneCall(unittest.TestCase):
     def cells(self):

@@ -590,7 +590,7 @@ int verify(const SolveArgs& args) {
                                                : kExitInconclusiveOrRefused;
 }
 
-int compare(const SolveArgs& args, const std::string& trajectory_path) {
+int compare(const SolveArgs& args, const std::string& trajectory_path, const std::string& gradients_path) {
   check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
   const SafetensorsFile theirs = read_safetensors(trajectory_path);
@@ -598,13 +598,34 @@ int compare(const SolveArgs& args, const std::string& trajectory_path) {
   if (it == theirs.tensors.end())
     throw CaseFileError(fmt::format("{}: tensor 'H': missing (a trajectory file holds H)",
                                     trajectory_path));
+  // The gradients: those of --gradients, or the trajectory file's own (docs/choices.md). A
+  // trajectory file beside a separate --gradients file holds H only.
+  const bool separate = !gradients_path.empty() && !(std::filesystem::exists(gradients_path) &&
+                                                      std::filesystem::equivalent(gradients_path, trajectory_path));
+  std::optional<SafetensorsFile> gradient_file;
+  if (separate) gradient_file = read_safetensors(gradients_path);
+  ExternalGradients gradients{.source = separate ? gradients_path : trajectory_path};
+  for (const auto& [name, tensor] : theirs.tensors) {
+    if (name == "H") continue;
+    if (separate)
+      throw ContractViolation(fmt::format("{}: tensor '{}'", trajectory_path, name),
+                              fmt::format("is not H: with --gradients {} a trajectory file holds H only", gradients_path),
+                              "an unexpected tensor");
+    gradients.tensors.emplace(name, tensor.view());
+  }
+  if (gradient_file)
+    for (const auto& [name, tensor] : gradient_file->tensors) gradients.tensors.emplace(name, tensor.view());
+  const bool judge_gradients = !gradients_path.empty() || !gradients.tensors.empty();
   VerifyOptions options;
   options.atol = args.atol;
   options.seed = args.seed;
   options.certify_budget = args.certify_budget;
   options.repro_command =
-      fmt::format("pararnn compare {} --trajectory {}", args.case_path, trajectory_path);
-  const AgreementReport report = compare_trajectory(problem, it->second, options);
+      fmt::format("pararnn compare {} --trajectory {}{}", args.case_path, trajectory_path,
+                  gradients_path.empty() ? "" : " --gradients " + gradients_path);
+  const AgreementReport report =
+      compare_trajectory(problem, it->second, options,
+                         judge_gradients ? std::optional(gradients) : std::nullopt);
   std::cout << report.summary() << "\n";
   if (report.verdict != Verdict::agree) std::cout << report.failure_message() << "\n";
   write_json(args.json, report.to_json());

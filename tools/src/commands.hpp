@@ -117,6 +117,7 @@ int kstar(const KstarArgs& args);
 int oracle(const SolveArgs& args);
 int solve(const SolveArgs& args);
 int verify(const SolveArgs& args);
-int compare(const SolveArgs& args, const std::string& trajectory_path);
+// `gradients_path` empty: the trajectory file's own grad.* tensors, if any, are judged.
+int compare(const SolveArgs& args, const std::string& trajectory_path, const std::string& gradients_path);
 
 }  // namespace pararnn::tools

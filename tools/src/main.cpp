@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   make->add_option("--out", mk.out)->required();
 
   SolveArgs sa;
-  std::string trajectory;
+  std::string trajectory, gradients;
   auto add_case = [&](CLI::App* cmd) { cmd->add_option("case", sa.case_path)->required(); };
   auto add_solver = [&](CLI::App* cmd) {
     cmd->add_option("--backend", sa.backend, "auto | eager | cpu | cuda");
@@ -140,7 +140,10 @@ int main(int argc, char** argv) {
   verify_cmd->add_flag("--recompute", sa.recompute, "with --grad: the backward re-solves H*");
   auto* compare_cmd = app.add_subcommand("compare", "an external trajectory vs the oracle");
   add_case(compare_cmd);
-  compare_cmd->add_option("--trajectory", trajectory, "safetensors file holding H")->required();
+  compare_cmd->add_option("--trajectory", trajectory, "safetensors file holding H (and grad.*: judged too)")->required();
+  compare_cmd->add_option("--gradients", gradients,
+                          "safetensors file holding grad.x, grad.h0, grad.<parameter> of sum(grad.H * H): judged "
+                          "against the oracle's BPTT");
   add_judge(compare_cmd);
   KstarArgs ka;
   auto* kstar_cmd = app.add_subcommand("kstar", "measure K*(T), the smallest K that agrees with the oracle");
@@ -247,7 +250,7 @@ int main(int argc, char** argv) {
     if (oracle_cmd->parsed()) return oracle(sa);
     if (solve_cmd->parsed()) return solve(sa);
     if (verify_cmd->parsed()) return verify(sa);
-    if (compare_cmd->parsed()) return compare(sa, trajectory);
+    if (compare_cmd->parsed()) return compare(sa, trajectory, gradients);
     if (seqpar_cmd->parsed()) return seqpar(sp);
     if (nightly_cmd->parsed()) {
       na.backends_given = nightly_cmd->count("--backends") > 0;

@@ -36,12 +36,13 @@ rows = r["rows"]
 assert len(rows) == 6 and all(row["backend"] == "external" and row["id"].endswith(".external") for row in rows), [x["id"] for x in rows]
 assert all(row["outcome"] == "Agree" and row["agreement"]["path"] == "external" for row in rows), [(x["id"], x["outcome"]) for x in rows]
 assert all(row["external"]["exit_code"] == 0 and not row["external"]["timed_out"] for row in rows)
-# Gradient rows (init, h0): not applicable until compare --gradients is in this build, never passed.
+# Gradient rows (init, h0, T <= gradient_max_T): the solver's grad.* judged against the oracle's BPTT.
 for row in rows:
-    want = "not_requested" if row["class"] == "packed" else ("judged" if "gradients" in row["agreement"] else "not_applicable")
+    want = "not_requested" if row["class"] == "packed" else "judged"
     assert row["gradients"] == want, (row["id"], row["gradients"])
-    if row["gradients"] == "judged":
-        assert all(g["ok"] for g in row["agreement"]["gradients"].values()), row["id"]
+    if want == "judged":
+        g = row["agreement"]["gradients"]
+        assert {"x", "W_x.weight"} <= set(g) and all(t["ok"] for t in g.values()), (row["id"], g)
 eq = r["equivalences"]
 assert [e["name"] for e in eq] == ["packed_vs_per_sequence"] * 2 and all(e["verdict"] == "Agree" for e in eq), eq
 skipped = " ".join(s["what"] for s in r["skipped"])
@@ -74,6 +75,10 @@ for row in rows:
     assert row["bundle"] == f"bundles/{row['id']}.tar.gz", row
     assert row["error_along_t"]["first_failing_t"] == 8, row["error_along_t"]
     assert "faulty_adapter" in row["external"]["stderr_tail"]
+    if row["gradients"] == "judged":  # grad.x dropped: named, never Agree
+        assert a["gradients_missing"] == ["x"], (row["id"], a.get("gradients_missing"))
+        assert "--gradients" in row["repro"], row["repro"]
+assert any(row["gradients"] == "judged" for row in rows)
 assert r["summary"]["by_outcome"]["Disagree"] == len(rows)
 PY
   id=gru.f32.T16.init.s1.external

@@ -219,6 +219,85 @@ pararnn_torch_dumps_verify)
   expect_rc 2 "$pararnn" oracle "$work/rwkv7_no_heads.safetensors" --out "$work/out.safetensors"
   says "n_heads"
   ;;
+compare_judges_external_gradients)
+  # An external solver's gradients (issue 41): our own `solve --grad` answer is Agree, in one file
+  # (H beside grad.*), in two files written as safetensors.torch.save_file writes them, and
+  # through --gradients naming the trajectory file itself; one element moved by 10 x the allowed
+  # difference (the τ of the right answer's report, from the contract table) is Disagree there;
+  # a NaN is judged Disagree.
+  make --cell lstm --seed 1 --batch 2 --time 32 --d-in 4 --d-h 8 --h0-std 0.5 --out "$work/case.safetensors"
+  expect_rc 0 "$pararnn" solve "$work/case.safetensors" --grad --out "$work/solved.safetensors"
+  expect_rc 0 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/solved.safetensors" --json "$work/right.json"
+  says "gradient W_x.weight"
+  for name in x h0 W_x.weight W_x.bias a_f c_o; do
+    [ "$(json_get "$work/right.json" "['gradients']['$name']['ok']")" = True ] || fail "gradient $name not judged ok"
+  done
+  $tool keep "$work/solved.safetensors" "$work/H.safetensors" H
+  $tool drop "$work/solved.safetensors" "$work/G.safetensors" H
+  $tool strip "$work/G.safetensors" "$work/G_torch.safetensors"
+  expect_rc 0 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" \
+    --gradients "$work/G_torch.safetensors"
+  expect_rc 0 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/solved.safetensors" \
+    --gradients "$work/solved.safetensors"
+  export ATOL=$(json_get "$work/right.json" "['gradients']['W_x.weight']['atol']")
+  export RTOL=$(json_get "$work/right.json" "['gradients']['W_x.weight']['rtol']")
+  $tool shift-at "$work/G_torch.safetensors" "$work/G_wrong.safetensors" grad.W_x.weight 7 10
+  expect_rc 1 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" \
+    --gradients "$work/G_wrong.safetensors" --json "$work/wrong.json"
+  [ "$(json_get "$work/wrong.json" "['gradients']['W_x.weight']['mismatches']")" = 1 ] || fail "planted mismatch count"
+  [ "$(json_get "$work/wrong.json" "['gradients']['W_x.weight']['worst_index']")" = "[1, 3]" ] || fail "planted index"
+  [ "$(json_get "$work/wrong.json" "['gradients']['x']['ok']")" = True ] || fail "x gradient"
+  $tool set "$work/G_torch.safetensors" "$work/G_nan.safetensors" grad.h0 3 nan
+  expect_rc 1 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" \
+    --gradients "$work/G_nan.safetensors" --json "$work/nan.json"
+  [ "$(json_get "$work/nan.json" "['verdict']")" = Disagree ] || fail "a NaN gradient is not Disagree"
+  ;;
+compare_gradients_missing_are_named_never_agree)
+  make --cell lstm --seed 2 --batch 2 --time 32 --d-in 4 --d-h 8 --h0-std 0.5 --out "$work/case.safetensors"
+  expect_rc 0 "$pararnn" solve "$work/case.safetensors" --grad --out "$work/solved.safetensors"
+  $tool drop "$work/solved.safetensors" "$work/no_h0.safetensors" grad.h0
+  expect_rc 2 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/no_h0.safetensors" --json "$work/missing.json"
+  says "grad.h0"
+  says "MISSING"
+  [ "$(json_get "$work/missing.json" "['verdict']")" = Inconclusive ] || fail "verdict"
+  [ "$(json_get "$work/missing.json" "['gradients_missing']")" = "['h0']" ] || fail "gradients_missing"
+  # --gradients given, the file holding none of them: every one missing, never Agree.
+  $tool keep "$work/solved.safetensors" "$work/H.safetensors" H
+  expect_rc 2 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" \
+    --gradients "$work/H.safetensors"
+  says "grad.x"
+  # Without gradients anywhere, compare judges H alone, as before.
+  expect_rc 0 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors"
+  ;;
+compare_refuses_bad_gradient_tensors)
+  # Misnamed, extra, mis-shaped, mistyped: exit 2 naming the file and the tensor, no report written.
+  make --cell gru --seed 3 --batch 2 --time 16 --d-in 3 --d-h 4 --out "$work/case.safetensors"
+  expect_rc 0 "$pararnn" solve "$work/case.safetensors" --grad --out "$work/solved.safetensors"
+  $tool keep "$work/solved.safetensors" "$work/H.safetensors" H
+  $tool drop "$work/solved.safetensors" "$work/G.safetensors" H
+  $tool rename "$work/G.safetensors" "$work/misnamed.safetensors" grad.W_x.weight grad.W_x_weight
+  $tool add "$work/G.safetensors" "$work/extra.safetensors" grad.h0 F32 2,4 0
+  $tool reshape "$work/G.safetensors" "$work/misshaped.safetensors" grad.x 2,15,3
+  $tool shift-cast "$work/G.safetensors" "$work/mistyped.safetensors" grad.a_z 0 F64
+  refused() {
+    expect_rc 2 "$pararnn" compare "$work/case.safetensors" --trajectory "$1" "${@:3}" --json "$work/refused.json"
+    says "refused input"
+    says "tensor '$2'"
+    absent "$work/refused.json"
+  }
+  refused "$work/H.safetensors" grad.W_x_weight --gradients "$work/misnamed.safetensors"
+  says "misnamed.safetensors"
+  refused "$work/H.safetensors" grad.h0 --gradients "$work/extra.safetensors"
+  refused "$work/H.safetensors" grad.x --gradients "$work/misshaped.safetensors"
+  says "(2, 16, 3)"
+  refused "$work/H.safetensors" grad.a_z --gradients "$work/mistyped.safetensors"
+  says "f64"
+  refused "$work/H.safetensors" H --gradients "$work/solved.safetensors"  # H belongs in --trajectory
+  refused "$work/solved.safetensors" grad.W_x.bias --gradients "$work/G.safetensors"  # two sources of it
+  $tool add "$work/solved.safetensors" "$work/h_last.safetensors" h_last F32 2,4 0
+  refused "$work/h_last.safetensors" h_last  # a trajectory file holds H and grad.* only
+  no_temporaries
+  ;;
 *)
   fail "unknown claim"
   ;;

@@ -14,6 +14,13 @@ Commands (one per call):
   add SRC DST NAME DTYPE SHAPE VALUE    adds a tensor (SHAPE like 1,8,3) filled with VALUE
   shift-cast SRC DST NAME SHIFT DTYPE   adds SHIFT to every element of NAME and stores it as DTYPE
   duplicate-key SRC DST                 repeats the metadata key "cell" in the header text
+  keep SRC DST NAME...                  only the named tensors, no metadata (save_file({...}))
+  drop SRC DST NAME                     every tensor but NAME
+  strip SRC DST                         every tensor, no metadata (save_file(tensors))
+  rename SRC DST OLD NEW                tensor OLD under the name NEW
+  reshape SRC DST NAME SHAPE            NAME's first prod(SHAPE) elements as SHAPE (like 1,8,3)
+  shift-at SRC DST NAME INDEX FACTOR    adds FACTOR x (atol + rtol x max|NAME|) to one element (flat
+                                        INDEX), atol and rtol read from the environment (ATOL, RTOL)
 """
 import json
 import math
@@ -136,6 +143,28 @@ def main(argv):
         text, _ = header_and_body(tensors, metadata)
         doubled = text.replace('"__metadata__":{', '"__metadata__":{"cell":"lstm",', 1)
         write(dst, tensors, metadata, header_text=doubled)
+    elif command == "keep":
+        write(dst, {name: tensors[name] for name in rest}, {})
+    elif command == "strip":
+        write(dst, tensors, {})
+    elif command == "drop":
+        tensors.pop(rest[0])
+        write(dst, tensors, metadata)
+    elif command == "rename":
+        tensors[rest[1]] = tensors.pop(rest[0])
+        write(dst, tensors, metadata)
+    elif command == "reshape":
+        name, shape = rest[0], [int(v) for v in rest[1].split(",")]
+        dtype, _, values = tensors[name]
+        tensors[name] = (dtype, shape, values[:math.prod(shape)])
+        write(dst, tensors, metadata)
+    elif command == "shift-at":
+        import os
+        name, index, factor = rest[0], int(rest[1]), float(rest[2])
+        values = tensors[name][2]
+        allowed = float(os.environ["ATOL"]) + float(os.environ["RTOL"]) * max(abs(v) for v in values)
+        values[index] += factor * allowed
+        write(dst, tensors, metadata)
     else:
         raise SystemExit("unknown command " + command)
 

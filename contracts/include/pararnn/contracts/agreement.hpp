@@ -129,6 +129,10 @@ struct AgreementReport {
   };
   std::vector<GradientCheck> gradients;
   double gradient_self_check_delta = 0.0;
+  // compare with external gradients: the tensors the case's cell needs that were not given
+  // (report names, "h0", "W_x.weight"); any makes the verdict Inconclusive, never Agree (a
+  // Disagree elsewhere stays Disagree).
+  std::vector<std::string> gradients_missing;
 
   nlohmann::ordered_json to_json() const;
   std::string failure_message() const;  // self-sufficient (CONTRACT §7)
@@ -141,11 +145,37 @@ struct AgreementReport {
 [[nodiscard]] AgreementReport verify_agreement(const Cell& cell, const TensorView& x,
                                                const VerifyOptions& options = {});
 
+// An external solver's gradients of L = Σ grad_H ⊙ H (the case's grad.H, or ones, as `pararnn
+// solve --grad` takes them), under the names `solve --grad` writes: "grad.x", "grad.h0" (when the
+// case has h0) and "grad.<state_dict name>" for each parameter. `source` (a file name) opens
+// every refusal. Host tensors, each of the case's dtype and of the shape of the tensor it is the
+// gradient of.
+struct ExternalGradients {
+  std::map<std::string, TensorView> tensors;
+  std::string source = "gradients";
+};
+
+// The names above for `problem`, each with the report name it is judged under ("grad.x" ->
+// "x"): the tensors an external solver must give. A parameter the case reader added (a 0.17.4
+// ParaCfC's W_b, read as 0; metadata cell_version) is judged when given, never required.
+struct GradientName {
+  std::string file_name, report_name;
+  bool required = true;
+};
+std::vector<GradientName> gradient_names(const Case& problem);
+
 // Judges an external trajectory (any floating dtype, the solver's layout) against the oracle of
 // `problem` (the CLI's `compare`). The case is first read by checked_case (the refusals of every
 // path); τ is the case's dtype's; the same-dtype sequential floor is measured for the
-// ill-conditioned rule.
+// ill-conditioned rule. With `gradients`, each given tensor is judged against the oracle's BPTT
+// by verify --grad's own judgement (per tensor, the gradient τ of the cell class, the
+// unrepresentable rule; a NaN never passes); a tensor that is not one of gradient_names, or has
+// another dtype or shape, is refused (ContractViolation naming source and tensor) before any
+// work; a required one not given is listed in `gradients_missing` (never Agree).
+// Example:
+//   compare_trajectory(problem, H, {.seed = 1}, ExternalGradients{.tensors = {{"grad.x", gx}}, .source = "G.safetensors"});
 [[nodiscard]] AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
-                                                 const VerifyOptions& options = {});
+                                                 const VerifyOptions& options = {},
+                                                 const std::optional<ExternalGradients>& gradients = std::nullopt);
 
 }  // namespace pararnn
