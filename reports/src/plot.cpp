@@ -8,7 +8,7 @@
 
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
-#include "process.hpp"
+#include "pararnn/reports/process.hpp"
 
 namespace pararnn::reports {
 namespace {
@@ -117,13 +117,13 @@ std::string gnuplot_program(const Figure& figure, const std::filesystem::path& d
   return out;
 }
 
-bool plotting_available() { return detail::program_in_path("gnuplot"); }
+bool plotting_available() { return program_in_path("gnuplot"); }
 
 void render_figure(const Figure& figure, const std::filesystem::path& dir) {
   if (!plotting_available())
     throw Error("plots need gnuplot (Debian package gnuplot-nox; scripts/install-deps.sh installs it), "
                 "which is not in PATH; `pararnn report render --no-plots` writes the Markdown alone");
-  const detail::ScratchDirectory scratch(dir, ".plot-");
+  const ScratchDirectory scratch(dir, ".plot-");
   const auto data = scratch.path() / "data.txt";
   const auto program = scratch.path() / "figure.gp";
   const auto svg = scratch.path() / "figure.svg";
@@ -132,7 +132,7 @@ void render_figure(const Figure& figure, const std::filesystem::path& dir) {
     std::ofstream(data) << data_text(figure);
     std::ofstream(program) << gnuplot_program(figure, data, svg, png);
   }
-  const auto result = detail::run_process({"gnuplot", program.string()});
+  const auto result = run_process({"gnuplot", program.string()});
   if (result.exit_code != 0 || !std::filesystem::exists(svg) || !std::filesystem::exists(png))
     throw Error(fmt::format("gnuplot failed on figure {} (exit {}): {}", figure.name, result.exit_code,
                             result.stderr_text));

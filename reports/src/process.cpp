@@ -1,6 +1,7 @@
-#include "process.hpp"
+#include "pararnn/reports/process.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -8,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +20,7 @@
 
 extern char** environ;
 
-namespace pararnn::reports::detail {
+namespace pararnn::reports {
 namespace {
 
 struct Pipe {
@@ -37,22 +40,63 @@ struct Pipe {
 
 }  // namespace
 
-ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* out,
-                          const std::filesystem::path& cwd) {
+namespace {
+
+// The inherited environment, less the variables removed or replaced, plus those set.
+std::vector<std::string> environment_for(const ProcessOptions& options) {
+  std::vector<std::string> env;
+  const auto named = [](const std::string& entry, const std::string& name) {
+    return entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 && entry[name.size()] == '=';
+  };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    bool drop = false;
+    for (const auto& name : options.unset_env) drop = drop || named(entry, name);
+    for (const auto& [name, value] : options.set_env) drop = drop || named(entry, name);
+    if (!drop) env.push_back(entry);
+  }
+  for (const auto& [name, value] : options.set_env) env.push_back(name + "=" + value);
+  return env;
+}
+
+void keep_stderr(std::string& kept, const char* data, std::size_t n, bool tail) {
+  constexpr std::size_t kKeep = 65536;
+  if (!tail) {
+    if (kept.size() < kKeep) kept.append(data, n);
+    return;
+  }
+  kept.append(data, n);
+  if (kept.size() > kKeep) kept.erase(0, kept.size() - kKeep);
+}
+
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* out, const ProcessOptions& options) {
   if (argv.empty()) throw Error("run_process: empty argv");
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   Pipe out_pipe, err_pipe;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_pipe.fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_pipe.fds[1], STDERR_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);  // its own group: a timeout kills its children too
+  posix_spawnattr_setpgroup(&attributes, 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> env_strings = environment_for(options);
+  std::vector<char*> env;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, &attributes, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
   out_pipe.close_end(1);
   err_pipe.close_end(1);
   ProcessResult result;
@@ -64,8 +108,25 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* ou
   std::array<pollfd, 2> fds = {pollfd{out_pipe.fds[0], POLLIN, 0}, pollfd{err_pipe.fds[0], POLLIN, 0}};
   std::array<char, 65536> buffer;
   int open_fds = 2;
+  std::optional<double> drain_until;  // after a kill: a child that left the group may hold the pipes
   while (open_fds > 0) {
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    int wait_ms = -1;
+    if (options.timeout_s && !result.timed_out) {
+      const double left = *options.timeout_s - elapsed();
+      if (left <= 0.0) {
+        result.timed_out = true;
+        ::kill(-pid, SIGKILL);
+        drain_until = elapsed() + 2.0;
+        continue;
+      }
+      wait_ms = static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1;
+    }
+    if (drain_until) {
+      if (elapsed() > *drain_until) break;
+      wait_ms = 200;
+    }
+    const int ready = ::poll(fds.data(), fds.size(), wait_ms);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -74,7 +135,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* ou
       const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
       if (n > 0) {
         if (i == 0 && out) out->write(buffer.data(), n);
-        if (i == 1 && result.stderr_text.size() < 65536) result.stderr_text.append(buffer.data(), static_cast<std::size_t>(n));
+        if (i == 1) keep_stderr(result.stderr_text, buffer.data(), static_cast<std::size_t>(n), options.keep_stderr_tail);
       } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         fds[i].fd = -1;
         --open_fds;
@@ -85,7 +146,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* ou
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  result.wall_s = elapsed();
   return result;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, std::ostream* out, const std::filesystem::path& cwd) {
+  return run_process(argv, out, ProcessOptions{.cwd = cwd});
 }
 
 bool program_in_path(const std::string& program) {
@@ -114,4 +180,4 @@ ScratchDirectory::~ScratchDirectory() {
   std::filesystem::remove_all(path_, ec);
 }
 
-}  // namespace pararnn::reports::detail
+}  // namespace pararnn::reports

@@ -300,6 +300,14 @@ std::string render_markdown(const Json& report, bool plots) {
                     integer(plan.value("certify_budget", Json(0))),
                     plan.value("quick", Json(false)).get<bool>() ? "; quick" : "",
                     plan.contains("jobs") ? fmt::format("; {} tasks at once (timings under that load)", integer(plan["jobs"])) : "");
+  if (plan.contains("solver") && plan["solver"].is_object()) {  // an external solver (docs/external-solvers.md)
+    const Json& s = plan["solver"];
+    md += fmt::format("**Solver: {}{}**, run as `{}` (external: every row judged by the oracle through `compare`; "
+                      "strided, recompute and K\\* not applicable, listed under Skipped).\n\n",
+                      md_escape(str(s.value("name", Json("")))),
+                      s.value("version", Json(nullptr)).is_string() ? " " + md_escape(str(s["version"])) : "",
+                      str(s.value("command", Json(""))));
+  }
 
   // Summary.
   md += "## Summary\n\n";
@@ -369,6 +377,7 @@ std::string render_markdown(const Json& report, bool plots) {
                         integer(r["error_along_t"].value("sequential_first_failing_t", Json(-1))));
     md += "\nReplay (from the report folder), and make a bug bundle:\n\n```bash\n";
     md += str(r.value("repro", Json(""))) + "\n" + str(r.value("bug_bundle", Json(""))) + "\n```\n\n";
+    if (r.contains("bundle")) md += fmt::format("Bundle for the solver's maintainers: `{}`.\n\n", str(r["bundle"]));
   }
 
   // Worst rows.

@@ -31,7 +31,7 @@
 #include "pararnn/core/progress.hpp"
 #include "pararnn/core/random.hpp"
 #include "pararnn/reference/oracle.hpp"
-#include "pararnn/reports/bug_bundle.hpp"
+#include "pararnn/nightly/bug_bundle.hpp"
 #include "pararnn/solver/nccl_communicator.hpp"
 #include "pararnn/solver/seq_parallel.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -636,7 +636,7 @@ int compare(const SolveArgs& args, const std::string& trajectory_path, const std
 
 int bug_bundle(const BundleArgs& args) {
   check_outputs({{"--out", &args.out}});
-  reports::BundleOptions options;
+  nightly::BundleOptions options;
   options.case_path = args.case_path;
   if (!args.trajectory.empty()) options.trajectory = args.trajectory;
   SolveArgs solve_args;
@@ -659,7 +659,7 @@ int bug_bundle(const BundleArgs& args) {
                                      args.grad ? " --grad" : "", args.out);
   Progress progress("bug-bundle", 0, "steps");
   options.progress = [&](const std::string& line) { progress.advance(line); };
-  const reports::BundleResult r = reports::make_bug_bundle(options);
+  const nightly::BundleResult r = nightly::make_bug_bundle(options);
   progress.finish();
   std::cout << fmt::format("wrote {} ({} bytes, folder {}/): verdict {}{}, minimised case verdict {}\n", r.out.string(),
                            r.bytes, r.folder, verdict_name(r.verdict),

@@ -80,6 +80,10 @@ struct NightlyArgs {
   std::optional<double> time_budget;
   std::optional<std::int64_t> jobs;
   std::vector<std::string> argv;
+  // An external solver (docs/external-solvers.md): its command, name, version command, timeout.
+  std::string solver, solver_name, solver_version_cmd;
+  double solver_timeout = 600.0;
+  bool backends_given = false;  // --backends on the command line (refused with --solver)
 };
 
 struct RenderArgs {

@@ -199,6 +199,13 @@ int main(int argc, char** argv) {
   nightly_cmd->add_option("--seeds", na.seeds, "seeds per configuration")->check(count);
   nightly_cmd->add_option("--time-budget", na.time_budget, "seconds; no task starts after it")->check(positive);
   nightly_cmd->add_option("--jobs", na.jobs, "tasks run at once (default: the CPUs; 1: one after another)")->check(count);
+  nightly_cmd->add_option("--solver", na.solver,
+                          "an external solver's command, with {case} and {out} (docs/external-solvers.md)");
+  nightly_cmd->add_option("--solver-name", na.solver_name, "the external solver's name in reports and bundles");
+  nightly_cmd->add_option("--solver-version-cmd", na.solver_version_cmd,
+                          "a command whose first output line is the external solver's version");
+  nightly_cmd->add_option("--solver-timeout", na.solver_timeout, "seconds per external solver run (default 600)")
+      ->check(positive);
   nightly_cmd->add_option("--bench-summary", na.bench_summary,
                           "a bench summary (bench/results/h200-summary.json) to embed as the report's performance");
   RenderArgs ra;
@@ -245,7 +252,10 @@ int main(int argc, char** argv) {
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory, gradients);
     if (seqpar_cmd->parsed()) return seqpar(sp);
-    if (nightly_cmd->parsed()) return report_nightly(na);
+    if (nightly_cmd->parsed()) {
+      na.backends_given = nightly_cmd->count("--backends") > 0;
+      return report_nightly(na);
+    }
     if (render_cmd->parsed()) return report_render(ra);
     if (diff_cmd->parsed()) return report_diff(da);
     if (bundle_cmd->parsed()) return bug_bundle(ba);

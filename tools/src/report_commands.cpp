@@ -14,7 +14,7 @@
 #include "env_line.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/core/case_file.hpp"
-#include "pararnn/reports/campaign.hpp"
+#include "pararnn/nightly/campaign.hpp"
 #include "pararnn/reports/diff.hpp"
 #include "pararnn/reports/render.hpp"
 #include "pararnn/reports/report_json.hpp"
@@ -57,7 +57,7 @@ std::vector<std::int64_t> split_ints(const std::string& text, const char* argume
 }  // namespace
 
 int report_nightly(const NightlyArgs& args) {
-  reports::CampaignOptions options;
+  nightly::CampaignOptions options;
   options.out_dir = args.out;
   options.quick = args.quick;
   options.backends = split_list(args.backends, "--backends");
@@ -74,17 +74,30 @@ int report_nightly(const NightlyArgs& args) {
   options.seeds = args.seeds;
   options.time_budget_s = args.time_budget;
   options.jobs = args.jobs;
+  const bool solver_flags = !args.solver_name.empty() || !args.solver_version_cmd.empty();
+  if (args.solver.empty() && solver_flags)
+    throw ContractViolation(!args.solver_name.empty() ? "--solver-name" : "--solver-version-cmd",
+                            "needs --solver (it names the external solver)",
+                            !args.solver_name.empty() ? args.solver_name : args.solver_version_cmd);
+  if (!args.solver.empty()) {
+    if (args.backends_given)
+      throw ContractViolation("--backends", "does not apply with --solver (the external command is the only backend)",
+                              args.backends);
+    options.external = nightly::make_external_solver({.command = args.solver, .name = args.solver_name,
+                                                      .version_command = args.solver_version_cmd,
+                                                      .timeout_s = args.solver_timeout});
+  }
   if (!args.bench_summary.empty()) options.performance = reports::load_bench_summary(args.bench_summary);
   options.build = build_context();
   options.gpu_available = cuda_device_available();
   options.argv = args.argv;
   Progress progress("nightly", 0, "tasks");
-  options.progress = [&](const reports::CampaignProgress& p) {
+  options.progress = [&](const nightly::CampaignProgress& p) {
     progress.set_total(p.total);
     // A finished task's line names it with its seconds (a log of where a campaign's time went).
     progress.update(p.done, p.finished.empty() ? p.current : fmt::format("done {} ({:.1f} s)", p.finished, p.finished_s));
   };
-  const reports::CampaignResult result = reports::run_campaign(options);
+  const nightly::CampaignResult result = nightly::run_campaign(options);
   progress.finish();
   const auto& summary = result.report["summary"];
   const auto& by = summary["by_outcome"];
@@ -99,8 +112,9 @@ int report_nightly(const NightlyArgs& args) {
     std::cout << fmt::format("time budget exhausted: {} tasks not run\n", summary["rows_not_run"].get<std::int64_t>());
   for (const auto& row : result.report["rows"])
     if (row["outcome"] != "Agree")
-      std::cout << fmt::format("{} {}: {}\n", row["outcome"].get<std::string>(), row["id"].get<std::string>(),
-                               row["repro"].get<std::string>());
+      std::cout << fmt::format("{} {}: {}{}\n", row["outcome"].get<std::string>(), row["id"].get<std::string>(),
+                               row["repro"].get<std::string>(),
+                               row.contains("bundle") ? "  (bundle: " + row["bundle"].get<std::string>() + ")" : "");
   std::cout << "report: " << result.report_path.string() << "\n";
   return result.exit_code;
 }

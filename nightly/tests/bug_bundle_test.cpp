@@ -7,11 +7,13 @@
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/reference/oracle.hpp"
-#include "pararnn/reports/bug_bundle.hpp"
+#include "pararnn/nightly/bug_bundle.hpp"
 #include "test_support.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 namespace {
+
+namespace testing = reports::testing;
 
 Case make_case(const std::string& cell_name, DType dtype, std::int64_t batch, std::int64_t time, bool hard,
                std::uint64_t seed) {
@@ -108,4 +110,4 @@ TEST(BugBundle, OverTheSizeCapNothingIsWritten) {
 }
 
 }  // namespace
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly

@@ -1,6 +1,6 @@
 // make_bug_bundle: stage every file in a scratch folder next to the output, minimise, check the
 // size cap, archive with the system tar, check the listing, copy the archive into place.
-#include "pararnn/reports/bug_bundle.hpp"
+#include "pararnn/nightly/bug_bundle.hpp"
 
 #include <fmt/format.h>
 
@@ -12,14 +12,18 @@
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/reference/oracle.hpp"
-#include "pararnn/reports/error_profile.hpp"
 #include "pararnn/reports/plot.hpp"
 #include "pararnn/reports/render.hpp"
 #include "pararnn/reports/report_json.hpp"
 #include "pararnn/solver/solver.hpp"
-#include "process.hpp"
+#include "bundle_archive.hpp"
+#include "pararnn/nightly/error_profile.hpp"
+#include "pararnn/reports/process.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
+
+using reports::number_or_nan;
+using reports::sci;
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -235,7 +239,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
     throw ContractViolation("--out", "must name a .tar.gz file", options.out.string());
   if (options.max_bytes < 1)
     throw ContractViolation("--max-bytes", "must be >= 1", std::to_string(options.max_bytes));
-  if (!detail::program_in_path("tar"))
+  if (!reports::program_in_path("tar"))
     throw Error("bug-bundle needs the system tar (GNU tar) in PATH");
   const auto say = [&](const std::string& line) {
     if (options.progress) options.progress(line);
@@ -257,7 +261,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
   result.folder = stem;
 
   const std::filesystem::path parent = options.out.parent_path().empty() ? "." : options.out.parent_path();
-  const detail::ScratchDirectory scratch(parent, ".bundle-");
+  const reports::ScratchDirectory scratch(parent, ".bundle-");
   const std::filesystem::path dir = scratch.path() / stem;
   std::filesystem::create_directories(dir / "plots");
   std::vector<std::pair<std::string, std::string>> files;  // name, what
@@ -296,7 +300,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
   if (report) {
     result.verdict = report->verdict;
     write_text("verify.json", report->to_json().dump(2) + "\n", "verify report (AgreementReport JSON)");
-    write_text("verify.md", render_agreement_markdown(report->to_json(), "pararnn verify: case.safetensors"),
+    write_text("verify.md", reports::render_agreement_markdown(report->to_json(), "pararnn verify: case.safetensors"),
                "verify report, Markdown");
   } else {
     result.verdict = Verdict::disagree;
@@ -313,7 +317,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
     std::filesystem::copy_file(*options.trajectory, dir / "theirs.safetensors");
     add("theirs.safetensors", "the trajectory given with --trajectory");
     write_text("compare.json", comparison->to_json().dump(2) + "\n", "compare report (AgreementReport JSON)");
-    write_text("compare.md", render_agreement_markdown(comparison->to_json(), "pararnn compare: theirs.safetensors"),
+    write_text("compare.md", reports::render_agreement_markdown(comparison->to_json(), "pararnn compare: theirs.safetensors"),
                "compare report, Markdown");
   }
 
@@ -344,16 +348,16 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
   write_text("error_along_t.json", profile_file.dump(2) + "\n",
              "the largest error of the solver and of the sequential loop against the oracle per step (binned), the first failing step, the residual history");
   if (options.plots) {
-    Figure f = failure_figure("failure", fmt::format("{} {} {}: {}", problem.cell, dtype_name(problem.dtype()),
+    reports::Figure f = reports::failure_figure("failure", fmt::format("{} {} {}: {}", problem.cell, dtype_name(problem.dtype()),
                                                      shape_text(problem), verdict_text(result.verdict)),
                               profile);
     if (theirs) {
-      Series s{.title = "theirs", .color = 3};
+      reports::Series s{.title = "theirs", .color = 3};
       for (std::size_t i = 0; i < profile_file["t"].size() && i < profile_file["theirs"].size(); ++i)
         s.points.emplace_back(profile_file["t"][i].get<double>(), number_or_nan(profile_file["theirs"][i]));
       f.panels[0].series.insert(f.panels[0].series.begin() + 1, s);
     }
-    render_figure(f, dir / "plots");
+    reports::render_figure(f, dir / "plots");
     add("plots/failure.png", "the error along t (and τ) and the residual history");
     add("plots/failure.svg", "the same, SVG");
   }
@@ -369,7 +373,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
     mj["repro"] = verify_command("case.min.safetensors");
     write_text("minimised.json", Json{{"attempts", minimised->attempts}, {"verify", mj}}.dump(2) + "\n",
                "the minimisation attempts and the verify report of the minimised case");
-    write_text("minimised.md", render_agreement_markdown(mj, "pararnn verify: case.min.safetensors"),
+    write_text("minimised.md", reports::render_agreement_markdown(mj, "pararnn verify: case.min.safetensors"),
                "verify report of the minimised case, Markdown");
     result.minimised_verdict = minimised->report.verdict;
     result.minimisation = minimised->attempts;
@@ -393,7 +397,7 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
   if (comparison)
     readme += fmt::format("Their trajectory: **{}**, max |theirs − oracle| = {}.\n\n", verdict_text(comparison->verdict),
                           sci(comparison->max_abs));
-  readme += fmt::format("Made by `{}` on `{}` at {}.\n\n", options.command_line, options.env_line, utc_now());
+  readme += fmt::format("Made by `{}` on `{}` at {}.\n\n", options.command_line, options.env_line, reports::utc_now());
   if (options.plots)
     readme += "![the error along t against the oracle, and the Newton residual](plots/failure.png)\n\n";
   readme += "## Reproduce\n\nUnpack, then run from the bundle folder; each command gives the exit code in its comment "
@@ -420,52 +424,12 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
   if (report) readme += "## Verify summary\n\n```\n" + report->summary() + "\n```\n";
   write_text("README.md", readme, "this file");
 
-  // Size cap, over the files as they will be archived.
-  std::int64_t total = 0;
-  std::vector<std::pair<std::int64_t, std::string>> sizes;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_symlink() || (!entry.is_regular_file() && !entry.is_directory()))
-      throw Error(fmt::format("bug-bundle: {} is not a regular file; refusing to archive it", entry.path().string()));
-    if (!entry.is_regular_file()) continue;
-    const auto size = static_cast<std::int64_t>(entry.file_size());
-    total += size;
-    sizes.emplace_back(size, std::filesystem::relative(entry.path(), dir).string());
-  }
-  if (total > options.max_bytes) {
-    std::sort(sizes.rbegin(), sizes.rend());
-    std::string largest;
-    for (std::size_t i = 0; i < sizes.size() && i < 3; ++i)
-      largest += fmt::format("{}{} ({} bytes)", i ? ", " : "", sizes[i].second, sizes[i].first);
-    throw ContractViolation("--max-bytes",
-                            fmt::format("the bundle's files must fit in {} bytes; largest: {}. Make the case smaller "
-                                        "(fewer batch rows, a shorter T) or raise --max-bytes",
-                                        options.max_bytes, largest),
-                            fmt::format("{} bytes", total));
-  }
-
-  // Archive with the system tar, check its listing, copy it into place.
+  // Size cap, archive with the system tar, listing checked, copied into place.
   say("archive");
-  const std::filesystem::path archive = scratch.path() / "bundle.tar.gz";
-  const auto tar = detail::run_process({"tar", "--create", "--gzip", "--file", archive.string(), "--directory",
-                                        scratch.path().string(), "--sort=name", "--owner=0", "--group=0",
-                                        "--numeric-owner", "--", stem});
-  if (tar.exit_code != 0) throw Error(fmt::format("tar failed (exit {}): {}", tar.exit_code, tar.stderr_text));
-  std::ostringstream listing;
-  const auto list = detail::run_process({"tar", "--list", "--gzip", "--file", archive.string()}, &listing);
-  if (list.exit_code != 0) throw Error(fmt::format("tar --list failed (exit {}): {}", list.exit_code, list.stderr_text));
-  std::istringstream lines(listing.str());
-  for (std::string line; std::getline(lines, line);) {
-    if (line != stem + "/" && (line.rfind(stem + "/", 0) != 0 || line.find("..") != std::string::npos))
-      throw Error(fmt::format("bug-bundle: the archive holds '{}', outside its folder {}/; not written", line, stem));
-    if (line != stem + "/") result.files.push_back(line.substr(stem.size() + 1));
-  }
-  result.bytes = static_cast<std::int64_t>(std::filesystem::file_size(archive));
-  if (result.bytes > options.max_bytes)
-    throw ContractViolation("--max-bytes", fmt::format("the archive must fit in {} bytes", options.max_bytes),
-                            fmt::format("{} bytes", result.bytes));
-  std::ifstream in(archive, std::ios::binary);
-  write_file_atomically(options.out, [&](std::ostream& out) { out << in.rdbuf(); });
+  const detail::ArchiveResult archived = detail::archive_bundle(scratch.path(), stem, options.out, options.max_bytes);
+  result.files = archived.files;
+  result.bytes = archived.bytes;
   return result;
 }
 
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly

@@ -16,7 +16,7 @@
 #include "pararnn/core/tensor.hpp"
 #include "pararnn/solver/newton_config.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
 // Per-step maxima of |a − b| over every axis but the time axis (axis 1), as doubles.
 std::vector<double> max_abs_along_t(const TensorView& a, const TensorView& b);
@@ -35,4 +35,9 @@ nlohmann::ordered_json binned_series(const std::vector<double>& values, std::siz
 nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, const NewtonConfig& config,
                                      std::size_t max_points = 256);
 
-}  // namespace pararnn::reports
+// The same picture for an external solver's trajectory `theirs` (its "solver" series; no
+// residual history: a black box does not report one).
+nlohmann::ordered_json external_error_along_t(const Case& problem, const TensorView& theirs,
+                                              std::size_t max_points = 256);
+
+}  // namespace pararnn::nightly

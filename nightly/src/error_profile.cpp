@@ -1,4 +1,4 @@
-#include "pararnn/reports/error_profile.hpp"
+#include "pararnn/nightly/error_profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
 std::vector<double> max_abs_along_t(const TensorView& a, const TensorView& b) {
   const Tensor ca = Tensor::copy_of(a), cb = Tensor::copy_of(b);
@@ -98,4 +98,29 @@ nlohmann::ordered_json error_along_t(const Cell& cell, const Case& problem, cons
   return j;
 }
 
-}  // namespace pararnn::reports
+nlohmann::ordered_json external_error_along_t(const Case& problem, const TensorView& theirs, std::size_t max_points) {
+  const Cell cell = Cell::from_case(problem);
+  ApplyOptions apply;
+  if (problem.h0) apply.h0 = problem.h0->view();
+  if (problem.cu_seqlens) apply.cu_seqlens = problem.cu_seqlens->view();
+  const Tensor H_seq = sequential_apply(cell, problem.x, apply);
+  const reference::OracleResult oracle = reference::oracle_sequential(problem, {.certify = false});
+  if (theirs.shape() != oracle.H.shape())
+    throw ContractViolation("H", "must have the oracle's shape " + shape_string(oracle.H.shape()), shape_string(theirs.shape()));
+  const Tolerance tau = tolerance_for({.dtype = problem.dtype(), .metric = Metric::trajectory, .cell = problem.cell,
+                                       .backend = "external"});
+  nlohmann::ordered_json j;
+  j["T"] = problem.x.size(1);
+  j["atol"] = tau.atol;
+  j["rtol"] = tau.rtol;
+  const auto solver = binned_series(max_abs_along_t(theirs, oracle.H), max_points);
+  j["t"] = solver["t"];
+  j["solver"] = solver["max_abs"];
+  j["first_failing_t"] = first_failing_t(theirs, oracle.H, tau.atol, tau.rtol);
+  j["sequential"] = binned_series(max_abs_along_t(H_seq, oracle.H), max_points)["max_abs"];
+  j["sequential_first_failing_t"] = first_failing_t(H_seq, oracle.H, tau.atol, tau.rtol);
+  j["residual_history"] = nlohmann::ordered_json::array();
+  return j;
+}
+
+}  // namespace pararnn::nightly

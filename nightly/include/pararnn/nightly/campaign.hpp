@@ -2,7 +2,16 @@
 // seed, each row judged by verify_agreement (solver vs the certified oracle, the same-dtype
 // sequential floor, the quality ratio, gradients where the cell has an adjoint), beside K*(T)
 // (measure_kstar) and the equivalences packed = per-sequence and GPU = CPU (compare() at the
-// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). The result is one report.json (report_json.hpp), the system of record.
+// contract's τ), strided = contiguous and recompute = stored (bitwise, CONTRACT §5). With
+// `external`, each row is solved by an external command instead (external_solver.hpp,
+// docs/external-solvers.md) and judged by compare_trajectory; a failing row keeps a bundle under
+// <out>/bundles/. The result is one report.json (pararnn/reports/report_json.hpp), the
+// system of record.
+//
+// The campaign is four parts (docs/architecture.md): the plan, a pure function of the options
+// (plan.hpp: make_plan); the tasks it lists (tasks.hpp: one function per kind); a generic
+// budgeted pool that runs them (pool.hpp); and the assembly of report.json from their outputs
+// in the planned order (assemble.hpp).
 //
 // Guarantees:
 // - A row passes only when its AgreementReport says Agree. A row that throws is kept with
@@ -33,17 +42,14 @@
 #include <string>
 #include <vector>
 
+#include "pararnn/nightly/external_solver.hpp"
+#include "pararnn/nightly/pool.hpp"
 #include "pararnn/reports/report_json.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
-struct CampaignProgress {
-  std::int64_t done = 0, total = 0;
-  double elapsed_s = 0.0, eta_s = 0.0;
-  std::string current;  // the task being started; empty when a task has just finished
-  std::string finished;  // the task that has just finished (its own call), with its wall seconds
-  double finished_s = 0.0;
-};
+// Tasks done / total, elapsed, ETA, the task started or finished (pool.hpp).
+using CampaignProgress = PoolProgress;
 
 struct CampaignOptions {
   std::filesystem::path out_dir;                 // created if missing; report.json, cases/
@@ -61,7 +67,8 @@ struct CampaignOptions {
   std::optional<std::int64_t> jobs;              // tasks run at once (default: the CPUs); each
                                                  // task's OpenMP loops get CPUs / jobs threads;
                                                  // the report does not depend on it, its timings do
-  BuildContext build;                            // from the caller (the CLI's env)
+  std::optional<ExternalSolver> external;        // rows solved by this command instead of ours
+  reports::BuildContext build;                   // from the caller (the CLI's env)
   bool gpu_available = false;                    // a CUDA device answers (the CLI checks)
   std::vector<std::string> argv;                 // recorded in the context block
   std::optional<nlohmann::ordered_json> performance;  // a validated bench summary: the report's
@@ -83,4 +90,4 @@ std::vector<std::string> campaign_variants();
 
 CampaignResult run_campaign(const CampaignOptions& options);
 
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly

@@ -30,7 +30,7 @@
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/core/case_file.hpp"
 
-namespace pararnn::reports {
+namespace pararnn::nightly {
 
 struct BundleOptions {
   std::filesystem::path case_path;
@@ -83,4 +83,4 @@ MinimisedCase minimise_case(const Case& problem, const AgreementReport& original
 // verify_agreement on a case (its h0, cu_seqlens, grad.H, cell_version), as `pararnn verify`.
 AgreementReport verify_case(const Case& problem, const VerifyOptions& options);
 
-}  // namespace pararnn::reports
+}  // namespace pararnn::nightly

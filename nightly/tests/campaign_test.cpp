@@ -1,0 +1,123 @@
+// run_campaign: its report is bit for bit the golden report of a small plan (timings aside), made
+// by the campaign before it moved out of reports/ (nightly/tests/golden/README.md); and its time
+// budget: a task still running when the budget runs out stops at its next phase boundary and is
+// counted as not run; nothing of it reaches the report.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "pararnn/nightly/campaign.hpp"
+#include "test_support.hpp"
+
+namespace pararnn::nightly {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using reports::load_report;
+namespace testing = reports::testing;
+
+// The keys that hold timings or the machine (nightly/tests/golden/README.md): dropped at every depth.
+const std::set<std::string> kTimingKeys = {"timings_ms", "newton_ms_repeats", "duration_s", "context", "jobs",
+                                           "threads_per_job", "task_seconds_total", "slowest_tasks"};
+
+Json without_timings(const Json& j) {
+  if (j.is_object()) {
+    Json out = Json::object();
+    for (const auto& [key, value] : j.items())
+      if (!kTimingKeys.contains(key)) out[key] = without_timings(value);
+    return out;
+  }
+  if (j.is_array()) {
+    Json out = Json::array();
+    for (const Json& v : j) out.push_back(without_timings(v));
+    return out;
+  }
+  return j;
+}
+
+// The first path at which two documents differ, for the failure message.
+std::string first_difference(const Json& a, const Json& b, const std::string& path = "") {
+  if (a.type() != b.type()) return path + " (type)";
+  if (a.is_object()) {
+    if (a.size() != b.size()) return path + " (keys: " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + ")";
+    auto ia = a.begin();
+    auto ib = b.begin();
+    for (; ia != a.end(); ++ia, ++ib) {
+      if (ia.key() != ib.key()) return path + "." + ia.key() + " (key order: " + ib.key() + ")";
+      if (const std::string d = first_difference(ia.value(), ib.value(), path + "." + ia.key()); !d.empty()) return d;
+    }
+    return "";
+  }
+  if (a.is_array()) {
+    if (a.size() != b.size()) return path + " (length " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + ")";
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (const std::string d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+    return "";
+  }
+  return a == b ? "" : path + ": " + a.dump() + " vs " + b.dump();
+}
+
+TEST(CampaignGolden, SmallPlanIsBitForBitTheGoldenReport) {
+  // The plan of nightly/tests/golden/README.md: rows Agree, Disagree and Error (fixed K = 2 on hard
+  // weights), every equivalence the CPU runs, K*, skips, error profiles.
+  CampaignOptions o;
+  o.out_dir = testing::scratch("campaign-golden");
+  o.variants = {"gru", "slstm", "hopfield", "m2rnn"};
+  o.dtypes = {"f32"};
+  o.times = {16, 48};
+  o.classes = {"init", "hard", "saturating", "h0", "packed"};
+  o.seeds = 1;
+  o.max_iters = 2;
+  o.jobs = 1;
+  o.backends = {"cpu"};
+  const CampaignResult result = run_campaign(o);
+  const Json file = Json::parse(testing::read_text(std::filesystem::path(PARARNN_NIGHTLY_GOLDEN_DIR) / "small_campaign.json"));
+  const Json& golden = file["report"];
+  const Json ours = without_timings(load_report(result.report_path));
+  EXPECT_EQ(first_difference(ours, golden), "") << "the campaign's report changed (timings aside)";
+  EXPECT_EQ(result.exit_code, file["exit_code"].get<int>());
+  // The failing rows' cases, by name.
+  std::set<std::string> cases, want;
+  for (const auto& e : std::filesystem::directory_iterator(o.out_dir / "cases")) cases.insert(e.path().filename().string());
+  for (const Json& row : golden["rows"])
+    if (row["outcome"] != "Agree") want.insert(row["id"].get<std::string>() + ".safetensors");
+  EXPECT_EQ(cases, want);
+}
+
+TEST(CampaignBudget, ATaskRunningAtTheBudgetIsCutAndNotReported) {
+  CampaignOptions o;
+  o.out_dir = testing::scratch("campaign-budget");
+  o.quick = true;
+  o.variants = {"gru"};
+  o.classes = {"init"};
+  o.times = {64};
+  o.jobs = 1;
+  // Far more than planning takes, even on a loaded machine: the first task passes the start
+  // check; then its start is held past the budget, and it must stop at its first phase (verify's
+  // "newton") instead of running to the end.
+  constexpr double kBudget = 3.0;
+  o.time_budget_s = kBudget;
+  bool held = false;
+  o.progress = [&](const CampaignProgress& p) {
+    if (!held && !p.current.empty()) {
+      held = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(kBudget + 0.3 - p.elapsed_s));
+    }
+  };
+  const CampaignResult result = run_campaign(o);
+  const auto report = load_report(result.report_path);
+  const auto& s = report["summary"];
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(s["budget_exhausted"].get<bool>());
+  EXPECT_EQ(s["tasks_cut_at_budget"].get<std::int64_t>(), 1);
+  EXPECT_EQ(s["rows_not_run"].get<std::int64_t>(), s["tasks"].get<std::int64_t>());
+  EXPECT_EQ(s["rows"].get<std::int64_t>(), 0) << "a row of the cut task reached the report";
+  EXPECT_TRUE(report["rows"].empty());
+  EXPECT_TRUE(report["equivalences"].empty());
+  EXPECT_EQ(result.exit_code, 2) << "a campaign that did not run its plan must not exit 0";
+}
+
+}  // namespace
+}  // namespace pararnn::nightly

@@ -1,0 +1,4 @@
+"""Adapters of the external-solver protocol (docs/external-solvers.md): each is a command
+`python -m pararnn_judge.solvers.<name> CASE OUT` that `pararnn report nightly --solver` runs on
+every row. ``pararnn_torch``: the pararnn-torch library (torch and pararnn-torch are imported only
+when it runs, and their absence is a clear error with a nonzero exit)."""

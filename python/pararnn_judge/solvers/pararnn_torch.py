@@ -1,0 +1,223 @@
+"""pararnn-torch as an external solver of `pararnn report nightly --solver` (docs/external-solvers.md).
+
+usage: python -m pararnn_judge.solvers.pararnn_torch CASE OUT [--max-iters K|none] [--device cuda|cpu]
+       python -m pararnn_judge.solvers.pararnn_torch --version
+
+Reads the case (docs/pararnn-torch-cases.md: the state_dict under pararnn-torch's names, x, h0,
+cu_seqlens, grad.H, the constructor arguments as metadata), builds the pararnn-torch cell of the
+case's class in the case's dtype, loads the state_dict strictly, and runs `newton_apply` with
+`NewtonConfig()` (the library's default) or `NewtonConfig(max_iters=K)` (`--max-iters none`: the
+library's K*(T) schedule). Writes OUT with `H` in the case's dtype; with PARARNN_GRADIENTS=1 also
+`grad.x`, `grad.h0` (when the case has h0) and `grad.<name>` of every parameter: autograd of
+L = sum(grad.H * H), grad.H the case's cotangent or ones, as `pararnn solve --grad` defines it.
+
+Exit status: 0 with OUT written (atomically: a partial file is never left); 2 on bad usage; 3 when
+torch or pararnn-torch cannot be imported; 4 when the case cannot be built as a pararnn-torch cell
+(the message names the problem); anything the library raises propagates (exit 1, its traceback
+on stderr). `--version` prints "pararnn-torch <version>" (for --solver-version-cmd).
+"""
+import json
+import os
+import struct
+import sys
+
+EXIT_USAGE, EXIT_MISSING, EXIT_CASE = 2, 3, 4
+
+# Case-file cell name -> pararnn-torch class; the constructor arguments a case carries, with
+# their types (pararnn_judge.torch.ARGUMENTS lists the same names).
+CLASSES = {"gru": "ParaGRU", "lstm": "ParaLSTM", "slstm": "ParaSLSTM", "nlru": "ParaNLRU", "cfc": "ParaCfC",
+           "titans": "ParaTitans", "hopfield": "ParaHopfield", "m2rnn": "ParaM2RNN", "rwkv7": "ParaRWKV7"}
+ARGUMENT_TYPES = {"mix": str, "n_heads": int, "max_recurrent_norm": float, "eps": float, "gate_mix": str,
+                  "time_bias_init": float, "beta": float, "k_dim": int, "v_dim": int}
+ARGUMENTS = {"ParaGRU": ("mix", "n_heads", "max_recurrent_norm"), "ParaLSTM": ("max_recurrent_norm",),
+             "ParaSLSTM": ("mix", "n_heads", "max_recurrent_norm", "eps"), "ParaNLRU": ("max_recurrent_norm",),
+             "ParaCfC": ("gate_mix", "time_bias_init", "max_recurrent_norm"), "ParaTitans": ("max_recurrent_norm",),
+             "ParaHopfield": ("beta",), "ParaM2RNN": ("k_dim", "v_dim"), "ParaRWKV7": ("n_heads",)}
+ABSENT = ("None", "none", "")
+DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
+
+
+class CaseError(Exception):
+    """The case cannot be built as a pararnn-torch cell."""
+
+
+def fail(code, message):
+    sys.stderr.write(f"pararnn_judge.solvers.pararnn_torch: {message}\n")
+    sys.exit(code)
+
+
+def parse(argv):
+    args = {"max_iters": "default", "device": None, "paths": []}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--max-iters", "--device"):
+            if i + 1 >= len(argv):
+                fail(EXIT_USAGE, f"{a}: needs a value")
+            args[a[2:].replace("-", "_")] = argv[i + 1]
+            i += 2
+        elif a.startswith("--"):
+            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --max-iters K|none, --device cuda|cpu, --version)")
+        else:
+            args["paths"].append(a)
+            i += 1
+    if len(args["paths"]) != 2:
+        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
+    if args["device"] not in (None, "cuda", "cpu"):
+        fail(EXIT_USAGE, f"--device: must be cuda or cpu (got {args['device']!r})")
+    if args["max_iters"] not in ("default", "none", "None"):
+        try:
+            if int(args["max_iters"]) < 0:
+                raise ValueError
+        except ValueError:
+            fail(EXIT_USAGE, f"--max-iters: must be a non-negative integer or none (got {args['max_iters']!r})")
+    return args
+
+
+def import_libraries():
+    try:
+        import torch  # noqa: F401
+        import pararnn  # noqa: F401  (pararnn-torch's import name)
+    except ImportError as e:
+        fail(EXIT_MISSING, f"needs torch and pararnn-torch (pip install torch pararnn-torch): {e}")
+    if not hasattr(pararnn, "newton_apply") or not hasattr(pararnn, "NewtonConfig"):
+        fail(EXIT_MISSING, f"the module 'pararnn' at {getattr(pararnn, '__file__', '?')} is not pararnn-torch "
+                           "(it has no newton_apply/NewtonConfig)")
+    return torch, pararnn
+
+
+def torch_version_line():
+    try:
+        import importlib.metadata as metadata
+        return f"pararnn-torch {metadata.version('pararnn-torch')}"
+    except Exception as e:  # noqa: BLE001 (any failure: not installed)
+        fail(EXIT_MISSING, f"pararnn-torch is not installed: {e}")
+
+
+def read_safetensors(torch, path):
+    """(tensors, metadata) of a safetensors file, with torch only."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise CaseError(f"{path}: not a safetensors file (shorter than its header length)")
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    metadata = header.pop("__metadata__", {}) or {}
+    body = memoryview(data)[8 + n:]
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        dtype = getattr(torch, DTYPES[entry["dtype"]])
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(entry["shape"]).clone()
+    return tensors, metadata
+
+
+def write_safetensors(torch, path, tensors):
+    """Writes `tensors` (host, contiguous) as safetensors, atomically (a temporary file renamed)."""
+    names = {v: k for k, v in DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text.encode())
+            for raw in chunks:
+                f.write(raw)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def constructor_arguments(class_name, metadata):
+    kw = {}
+    for key in ARGUMENTS[class_name]:
+        if key not in metadata:
+            continue
+        value = metadata[key]
+        if value in ABSENT:
+            if key == "max_recurrent_norm":
+                kw[key] = None  # None means no clamp (docs/pararnn-torch-cases.md)
+            continue
+        try:
+            kw[key] = ARGUMENT_TYPES[key](float(value)) if ARGUMENT_TYPES[key] is int else ARGUMENT_TYPES[key](value)
+        except ValueError:
+            raise CaseError(f"metadata '{key}': must be a {ARGUMENT_TYPES[key].__name__} (got {value!r})")
+    return kw
+
+
+def build_cell(torch, pararnn, tensors, metadata, device):
+    cell_name = metadata.get("cell")
+    if cell_name not in CLASSES:
+        raise CaseError(f"metadata 'cell': must be one of {', '.join(CLASSES)} (got {cell_name!r})")
+    class_name = CLASSES[cell_name]
+    if not hasattr(pararnn, class_name):
+        raise CaseError(f"this pararnn-torch has no {class_name}")
+    x = tensors["x"]
+    kw = constructor_arguments(class_name, metadata)
+    kw.update(input_size=x.shape[-1], dtype=x.dtype, device=device)
+    if class_name != "ParaM2RNN":
+        if "hidden_size" not in metadata:
+            raise CaseError("metadata 'hidden_size': missing (pararnn make-case and the nightly write it)")
+        kw["hidden_size"] = int(metadata["hidden_size"])
+    cell = getattr(pararnn, class_name)(**kw)
+    state = {k: v for k, v in tensors.items() if k not in ("x", "h0", "cu_seqlens", "grad.H")}
+    try:
+        cell.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=True)
+    except RuntimeError as e:
+        raise CaseError(f"the case's tensors are not the state_dict of this pararnn-torch's {class_name}: {e}")
+    return cell
+
+
+def solve(torch, pararnn, args):
+    case_path, out_path = args["paths"]
+    device = args["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    tensors, metadata = read_safetensors(torch, case_path)
+    if "x" not in tensors:
+        raise CaseError(f"{case_path}: tensor 'x': missing")
+    cell = build_cell(torch, pararnn, tensors, metadata, device)
+    config = pararnn.NewtonConfig() if args["max_iters"] == "default" else pararnn.NewtonConfig(
+        max_iters=None if args["max_iters"] in ("none", "None") else int(args["max_iters"]))
+    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    x = tensors["x"].to(device).requires_grad_(gradients)
+    h0 = tensors["h0"].to(device).requires_grad_(gradients) if "h0" in tensors else None
+    cu = tensors["cu_seqlens"].to(device) if "cu_seqlens" in tensors else None
+    with torch.set_grad_enabled(gradients):
+        H = pararnn.newton_apply(cell, x, config, h0=h0, cu_seqlens=cu)
+    out = {"H": H.detach()}
+    if gradients:
+        grad_H = tensors["grad.H"].to(device=device, dtype=H.dtype) if "grad.H" in tensors else torch.ones_like(H)
+        (grad_H * H).sum().backward()
+        out["grad.x"] = x.grad if x.grad is not None else torch.zeros_like(x)
+        if h0 is not None:
+            out["grad.h0"] = h0.grad if h0.grad is not None else torch.zeros_like(h0)
+        for name, p in cell.named_parameters():
+            out["grad." + name] = p.grad if p.grad is not None else torch.zeros_like(p)
+    write_safetensors(torch, out_path, out)
+
+
+def main(argv):
+    if argv == ["--version"]:
+        print(torch_version_line())
+        return 0
+    args = parse(argv)
+    torch, pararnn = import_libraries()
+    try:
+        solve(torch, pararnn, args)
+    except CaseError as e:
+        fail(EXIT_CASE, str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

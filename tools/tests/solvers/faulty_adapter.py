@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""A deliberately wrong external solver, for the CI tests of `pararnn report nightly --solver`.
+
+usage: faulty_adapter.py CASE OUT [--mode perturb|drop-gradient|both|nan|wrong-shape|extra-tensor]
+
+It runs our own solver (`$PARARNN_BIN solve CASE --out ... [--grad]`, as the reference adapter
+tools/solvers/pararnn-solve does), then breaks the answer before writing OUT:
+  perturb        H[0, T // 2, first element] += 1.0 (one step, far beyond every tau)
+  drop-gradient  removes grad.x when gradients were asked for (PARARNN_GRADIENTS=1)
+  both           both of the above (the default)
+  nan            H[0, T // 2, first element] = NaN
+  wrong-shape    H loses its last time step
+  extra-tensor   adds a tensor "junk" beside H
+Standard library only (CI has no numpy): tools/tests/safetensors_tool.py reads and writes.
+"""
+import math
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_tool as st  # noqa: E402
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write(__doc__)
+        return 2
+    case, out = argv[1], argv[2]
+    mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "both"
+    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    ours = out + ".ours.safetensors"
+    command = [os.environ.get("PARARNN_BIN", "pararnn"), "solve", case, "--out", ours] + (["--grad"] if gradients else [])
+    try:
+        subprocess.run(command, check=True)
+        tensors, metadata = st.read(ours)
+    finally:
+        if os.path.exists(ours):
+            os.remove(ours)
+    dtype, shape, values = tensors["H"]
+    step = shape[1] // 2
+    per_step = len(values) // (shape[0] * shape[1])
+    at = step * per_step  # batch row 0, step T // 2, the first state entry
+    if mode in ("perturb", "both"):
+        values[at] += 1.0
+    if mode == "nan":
+        values[at] = math.nan
+    if mode == "wrong-shape":
+        keep = []
+        for b in range(shape[0]):
+            keep += values[(b * shape[1]) * per_step:(b * shape[1] + shape[1] - 1) * per_step]
+        values, shape = keep, [shape[0], shape[1] - 1] + shape[2:]
+    tensors["H"] = (dtype, shape, values)
+    if mode in ("drop-gradient", "both") and gradients:
+        tensors.pop("grad.x", None)
+    if mode == "extra-tensor":
+        tensors["junk"] = ("F32", [1], [0.0])
+    sys.stderr.write(f"faulty_adapter: {mode} (H[0, {step}, 0] of {shape})\n")
+    st.write(out, tensors, metadata)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
