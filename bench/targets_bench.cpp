@@ -386,6 +386,29 @@ nlohmann::ordered_json t_training(int runs) {
     }
     out[cell_name] = rows;
   }
+  // The dense, matrix-state and exact linear families at B 4, T 4096 (their CUDA training is
+  // forward and backward on the device with the adjoint's cotangent gathered on the host): the
+  // step and the bytes it moves, f32 and bf16.
+  const std::pair<const char*, CellOptions> others[] = {
+      {"gru_head", {.cell = "gru", .mix = "head", .d_in = 64, .d_h = 64, .n_heads = 8}},
+      {"hopfield", {.cell = "hopfield", .d_in = 32, .d_h = 32}},
+      {"m2rnn", {.cell = "m2rnn", .d_in = 64, .d_h = 64, .k_dim = 8, .v_dim = 8}},
+      {"rwkv7", {.cell = "rwkv7", .d_in = 64, .d_h = 64, .n_heads = 1}}};
+  nlohmann::ordered_json families = {{"shape", "B 4, T 4096, NewtonConfig{}, device tensors"}};
+  for (const auto& [name, options] : others) {
+    nlohmann::ordered_json rows;
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      try {
+        const Cell cell = Cell::initialise(options, dtype, kSeed);
+        const Tensor x = bench::uniform_input(4, 4096, options.d_in, kSeed + 1, dtype);
+        rows[std::string(dtype_name(dtype))] = training_on_device(cell, x, std::max(3, runs / 3)).figures;
+      } catch (const std::exception& e) {
+        rows[std::string(dtype_name(dtype))] = {{"error", e.what()}};
+      }
+    }
+    families[name] = rows;
+  }
+  out["other_families"] = families;
   return out;
 }
 

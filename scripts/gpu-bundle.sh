@@ -4,7 +4,8 @@
 # together are about 150 MiB compressed, so they travel in several calls while the machine stays
 # warm (it keeps the build folder between back-to-back calls).
 #
-# Usage (here): scripts/gpu-bundle.sh [--build DIR] [--no-bench] [--budget-mib N]
+# Usage (here): scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N]
+#   NAMES a comma-separated subset of the benchmarks (e.g. pararnn_bench_targets); default all four
 #   DIR   a configured CUDA build (default build; -DPARARNN_CUDA=ON, e.g. CMAKE_CUDA_ARCHITECTURES=90);
 #         the GPU targets are built in it first (incrementally)
 #   N     the size limit of one part (default: 64 MiB less the tree's size less 1 MiB)
@@ -24,13 +25,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_rel=build
 with_bench=1
+benches="pararnn_bench_scan,pararnn_bench_newton,pararnn_bench_shapes,pararnn_bench_targets"
 budget_mib=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build_rel=${2:?--build needs a folder}; shift 2 ;;
     --no-bench) with_bench=0; shift ;;
+    --bench) benches=${2:?--bench needs a comma-separated list}; shift 2 ;;
     --budget-mib) budget_mib=${2:?--budget-mib needs a number}; shift 2 ;;
-    *) echo "gpu-bundle: unknown argument '$1' (usage: scripts/gpu-bundle.sh [--build DIR] [--no-bench] [--budget-mib N])" >&2
+    *) echo "gpu-bundle: unknown argument '$1' (usage: scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N])" >&2
        exit 2 ;;
   esac
 done
@@ -41,7 +44,7 @@ grep -Eq '^PARARNN_CUDA:[A-Z]+=(ON|TRUE|1)$' "$build/CMakeCache.txt" ||
 
 targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda dense_cell_tests_cuda rwkv7_tests_cuda
          m2rnn_tests_cuda pararnn)
-[ "$with_bench" = 1 ] && targets+=(pararnn_bench_scan pararnn_bench_newton pararnn_bench_shapes pararnn_bench_targets)
+[ "$with_bench" = 1 ] && IFS=, read -r -a bench_list <<< "$benches" && targets+=("${bench_list[@]}")
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 if [ -z "$budget_mib" ]; then
