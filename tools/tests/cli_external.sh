@@ -135,7 +135,9 @@ PY
   check_rows "$work/nan/report.json" Disagree - -
   for d in exit slow garbage none shape extra nan; do no_leftovers "$work/$d"; done
   # pararnn-torch's adapter where torch is absent: a clear message, every row Error.
-  if [ -n "$pythonpath" ] && ! python3 -c "import torch" 2>/dev/null; then
+  # (only where the module was built: a build without the Python module has none to run)
+  if [ -n "$pythonpath" ] && PYTHONPATH="$pythonpath" python3 -c "import pararnn_judge" 2>/dev/null &&
+     ! python3 -c "import torch" 2>/dev/null; then
     expect_rc 1 env PYTHONPATH="$pythonpath" "$pararnn" report nightly --out "$work/torch" "${small[@]}" \
       --solver "python3 -m pararnn_judge.solvers.pararnn_torch {case} {out}"
     check_rows "$work/torch/report.json" Error SolverFailed "needs torch and pararnn-torch"
