@@ -83,41 +83,35 @@ void record_error(Json& e, const std::exception& ex) {
   e["error"] = ex.what();
 }
 
-void run_packed_vs_per_sequence(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
-  const BuiltCase built = build_case(ctx.plan, spec.key);
-  Json e = equivalence_header(spec, "packed_vs_per_sequence");
-  try {
-    const NewtonConfig config = config_for(spec.backend, ctx.options.max_iters);
-    NewtonStats stats;
-    const Tensor packed = newton_apply(built.cell, built.x, config, built.apply(), &stats);
-    const Tensor alone = segments_alone(built, config, packed, stats, spec.key.time);
-    const Tolerance tau = trajectory_tau(spec.key, spec.backend);
-    record_comparison(e, compare(packed, alone, tau), tau);
-  } catch (const std::exception& ex) {
-    record_error(e, ex);
-  }
-  out.equivalences.push_back(std::move(e));
-}
-
-void run_strided_vs_contiguous(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
-  const BuiltCase built = build_case(ctx.plan, spec.key);
-  Json e = equivalence_header(spec, "strided_vs_contiguous");
-  try {
-    const Tensor wide = with_nan_between_steps(built.x, spec.key.dtype);
-    const NewtonConfig config = config_for(spec.backend, ctx.options.max_iters);
-    const Tensor strided = newton_apply(built.cell, wide.view().slice(1, 0, 2 * built.x.size(1), 2), config, built.apply());
-    const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
-    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise, same_bits(strided, contiguous));
-  } catch (const UnsupportedPath& ex) {
-    out.skipped.push_back({{"what", spec.label}, {"reason", ex.what()}});
-    return;
-  } catch (const std::exception& ex) {
-    record_error(e, ex);
-  }
-  out.equivalences.push_back(std::move(e));
+void record_row_error(Json& row, const std::string& error_type, const std::string& message) {
+  row["outcome"] = std::string(reports::kOutcomeError);
+  row["error_type"] = error_type;
+  row["error"] = message;
 }
 
 namespace {
+
+// Appends the equivalence `name` of `spec` to `out`, its figures recorded by `judge(e)`. An
+// exception is an Error entry, except UnsupportedPath when `unsupported_skips`: the path does not
+// exist on this backend, so the equivalence is listed under skipped with the reason, never passed.
+template <class Judge>
+void run_equivalence(const TaskSpec& spec, const std::string& name, bool unsupported_skips, TaskOutput& out,
+                     Judge&& judge) {
+  Json e = equivalence_header(spec, name);
+  try {
+    judge(e);
+  } catch (const UnsupportedPath& ex) {
+    if (!unsupported_skips) {
+      record_error(e, ex);
+    } else {
+      out.skipped.push_back({{"what", spec.label}, {"reason", ex.what()}});
+      return;
+    }
+  } catch (const std::exception& ex) {
+    record_error(e, ex);
+  }
+  out.equivalences.push_back(std::move(e));
+}
 
 // H and every gradient with recompute = true against false: the worst tensor, bitwise, and
 // whether every tensor holds the same bytes with no NaN.
@@ -149,36 +143,45 @@ void compare_recompute(const BuiltCase& built, const NewtonConfig& stored, Json&
 
 }  // namespace
 
+void run_packed_vs_per_sequence(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
+  const BuiltCase built = build_case(ctx.plan, spec.key);
+  run_equivalence(spec, "packed_vs_per_sequence", /*unsupported_skips=*/false, out, [&](Json& e) {
+    const NewtonConfig config = config_for(spec.backend, ctx.options.max_iters);
+    NewtonStats stats;
+    const Tensor packed = newton_apply(built.cell, built.x, config, built.apply(), &stats);
+    const Tensor alone = segments_alone(built, config, packed, stats, spec.key.time);
+    const Tolerance tau = trajectory_tau(spec.key, spec.backend);
+    record_comparison(e, compare(packed, alone, tau), tau);
+  });
+}
+
+void run_strided_vs_contiguous(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
+  const BuiltCase built = build_case(ctx.plan, spec.key);
+  run_equivalence(spec, "strided_vs_contiguous", /*unsupported_skips=*/true, out, [&](Json& e) {
+    const Tensor wide = with_nan_between_steps(built.x, spec.key.dtype);
+    const NewtonConfig config = config_for(spec.backend, ctx.options.max_iters);
+    const Tensor strided = newton_apply(built.cell, wide.view().slice(1, 0, 2 * built.x.size(1), 2), config, built.apply());
+    const Tensor contiguous = newton_apply(built.cell, built.x, config, built.apply());
+    record_comparison(e, compare(strided, contiguous, kBitwise), kBitwise, same_bits(strided, contiguous));
+  });
+}
+
 void run_recompute_vs_stored(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
   if (gradient_unsupported(*spec.key.variant, spec.key.dtype, spec.backend, ctx.plan)) return;  // recorded on the row
   const BuiltCase built = build_case(ctx.plan, spec.key);
-  Json e = equivalence_header(spec, "recompute_vs_stored");
-  try {
+  run_equivalence(spec, "recompute_vs_stored", /*unsupported_skips=*/true, out, [&](Json& e) {
     compare_recompute(built, config_for(spec.backend, ctx.options.max_iters), e);
-  } catch (const UnsupportedPath& ex) {
-    out.skipped.push_back({{"what", spec.label}, {"reason", ex.what()}});
-    return;
-  } catch (const std::exception& ex) {
-    record_error(e, ex);
-  }
-  out.equivalences.push_back(std::move(e));
+  });
 }
 
 void run_gpu_vs_cpu(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
   const BuiltCase built = build_case(ctx.plan, spec.key);
-  Json e = equivalence_header(spec, "gpu_vs_cpu");
-  try {
+  run_equivalence(spec, "gpu_vs_cpu", /*unsupported_skips=*/true, out, [&](Json& e) {
     const Tensor on_gpu = newton_apply(built.cell, built.x, config_for("cuda", ctx.options.max_iters), built.apply());
     const Tensor on_cpu = newton_apply(built.cell, built.x, config_for("cpu", ctx.options.max_iters), built.apply());
     const Tolerance tau = trajectory_tau(spec.key, "cuda");
     record_comparison(e, compare(on_gpu, on_cpu, tau), tau);
-  } catch (const UnsupportedPath& ex) {
-    out.skipped.push_back({{"what", spec.label}, {"reason", ex.what()}});
-    return;
-  } catch (const std::exception& ex) {
-    record_error(e, ex);
-  }
-  out.equivalences.push_back(std::move(e));
+  });
 }
 
 }  // namespace pararnn::nightly::detail

@@ -74,13 +74,9 @@ std::optional<AgreementReport> judge_answer(const Case& problem, const ExternalA
     row["agreement"] = r.to_json();
     return r;
   } catch (const ContractViolation& e) {
-    row["outcome"] = std::string(reports::kOutcomeError);
-    row["error_type"] = "AnswerRefused";
-    row["error"] = e.what();
+    record_row_error(row, "AnswerRefused", e.what());
   } catch (const std::exception& e) {
-    row["outcome"] = std::string(reports::kOutcomeError);
-    row["error_type"] = "exception";
-    row["error"] = e.what();
+    record_row_error(row, "exception", e.what());
   }
   return std::nullopt;
 }
@@ -165,9 +161,7 @@ void run_external_rows(const TaskSpec& spec, const TaskContext& ctx, TaskOutput&
   if (solved.answer) {
     report = judge_answer(built.problem(), *solved.answer, gradients, vo, row);
   } else {
-    row["outcome"] = std::string(reports::kOutcomeError);
-    row["error_type"] = solved.error_type;
-    row["error"] = solved.error;
+    record_row_error(row, solved.error_type, solved.error);
   }
   if (row["outcome"] != "Agree")
     keep_failing_row(ctx,

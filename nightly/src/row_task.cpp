@@ -54,13 +54,9 @@ bool judge_row(const BuiltCase& built, const VerifyOptions& vo, const std::strin
   } catch (const NewtonDivergenceError& e) {
     // The residual gate: the solver did not produce the sequential answer (`pararnn verify` exits
     // 1 on it); no AgreementReport exists, so the outcome is Error.
-    row["outcome"] = std::string(reports::kOutcomeError);
-    row["error_type"] = "NewtonDivergenceError";
-    row["error"] = e.what();
+    record_row_error(row, "NewtonDivergenceError", e.what());
   } catch (const std::exception& e) {
-    row["outcome"] = std::string(reports::kOutcomeError);
-    row["error_type"] = "exception";
-    row["error"] = e.what();
+    record_row_error(row, "exception", e.what());
   }
   return true;
 }

@@ -63,4 +63,7 @@ void record_comparison(nlohmann::ordered_json& e, const ComparisonResult& c, con
 // An equivalence that threw: Error, with the message.
 void record_error(nlohmann::ordered_json& e, const std::exception& ex);
 
+// A row with no verdict: outcome Error, `error_type` (what failed) and the message.
+void record_row_error(nlohmann::ordered_json& row, const std::string& error_type, const std::string& message);
+
 }  // namespace pararnn::nightly::detail
