@@ -240,43 +240,76 @@ struct DeviceOutput {
 // views) moves O(parameters + B·d_h) bytes between host and device, never O(B·T·d_h), in every
 // dtype and for every per-channel cell: the bytes it moves (cuda_transfer_bytes) are the same at
 // T and at 16T, and fewer than one trajectory's.
+// Bytes moved host<->device by newton_apply_into, newton_forward_into and newton_backward_into
+// with x, h0, grad_H and every output on the device (a fixed K: no residual read), and the bytes
+// of one trajectory of the cell's dtype.
+struct StepBytes {
+  std::uint64_t to_device = 0, to_host = 0, trajectory = 0;
+};
+StepBytes device_training_step_bytes(const Cell& cell, const Tensor& x, const Tensor& h0) {
+  const DType dtype = cell.dtype();
+  const Shape shape = cell.trajectory_shape(x.size(0), x.size(1));
+  Tensor g(dtype, shape);
+  {
+    Tensor flat = g.reshaped({g.numel()});
+    SplitMix64 rng(32);
+    for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal());
+  }
+  const DeviceCopy x_device(x), h0_device(h0), g_device(g);
+  const DeviceOutput H_apply(dtype, shape, false), H_out(dtype, shape, false), dx_out(dtype, x.shape(), false);
+  const NewtonConfig config = on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt});
+  const ApplyOptions options{.h0 = h0_device.view_like(h0)};
+  const CudaTransferBytes before = cuda_transfer_bytes();
+  newton_apply_into(cell, x_device.view_like(x), H_apply.view, config, options);
+  const NewtonForward forward = newton_forward_into(cell, x_device.view_like(x), H_out.view, config, options);
+  const NewtonGradients grads = newton_backward_into(cell, x_device.view_like(x), forward, g_device.view_like(g),
+                                                     dx_out.view, config, options);
+  const CudaTransferBytes after = cuda_transfer_bytes();
+  EXPECT_FALSE(grads.parameters.empty());
+  return {.to_device = after.to_device - before.to_device, .to_host = after.to_host - before.to_host,
+          .trajectory = static_cast<std::uint64_t>(g.numel()) * dtype_size(dtype)};
+}
+
+// The same bytes at T 64 and T 1024 in both directions, and fewer than one trajectory's.
+template <class Step>
+void expect_no_bytes_grow_with_t(Step&& step) {
+  const StepBytes short_run = step(64), long_run = step(1024);
+  EXPECT_EQ(short_run.to_device, long_run.to_device) << "bytes to the device";
+  EXPECT_EQ(short_run.to_host, long_run.to_host) << "bytes to the host";
+  EXPECT_LT(long_run.to_device + long_run.to_host, long_run.trajectory);
+}
+
 TEST(CudaBackend, DeviceTrainingStepMovesNoBytesThatGrowWithT) {
   for (const std::string& label : testing::kPerChannelCellLabels)
     for (const DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
       const CellOptions variant = testing::label_options(label);
-      std::size_t trajectory_bytes = 0;
-      auto moved = [&](std::int64_t time) {
+      expect_no_bytes_grow_with_t([&](std::int64_t time) {
         const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
                                  .time = time, .d_in = 5, .d_h = 8, .with_h0 = true, .seed = 31};
         const Cell cell = p.make_cell();
-        const Tensor x = p.make_input();
-        const Tensor h0 = *p.make_h0(cell.slots());
-        const Shape shape = cell.trajectory_shape(p.batch, p.time);
-        Tensor g(dtype, shape);
-        {
-          Tensor flat = g.reshaped({g.numel()});
-          SplitMix64 rng(32);
-          for (std::int64_t i = 0; i < flat.numel(); ++i) flat.store({i}, rng.normal());
-        }
-        const DeviceCopy x_device(x), h0_device(h0), g_device(g);
-        const DeviceOutput H_out(dtype, shape, false), dx_out(dtype, x.shape(), false);
-        trajectory_bytes = static_cast<std::size_t>(g.numel()) * dtype_size(dtype);
-        const NewtonConfig config = on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt});
-        const ApplyOptions options{.h0 = h0_device.view_like(h0)};
-        const CudaTransferBytes before = cuda_transfer_bytes();
-        const NewtonForward forward = newton_forward_into(cell, x_device.view_like(x), H_out.view, config, options);
-        const NewtonGradients grads = newton_backward_into(cell, x_device.view_like(x), forward,
-                                                           g_device.view_like(g), dx_out.view, config, options);
-        const CudaTransferBytes after = cuda_transfer_bytes();
-        EXPECT_FALSE(grads.parameters.empty());
-        return std::pair{after.to_device - before.to_device, after.to_host - before.to_host};
-      };
-      const auto short_run = moved(64);
-      const auto long_run = moved(1024);
-      EXPECT_EQ(short_run.first, long_run.first) << "bytes to the device";
-      EXPECT_EQ(short_run.second, long_run.second) << "bytes to the host";
-      EXPECT_LT(long_run.first + long_run.second, trajectory_bytes);
+        return device_training_step_bytes(cell, p.make_input(), *p.make_h0(cell.slots()));
+      });
+    }
+}
+
+TEST(CudaBackend, DeviceTrainingStepOfTheDenseMatrixAndLinearFamiliesMovesNoBytesThatGrowWithT) {
+  for (const testing::DenseVariant& variant : testing::kDenseVariants)
+    for (const DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(std::string(variant.name) + " " + std::string(dtype_name(dtype)));
+      const Cell cell = Cell::initialise(testing::dense_variant_options(variant, 5), dtype, 31);
+      Shape h0_shape = cell.trajectory_shape(2, 1);
+      h0_shape.erase(h0_shape.begin() + 1);
+      std::vector<double> values(static_cast<std::size_t>(shape_numel(h0_shape)));
+      SplitMix64 rng(33);
+      for (double& v : values) v = std::abs(rng.normal(0.0, 0.5));  // sLSTM's normalizer slot is never negative
+      const Tensor h0 = Tensor::from_values(dtype, h0_shape, values);
+      expect_no_bytes_grow_with_t([&](std::int64_t time) {
+        const Tensor x = GeneratedProblem{.cell = variant.cell, .dtype = dtype, .batch = 2, .time = time, .d_in = 5,
+                                          .seed = 31}
+                             .make_input();
+        return device_training_step_bytes(cell, x, h0);
+      });
     }
 }
 

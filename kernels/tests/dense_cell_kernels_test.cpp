@@ -442,6 +442,46 @@ TYPED_TEST(DenseSequentialKernel, ChainMajorOutputHoldsTheSameTrajectory) {
   EXPECT_EQ(mismatches, 0) << p.describe();
 }
 
+TYPED_TEST(DenseSequentialKernel, RelayoutMovesEachLayoutOntoTheOtherBitwise) {
+  // launch_dense_relayout: the chain-major output moved into a poisoned trajectory buffer is the
+  // trajectory output, and the trajectory moved back into a poisoned chain-major buffer is the
+  // chain-major output (heads, so that the offsets permute within a row).
+  using DenseMath = typename TypeParam::DenseMath;
+  using ComputeT = typename TypeParam::ComputeT;
+  const std::uint64_t seed = test_seed(20261205);
+  const DenseConfig config = configs_of<DenseMath>()[0];
+  const auto p = make_problem<DenseMath, ComputeT>(config, 3, 257, true, false, seed);
+  DeviceDenseInputs<DenseMath, ComputeT> in(p);
+  PARARNN_CUDA_OK(in.upload(p));
+  const DenseChainInputs<ComputeT> inputs = in.inputs(p);
+  const std::size_t traj_size = static_cast<std::size_t>(p.batch * p.time * p.state_row);
+  const std::size_t chain_size = static_cast<std::size_t>(p.chains() * p.time * p.n);
+  DeviceBuffer<ComputeT> d_traj(traj_size), d_chain(chain_size), d_traj_moved(traj_size), d_chain_moved(chain_size);
+  for (auto [buffer, layout] : {std::pair{&d_traj, dense_trajectory_layout(inputs)},
+                                std::pair{&d_chain, dense_chain_major_layout(inputs)}}) {
+    PARARNN_CUDA_OK(cudaMemset(buffer->get(), 0xff, buffer->bytes()));
+    DenseSequentialArgs<ComputeT> args{.in = inputs, .out = buffer->get(), .layout = layout};
+    PARARNN_CUDA_OK((launch_dense_sequential<DenseMath, ComputeT>(args, cudaStream_t{})));
+  }
+  PARARNN_CUDA_OK(cudaMemset(d_traj_moved.get(), 0xff, d_traj_moved.bytes()));
+  PARARNN_CUDA_OK(cudaMemset(d_chain_moved.get(), 0xff, d_chain_moved.bytes()));
+  PARARNN_CUDA_OK(launch_dense_relayout(d_chain.get(), dense_chain_major_layout(inputs), d_traj_moved.get(),
+                                        dense_trajectory_layout(inputs), p.batch, inputs.chains_per_row, p.time,
+                                        p.n, cudaStream_t{}));
+  PARARNN_CUDA_OK(launch_dense_relayout(d_traj.get(), dense_trajectory_layout(inputs), d_chain_moved.get(),
+                                        dense_chain_major_layout(inputs), p.batch, inputs.chains_per_row, p.time,
+                                        p.n, cudaStream_t{}));
+  PARARNN_CUDA_OK(cudaDeviceSynchronize());
+  for (auto [expected, actual] : {std::pair{&d_traj, &d_traj_moved}, std::pair{&d_chain, &d_chain_moved}}) {
+    std::vector<ComputeT> e, a;
+    PARARNN_CUDA_OK(expected->download(e));
+    PARARNN_CUDA_OK(actual->download(a));
+    std::int64_t mismatches = 0;
+    for (std::size_t i = 0; i < e.size(); ++i) mismatches += same_bits(e[i], a[i]) ? 0 : 1;
+    EXPECT_EQ(mismatches, 0) << p.describe() << (expected == &d_traj ? " chain-major -> trajectory" : " trajectory -> chain-major");
+  }
+}
+
 TEST(DenseSequentialPicard, MatchesTheHostPicardGuess) {
   // sLSTM (head and dense): frozen elements = the hidden slot, [3 w, 4 w).
   std::uint64_t seed = test_seed(20260306);

@@ -68,6 +68,14 @@ struct FamilyEntry {
   NewtonGradients (*backward)(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
                               const NewtonConfig&, const ApplyOptions&, detail::Layout);
   double (*max_residual)(const Cell&, const TensorView&, const TensorView&, const ApplyOptions&, detail::Layout);
+  // The *_into forms, writing H / ∇x into a caller's view on the host or on the solve's device
+  // (null: the path computes a host result that write_result copies into the view).
+  void (*newton_into)(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
+                      detail::Layout, NewtonStats&);
+  NewtonForward (*forward_into)(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                                const ApplyOptions&, detail::Layout);
+  NewtonGradients (*backward_into)(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                   const TensorView&, const NewtonConfig&, const ApplyOptions&, detail::Layout);
 };
 
 // RWKV-7's exact linear family has no Newton: its "solve" is the exact (G, U) scan, or the step
@@ -84,22 +92,28 @@ Tensor rwkv7_cuda_solve(const Cell& cell, const TensorView& x, const NewtonConfi
 const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
   static const FamilyEntry kCpu[] = {
       /* per_channel */ {detail::cpu_newton_apply, detail::cpu_sequential_apply, detail::cpu_newton_forward,
-                         detail::cpu_newton_backward, detail::cpu_max_residual},
+                         detail::cpu_newton_backward, detail::cpu_max_residual, nullptr, nullptr, nullptr},
       /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, detail::dense_newton_forward,
-                   detail::dense_newton_backward, detail::dense_max_residual},
+                   detail::dense_newton_backward, detail::dense_max_residual, nullptr, nullptr, nullptr},
       /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, detail::rwkv7_newton_forward,
-                       detail::rwkv7_newton_backward, detail::rwkv7_max_residual},
+                       detail::rwkv7_newton_backward, detail::rwkv7_max_residual, nullptr, nullptr, nullptr},
       /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, detail::m2rnn_newton_forward,
-                        detail::m2rnn_newton_backward, detail::m2rnn_max_residual}};
+                        detail::m2rnn_newton_backward, detail::m2rnn_max_residual, nullptr, nullptr, nullptr}};
   static const FamilyEntry kCuda[] = {
       /* per_channel */ {detail::cuda_newton_apply, detail::cuda_sequential_apply, detail::cuda_newton_forward,
-                         detail::cuda_newton_backward, nullptr},
+                         detail::cuda_newton_backward, nullptr, detail::cuda_newton_apply_into,
+                         detail::cuda_newton_forward_into, detail::cuda_newton_backward_into},
       /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply,
-                   detail::cuda_dense_newton_forward, detail::cuda_dense_newton_backward, nullptr},
+                   detail::cuda_dense_newton_forward, detail::cuda_dense_newton_backward, nullptr,
+                   detail::cuda_dense_newton_apply_into, detail::cuda_dense_newton_forward_into,
+                   detail::cuda_dense_newton_backward_into},
       /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, detail::cuda_rwkv7_newton_forward,
-                       detail::cuda_rwkv7_newton_backward, nullptr},
+                       detail::cuda_rwkv7_newton_backward, nullptr, detail::cuda_rwkv7_apply_into,
+                       detail::cuda_rwkv7_newton_forward_into, detail::cuda_rwkv7_newton_backward_into},
       /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply,
-                        detail::cuda_m2rnn_newton_forward, detail::cuda_m2rnn_newton_backward, nullptr}};
+                        detail::cuda_m2rnn_newton_forward, detail::cuda_m2rnn_newton_backward, nullptr,
+                        detail::cuda_m2rnn_newton_apply_into, detail::cuda_m2rnn_newton_forward_into,
+                        detail::cuda_m2rnn_newton_backward_into}};
   static_assert(static_cast<int>(JacobianClass::per_channel) == 0 && static_cast<int>(JacobianClass::dense) == 1 &&
                 static_cast<int>(JacobianClass::linear_gu) == 2 && static_cast<int>(JacobianClass::matrix_map) == 3);
   return (backend == Resolved::cuda ? kCuda : kCpu)[static_cast<int>(family)];
@@ -377,10 +391,11 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
     check_output(*out, "out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
   const bool windowed = !is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time;
-  if (out && !windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
+  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
+  if (out && !windowed && entry.newton_into) {
     NewtonStats local;
     NewtonStats& s = stats ? *stats : local;
-    detail::cuda_newton_apply_into(cell, x, *out, config, options, std::move(layout), s);
+    entry.newton_into(cell, x, *out, config, options, std::move(layout), s);
     detail::residual_gate(cell, config, s, x, options);
     return Tensor();
   }
@@ -403,7 +418,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
   if (windowed) return window_loop(cell, x, config, layout, options, stats);
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = family_entry(cell.spec().jacobian, backend).newton(cell, x, config, options, std::move(layout), s);
+  Tensor H = entry.newton(cell, x, config, options, std::move(layout), s);
   if (is_linear_gu(cell)) {
     // The exact scan has no iteration to leave its basin; what the gate can catch is a
     // non-finite state (NaN input, or an overflow from finite input): that raises.
@@ -486,10 +501,11 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
     if (H_out) write_result(*H_out, forward.H, "H_out");
     return forward;
   }
-  if (H_out && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
-    forward = detail::cuda_newton_forward_into(cell, x, *H_out, config, options, std::move(layout));
+  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
+  if (H_out && entry.forward_into) {
+    forward = entry.forward_into(cell, x, *H_out, config, options, std::move(layout));
   } else {
-    forward = family_entry(cell.spec().jacobian, backend).forward(cell, x, config, options, std::move(layout));
+    forward = entry.forward(cell, x, config, options, std::move(layout));
     if (H_out) {
       write_result(*H_out, forward.H, "H_out");
       forward.H = Tensor();
@@ -514,12 +530,11 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
   const bool windowed = config.chunk_len && *config.chunk_len < layout.time;
-  if (grad_x && !windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel)
-    return detail::cuda_newton_backward_into(cell, x, forward, grad_H, *grad_x, config, options, std::move(layout));
-  NewtonGradients out =
-      windowed ? windowed_backward(cell, x, forward, grad_H, config, options, layout)
-               : family_entry(cell.spec().jacobian, backend).backward(cell, x, forward, grad_H, config, options,
-                                                                      std::move(layout));
+  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
+  if (grad_x && !windowed && entry.backward_into)
+    return entry.backward_into(cell, x, forward, grad_H, *grad_x, config, options, std::move(layout));
+  NewtonGradients out = windowed ? windowed_backward(cell, x, forward, grad_H, config, options, layout)
+                                 : entry.backward(cell, x, forward, grad_H, config, options, std::move(layout));
   if (grad_x) {
     write_result(*grad_x, out.x, "grad_x");
     out.x = Tensor();

@@ -158,6 +158,17 @@ NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, c
 NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                            const TensorView& grad_H, const NewtonConfig& config,
                                            const ApplyOptions& options, Layout layout);
+// The _into forms of the dense, RWKV-7 and M2RNN families, as cuda_newton_apply_into's above:
+// with x, grad_H and the outputs on the device, no O(B·T·d) byte crosses to the host.
+void cuda_dense_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                 const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                                 NewtonStats& stats);
+NewtonForward cuda_dense_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_dense_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig& config, const ApplyOptions& options,
+                                                Layout layout);
 // The exact (G, U) scan on the device; stats as rwkv7_apply's with scan_backend "rwkv7_scan_cuda".
 Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
                         NewtonStats& stats);
@@ -169,6 +180,15 @@ NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, c
 NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                            const TensorView& grad_H, const NewtonConfig& config,
                                            const ApplyOptions& options, Layout layout);
+void cuda_rwkv7_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                          const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                          NewtonStats& stats);
+NewtonForward cuda_rwkv7_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_rwkv7_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig& config, const ApplyOptions& options,
+                                                Layout layout);
 // CUDA backend of ParaM2RNN (cuda/matrix_state.cpp), forward and training: the CPU M2RNN backend's
 // algorithm with the residual, the factorized walk and the sequential loop on the device, for
 // K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one
@@ -188,5 +208,14 @@ NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, c
 NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                            const TensorView& grad_H, const NewtonConfig& config,
                                            const ApplyOptions& options, Layout layout);
+void cuda_m2rnn_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                 const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                                 NewtonStats& stats);
+NewtonForward cuda_m2rnn_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
+NewtonGradients cuda_m2rnn_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig& config, const ApplyOptions& options,
+                                                Layout layout);
 
 }  // namespace pararnn::detail

@@ -7,16 +7,20 @@
 // kernel (F, J, max|F| read back once per evaluation), launch_scan_dense of F with J (δ in
 // place), H += ωδ by cuBLAS axpy; sLSTM's zero-hidden pass plus Picard passes by the dense
 // sequential kernel's Picard mode. Internal layout chain-major [chain][t][N] as on the CPU; the
-// result is scattered to the trajectory [b][t][slot][d_h] on the host, after one download, and
-// rounded to storage there. The fallback re-solves the chains still at or above residual_atol, as
+// result is moved to the trajectory [b][t][slot][d_h] on the device (launch_dense_relayout) and
+// handed over by deliver_trajectory: stored into the caller's view (rounded to its dtype on its
+// device) or downloaded once and rounded to storage. The fallback re-solves the chains still at or above residual_atol, as
 // the CPU does. sequential_apply runs the dense sequential kernel in the storage dtype, writing
 // the trajectory layout directly.
 //
-// Training: newton_forward keeps H* chain-major in the compute type (the CPU's saved layout);
-// the backward, everything in double as the CPU's: J at H* by the residual kernel, μ by the
-// reverse dense scan of the cotangent, the per-step VJPs by duals (kernels/dense_vjp.hpp), the
+// Training: newton_forward keeps H* chain-major in the compute type on the device (the CPU's
+// saved layout); the backward, everything in double as the CPU's: J at H* by the residual kernel,
+// μ by the reverse dense scan of the cotangent (moved chain-major on the device), the per-step
+// VJPs by duals (kernels/dense_vjp.hpp), the
 // parameter partials summed over chunks and batch rows in a fixed order on the host, and the
-// input affines' backward by cuBLAS (runtime.hpp). Every step is deterministic, so recompute's
+// input affines' backward by cuBLAS (runtime.hpp), ∇x into the caller's view where one is given.
+// With device x, grad_H and outputs, only parameters, their gradients and the stats cross
+// (no O(B·T·d) transfer). Every step is deterministic, so recompute's
 // re-solve gives the stored H* bit for bit and the gradients repeat bit for bit. Chains of N <= kernels::kDenseKernelMaxN (32) values; api.cpp
 // refuses wider ones before calling here.
 #include <cublas_v2.h>
@@ -177,27 +181,16 @@ class CudaDenseFamily {
   kernels::DenseScanArgs<ComputeT> scan_{};
 };
 
-// The chain-major H (device, compute type) as the trajectory [b][t][slot][d_h] in the storage
-// dtype: one download, the scatter on the host, one rounding (as the CPU's to_storage).
+// The chain-major H (device, compute type) as a contiguous trajectory [b][t][slot][d_h] in the
+// compute type on the device.
 template <class ComputeT>
-Tensor chain_major_to_trajectory(const Cell& cell, const Layout& L, const DeviceBuffer& H) {
-  const std::int64_t n = cell.chain_width(), per_row = cell.chains_per_row();
-  const std::int64_t chains = L.batch * per_row, state_row = cell.slots() * L.d_h;
-  std::vector<ComputeT> chain_major(static_cast<std::size_t>(chains * L.time * n));
-  if (!chain_major.empty())
-    copy_to_host(chain_major.data(), H.get(), chain_major.size() * sizeof(ComputeT));
-  Tensor trajectory(compute_dtype(cell.dtype()), cell.trajectory_shape(L.batch, L.time));
-  auto* dst = trajectory.data_as<ComputeT>();
-  for (std::int64_t chain = 0; chain < chains; ++chain) {
-    const std::int64_t b = chain / per_row, q = chain % per_row;
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) offsets[static_cast<std::size_t>(i)] = cell.chain_element_offset(q, i);
-    for (std::int64_t t = 0; t < L.time; ++t)
-      for (std::int64_t i = 0; i < n; ++i)
-        dst[(b * L.time + t) * state_row + offsets[static_cast<std::size_t>(i)]] =
-            chain_major[static_cast<std::size_t>((chain * L.time + t) * n + i)];
-  }
-  return trajectory.dtype() == cell.dtype() ? trajectory : Tensor::converted(trajectory, cell.dtype());
+DeviceBuffer chain_major_to_trajectory(const DenseDeviceInputs<ComputeT>& inputs, const DeviceBuffer& H) {
+  const kernels::DenseChainInputs<ComputeT>& in = inputs.inputs();
+  DeviceBuffer out(checked_bytes(in.batch * in.time * in.state_row, sizeof(ComputeT), "H"), "the trajectory H");
+  PARARNN_CUDA_CHECK(kernels::launch_dense_relayout(H.as<ComputeT>(), kernels::dense_chain_major_layout(in),
+                                                    out.as<ComputeT>(), kernels::dense_trajectory_layout(in), in.batch,
+                                                    in.chains_per_row, in.time, in.n, kStream));
+  return out;
 }
 
 // The Newton solve of every chain into H (chain-major, compute type).
@@ -213,7 +206,7 @@ void dense_solve(const Cell& cell, const DenseDeviceInputs<ComputeT>& inputs, co
 template <class DenseMath, class ComputeT>
 NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDeviceInputs<ComputeT>& inputs,
                               const ComputeT* H, const TensorView& x, const TensorView& grad_H,
-                              const ApplyOptions& options) {
+                              const ApplyOptions& options, const TensorView* grad_x) {
   const DType compute = compute_dtype(cell.dtype());
   const kernels::DenseChainInputs<ComputeT>& in = inputs.inputs();
   const std::int64_t chains = inputs.chains(), n = in.n, T = L.time, count = inputs.state_elems();
@@ -234,17 +227,12 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   DeviceBuffer J(checked_bytes(count * n, sizeof(double), "J (f64)"), "J (f64)");
   const kernels::DenseResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .jac = J.as<double>()};
   PARARNN_CUDA_CHECK((kernels::launch_dense_residual<DenseMath, double>(r, nullptr, 0, kStream)));
-  const Tensor g = Tensor::converted(host_copy(grad_H, "grad_H"), DType::f64);
-  std::vector<double> mu_host(static_cast<std::size_t>(count));
-  for (std::int64_t chain = 0; chain < chains; ++chain) {
-    const std::int64_t b = chain / per_row, q = chain % per_row;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t offset = cell.chain_element_offset(q, i);
-      for (std::int64_t t = 0; t < T; ++t)
-        mu_host[static_cast<std::size_t>((chain * T + t) * n + i)] = g.data_as<double>()[(b * T + t) * in.state_row + offset];
-    }
-  }
-  DeviceBuffer mu = upload_new(mu_host.data(), mu_host.size() * sizeof(double), "the adjoint μ");
+  DeviceBuffer g_holder;
+  const auto* g = static_cast<const double*>(on_device_as(grad_H, DType::f64, g_holder, "grad_H (f64)"));
+  DeviceBuffer mu(checked_bytes(count, sizeof(double), "μ"), "the adjoint μ");
+  PARARNN_CUDA_CHECK(kernels::launch_dense_relayout(g, kernels::dense_trajectory_layout(in64), mu.as<double>(),
+                                                    kernels::dense_chain_major_layout(in64), L.batch, per_row, T, n,
+                                                    kStream));
   const kernels::DenseScanArgs<double> scan{
       .jac = J.as<double>(), .delta = mu.as<double>(), .head = in.head, .batch = L.batch, .groups = per_row,
       .rows = 1, .time = T, .n = n, .r_batch = per_row * T * n, .r_group = T * n, .r_row = 0, .r_time = n,
@@ -282,74 +270,114 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   DeviceBuffer x_holder;
   const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
   const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
-  Tensor dx_host(compute, {L.batch, T, L.d_in});
-  if (dx_host.nbytes() > 0)
-    copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
-  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, inputs.h0_count()));
   return out;
 }
 }  // namespace
 }  // namespace cuda
 
-Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+namespace {
+
+// newton_apply / newton_apply_into: H returned as a new host tensor (out null) or stored into *out.
+Tensor dense_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                   const ApplyOptions& options, const Layout& layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "out");
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
       cuda::DeviceBuffer H;
       cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, stats);
-      return cuda::chain_major_to_trajectory<ComputeT>(cell, layout, H);
+      const cuda::DeviceBuffer trajectory = cuda::chain_major_to_trajectory<ComputeT>(inputs, H);
+      return cuda::deliver_trajectory(trajectory.get(), cuda::compute_dtype(cell.dtype()), cell,
+                                      cell.trajectory_shape(layout.batch, layout.time), out, "out");
     });
   });
 }
 
-NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
+// newton_forward / newton_forward_into: H* kept chain-major on the device (unless recompute).
+NewtonForward dense_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                            const ApplyOptions& options, const Layout& layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "H_out");
   NewtonForward forward;
   dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
       cuda::DeviceBuffer H;
       cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, forward.stats);
-      forward.H = cuda::chain_major_to_trajectory<ComputeT>(cell, layout, H);
-      if (!config.recompute) {  // H* chain-major in the compute type, as the CPU saves it
-        Tensor saved(cuda::compute_dtype(cell.dtype()), {inputs.state_elems()});
-        if (saved.nbytes() > 0)
-          cuda::copy_to_host(saved.data(), H.get(), saved.nbytes());
-        forward.saved_trajectory = saved_on_host(std::move(saved));
-      }
+      const cuda::DeviceBuffer trajectory = cuda::chain_major_to_trajectory<ComputeT>(inputs, H);
+      forward.H = cuda::deliver_trajectory(trajectory.get(), cuda::compute_dtype(cell.dtype()), cell,
+                                           cell.trajectory_shape(layout.batch, layout.time), out, "H_out");
+      if (!config.recompute)
+        forward.saved_trajectory =
+            cuda::saved_on_device(std::move(H), cuda::compute_dtype(cell.dtype()), {inputs.state_elems()});
     });
   });
   return forward;
 }
 
-NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout) {
+// newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
+NewtonGradients dense_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                               const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+                               const ApplyOptions& options, const Layout& layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
       const cuda::DenseDeviceInputs<ComputeT> inputs(cell, x, options, layout);
       cuda::DeviceBuffer H;
-      if (forward.saved_trajectory) {
-        const Tensor saved = forward.saved_trajectory->host();
-        if (saved.dtype() != cuda::compute_dtype(cell.dtype()) || saved.numel() != inputs.state_elems())
-          throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                                  fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
-        H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
-      } else {  // recompute: the forward's solve again (deterministic: the same bits)
+      const void* H_star =
+          cuda::saved_on_current_device(forward, cuda::compute_dtype(cell.dtype()), inputs.state_elems(), H);
+      if (!H_star) {  // recompute: the forward's solve again (deterministic: the same bits)
         NewtonStats stats;
         cuda::dense_solve<DenseMath>(cell, inputs, config, layout, H, stats);
+        H_star = H.get();
       }
-      return cuda::dense_adjoint<DenseMath>(cell, layout, inputs, H.as<ComputeT>(), x, grad_H, options);
+      return cuda::dense_adjoint<DenseMath>(cell, layout, inputs, static_cast<const ComputeT*>(H_star), x, grad_H,
+                                            options, grad_x);
     });
   });
+}
+
+}  // namespace
+
+Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  return dense_apply(cell, x, nullptr, config, options, layout, stats);
+}
+
+void cuda_dense_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                  const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                                  NewtonStats& stats) {
+  (void)dense_apply(cell, x, &out, config, options, layout, stats);
+}
+
+NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  return dense_forward(cell, x, nullptr, config, options, layout);
+}
+
+NewtonForward cuda_dense_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
+  return dense_forward(cell, x, &out, config, options, layout);
+}
+
+NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const NewtonConfig& config,
+                                           const ApplyOptions& options, Layout layout) {
+  return dense_backward(cell, x, forward, grad_H, nullptr, config, options, layout);
+}
+
+NewtonGradients cuda_dense_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig& config, const ApplyOptions& options,
+                                                Layout layout) {
+  return dense_backward(cell, x, forward, grad_H, &grad_x, config, options, layout);
 }
 
 Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,

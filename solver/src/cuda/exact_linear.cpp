@@ -5,22 +5,26 @@
 // launch_rwkv7_sequential (the step loop, rows rounded every step). Heads of d <=
 // kernels::kDenseScanMaxN (64); api.cpp refuses wider ones.
 //
-// Training: newton_forward keeps S in the compute type (the CPU's saved trajectory); the
-// backward is the CPU's exact adjoint in double on the device: G_tᵀ again by the elements
+// Training: newton_forward keeps S in the compute type on the device (the CPU's saved trajectory);
+// the backward is the CPU's exact adjoint in double on the device: G_tᵀ again by the elements
 // kernel, μ by the reverse dense scan of the cotangent, Rwkv7Math::vjp per (b, t, head)
-// (launch_rwkv7_vjp), then the input affines' backward by cuBLAS (runtime.hpp). Deterministic, so
+// (launch_rwkv7_vjp), then the input affines' backward by cuBLAS (runtime.hpp), ∇x into the
+// caller's view where one is given. Deterministic, so
 // recompute gives the stored S and the same gradients bit for bit.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "cuda/runtime.hpp"
 #include "pararnn/kernels/rwkv7_elements.hpp"
 #include "pararnn/kernels/scan_dense.hpp"
+#include "pararnn/kernels/tile_max.hpp"
 
 namespace pararnn::detail {
 
@@ -70,10 +74,28 @@ cuda::DeviceBuffer rwkv7_trajectory(const Cell& cell, const TensorView& x, const
   return S;
 }
 
+// +inf into stats.max_residual where S holds a NaN or an infinity (the CPU path's all_finite):
+// per-block maxima of |S| (kernels/tile_max.hpp, NaN ranking above every number) reach the host.
+template <class ComputeT>
+void flag_non_finite(const Cell& cell, const Layout& L, const cuda::DeviceBuffer& S, NewtonStats& stats) {
+  const std::int64_t d = cell.head_dim();
+  constexpr std::int64_t kChunks = 32;
+  if (L.batch * L.time * d == 0) return;
+  cuda::DeviceBuffer maxima(cuda::checked_bytes(L.batch * kChunks, sizeof(ComputeT), "max|S|"), "max|S| per block");
+  const kernels::TileMaxArgs<ComputeT> a{.F = S.as<ComputeT>(), .batch = L.batch, .rows = L.time * cell.n_heads() * d,
+                                         .channels = d, .tile = d, .chunks = kChunks, .out = maxima.as<ComputeT>()};
+  PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, cuda::kStream));
+  for (const ComputeT m : cuda::download_vector<ComputeT>(maxima, L.batch * kChunks))
+    if (!std::isfinite(static_cast<double>(m))) {
+      stats.max_residual = std::numeric_limits<double>::infinity();
+      return;
+    }
+}
+
 // The exact adjoint at S (compute type on the device); see the file comment.
 template <class ComputeT>
 NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* S,
-                              const TensorView& grad_H, const ApplyOptions& options) {
+                              const TensorView& grad_H, const ApplyOptions& options, const TensorView* grad_x) {
   const DType compute = cuda::compute_dtype(cell.dtype());
   const std::int64_t heads = cell.n_heads(), d = cell.head_dim();
   const std::int64_t count = L.batch * L.time * heads * d * d, width = gate_width(cell);
@@ -86,8 +108,7 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
   // μ: the cotangent (S's layout) through the reverse scan of G_tᵀ (the elements' S is scratch).
   cuda::DeviceBuffer J, drive;
   auto a = rwkv7_elements<double>(cell, L, wx_f64, h0_f64, J, drive);
-  const Tensor g = Tensor::converted(cuda::host_copy(grad_H, "grad_H"), DType::f64);
-  cuda::DeviceBuffer mu = cuda::upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  cuda::DeviceBuffer mu = cuda::owned_f64_on_device(grad_H, "the adjoint μ");  // the scan runs in place
   a.S = mu.as<double>();
   scan<double>(kernels::rwkv7_scan_args(a), /*reverse=*/true);
   // The per-step VJPs.
@@ -104,10 +125,7 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
   cuda::DeviceBuffer x_holder;
   const auto* xc = static_cast<const ComputeT*>(cuda::on_device_as(x, compute, x_holder, "x (compute type)"));
   const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
-  Tensor dx_host(compute, {L.batch, L.time, L.d_in});
-  if (dx_host.nbytes() > 0)
-    cuda::copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
-  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  cuda::deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0)
     out.h0 = gradient_tensor(cell, options.h0->shape(),
                              cuda::download_vector<double>(d_h0, L.batch * heads * d * d));
@@ -116,57 +134,94 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
 
 }  // namespace
 
-Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                        NewtonStats& stats) {
+namespace {
+
+// newton_apply / newton_apply_into: S returned as a new host tensor (out null) or stored into *out.
+Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const TensorView* out, const ApplyOptions& options,
+                             const Layout& layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "out");
   rwkv7_stats(stats);
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
     const cuda::DeviceBuffer S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
-    return cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+    flag_non_finite<ComputeT>(cell, layout, S, stats);
+    return cuda::deliver_trajectory(S.get(), compute, cell, cell.trajectory_shape(layout.batch, layout.time), out,
+                                    "out");
   });
 }
 
-NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
+// newton_forward / newton_forward_into: S kept on the device (unless recompute).
+NewtonForward rwkv7_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                            const ApplyOptions& options, const Layout& layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "H_out");
   NewtonForward forward;
   rwkv7_stats(forward.stats);
   const DType compute = cuda::compute_dtype(cell.dtype());
   cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-    const cuda::DeviceBuffer S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
-    const Tensor saved = cuda::download_trajectory(S, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
-                                                   /*keep_compute=*/true);
-    forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-    // The saved H* never shares storage with the returned H (the caller may write into H).
-    if (!config.recompute)
-      forward.saved_trajectory = saved_on_host(forward.H.data() == saved.data() ? Tensor::copy_of(saved.view()) : saved);
+    cuda::DeviceBuffer S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
+    const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
+    forward.H = cuda::deliver_trajectory(S.get(), compute, cell, shape, out, "H_out");
+    if (!config.recompute) forward.saved_trajectory = cuda::saved_on_device(std::move(S), compute, shape);
   });
   return forward;
+}
+
+// newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
+NewtonGradients rwkv7_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                               const TensorView& grad_H, const TensorView* grad_x, const ApplyOptions& options,
+                               const Layout& layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::DeviceBuffer S;
+    const std::int64_t count = shape_numel(cell.trajectory_shape(layout.batch, layout.time));
+    const void* S_star = cuda::saved_on_current_device(forward, compute, count, S);
+    if (!S_star) {  // recompute: the same scan again (deterministic: the same bits)
+      S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
+      S_star = S.get();
+    }
+    return rwkv7_adjoint<ComputeT>(cell, layout, x, static_cast<const ComputeT*>(S_star), grad_H, options, grad_x);
+  });
+}
+
+}  // namespace
+
+Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
+                        NewtonStats& stats) {
+  return rwkv7_apply_on_device(cell, x, nullptr, options, layout, stats);
+}
+
+void cuda_rwkv7_apply_into(const Cell& cell, const TensorView& x, const TensorView& out, const NewtonConfig&,
+                           const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  (void)rwkv7_apply_on_device(cell, x, &out, options, layout, stats);
+}
+
+NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  return rwkv7_forward(cell, x, nullptr, config, options, layout);
+}
+
+NewtonForward cuda_rwkv7_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
+  return rwkv7_forward(cell, x, &out, config, options, layout);
 }
 
 NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                            const TensorView& grad_H, const NewtonConfig&,
                                            const ApplyOptions& options, Layout layout) {
-  cuda::require_available("newton_backward on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
-  const DType compute = cuda::compute_dtype(cell.dtype());
-  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-    cuda::DeviceBuffer S;
-    if (forward.saved_trajectory) {
-      const Tensor saved = forward.saved_trajectory->host();
-      const std::int64_t count = shape_numel(cell.trajectory_shape(layout.batch, layout.time));
-      if (saved.dtype() != compute || saved.numel() != count)
-        throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                                fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
-      S = cuda::upload_new(saved.data(), saved.nbytes(), "S");
-    } else {  // recompute: the same scan again (deterministic: the same bits)
-      S = rwkv7_trajectory<ComputeT>(cell, x, options, layout);
-    }
-    return rwkv7_adjoint<ComputeT>(cell, layout, x, S.as<ComputeT>(), grad_H, options);
-  });
+  return rwkv7_backward(cell, x, forward, grad_H, nullptr, options, layout);
+}
+
+NewtonGradients cuda_rwkv7_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig&, const ApplyOptions& options, Layout layout) {
+  return rwkv7_backward(cell, x, forward, grad_H, &grad_x, options, layout);
 }
 
 Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,

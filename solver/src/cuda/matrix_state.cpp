@@ -6,14 +6,16 @@
 // is the trajectory layout. States whose W and two state buffers fit one block's shared memory
 // (kernels::kM2rnnRowSharedLimit); api.cpp refuses larger ones.
 //
-// Training: newton_forward keeps H* in the compute type (the CPU's saved trajectory); the
-// backward is the CPU's implicit adjoint in double on the device: the gains at H* by the residual
+// Training: newton_forward keeps H* in the compute type on the device (the CPU's saved
+// trajectory); the backward is the CPU's implicit adjoint in double on the device: the gains at H* by the residual
 // kernel, μ by the reverse walk μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] (a block per row; ∇h0 = J_0ᵀ[μ_0]),
 // M2rnnMath::vjp at every (b, t) in parallel, ∇W summed over rows and chunks in a fixed order on
 // the device (sum_rows_on_device), and the input affine's backward by cuBLAS (runtime.hpp). The walk keeps its state
 // in double, so training takes states whose W and two buffers fit in double
 // (kernels::m2rnn_fits_on_gpu(k, v, 8)); larger ones raise UnsupportedPath naming the sizes.
-// newton_backtrack stays CPU-only (api.cpp).
+// newton_backtrack stays CPU-only (api.cpp). H and ∇x are handed over by deliver_trajectory /
+// deliver_input_gradient: into the caller's views on the device where given, so that with device
+// x, grad_H and outputs only parameters, their gradients and the stats cross.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -136,7 +138,7 @@ void require_adjoint_fits(const Cell& cell, const char* who) {
 template <class ComputeT>
 NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDeviceSolve<ComputeT>& solve,
                               const ComputeT* H, const TensorView& x, const TensorView& grad_H,
-                              const ApplyOptions& options) {
+                              const ApplyOptions& options, const TensorView* grad_x) {
   const DType compute = compute_dtype(cell.dtype());
   const kernels::M2rnnInputs<ComputeT>& in = solve.inputs();
   const std::int64_t KV = static_cast<std::int64_t>(in.k) * in.v, VV = static_cast<std::int64_t>(in.v) * in.v;
@@ -152,8 +154,7 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   DeviceBuffer G(checked_bytes(n, sizeof(double), "G (f64)"), "the gains G (f64)");
   const kernels::M2rnnResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .gain = G.as<double>()};
   PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<double>(r, nullptr, 0, kStream));
-  const Tensor g = Tensor::converted(host_copy(grad_H, "grad_H"), DType::f64);
-  DeviceBuffer mu = upload_new(g.data(), g.nbytes(), "the adjoint μ");
+  DeviceBuffer mu = owned_f64_on_device(grad_H, "the adjoint μ");  // the walk runs in place
   DeviceBuffer d_h0;
   if (options.h0) d_h0 = DeviceBuffer(checked_bytes(L.batch * KV, sizeof(double), "∇h0"), "∇h0");
   const kernels::M2rnnAdjointArgs walk{.in = in64, .gain = G.as<double>(), .mu = mu.as<double>(),
@@ -173,73 +174,109 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   DeviceBuffer x_holder;
   const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
   const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
-  Tensor dx_host(compute, {L.batch, L.time, L.d_in});
-  if (dx_host.nbytes() > 0)
-    copy_to_host(dx_host.data(), dx.get(), dx_host.nbytes());
-  out.x = compute == cell.dtype() ? dx_host : Tensor::converted(dx_host, cell.dtype());
+  deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, L.batch * KV));
   return out;
 }
 }  // namespace
 }  // namespace cuda
 
-Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+namespace {
+
+// newton_apply / newton_apply_into: H returned as a new host tensor (out null) or stored into *out.
+Tensor m2rnn_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                   const ApplyOptions& options, const Layout& layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "out");
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
     cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
     cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
     solve.newton(cell, config, H.as<ComputeT>(), stats);
-    return cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time));
+    return cuda::deliver_trajectory(H.get(), compute, cell, cell.trajectory_shape(layout.batch, layout.time), out,
+                                    "out");
   });
 }
 
-NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
+// newton_forward / newton_forward_into: H* kept on the device (unless recompute).
+NewtonForward m2rnn_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                            const ApplyOptions& options, const Layout& layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::require_adjoint_fits(cell, "newton_forward");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "H_out");
   const DType compute = cuda::compute_dtype(cell.dtype());
   NewtonForward forward;
   cuda::dispatch_compute(compute, [&]<class ComputeT>() {
     cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
     cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
     solve.newton(cell, config, H.as<ComputeT>(), forward.stats);
-    const Tensor saved = cuda::download_trajectory(H, compute, cell, cell.trajectory_shape(layout.batch, layout.time),
-                                                   /*keep_compute=*/true);
-    forward.H = saved.dtype() == cell.dtype() ? saved : Tensor::converted(saved, cell.dtype());
-    // The saved H* never shares storage with the returned H (the caller may write into H).
-    if (!config.recompute)
-      forward.saved_trajectory = saved_on_host(forward.H.data() == saved.data() ? Tensor::copy_of(saved.view()) : saved);
+    const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
+    forward.H = cuda::deliver_trajectory(H.get(), compute, cell, shape, out, "H_out");
+    if (!config.recompute) forward.saved_trajectory = cuda::saved_on_device(std::move(H), compute, shape);
   });
   return forward;
+}
+
+// newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
+NewtonGradients m2rnn_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                               const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+                               const ApplyOptions& options, const Layout& layout) {
+  cuda::require_available("newton_backward on the CUDA backend");
+  cuda::require_adjoint_fits(cell, "newton_backward");
+  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
+  const DType compute = cuda::compute_dtype(cell.dtype());
+  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
+    cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
+    cuda::DeviceBuffer H;
+    const void* H_star = cuda::saved_on_current_device(forward, compute, solve.size(), H);
+    if (!H_star) {  // recompute: the forward's solve again (deterministic: the same bits)
+      H = cuda::DeviceBuffer(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
+      NewtonStats stats;
+      solve.newton(cell, config, H.as<ComputeT>(), stats);
+      H_star = H.get();
+    }
+    return cuda::m2rnn_adjoint<ComputeT>(cell, layout, solve, static_cast<const ComputeT*>(H_star), x, grad_H, options,
+                                         grad_x);
+  });
+}
+
+}  // namespace
+
+Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  return m2rnn_apply(cell, x, nullptr, config, options, layout, stats);
+}
+
+void cuda_m2rnn_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                  const NewtonConfig& config, const ApplyOptions& options, Layout layout,
+                                  NewtonStats& stats) {
+  (void)m2rnn_apply(cell, x, &out, config, options, layout, stats);
+}
+
+NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                        const ApplyOptions& options, Layout layout) {
+  return m2rnn_forward(cell, x, nullptr, config, options, layout);
+}
+
+NewtonForward cuda_m2rnn_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
+                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
+  return m2rnn_forward(cell, x, &out, config, options, layout);
 }
 
 NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                            const TensorView& grad_H, const NewtonConfig& config,
                                            const ApplyOptions& options, Layout layout) {
-  cuda::require_available("newton_backward on the CUDA backend");
-  cuda::require_adjoint_fits(cell, "newton_backward");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
-  const DType compute = cuda::compute_dtype(cell.dtype());
-  return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-    cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
-    cuda::DeviceBuffer H;
-    if (forward.saved_trajectory) {
-      const Tensor saved = forward.saved_trajectory->host();
-      if (saved.dtype() != compute || saved.numel() != solve.size())
-        throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                                fmt::format("{} {}", dtype_name(saved.dtype()), shape_string(saved.shape())));
-      H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
-    } else {  // recompute: the forward's solve again (deterministic: the same bits)
-      H = cuda::DeviceBuffer(cuda::checked_bytes(solve.size(), sizeof(ComputeT), "H"), "H");
-      NewtonStats stats;
-      solve.newton(cell, config, H.as<ComputeT>(), stats);
-    }
-    return cuda::m2rnn_adjoint<ComputeT>(cell, layout, solve, H.as<ComputeT>(), x, grad_H, options);
-  });
+  return m2rnn_backward(cell, x, forward, grad_H, nullptr, config, options, layout);
+}
+
+NewtonGradients cuda_m2rnn_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                                const TensorView& grad_H, const TensorView& grad_x,
+                                                const NewtonConfig& config, const ApplyOptions& options,
+                                                Layout layout) {
+  return m2rnn_backward(cell, x, forward, grad_H, &grad_x, config, options, layout);
 }
 
 Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,

@@ -115,53 +115,6 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 }  // namespace
 }  // namespace cuda
 
-namespace cuda {
-namespace {
-
-// H* kept on the device of the forward's solve, in the compute type, and the forward's W_x x
-// beside it, so that the backward runs no second input GEMM (training.hpp).
-class SavedOnDevice final : public SavedTrajectory {
- public:
-  SavedOnDevice(DeviceBuffer H, std::shared_ptr<const DeviceBuffer> wx, int device, DType compute, Shape shape)
-      : H_(std::move(H)), wx_(std::move(wx)), device_(device), compute_(compute), shape_(std::move(shape)) {}
-  std::size_t bytes() const override { return H_.bytes() + (wx_ ? wx_->bytes() : 0); }
-  Tensor host() const override {
-    DeviceGuard guard(device_);
-    Tensor out(compute_, shape_);
-    if (out.nbytes() > 0)
-      copy_to_host(out.data(), H_.get(), out.nbytes());
-    return out;
-  }
-  // H* on the current device: in place when it is the forward's, else a peer copy in `holder`.
-  const void* on_current_device(DeviceBuffer& holder) const {
-    int current = 0;
-    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
-    if (current == device_) return H_.get();
-    holder = DeviceBuffer(H_.bytes(), "H* (peer copy)");
-    PARARNN_CUDA_CHECK(cudaMemcpyPeer(holder.get(), current, H_.get(), device_, H_.bytes()));
-    return holder.get();
-  }
-  // The forward's W_x x where the current device is the forward's; null elsewhere (the backward
-  // there computes it again).
-  std::shared_ptr<const DeviceBuffer> wx_on_current_device() const {
-    int current = 0;
-    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
-    return current == device_ ? wx_ : nullptr;
-  }
-  DType compute() const { return compute_; }
-  std::int64_t numel() const { return shape_numel(shape_); }
-
- private:
-  DeviceBuffer H_;
-  std::shared_ptr<const DeviceBuffer> wx_;
-  int device_;
-  DType compute_;
-  Shape shape_;
-};
-
-}  // namespace
-}  // namespace cuda
-
 // Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
 // repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
 namespace {
@@ -235,35 +188,19 @@ NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const 
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   const DType compute = cuda::compute_dtype(cell.dtype());
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  auto refuse = [&](DType dtype, std::int64_t count, const char* what) {
-    if (dtype != compute || count != n)
-      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                              fmt::format("{} of {} {} values", what, count, dtype_name(dtype)));
-  };
   // A forward of this backend on this device lends its W_x x too (no second input GEMM).
   const auto* on_device = dynamic_cast<const cuda::SavedOnDevice*>(forward.saved_trajectory.get());
-  std::shared_ptr<const cuda::DeviceBuffer> saved_wx;
-  if (on_device) {
-    refuse(on_device->compute(), on_device->numel(), "a saved trajectory");
-    saved_wx = on_device->wx_on_current_device();
-    const std::size_t wx_bytes =
-        static_cast<std::size_t>(layout.batch * layout.time * cell.spec().gates * layout.d_h) * dtype_size(compute);
-    if (saved_wx && saved_wx->bytes() != wx_bytes)
-      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
-                              fmt::format("a saved W_x x of {} bytes where this cell and x give {}",
-                                          saved_wx->bytes(), wx_bytes));
-  }
+  std::shared_ptr<const cuda::DeviceBuffer> saved_wx = on_device ? on_device->wx_on_current_device() : nullptr;
+  const std::size_t wx_bytes =
+      static_cast<std::size_t>(layout.batch * layout.time * cell.spec().gates * layout.d_h) * dtype_size(compute);
+  if (saved_wx && saved_wx->bytes() != wx_bytes)
+    throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                            fmt::format("a saved W_x x of {} bytes where this cell and x give {}", saved_wx->bytes(),
+                                        wx_bytes));
   const cuda::DeviceInputs inputs(cell, x, options, layout, std::move(saved_wx));
   cuda::DeviceBuffer H;  // H* unless the forward's device copy is read in place
-  const void* H_star = nullptr;
-  if (on_device) {
-    H_star = on_device->on_current_device(H);
-  } else if (forward.saved_trajectory) {  // held on the host (a forward of the CPU backend)
-    const Tensor saved = forward.saved_trajectory->host();
-    refuse(saved.dtype(), saved.numel(), "a saved trajectory");
-    H = cuda::upload_new(saved.data(), saved.nbytes(), "H*");
-    H_star = H.get();
-  } else {  // recompute: the forward's solve again (it repeats: the same bits)
+  const void* H_star = cuda::saved_on_current_device(forward, compute, n, H);
+  if (!H_star) {  // recompute: the forward's solve again (it repeats: the same bits)
     H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(compute), "H*"), "H*");
     cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
     NewtonStats stats;

@@ -232,6 +232,86 @@ void store_into(const void* src, DType src_dtype, const TensorView& out, const c
   synchronize();
 }
 
+SavedOnDevice::SavedOnDevice(DeviceBuffer H, std::shared_ptr<const DeviceBuffer> wx, int device, DType compute,
+                             Shape shape)
+    : H_(std::move(H)), wx_(std::move(wx)), device_(device), compute_(compute), shape_(std::move(shape)) {}
+
+std::size_t SavedOnDevice::bytes() const { return H_.bytes() + (wx_ ? wx_->bytes() : 0); }
+
+Tensor SavedOnDevice::host() const {
+  DeviceGuard guard(device_);
+  Tensor out(compute_, shape_);
+  if (out.nbytes() > 0)
+    copy_to_host(out.data(), H_.get(), out.nbytes());
+  return out;
+}
+
+const void* SavedOnDevice::on_current_device(DeviceBuffer& holder) const {
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == device_) return H_.get();
+  holder = DeviceBuffer(H_.bytes(), "H* (peer copy)");
+  PARARNN_CUDA_CHECK(cudaMemcpyPeer(holder.get(), current, H_.get(), device_, H_.bytes()));
+  return holder.get();
+}
+
+std::shared_ptr<const DeviceBuffer> SavedOnDevice::wx_on_current_device() const {
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  return current == device_ ? wx_ : nullptr;
+}
+
+std::shared_ptr<const SavedTrajectory> saved_on_device(DeviceBuffer H, DType compute, Shape shape) {
+  int device = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  return std::make_shared<const SavedOnDevice>(std::move(H), nullptr, device, compute, std::move(shape));
+}
+
+const void* saved_on_current_device(const NewtonForward& forward, DType compute, std::int64_t numel,
+                                    DeviceBuffer& holder) {
+  if (!forward.saved_trajectory) return nullptr;
+  auto refuse = [&](DType dtype, std::int64_t count) {
+    if (dtype != compute || count != numel)
+      throw ContractViolation("forward", "must come from newton_forward on this cell and x",
+                              fmt::format("a saved trajectory of {} {} values where this cell and x give {} {}",
+                                          count, dtype_name(dtype), numel, dtype_name(compute)));
+  };
+  if (const auto* on_device = dynamic_cast<const SavedOnDevice*>(forward.saved_trajectory.get())) {
+    refuse(on_device->compute(), on_device->numel());
+    return on_device->on_current_device(holder);
+  }
+  const Tensor saved = forward.saved_trajectory->host();  // a forward of the CPU backend
+  refuse(saved.dtype(), saved.numel());
+  holder = upload_new(saved.data(), saved.nbytes(), "H*");
+  return holder.get();
+}
+
+Tensor deliver_trajectory(const void* H, DType compute, const Cell& cell, const Shape& shape, const TensorView* out,
+                          const char* what) {
+  if (out) {
+    store_into(H, compute, *out, what);
+    return Tensor();
+  }
+  Tensor host(compute, shape);
+  if (host.nbytes() > 0)
+    copy_to_host(host.data(), H, host.nbytes());
+  return compute == cell.dtype() ? host : Tensor::converted(host, cell.dtype());
+}
+
+void deliver_input_gradient(const void* dx, DType compute, const Cell& cell, const Layout& L,
+                            const TensorView* grad_x, NewtonGradients& out) {
+  out.x = deliver_trajectory(dx, compute, cell, {L.batch, L.time, L.d_in}, grad_x, "grad_x");
+}
+
+DeviceBuffer owned_f64_on_device(const TensorView& view, const char* what) {
+  DeviceBuffer holder;
+  const void* values = on_device_as(view, DType::f64, holder, what);
+  if (holder.get() != nullptr || view.numel() == 0) return holder;
+  DeviceBuffer own(checked_bytes(view.numel(), sizeof(double), what), what);  // on_device_as lent the view itself
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(own.get(), values, own.bytes(), cudaMemcpyDeviceToDevice, kStream));
+  return own;
+}
+
 namespace {
 
 // The DeviceBuffer byte counters (device_memory).

@@ -168,6 +168,56 @@ void store_into(const void* src, DType src_dtype, const TensorView& out, const c
 // or that store_into cannot write.
 void check_store_target(const TensorView& out, const char* what);
 
+// H* kept on the device of the forward's solve, in the compute type (training.hpp), with what a
+// family keeps beside it (the per-channel family's W_x x, so that its backward runs no second
+// input GEMM; null for the other families).
+class SavedOnDevice final : public SavedTrajectory {
+ public:
+  SavedOnDevice(DeviceBuffer H, std::shared_ptr<const DeviceBuffer> wx, int device, DType compute, Shape shape);
+  std::size_t bytes() const override;
+  Tensor host() const override;
+  // H* on the current device: in place when it is the forward's, else a peer copy in `holder`.
+  const void* on_current_device(DeviceBuffer& holder) const;
+  // The forward's W_x x where the current device is the forward's; null elsewhere.
+  std::shared_ptr<const DeviceBuffer> wx_on_current_device() const;
+  DType compute() const { return compute_; }
+  std::int64_t numel() const { return shape_numel(shape_); }
+
+ private:
+  DeviceBuffer H_;
+  std::shared_ptr<const DeviceBuffer> wx_;
+  int device_;
+  DType compute_;
+  Shape shape_;
+};
+
+// A SavedOnDevice of H (`shape` values of `compute` on the current device), with nothing beside it.
+std::shared_ptr<const SavedTrajectory> saved_on_device(DeviceBuffer H, DType compute, Shape shape);
+
+// H* of `forward` on the current device for a backward (`numel` values of `compute`): the
+// forward's device copy in place (a peer copy into `holder` from another device), a host-held H*
+// (a forward of the CPU backend) uploaded into `holder`, or null for a recompute forward (which
+// holds nothing). ContractViolation naming `forward` when it holds another dtype or count.
+const void* saved_on_current_device(const NewtonForward& forward, DType compute, std::int64_t numel,
+                                    DeviceBuffer& holder);
+
+// A finished trajectory (contiguous values of `compute` on the current device, of `shape`) handed
+// to the caller: stored into *out (store_into, naming `what`: on its device no byte of it crosses
+// to the host) with an empty tensor returned, or, without `out`, returned as a new host tensor of
+// the cell's dtype.
+Tensor deliver_trajectory(const void* H, DType compute, const Cell& cell, const Shape& shape, const TensorView* out,
+                          const char* what);
+
+// ∇x (contiguous values of `compute` on the current device, (B, T, d_in)) handed to the caller:
+// stored into *grad_x, or returned in out.x as a new host tensor of the cell's dtype.
+void deliver_input_gradient(const void* dx, DType compute, const Cell& cell, const Layout& L,
+                            const TensorView* grad_x, NewtonGradients& out);
+
+// `view` in double, contiguous, in memory of its own on the current device: never the caller's
+// memory, since the adjoints scan their cotangent in place (on_device_as, then a device copy when
+// that lent the view itself).
+DeviceBuffer owned_f64_on_device(const TensorView& view, const char* what);
+
 // Calls f.template operator()<StorageT>() with the device storage type of `dtype`.
 template <class F>
 decltype(auto) dispatch_device_storage(DType dtype, F&& f) {

@@ -130,6 +130,51 @@ Tensor cuda_rwkv7_sequential_apply(const Cell&, const TensorView&, const ApplyOp
   throw UnsupportedPath("the CUDA backend is not in this build");
 }
 
+void cuda_dense_newton_apply_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout,
+                                  NewtonStats&) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonForward cuda_dense_newton_forward_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                                             const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_dense_newton_backward_into(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                                const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+void cuda_rwkv7_apply_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout,
+                           NewtonStats&) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonForward cuda_rwkv7_newton_forward_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                                             const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_rwkv7_newton_backward_into(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                                const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+void cuda_m2rnn_newton_apply_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout,
+                                  NewtonStats&) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonForward cuda_m2rnn_newton_forward_into(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
+                                             const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
+NewtonGradients cuda_m2rnn_newton_backward_into(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
+                                                const TensorView&, const NewtonConfig&, const ApplyOptions&, Layout) {
+  throw UnsupportedPath("the CUDA backend is not in this build");
+}
+
 }  // namespace pararnn::detail
 
 // CudaDecoder in a build without CUDA: construction says why; the other members are unreachable.

@@ -15,7 +15,8 @@
 // Output addressing (DenseOutputLayout): element i of chain (b, q) at step t goes to
 //   out[b · batch_stride + q · chain_stride + t · time_stride + (offsets ? offsets[q·n + i] : i)]
 // dense_chain_major_layout: the Newton solver's [chain][t][n]; dense_trajectory_layout: the
-// trajectory [b][t][slot][d_h]. Example:
+// trajectory [b][t][slot][d_h]. launch_dense_relayout moves a state between two such layouts on
+// the device (the solver's chain-major H into the trajectory, a cotangent the other way). Example:
 //   DenseChainInputs<float> in{.wx = d_wx, .params = d_params, .offsets = d_offsets,
 //                              .batch = 4, .time = 1024, .n = 16, .chains_per_row = 4,
 //                              .width = 3 * 64, .slot_width = 16, .d_h = 64, .state_row = 64};
@@ -72,5 +73,17 @@ constexpr DenseOutputLayout dense_trajectory_layout(const DenseChainInputs<Compu
           .time_stride = in.state_row,
           .offsets = in.offsets};
 }
+
+// Copies every element (b, q, t, i) (b < batch, q < chains_per_row, t < time, i < n) from `src`
+// addressed by `from` to `dst` addressed by `to` (the addressing above); what `to` does not
+// address is left alone. `src` and `dst` must not overlap. Never allocates; deterministic (a
+// permutation, no arithmetic). Instantiated for float and double. cudaErrorInvalidValue for a
+// negative size, or a null array with a non-empty problem. Example (the Newton solver's H into a trajectory-shaped buffer):
+//   launch_dense_relayout(d_H, dense_chain_major_layout(in), d_traj, dense_trajectory_layout(in),
+//                         in.batch, in.chains_per_row, in.time, in.n, stream);
+template <class T>
+cudaError_t launch_dense_relayout(const T* src, DenseOutputLayout from, T* dst, DenseOutputLayout to,
+                                  std::int64_t batch, std::int64_t chains_per_row, std::int64_t time,
+                                  std::int64_t n, cudaStream_t stream);
 
 }  // namespace pararnn::kernels

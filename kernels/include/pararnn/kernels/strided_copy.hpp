@@ -21,7 +21,7 @@
 
 namespace pararnn::kernels {
 
-inline constexpr int kStridedCopyMaxRank = 4;
+inline constexpr int kStridedCopyMaxRank = 6;  // RWKV-7's trajectory (B, T, H, d, d) is 5-D
 
 struct StridedCopyArgs {
   const void* src = nullptr;  // address of element (0, ..., 0)

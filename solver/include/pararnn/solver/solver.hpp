@@ -34,9 +34,11 @@ struct ApplyOptions {
 // newton_apply writing H into the caller's `out` instead of a new host tensor: `out` has the
 // trajectory's shape and the cell's storage dtype, any strides (no two elements at one address,
 // no byte shared with x, h0 or cu_seqlens), on the host or on a CUDA device: the solve's device
-// for a CUDA solve (x's, h0's or the current one). With x and out on the device, the CUDA
-// per-channel solve never touches the host (it solves straight into `out` when `out` is
-// contiguous f32 or f64); every other path solves as newton_apply does and copies H into `out`.
+// for a CUDA solve (x's, h0's or the current one). With x and out on the device, a CUDA solve
+// moves no O(B·T·d) byte through the host (the per-channel one solves straight into `out` when
+// `out` is contiguous f32 or f64; the other families store their result into it on the device);
+// the CPU backend and chunk_len windows outside the fused windowed launch solve as newton_apply
+// does and copy H into `out`.
 // Same H bits, stats and residual gate as newton_apply (one exception: a NaN that reaches an
 // f16/bf16 device `out`, possible only with the gate off, is CUDA's canonical NaN, where the host
 // conversion keeps the sign and Eigen's quiet-NaN pattern); returns when H is in `out` (the CUDA

@@ -10,9 +10,9 @@
 // and the backward re-solves it with the same configuration; outputs and gradients are bitwise
 // those of `recompute = false`. Memory held between forward and backward: B·T·slots·d_h values
 // of the compute type (4 bytes for f32/f16/bf16, 8 for f64) without recompute, none with it;
-// host memory, except for a CUDA forward of a per-channel cell, which keeps them on its device
-// together with the forward's gate pre-activations W_x x (B·T·gates·d_h more values): the
-// backward on that device reads both in place (no download and re-upload, no second input
+// host memory for a CPU forward; a CUDA forward keeps them on its device (no download and
+// re-upload), a per-channel cell's together with the forward's gate pre-activations W_x x
+// (B·T·gates·d_h more values), which its backward on that device reads in place (no second input
 // GEMM; on another device it computes W_x x again). saved_bytes() counts everything held.
 // The backward takes the forward of the same cell (same parameters) and the same x values: what
 // it holds (H*, and on CUDA W_x x) is not recomputed from them; a forward of another shape or
@@ -72,8 +72,8 @@ struct NewtonGradients {
 // The two with their big outputs written into caller views, as newton_apply_into (solver.hpp)
 // writes H: same bits, same checks (`H_out` / `grad_x` named in the errors; neither may share a
 // byte with x, h0, cu_seqlens or grad_H), on the host or on the solve's CUDA device. With x,
-// grad_H and the outputs on the device, the CUDA per-channel forward and backward move only the
-// parameters' gradients (O(parameters)) and the stats to the host: H* stays on the device.
+// grad_H and the outputs on the device, the CUDA forward and backward of every family move only
+// the parameters, their gradients (O(parameters)) and the stats: H* stays on the device.
 // newton_forward_into leaves forward.H undefined, except with chunk_len windows (their backward
 // re-solves each window from the boundary states forward.H holds); newton_backward_into leaves
 // the returned gradients' x undefined (∇x is in `grad_x`: x's shape, the cell's dtype; the CUDA
