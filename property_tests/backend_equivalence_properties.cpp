@@ -241,8 +241,9 @@ struct DeviceOutput {
 // dtype and for every per-channel cell: the bytes it moves (cuda_transfer_bytes) are the same at
 // T and at 16T, and fewer than one trajectory's.
 // Bytes moved host<->device by newton_apply_into, newton_forward_into and newton_backward_into
-// with x, h0, grad_H and every output on the device (a fixed K: no residual read), and the bytes
-// of one trajectory of the cell's dtype.
+// with x, h0, grad_H and every output on the device, and the bytes of one trajectory of the
+// cell's dtype. A fixed K, no divergence gate and no Picard retry: the same work at every T (a K
+// too small for a long T is no error here).
 struct StepBytes {
   std::uint64_t to_device = 0, to_host = 0, trajectory = 0;
 };
@@ -257,7 +258,9 @@ StepBytes device_training_step_bytes(const Cell& cell, const Tensor& x, const Te
   }
   const DeviceCopy x_device(x), h0_device(h0), g_device(g);
   const DeviceOutput H_apply(dtype, shape, false), H_out(dtype, shape, false), dx_out(dtype, x.shape(), false);
-  const NewtonConfig config = on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt});
+  const NewtonConfig config =
+      on(ScanBackend::cuda,
+         {.max_iters = 3, .residual_atol = std::nullopt, .residual_fail = std::nullopt, .picard_adapt = false});
   const ApplyOptions options{.h0 = h0_device.view_like(h0)};
   const CudaTransferBytes before = cuda_transfer_bytes();
   newton_apply_into(cell, x_device.view_like(x), H_apply.view, config, options);

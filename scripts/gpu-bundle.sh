@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Packs a CUDA build for the GPU machine in parts that each fit one device call. A call carries
-# the working tree and what it names, at most 64 MiB in all, and the GPU test executables
-# together are about 150 MiB compressed, so they travel in several calls while the machine stays
-# warm (it keeps the build folder between back-to-back calls).
+# the working tree and what it names, at most 64 MiB in all; the GPU executables share most of
+# their bytes, so a solid archive holds them all in about 30 MiB (one part, one call); a part over
+# the limit is split in two.
 #
 # Usage (here): scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N]
 #   NAMES a comma-separated subset of the benchmarks (e.g. pararnn_bench_targets); default all four
 #   DIR   a configured CUDA build (default build; -DPARARNN_CUDA=ON, e.g. CMAKE_CUDA_ARCHITECTURES=90);
 #         the GPU targets are built in it first (incrementally)
 #   N     the size limit of one part (default: 64 MiB less the tree's size less 1 MiB)
-# Writes build-carry/part-<i>.tar.xz (i = 1 … n) and build-carry/parts.txt (each part's size and
-# executables). Every part holds whole stripped executables under DIR's relative path; part 1 also
+# Writes build-carry/part-<i>.tar.xz (i = 1 … n, usually 1) and build-carry/parts.txt (each part's
+# size and executables). Every part holds whole stripped executables under DIR's relative path; part 1 also
 # holds the ctest files (CTestTestfile.cmake and the discovered-test includes), the non-system
 # shared libraries in DIR/lib (the GPU machine is Ubuntu 24.04 without Debian's fmt/spdlog) and
 # the Python module where DIR has one.
@@ -81,51 +81,39 @@ for t in "${targets[@]}"; do
     | xargs -r -I{} cp -Lu {} "$common/lib/" || true
 done
 
-# Each executable stripped and compressed alone, to know its share of a part.
-declare -A exe_size
+# Each executable stripped, into its own staging folder.
 for t in "${targets[@]}"; do
   d="$stage/exe-$t/$build_rel/$(dirname "${exe_path[$t]}")"
   mkdir -p "$d"
   strip -o "$d/$t" "$build/${exe_path[$t]}"
-  XZ_OPT="-6 -T$(nproc)" tar -C "$stage/exe-$t" -cJf "$stage/$t.tar.xz" "$build_rel"
-  exe_size[$t]=$(stat -c %s "$stage/$t.tar.xz")
-done
-XZ_OPT="-6 -T$(nproc)" tar -C "$stage/common" -cJf "$stage/common.tar.xz" "$build_rel"
-common_size=$(stat -c %s "$stage/common.tar.xz")
-
-# First fit, largest first; part 1 starts with the common files.
-mapfile -t order < <(for t in "${targets[@]}"; do echo "${exe_size[$t]} $t"; done | sort -rn | awk '{print $2}')
-declare -a part_size part_exes
-part_size[1]=$common_size
-part_exes[1]=""
-n=1
-for t in "${order[@]}"; do
-  s=${exe_size[$t]}
-  if [ $((s + 65536)) -gt "$budget" ]; then
-    echo "gpu-bundle: $t alone is $((s / 1048576)) MiB compressed, over the ${budget_mib} MiB limit of a part" >&2
-    exit 1
-  fi
-  placed=0
-  for ((i = 1; i <= n; i++)); do
-    if [ $((part_size[i] + s + 65536)) -le "$budget" ]; then
-      part_size[i]=$((part_size[i] + s)); part_exes[i]="${part_exes[i]} $t"; placed=1; break
-    fi
-  done
-  if [ "$placed" = 0 ]; then n=$((n + 1)); part_size[n]=$s; part_exes[n]=" $t"; fi
 done
 
-for ((i = 1; i <= n; i++)); do
-  dir="$stage/part-$i"
-  mkdir -p "$dir"
-  [ "$i" = 1 ] && cp -a "$stage/common/$build_rel" "$dir/"
-  for t in ${part_exes[i]}; do cp -a "$stage/exe-$t/$build_rel" "$dir/"; done
-  XZ_OPT="-6 -T$(nproc)" tar -C "$dir" -cJf "$carry/part-$i.tar.xz" "$build_rel"
-  size=$(stat -c %s "$carry/part-$i.tar.xz")
+# Parts are solid xz archives with a dictionary larger than an executable: the executables share
+# most of their bytes (every one links all kernels), so each one after the first costs a few MiB
+# (2026-12-05: all eight GPU targets and the common files in 30 MiB, one call, where compressing
+# them one by one took eight). A group over the limit is split in two, recursively.
+n=0
+pack_group() {  # executables...; part 1 takes the common files
+  local dir="$stage/group" archive="$stage/try.tar.xz" t
+  rm -rf "$dir"; mkdir -p "$dir"
+  [ "$n" = 0 ] && cp -a "$stage/common/$build_rel" "$dir/"
+  for t in "$@"; do cp -a "$stage/exe-$t/$build_rel" "$dir/"; done
+  XZ_OPT="-9 --lzma2=dict=256MiB -T1" tar -C "$dir" -cJf "$archive" "$build_rel"
+  local size
+  size=$(stat -c %s "$archive")
   if [ "$size" -gt "$budget" ]; then
-    echo "gpu-bundle: build-carry/part-$i.tar.xz is $((size / 1048576)) MiB, over the ${budget_mib} MiB limit" >&2
-    exit 1
+    if [ $# -eq 1 ]; then
+      echo "gpu-bundle: $1 alone is $((size / 1048576)) MiB compressed, over the ${budget_mib} MiB limit of a part" >&2
+      exit 1
+    fi
+    local half=$(( $# / 2 ))
+    pack_group "${@:1:half}"
+    pack_group "${@:half+1}"
+    return
   fi
-  echo "part-$i.tar.xz $((size / 1048576)) MiB:${part_exes[i]}$([ "$i" = 1 ] && echo ' (+ ctest files, lib/)')" \
-    | tee -a "$carry/parts.txt"
-done
+  n=$((n + 1))
+  mv "$archive" "$carry/part-$n.tar.xz"
+  echo "part-$n.tar.xz $((size / 1048576)) MiB: $*$([ "$n" = 1 ] && echo ' (+ ctest files, lib/)')" | tee -a "$carry/parts.txt"
+}
+pack_group "${targets[@]}"
 echo "gpu-bundle: $n parts of at most ${budget_mib} MiB in build-carry/ (parts.txt)"
