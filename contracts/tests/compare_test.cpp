@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/core/random.hpp"
 
 namespace pararnn {
 namespace {
@@ -91,6 +93,67 @@ TEST(Compare, SameBitsIsDtypeShapeAndBytes) {
   Tensor b = Tensor::copy_of(a.view());
   b.store({1, 2}, std::nextafter(static_cast<float>(b.load({1, 2})), 10.0f));
   EXPECT_FALSE(same_bits(a, b));
+}
+
+// The band is anchored on the reference (the expected value), never on the judged one: every
+// tolerance the contract table gives, at reference magnitudes from 1e-3 to 1e4 and both signs, an
+// answer pushed away from zero just beyond atol + rtol·|expected| (by a fraction of the band below
+// rtol, where a band anchored on |actual| would still cover it), or far beyond, is a mismatch, and
+// one inside the band passes.
+TEST(Compare, TheBandIsAnchoredOnTheExpectedValueForEveryTableTolerance) {
+  std::vector<Tolerance> taus;
+  for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16})
+    for (const Metric metric : {Metric::trajectory, Metric::gradient_diag, Metric::gradient_coupled,
+                                Metric::jacobian, Metric::decode, Metric::linear_scan})
+      for (const char* cell : {"", "gru", "lstm", "slstm", "nlru", "cfc", "titans", "hopfield", "m2rnn", "rwkv7"})
+        for (const char* backend : {"cpu", "cuda"})
+          for (const bool rms : {false, true}) {
+            Tolerance tau;
+            try {
+              tau = tolerance_for({.dtype = dtype, .metric = metric, .cell = cell, .backend = backend});
+            } catch (const ContractViolation&) {
+              continue;  // the table has no such entry (e.g. linear_scan in f16)
+            }
+            tau.relative_to_rms = rms;
+            taus.push_back(tau);
+          }
+  SplitMix64 rng(20261205);
+  std::int64_t banded = 0;
+  for (const Tolerance& tau : taus) {
+    if (tau.rtol > 0) ++banded;
+    std::vector<double> expected, outside, inside;
+    for (int i = 0; i < 64; ++i) {
+      const double magnitude = std::pow(10.0, -3.0 + 7.0 * rng.uniform());
+      const double y = (rng.uniform() < 0.5 ? -1.0 : 1.0) * magnitude;
+      expected.push_back(y);
+    }
+    // relative_to_rms widens the band to rtol·max(|y|, RMS): the edge below uses that scale.
+    double rms = 0.0;
+    for (const double y : expected) rms += y * y;
+    rms = std::sqrt(rms / static_cast<double>(expected.size()));
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const double y = expected[i];
+      const double band = tau.atol + tau.rtol * std::max(std::abs(y), tau.relative_to_rms ? rms : 0.0);
+      const double away = y < 0 ? -1.0 : 1.0;  // away from zero: |actual| > |expected|
+      const double beyond = i % 4 == 0 ? 1.0 + 1e-6 : i % 4 == 1 ? 1.0 + tau.rtol / 2 : i % 4 == 2 ? 2.0 : 1e3;
+      // Where the band is near one ulp of y, rounding moves the answer: step it until its
+      // difference (as compare computes it) is strictly beyond, or within, the band.
+      double x = y + away * band * beyond;
+      while (!(std::abs(x - y) > band)) x = std::nextafter(x, away * INFINITY);
+      outside.push_back(x);
+      x = y + away * band * (1.0 - 1e-6);
+      while (std::abs(x - y) > band) x = std::nextafter(x, y);
+      inside.push_back(x);
+    }
+    const Shape shape{static_cast<std::int64_t>(expected.size())};
+    const Tensor e = Tensor::from_values(DType::f64, shape, expected);
+    const ComparisonResult out = compare(Tensor::from_values(DType::f64, shape, outside), e, tau);
+    EXPECT_EQ(out.mismatches, out.count) << "atol " << tau.atol << " rtol " << tau.rtol << " rms " << tau.relative_to_rms
+                                         << ": an answer beyond the band around the expected value passed";
+    const ComparisonResult in = compare(Tensor::from_values(DType::f64, shape, inside), e, tau);
+    EXPECT_EQ(in.mismatches, 0) << "atol " << tau.atol << " rtol " << tau.rtol << " rms " << tau.relative_to_rms;
+  }
+  EXPECT_GT(banded, 0) << "the table has no tolerance with rtol > 0: the anchoring is untested";
 }
 
 TEST(Tolerance, DefaultsAreTheContractTable) {
