@@ -79,6 +79,35 @@ TEST_P(OracleCellTest, Float128PrimaryAgreesWithCppBinFloat50OnEveryChain) {
   EXPECT_LE(r.self_check_delta, kFloat128VsBin50);
 }
 
+// The self-check compares every value of its sample: in a case certified on every chain, the
+// primary's trajectory changed at any one value (each in turn: every batch row, step, slot and
+// channel) makes self_check_delta exceed the band that certification requires, for both
+// primaries. A chain or a step left out of the comparison would let its change through.
+TEST_P(OracleCellTest, SelfCheckSeesAChangeAtEveryValueOfItsSample) {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const CaseSpec spec{.cell = GetParam(), .batch = 2, .time = 4, .d_h = 2, .dtype = dtype, .seed = 41,
+                        .with_h0 = true};
+    SCOPED_TRACE(describe(spec));
+    const Case c = make_case(spec);
+    const detail::PreparedCase prepared = detail::prepare_case(c);
+    std::vector<double> H = oracle_sequential(c, OracleOptions{.certify = false}).H.to_f64_vector();
+    const OracleOptions options;
+    const double band = dtype == DType::f64 ? kFloat128VsBin50 : kDoubleVsFloat128;
+    ASSERT_TRUE(detail::certify(prepared, H.data(), options).all_chains);
+    ASSERT_LE(detail::certify(prepared, H.data(), options).self_check_delta, band);
+    std::vector<std::size_t> unseen;
+    for (std::size_t i = 0; i < H.size(); ++i) {
+      const double value = H[i];
+      // Far beyond the band, and at least a few ulps of the value (so that it changes in double).
+      H[i] = value + std::max(1e3 * band, 4 * (std::nextafter(std::abs(value), INFINITY) - std::abs(value)));
+      if (!(detail::certify(prepared, H.data(), options).self_check_delta > band)) unseen.push_back(i);
+      H[i] = value;
+    }
+    EXPECT_TRUE(unseen.empty()) << unseen.size() << " of " << H.size()
+                                << " changed values passed the self-check, the first at flat index " << unseen.front();
+  }
+}
+
 TEST_P(OracleCellTest, DoubleAndFloat128PrimariesAgreeOnTheSameInputBits) {
   const CaseSpec spec{.cell = GetParam(), .time = 48, .seed = 13, .with_h0 = true};
   SCOPED_TRACE(describe(spec));
