@@ -15,6 +15,7 @@
 
 #include "generators.hpp"
 #include "pararnn/contracts/case_rules.hpp"
+#include "pararnn/solver/solver.hpp"
 
 namespace pararnn {
 namespace {
@@ -187,6 +188,57 @@ RC_GTEST_PROP(CaseRules, ProductionAndOracleReadingsRefuseTheSameCases, ()) {
                         dtype_name(dtype), batch, time, with_h0, applied,
                         production.refused ? "refuses" : "accepts", production.message,
                         oracle.refused ? "refuses" : "accepts", oracle.message));
+}
+
+// validate_apply_inputs is a solve's plan without its configuration (solver/src/api.cpp
+// plan_solve): on every cell's case with its inputs mutated (x's width and dtype, h0's shape and
+// dtype, packing where the cell refuses it), it refuses exactly the inputs newton_apply with the
+// default configuration and sequential_apply refuse. A solve that accepts its inputs and then
+// diverges has accepted them.
+Reading solve_reading(const std::function<void()>& run) {
+  try {
+    run();
+    return {};
+  } catch (const ContractViolation& e) {
+    return {true, e.what()};
+  } catch (const UnsupportedPath& e) {
+    return {true, e.what()};
+  } catch (const NewtonDivergenceError&) {
+    return {};
+  }
+}
+
+RC_GTEST_PROP(CaseRules, ValidationRefusesExactlyTheInputsASolveRefuses, ()) {
+  const std::string label = *rc::gen::elementOf(kEveryCellLabel);
+  const DType dtype = *rc::gen::elementOf(std::vector<DType>{DType::f64, DType::f32, DType::f16, DType::bf16});
+  const int batch = *rc::gen::inRange(1, 3);
+  const int time = *rc::gen::inRange(1, 6);
+  Case problem = valid_case(label, dtype, batch, time, *rc::gen::arbitrary<bool>(), 1);
+  const int mutations = *rc::gen::inRange(0, 3);
+  std::string applied;
+  for (int i = 0; i < mutations; ++i)
+    applied += (i ? "; " : "") + mutate(problem, *rc::gen::inRange(6, 10), *rc::gen::inRange(0, 64),
+                                        *rc::gen::inRange(0, 64));
+  std::optional<Cell> cell;
+  try {
+    cell = Cell::from_case(problem);
+  } catch (const Error&) {
+    RC_DISCARD("the mutation broke the cell's own reading");
+  }
+  ApplyOptions apply;
+  if (problem.h0) apply.h0 = problem.h0->view();
+  if (problem.cu_seqlens) apply.cu_seqlens = problem.cu_seqlens->view();
+  const Reading validation = solve_reading([&] { validate_apply_inputs(*cell, problem.x, apply); });
+  const Reading newton = solve_reading([&] { (void)newton_apply(*cell, problem.x, NewtonConfig{}, apply); });
+  const Reading sequential = solve_reading([&] { (void)sequential_apply(*cell, problem.x, apply); });
+  RC_CLASSIFY(validation.refused, "refused");
+  RC_TAG(label);
+  const auto verdict = [](const Reading& r) { return r.refused ? "refuses (" + r.message + ")" : std::string("accepts"); };
+  if (validation.refused != newton.refused || validation.refused != sequential.refused)
+    RC_FAIL(fmt::format("cell {} {} B={} T={} after [{}]: validate_apply_inputs {}, newton_apply {}, "
+                        "sequential_apply {}",
+                        label, dtype_name(dtype), batch, time, applied, verdict(validation), verdict(newton),
+                        verdict(sequential)));
 }
 
 // Every single mutation of every cell's case (each kind over the whole range of its choices,

@@ -1,11 +1,9 @@
-// The solver's public entry points: validate the configuration, resolve the backend (auto:
-// cuda for device tensors, cpu for host tensors; eager = cpu; an explicit backend that cannot
-// run raises UnsupportedPath), call the family implementation through the backend table
-// (family_entry: per_channel -> cpu/per_channel.cpp or cuda/per_channel.cpp; dense ->
-// cpu/dense.cpp or cuda/dense.cpp for chains of N <= 32; linear_gu (RWKV-7) -> cpu/exact_linear.cpp
-// or cuda/exact_linear.cpp's exact scan for heads of d <= 64; matrix_map (M2RNN) ->
-// cpu/matrix_state.cpp or cuda/matrix_state.cpp for states whose walk fits a block's shared
-// memory), and run the residual gate.
+// The solver's public entry points. Each resolves its solve once (plan_solve: the configuration's
+// rules, the backend: auto = cuda for device tensors and cpu for host tensors, eager = cpu, an
+// explicit backend that cannot run raises UnsupportedPath; then the family row of that backend,
+// backends.hpp's FamilyBackend, and its refusals; then x's layout), calls the row and runs the
+// residual gate. Windows (chunk_len) run here over the row: its fused launch where it has one and
+// it applies, else the window loop.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,177 +21,61 @@
 namespace pararnn {
 namespace {
 
-enum class Resolved { cpu, cuda };
+using detail::Backend;
+using detail::FamilyBackend;
 
-Resolved resolve_backend(ScanBackend requested, const TensorView& x) {
+Backend resolve_backend(ScanBackend requested, const TensorView& x) {
   switch (requested) {
     case ScanBackend::eager:
     case ScanBackend::cpu:
       if (x.device() != Device::cpu)
         throw UnsupportedPath(fmt::format("scan_backend={}: x is on the GPU; use auto or cuda",
                                           scan_backend_name(requested)));
-      return Resolved::cpu;
+      return Backend::cpu;
     case ScanBackend::cuda: {
       std::string why;
       if (!detail::cuda_backend_available(&why))
         throw UnsupportedPath("scan_backend=cuda: " + why);
-      return Resolved::cuda;
+      return Backend::cuda;
     }
     case ScanBackend::auto_select:
-      return x.device() == Device::cuda ? Resolved::cuda : Resolved::cpu;
+      return x.device() == Device::cuda ? Backend::cuda : Backend::cpu;
   }
-  return Resolved::cpu;
+  return Backend::cpu;
 }
 
-// coords=log is built on the CPU backend (the CUDA kernels iterate in native coordinates).
-void check_coords(const NewtonConfig& config, Resolved backend, const char* who) {
-  if (config.coords == Coords::log && backend == Resolved::cuda)
-    throw UnsupportedPath(fmt::format("{}: coords=log is built on the CPU backend only (the CUDA per-channel "
-                                      "kernels iterate in native coordinates); use scan_backend=cpu with host "
-                                      "tensors",
-                                      who));
+Device device_of(Backend backend) { return backend == Backend::cuda ? Device::cuda : Device::cpu; }
+
+void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
+  if (config.chunk_len && options.cu_seqlens)
+    throw ContractViolation("chunk_len", "cannot be combined with cu_seqlens",
+                            std::to_string(*config.chunk_len));
 }
 
-Device device_of(Resolved backend) { return backend == Resolved::cuda ? Device::cuda : Device::cpu; }
-
-// The backend table: one row per (cell family, backend) naming that family implementation's
-// entry points (cpu/*.cpp, cuda/*.cpp; the Newton algorithm itself is newton/driver.hpp). A
-// null entry is a path the family does not have (training of the non-per-channel families).
-struct FamilyEntry {
-  Tensor (*newton)(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&, detail::Layout,
-                   NewtonStats&);
-  Tensor (*sequential)(const Cell&, const TensorView&, const ApplyOptions&, detail::Layout);
-  NewtonForward (*forward)(const Cell&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
-                           detail::Layout);
-  NewtonGradients (*backward)(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
-                              const NewtonConfig&, const ApplyOptions&, detail::Layout);
-  double (*max_residual)(const Cell&, const TensorView&, const TensorView&, const ApplyOptions&, detail::Layout);
-  // The *_into forms, writing H / ∇x into a caller's view on the host or on the solve's device
-  // (null: the path computes a host result that write_result copies into the view).
-  void (*newton_into)(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&, const ApplyOptions&,
-                      detail::Layout, NewtonStats&);
-  NewtonForward (*forward_into)(const Cell&, const TensorView&, const TensorView&, const NewtonConfig&,
-                                const ApplyOptions&, detail::Layout);
-  NewtonGradients (*backward_into)(const Cell&, const TensorView&, const NewtonForward&, const TensorView&,
-                                   const TensorView&, const NewtonConfig&, const ApplyOptions&, detail::Layout);
+// A solve resolved once: the row that runs it and x's layout.
+struct Plan {
+  const FamilyBackend& row;
+  detail::Layout layout;
 };
 
-// RWKV-7's exact linear family has no Newton: its "solve" is the exact (G, U) scan, or the step
-// loop for scan_backend=eager.
-Tensor rwkv7_cpu_solve(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                       const ApplyOptions& options, detail::Layout layout, NewtonStats& stats) {
-  return detail::rwkv7_apply(cell, x, options, std::move(layout), config.scan_backend != ScanBackend::eager, stats);
-}
-Tensor rwkv7_cuda_solve(const Cell& cell, const TensorView& x, const NewtonConfig&, const ApplyOptions& options,
-                        detail::Layout layout, NewtonStats& stats) {
-  return detail::cuda_rwkv7_apply(cell, x, options, std::move(layout), stats);
+// The row of (the cell's family, backend), after its refusals, and x's layout. `config` null: the
+// inputs alone (sequential_apply, validate_apply_inputs, max_residual).
+Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, Backend backend,
+             const ApplyOptions& options, const char* who) {
+  const FamilyBackend& row = detail::family_backend(cell.spec().jacobian, backend);
+  if (row.supports) row.supports(cell, config, options, who);
+  return {row, detail::check_inputs(cell, x, options, who, device_of(backend))};
 }
 
-const FamilyEntry& family_entry(JacobianClass family, Resolved backend) {
-  static const FamilyEntry kCpu[] = {
-      /* per_channel */ {detail::cpu_newton_apply, detail::cpu_sequential_apply, detail::cpu_newton_forward,
-                         detail::cpu_newton_backward, detail::cpu_max_residual, nullptr, nullptr, nullptr},
-      /* dense */ {detail::dense_newton_apply, detail::dense_sequential_apply, detail::dense_newton_forward,
-                   detail::dense_newton_backward, detail::dense_max_residual, nullptr, nullptr, nullptr},
-      /* linear_gu */ {rwkv7_cpu_solve, detail::rwkv7_sequential_apply, detail::rwkv7_newton_forward,
-                       detail::rwkv7_newton_backward, detail::rwkv7_max_residual, nullptr, nullptr, nullptr},
-      /* matrix_map */ {detail::m2rnn_newton_apply, detail::m2rnn_sequential_apply, detail::m2rnn_newton_forward,
-                        detail::m2rnn_newton_backward, detail::m2rnn_max_residual, nullptr, nullptr, nullptr}};
-  static const FamilyEntry kCuda[] = {
-      /* per_channel */ {detail::cuda_newton_apply, detail::cuda_sequential_apply, detail::cuda_newton_forward,
-                         detail::cuda_newton_backward, nullptr, detail::cuda_newton_apply_into,
-                         detail::cuda_newton_forward_into, detail::cuda_newton_backward_into},
-      /* dense */ {detail::cuda_dense_newton_apply, detail::cuda_dense_sequential_apply,
-                   detail::cuda_dense_newton_forward, detail::cuda_dense_newton_backward, nullptr,
-                   detail::cuda_dense_newton_apply_into, detail::cuda_dense_newton_forward_into,
-                   detail::cuda_dense_newton_backward_into},
-      /* linear_gu */ {rwkv7_cuda_solve, detail::cuda_rwkv7_sequential_apply, detail::cuda_rwkv7_newton_forward,
-                       detail::cuda_rwkv7_newton_backward, nullptr, detail::cuda_rwkv7_apply_into,
-                       detail::cuda_rwkv7_newton_forward_into, detail::cuda_rwkv7_newton_backward_into},
-      /* matrix_map */ {detail::cuda_m2rnn_newton_apply, detail::cuda_m2rnn_sequential_apply,
-                        detail::cuda_m2rnn_newton_forward, detail::cuda_m2rnn_newton_backward, nullptr,
-                        detail::cuda_m2rnn_newton_apply_into, detail::cuda_m2rnn_newton_forward_into,
-                        detail::cuda_m2rnn_newton_backward_into}};
-  static_assert(static_cast<int>(JacobianClass::per_channel) == 0 && static_cast<int>(JacobianClass::dense) == 1 &&
-                static_cast<int>(JacobianClass::linear_gu) == 2 && static_cast<int>(JacobianClass::matrix_map) == 3);
-  return (backend == Resolved::cuda ? kCuda : kCpu)[static_cast<int>(family)];
-}
-
-bool is_dense(const Cell& cell) { return cell.spec().jacobian == JacobianClass::dense; }
-bool is_linear_gu(const Cell& cell) { return cell.spec().jacobian == JacobianClass::linear_gu; }
-
-// ParaRWKV7 (spec §1.10): no packing, no windows; its (G, U) scan is exact. On cuda: heads of
-// d <= 64 (the dense scan's and the step-loop kernel's limit).
-void check_linear_gu(const Cell& cell, Resolved backend, const ApplyOptions& options,
-                     const NewtonConfig* config, const char* who) {
-  if (!is_linear_gu(cell)) return;
-  if (backend == Resolved::cuda && cell.head_dim() > detail::kCudaRwkv7MaxHeadDim)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' has heads of d = {} (d_h {} / n_heads {}); the CUDA "
-                                      "dense scan takes d <= {}; use scan_backend=cpu with host tensors",
-                                      who, cell.name(), cell.head_dim(), cell.d_h(), cell.n_heads(),
-                                      detail::kCudaRwkv7MaxHeadDim));
-  if (options.cu_seqlens)
-    throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
-                                                      cell.spec().python_class, cell.name()),
-                            shape_string(options.cu_seqlens->shape()));
-  if (config && config->chunk_len)
-    throw ContractViolation("chunk_len", fmt::format("is not supported by {} (its (G, U) scan is exact: "
-                                                     "there is no Newton to window)", cell.spec().python_class),
-                            std::to_string(*config->chunk_len));
-}
-
-bool is_matrix_map(const Cell& cell) { return cell.spec().jacobian == JacobianClass::matrix_map; }
-
-// Dense-Jacobian cells run on cuda for chains of N <= 32 (the dense residual and sequential
-// kernels' limit); M2RNN for states whose walk fits one block's shared memory.
-void check_dense_backend(const Cell& cell, Resolved backend, const char* who) {
-  if (is_dense(cell) && backend == Resolved::cuda && cell.chain_width() > detail::kCudaDenseMaxChainWidth)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has dense chains of N = {} values; the CUDA "
-                                      "dense kernels take N <= {}; use scan_backend=cpu with host tensors",
-                                      who, cell.name(), cell.spec().mix, cell.chain_width(),
-                                      detail::kCudaDenseMaxChainWidth));
-  if (is_matrix_map(cell) && backend == Resolved::cuda &&
-      detail::cuda_m2rnn_shared_bytes(cell) > detail::kCudaM2rnnSharedBytes)
-    throw UnsupportedPath(fmt::format("{}: cell '{}' has a {} x {} state; the CUDA M2RNN walk keeps W and two "
-                                      "states, {} bytes, in one block's shared memory, which takes at most {}; "
-                                      "use scan_backend=cpu with host tensors",
-                                      who, cell.name(), cell.k_dim(), cell.v_dim(), detail::cuda_m2rnn_shared_bytes(cell),
-                                      detail::kCudaM2rnnSharedBytes));
-}
-
-// newton_backtrack (M2RNN) runs on the CPU backend only.
-void check_backtrack(const NewtonConfig& config, Resolved backend, const char* who) {
-  if (config.newton_backtrack && backend == Resolved::cuda)
-    throw UnsupportedPath(fmt::format("{}: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
-                                      "has no per-row backtracking); use scan_backend=cpu with host tensors", who));
-}
-
-// Gradients exist where the backend's family entry has a forward and a backward.
-void refuse_missing_gradients(const Cell& cell, Resolved backend, const char* who) {
-  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
-  if (entry.forward != nullptr && entry.backward != nullptr) return;
-  throw UnsupportedPath(fmt::format("{}: gradients for cell '{}' are not built on this backend", who, cell.name()));
-}
-
-// ParaM2RNN takes rectangular batches only (pararnn-torch raises ValueError for cu_seqlens and
-// chunk_len), and its frozen-W Picard warm start (picard_iters >= 1) is not built.
-void check_matrix_map_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
-                             const char* who) {
-  if (!is_matrix_map(cell)) return;
-  const std::string_view python = cell.spec().python_class;
-  if (options.cu_seqlens)
-    throw ContractViolation("cu_seqlens",
-                            fmt::format("is not accepted by {} ({}): rectangular batches only", python, who),
-                            shape_string(options.cu_seqlens->shape()));
-  if (config == nullptr) return;
-  if (config->chunk_len)
-    throw ContractViolation("chunk_len",
-                            fmt::format("is not accepted by {} ({}): no windowed Newton", python, who),
-                            std::to_string(*config->chunk_len));
-  if (config->picard_iters && *config->picard_iters > 0)
-    throw UnsupportedPath(fmt::format("{}: picard_iters={} (the frozen-W warm start of {}) is not built "
-                                      "yet; leave it unset or 0 (App. A initial guess)",
-                                      who, *config->picard_iters, python));
+// The one set of rules every solve applies, in this order: the configuration's (validate, no
+// windows with packing), the backend's resolution, the row's refusals, x's layout.
+Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* config, ScanBackend requested,
+                const ApplyOptions& options, const char* who) {
+  if (config) {
+    validate(*config, cell.spec());
+    check_windowed(*config, options);
+  }
+  return plan_on(cell, x, config, resolve_backend(requested, x), options, who);
 }
 
 // One window's configuration: no chunking, and the K of the full length (a fixed K stays;
@@ -213,12 +95,6 @@ std::vector<Window> windows_of(std::int64_t time, std::int64_t chunk_len) {
   std::vector<Window> out;
   for (std::int64_t t = 0; t < time; t += chunk_len) out.push_back({t, std::min(time, t + chunk_len)});
   return out;
-}
-
-void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
-  if (config.chunk_len && options.cu_seqlens)
-    throw ContractViolation("chunk_len", "cannot be combined with cu_seqlens",
-                            std::to_string(*config.chunk_len));
 }
 
 // The state after the last step of a window, as the next window's h0 (storage dtype, the
@@ -336,14 +212,6 @@ void check_output(const TensorView& out, const char* argument, const Shape& shap
                               fmt::format("{} overlaps {}", argument, name));
 }
 
-// A result computed on the host side of a path written into the caller's view.
-void write_result(const TensorView& out, const Tensor& value, const char* argument) {
-  if (out.device() == Device::cuda)
-    detail::cuda_write_view(out, value, argument);
-  else
-    copy_into(out, value, argument);
-}
-
 const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
 
 // Windowed Newton serially over windows, each a full solve (newton_apply) from the previous
@@ -378,52 +246,24 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
 Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config, const ApplyOptions& options,
                   NewtonStats* stats, const TensorView* out) {
   const char* who = out ? "newton_apply_into" : "newton_apply";
-  validate(config, cell.spec());
-  check_matrix_map_inputs(cell, &config, options, who);
-  check_windowed(config, options);
-  const Resolved backend = resolve_backend(config.scan_backend, x);
-  check_dense_backend(cell, backend, who);
-  check_coords(config, backend, who);
-  check_backtrack(config, backend, who);
-  check_linear_gu(cell, backend, options, &config, who);
-  detail::Layout layout = detail::check_inputs(cell, x, options, who, device_of(backend));
+  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
   if (out)
-    check_output(*out, "out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
+    check_output(*out, "out", cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
-  const bool windowed = !is_linear_gu(cell) && config.chunk_len && *config.chunk_len < layout.time;
-  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
-  if (out && !windowed && entry.newton_into) {
-    NewtonStats local;
-    NewtonStats& s = stats ? *stats : local;
-    entry.newton_into(cell, x, *out, config, options, std::move(layout), s);
-    detail::residual_gate(cell, config, s, x, options);
-    return Tensor();
-  }
-  if (windowed && backend == Resolved::cuda && cell.spec().jacobian == JacobianClass::per_channel) {
-    // Windowed Newton on CUDA: one fused launch where it applies and the window loop would not
-    // have stopped early (backends.hpp), writing into `out` where one is given.
-    NewtonStats fused;
-    if (std::optional<Tensor> H = detail::cuda_windowed_newton_apply(cell, x, config, options, layout, out, fused)) {
-      detail::residual_gate(cell, config, fused, x, options);
-      if (stats) *stats = std::move(fused);
-      return std::move(*H);  // empty where written into `out`
-    }
-  }
-  if (out) {
-    const Tensor H = windowed ? window_loop(cell, x, config, layout, options, stats)
-                              : apply_impl(cell, x, config, options, stats, nullptr);
-    write_result(*out, H, "out");
-    return Tensor();
-  }
-  if (windowed) return window_loop(cell, x, config, layout, options, stats);
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = entry.newton(cell, x, config, options, std::move(layout), s);
-  if (is_linear_gu(cell)) {
-    // The exact scan has no iteration to leave its basin; what the gate can catch is a
-    // non-finite state (NaN input, or an overflow from finite input): that raises.
-    if (!all_finite(H)) s.max_residual = std::numeric_limits<double>::infinity();
+  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
+    if (plan.row.fused_windows) {
+      NewtonStats fused;
+      if (std::optional<Tensor> H = plan.row.fused_windows(cell, x, config, options, plan.layout, out, fused)) {
+        detail::residual_gate(cell, config, fused, x, options);
+        s = std::move(fused);
+        return std::move(*H);  // empty where written into `out`
+      }
+    }
+    return detail::deliver(window_loop(cell, x, config, plan.layout, options, &s), out, "out");
   }
+  Tensor H = plan.row.newton(cell, x, out, config, options, std::move(plan.layout), s);
   detail::residual_gate(cell, config, s, x, options);
   return H;
 }
@@ -446,12 +286,8 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
 
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                         const ApplyOptions& options) {
-  const Resolved resolved = resolve_backend(backend, x);
-  check_matrix_map_inputs(cell, nullptr, options, "sequential_apply");
-  check_dense_backend(cell, resolved, "sequential_apply");
-  check_linear_gu(cell, resolved, options, nullptr, "sequential_apply");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "sequential_apply", device_of(resolved));
-  return family_entry(cell.spec().jacobian, resolved).sequential(cell, x, options, std::move(layout));
+  Plan plan = plan_solve(cell, x, nullptr, backend, options, "sequential_apply");
+  return plan.row.sequential(cell, x, options, std::move(plan.layout));
 }
 
 std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory) {
@@ -469,48 +305,21 @@ std::shared_ptr<const SavedTrajectory> saved_on_host(Tensor trajectory) {
 
 namespace {
 
-// The rules of a training call on `backend` after its configuration's (validate, check_windowed),
-// the forward's and the backward's, in this order; then x's layout.
-detail::Layout check_training(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                              const ApplyOptions& options, Resolved backend, const char* who) {
-  refuse_missing_gradients(cell, backend, who);
-  check_dense_backend(cell, backend, who);
-  check_backtrack(config, backend, who);
-  check_coords(config, backend, who);
-  check_matrix_map_inputs(cell, &config, options, who);
-  check_linear_gu(cell, backend, options, &config, who);
-  return detail::check_inputs(cell, x, options, who, device_of(backend));
-}
-
 // newton_forward, with H written into *H_out when given (training.hpp's newton_forward_into).
 NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                            const ApplyOptions& options, const TensorView* H_out) {
   const char* who = H_out ? "newton_forward_into" : "newton_forward";
-  validate(config, cell.spec());
-  check_windowed(config, options);
-  const Resolved backend = resolve_backend(config.scan_backend, x);
-  detail::Layout layout = check_training(cell, x, config, options, backend, who);
+  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
   if (H_out)
-    check_output(*H_out, "H_out", cell.trajectory_shape(layout.batch, layout.time), cell.dtype(),
+    check_output(*H_out, "H_out", cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
-  const bool windowed = config.chunk_len && *config.chunk_len < layout.time;
   NewtonForward forward;
-  if (windowed) {
+  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
-    forward.H = newton_apply(cell, x, config, options, &forward.stats);
-    if (H_out) write_result(*H_out, forward.H, "H_out");
+    forward.H = detail::deliver(newton_apply(cell, x, config, options, &forward.stats), H_out, "H_out");
     return forward;
   }
-  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
-  if (H_out && entry.forward_into) {
-    forward = entry.forward_into(cell, x, *H_out, config, options, std::move(layout));
-  } else {
-    forward = entry.forward(cell, x, config, options, std::move(layout));
-    if (H_out) {
-      write_result(*H_out, forward.H, "H_out");
-      forward.H = Tensor();
-    }
-  }
+  forward = plan.row.forward(cell, x, H_out, config, options, std::move(plan.layout));
   detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
 }
@@ -520,26 +329,18 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
                               const TensorView& grad_H, const NewtonConfig& config, const ApplyOptions& options,
                               const TensorView* grad_x) {
   const char* who = grad_x ? "newton_backward_into" : "newton_backward";
-  validate(config, cell.spec());
-  check_windowed(config, options);
-  const Resolved backend = resolve_backend(config.scan_backend, x);
-  detail::Layout layout = check_training(cell, x, config, options, backend, who);
-  detail::check_cotangent(grad_H, cell.trajectory_shape(layout.batch, layout.time), "grad_H");
+  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
+  detail::check_cotangent(grad_H, cell.trajectory_shape(plan.layout.batch, plan.layout.time), "grad_H");
   if (grad_x)
     check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
-  const bool windowed = config.chunk_len && *config.chunk_len < layout.time;
-  const FamilyEntry& entry = family_entry(cell.spec().jacobian, backend);
-  if (grad_x && !windowed && entry.backward_into)
-    return entry.backward_into(cell, x, forward, grad_H, *grad_x, config, options, std::move(layout));
-  NewtonGradients out = windowed ? windowed_backward(cell, x, forward, grad_H, config, options, layout)
-                                 : entry.backward(cell, x, forward, grad_H, config, options, std::move(layout));
-  if (grad_x) {
-    write_result(*grad_x, out.x, "grad_x");
-    out.x = Tensor();
+  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
+    NewtonGradients out = windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
+    out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
+    return out;
   }
-  return out;
+  return plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));
 }
 
 }  // namespace
@@ -567,20 +368,16 @@ NewtonGradients newton_backward_into(const Cell& cell, const TensorView& x, cons
 }
 
 void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options) {
-  const Resolved backend = resolve_backend(ScanBackend::auto_select, x);
-  check_matrix_map_inputs(cell, nullptr, options, "validate_apply_inputs");
-  check_linear_gu(cell, backend, options, nullptr, "validate_apply_inputs");
-  (void)detail::check_inputs(cell, x, options, "validate_apply_inputs", device_of(backend));
+  (void)plan_solve(cell, x, nullptr, ScanBackend::auto_select, options, "validate_apply_inputs");
 }
 
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
                     const ApplyOptions& options) {
-  check_matrix_map_inputs(cell, nullptr, options, "max_residual");
-  detail::Layout layout = detail::check_inputs(cell, x, options, "max_residual");
-  const Shape expected = cell.trajectory_shape(layout.batch, layout.time);
+  Plan plan = plan_on(cell, x, nullptr, Backend::cpu, options, "max_residual");
+  const Shape expected = cell.trajectory_shape(plan.layout.batch, plan.layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
-  return family_entry(cell.spec().jacobian, Resolved::cpu).max_residual(cell, x, H, options, std::move(layout));
+  return plan.row.max_residual(cell, x, H, options, std::move(plan.layout));
 }
 
 }  // namespace pararnn

@@ -1,6 +1,6 @@
 // Internal to the solver: the input checks and residual gate shared by every backend, and the
-// entry points of each backend. The public functions (api.cpp) validate, resolve the backend,
-// call it and run the residual gate.
+// FamilyBackend rows, one per (cell family, backend). The public functions (api.cpp) validate,
+// resolve the row, check its refusals, call it and run the residual gate.
 #pragma once
 
 #include <cstdint>
@@ -39,20 +39,6 @@ void check_cotangent(const TensorView& grad_H, const Shape& trajectory, const ch
 // " The input is not finite: x holds nan at index (0, 3, 2)." or "" (host tensors only).
 std::string non_finite_input_note(const Cell& cell, const TensorView& x, const ApplyOptions& options);
 
-// CPU per-channel family (cpu/per_channel.cpp).
-Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                        const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                            Layout layout);
-NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                 const ApplyOptions& options, Layout layout);
-NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
-                                    const NewtonForward& forward, const TensorView& grad_H,
-                                    const NewtonConfig& config, const ApplyOptions& options,
-                                    Layout layout);
-double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                        const ApplyOptions& options, Layout layout);
-
 // The training outputs every per-channel backend writes the same way (common.cpp): a gradient
 // tensor from double sums, rounded once to the cell's compute dtype and then to its storage
 // dtype; the recurrent tensors' gradients from per-(entry, channel) sums [R][d_h] (Σ over batch
@@ -60,162 +46,74 @@ double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView&
 Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values);
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums);
 
-// CPU backend of dense-Jacobian cells (cpu/dense.cpp; forward only).
-NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout);
-NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout);
-Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                          const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout);
-double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout);
+// One implementation of a cell family on a backend: its refusals and its entry points. Each
+// backend's files define their rows (kCpu* in cpu/, kCuda* in cuda/); family_backend (registry.cpp)
+// is the one place that routes a solve to them, and a build without CUDA has no CUDA rows. The
+// Newton algorithm itself is newton/driver.hpp, run by the rows.
+struct FamilyBackend {
+  const char* name;  // "cuda dense", for messages
+  // Throws UnsupportedPath or ContractViolation, naming the argument, the rule and the value, where
+  // this implementation cannot run the cell with these options (and this configuration; null: the
+  // inputs alone, as validate_apply_inputs and sequential_apply check them). Null: refuses nothing.
+  void (*supports)(const Cell&, const NewtonConfig* config, const ApplyOptions&, const char* who);
+  // The Newton solve (the exact scan for the linear family). With `out` (newton_apply_into: checked
+  // by the caller for shape, dtype and aliasing) H is written into it, on the host or on the
+  // solve's device, and the tensor returned is empty.
+  Tensor (*newton)(const Cell&, const TensorView& x, const TensorView* out, const NewtonConfig&,
+                   const ApplyOptions&, Layout, NewtonStats&);
+  // The step-by-step loop in the storage dtype (sequential_apply).
+  Tensor (*sequential)(const Cell&, const TensorView& x, const ApplyOptions&, Layout);
+  // Training: H written into *H_out when given (forward.H then undefined), ∇x into *grad_x when
+  // given (the gradients' x then undefined).
+  NewtonForward (*forward)(const Cell&, const TensorView& x, const TensorView* H_out, const NewtonConfig&,
+                           const ApplyOptions&, Layout);
+  NewtonGradients (*backward)(const Cell&, const TensorView& x, const NewtonForward&, const TensorView& grad_H,
+                              const TensorView* grad_x, const NewtonConfig&, const ApplyOptions&, Layout);
+  // max|F(H)| of a given trajectory (the CPU rows; max_residual always runs on the host).
+  double (*max_residual)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&, Layout);
+  // Optional hook: every window of chunk_len solved in one launch. nullopt, `stats` untouched,
+  // where it does not apply or where the window loop would have stopped early in some window;
+  // the caller then runs the window loop. With `out`, as newton's.
+  std::optional<Tensor> (*fused_windows)(const Cell&, const TensorView& x, const NewtonConfig&,
+                                         const ApplyOptions&, Layout, const TensorView* out, NewtonStats&);
+};
 
-// CPU backend of ParaRWKV7, the linear (G, U) cell (cpu/exact_linear.cpp; forward only, no
-// Newton): `use_scan` = the exact (G, U) scan, else the sequential step loop; stats: iters 0,
-// max_residual 0, scan_backend "rwkv7_scan" / "rwkv7_sequential", K 0.
-NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout);
-NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout);
-Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                   bool use_scan, NewtonStats& stats);
-Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout);
-double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout);
-// CPU backend of ParaM2RNN (cpu/matrix_state.cpp; forward only, rectangular batches).
-NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout);
-NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout);
-Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                          const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout);
-double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout);
-
-// CUDA per-channel family (cuda/per_channel.cpp; without CUDA in the build, `cuda_backend_available` is false
-// with the reason and the others throw UnsupportedPath).
-bool cuda_backend_available(std::string* why_not = nullptr);
-Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                         const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                             Layout layout);
-NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                  const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
-                                     const NewtonForward& forward, const TensorView& grad_H,
-                                     const NewtonConfig& config, const ApplyOptions& options,
-                                     Layout layout);
-// Windowed Newton (chunk_len) in one fused launch (kernels/windowed_newton.hpp): f32 and f64, a
-// fixed K (max_iters, or the table's K with residual_atol unset), a window the kernel holds,
-// no Picard guess, native coordinates. The trajectory, with `stats` of the window loop's
-// meaning (iters = updates = K, the K evaluations of every window in residual_history, the worst
-// window's final max|F|, strategy "fused_windowed"); with `out` (newton_apply_into, checked
-// there) the trajectory is written into it, in place where it is a contiguous view of the
-// compute type on the solve's device, and the tensor returned is empty. nullopt, `stats`
-// untouched, where the path does not apply or where the window loop would have stopped early in
-// some window (an evaluation non-finite or below residual_atol): the caller then runs the window
-// loop (which overwrites all of `out`).
-std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                                 const ApplyOptions& options, Layout layout, const TensorView* out,
-                                                 NewtonStats& stats);
-// The same three writing their big output into a caller's view (solver.hpp's newton_apply_into,
-// training.hpp's *_into: checked there for shape, dtype and aliasing) on the host or on the
-// solve's device: H, H (forward.H left undefined) and ∇x (the gradients' x left undefined).
-void cuda_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                            const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                            NewtonStats& stats);
-NewtonForward cuda_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                       const NewtonConfig& config, const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                          const TensorView& grad_H, const TensorView& grad_x,
-                                          const NewtonConfig& config, const ApplyOptions& options,
-                                          Layout layout);
+extern const FamilyBackend kCpuPerChannel, kCpuDense, kCpuExactLinear, kCpuMatrixState;
+#ifdef PARARNN_SOLVER_CUDA
+extern const FamilyBackend kCudaPerChannel, kCudaDense, kCudaExactLinear, kCudaMatrixState;
 // A host tensor written into a device view of the same shape and dtype (any strides), on that
-// view's device: one upload and one strided store. Returns when done.
+// view's device: one upload and one strided store (cuda/runtime.cpp). Returns when done.
 void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument);
+#endif
 
-// CUDA backend of dense-Jacobian cells (chain width N <= kernels::kDenseKernelMaxN = 32,
-// cuda/dense.cpp) and of ParaRWKV7 (head_dim <= kernels::kDenseScanMaxN = 64,
-// cuda/exact_linear.cpp), forward and training: the CPU dense / RWKV-7 backends' algorithms with
-// the residual, the dense scan, the update, the sequential loop and the adjoint on the device.
-// The public routing (api.cpp) refuses wider chains.
+enum class Backend { cpu, cuda };
+// The row of (family, backend); UnsupportedPath naming both where this build has none.
+const FamilyBackend& family_backend(JacobianClass family, Backend backend);
+
+// Whether the CUDA backend can run here (built, and a device present), with the reason when not.
+bool cuda_backend_available(std::string* why_not = nullptr);
+// `value` returned where `out` is null; else written into *out (on the host, or on its device:
+// one upload and one strided store) and an empty tensor returned. `argument` names out in errors.
+Tensor deliver(Tensor value, const TensorView* out, const char* argument);
+
+// The refusals more than one row shares (common.cpp): the options only the CPU rows implement
+// (coords=log, newton_backtrack); ParaRWKV7's and ParaM2RNN's input rules (no packing, no
+// windows; M2RNN: no Picard warm start).
+void refuse_cpu_only_options(const NewtonConfig* config, const char* who);
+void check_exact_linear_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                               const char* who);
+void check_matrix_state_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                               const char* who);
+
+// The CUDA rows' limits, which their supports() enforce: dense chains of N <= 32 (the dense residual
+// and sequential kernels), RWKV-7 heads of d <= 64 (the dense scan and the step loop), M2RNN states
+// whose walk, W and two K x V states in the compute type, fits one block's shared memory.
 inline constexpr std::int64_t kCudaDenseMaxChainWidth = 32;
 inline constexpr std::int64_t kCudaRwkv7MaxHeadDim = 64;
-Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                                   Layout layout);
-NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout);
-// The _into forms of the dense, RWKV-7 and M2RNN families, as cuda_newton_apply_into's above:
-// with x, grad_H and the outputs on the device, no O(B·T·d) byte crosses to the host.
-void cuda_dense_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                 const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                                 NewtonStats& stats);
-NewtonForward cuda_dense_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_dense_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig& config, const ApplyOptions& options,
-                                                Layout layout);
-// The exact (G, U) scan on the device; stats as rwkv7_apply's with scan_backend "rwkv7_scan_cuda".
-Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                        NewtonStats& stats);
-// The factorized step loop on the device (a block per (b, head), a thread per row of S).
-Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                                   Layout layout);
-NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout);
-void cuda_rwkv7_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                          const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                          NewtonStats& stats);
-NewtonForward cuda_rwkv7_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_rwkv7_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig& config, const ApplyOptions& options,
-                                                Layout layout);
-// CUDA backend of ParaM2RNN (cuda/matrix_state.cpp), forward and training: the CPU M2RNN backend's
-// algorithm with the residual, the factorized walk and the sequential loop on the device, for
-// K x V states whose W and two state buffers, (2·K·V + V²) values of the compute type, fit one
-// block's shared memory (kCudaM2rnnSharedBytes, kernels/m2rnn.hpp's limit); api.cpp refuses
-// larger ones.
 inline constexpr std::size_t kCudaM2rnnSharedBytes = 200 * 1024;
 inline std::size_t cuda_m2rnn_shared_bytes(const Cell& cell) {
   const std::size_t k = static_cast<std::size_t>(cell.k_dim()), v = static_cast<std::size_t>(cell.v_dim());
   return (2 * k * v + v * v) * (cell.dtype() == DType::f64 ? 8 : 4);
 }
-Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats);
-Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                                   Layout layout);
-NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout);
-void cuda_m2rnn_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                 const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                                 NewtonStats& stats);
-NewtonForward cuda_m2rnn_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout);
-NewtonGradients cuda_m2rnn_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig& config, const ApplyOptions& options,
-                                                Layout layout);
 
 }  // namespace pararnn::detail

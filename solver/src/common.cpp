@@ -1,4 +1,4 @@
-// Input checks and the residual gate shared by every backend.
+// Input checks, the refusals more than one family row shares, and the residual gate.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +21,51 @@ std::string history_tail(const std::vector<double>& history) {
 }
 
 }  // namespace
+
+void refuse_cpu_only_options(const NewtonConfig* config, const char* who) {
+  if (config == nullptr) return;
+  if (config->coords == Coords::log)
+    throw UnsupportedPath(fmt::format("{}: coords=log is built on the CPU backend only (the CUDA per-channel "
+                                      "kernels iterate in native coordinates); use scan_backend=cpu with host "
+                                      "tensors",
+                                      who));
+  if (config->newton_backtrack)
+    throw UnsupportedPath(fmt::format("{}: newton_backtrack is built on the CPU backend only (the CUDA M2RNN walk "
+                                      "has no per-row backtracking); use scan_backend=cpu with host tensors", who));
+}
+
+// ParaRWKV7 (spec §1.10): no packing, no windows (its (G, U) scan is exact).
+void check_exact_linear_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                               const char*) {
+  if (options.cu_seqlens)
+    throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
+                                                      cell.spec().python_class, cell.name()),
+                            shape_string(options.cu_seqlens->shape()));
+  if (config && config->chunk_len)
+    throw ContractViolation("chunk_len", fmt::format("is not supported by {} (its (G, U) scan is exact: "
+                                                     "there is no Newton to window)", cell.spec().python_class),
+                            std::to_string(*config->chunk_len));
+}
+
+// ParaM2RNN takes rectangular batches only (pararnn-torch raises ValueError for cu_seqlens and
+// chunk_len), and its frozen-W Picard warm start (picard_iters >= 1) is not built.
+void check_matrix_state_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                               const char* who) {
+  const std::string_view python = cell.spec().python_class;
+  if (options.cu_seqlens)
+    throw ContractViolation("cu_seqlens",
+                            fmt::format("is not accepted by {} ({}): rectangular batches only", python, who),
+                            shape_string(options.cu_seqlens->shape()));
+  if (config == nullptr) return;
+  if (config->chunk_len)
+    throw ContractViolation("chunk_len",
+                            fmt::format("is not accepted by {} ({}): no windowed Newton", python, who),
+                            std::to_string(*config->chunk_len));
+  if (config->picard_iters && *config->picard_iters > 0)
+    throw UnsupportedPath(fmt::format("{}: picard_iters={} (the frozen-W warm start of {}) is not built "
+                                      "yet; leave it unset or 0 (App. A initial guess)",
+                                      who, *config->picard_iters, python));
+}
 
 Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                     const char* who, Device required) {

@@ -372,14 +372,16 @@ decltype(auto) dispatch_dense_solver(const Cell& cell, F&& f) {
   });
 }
 
-}  // namespace
 
-Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
-    const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
-    return solver.to_storage(solver.newton_trajectory(config, stats));
-  });
+  return deliver(dispatch_dense_solver(cell,
+                                       [&]<class DenseMath, class StorageT>() {
+                                         const DenseSolver<DenseMath, StorageT> solver(cell, x, options,
+                                                                                       std::move(layout));
+                                         return solver.to_storage(solver.newton_trajectory(config, stats));
+                                       }),
+                 out, "out");
 }
 
 Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -389,8 +391,8 @@ Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const Apply
   });
 }
 
-NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout) {
+NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
+    const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
   dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
     const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
@@ -399,13 +401,14 @@ NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const 
     if (!config.recompute)
       forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
+  forward.H = deliver(std::move(forward.H), H_out, "H_out");
   return forward;
 }
 
 NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout) {
-  return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
+    const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+    const ApplyOptions& options, Layout layout) {
+  NewtonGradients gradients = dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
     const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory)
       return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
@@ -413,6 +416,8 @@ NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, con
     NewtonStats stats;
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
+  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
+  return gradients;
 }
 
 double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
@@ -421,5 +426,16 @@ double dense_max_residual(const Cell& cell, const TensorView& x, const TensorVie
     return DenseSolver<DenseMath, StorageT>(cell, x, options, std::move(layout)).residual_of(H);
   });
 }
+
+}  // namespace
+
+const FamilyBackend kCpuDense{.name = "cpu dense",
+                              .supports = nullptr,
+                              .newton = dense_newton_apply,
+                              .sequential = dense_sequential_apply,
+                              .forward = dense_newton_forward,
+                              .backward = dense_newton_backward,
+                              .max_residual = dense_max_residual,
+                              .fused_windows = nullptr};
 
 }  // namespace pararnn::detail

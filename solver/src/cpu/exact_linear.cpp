@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backends.hpp"
@@ -217,22 +218,27 @@ class Rwkv7Solver {
   std::vector<ComputeT> h0_;  // [b][head][i][j]
 };
 
-}  // namespace
 
-Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                   bool use_scan, NewtonStats& stats) {
+// The "solve" of the exact linear family: the exact (G, U) scan, or the step loop for
+// scan_backend=eager. There is no iteration to leave its basin; what the residual gate can catch
+// is a non-finite state (a NaN input, or an overflow from finite input): max_residual = +inf.
+Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
+                   const ApplyOptions& options, Layout layout, NewtonStats& stats) {
+  const bool use_scan = config.scan_backend != ScanBackend::eager;
   stats = NewtonStats{};
   stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
   stats.scan_backend = use_scan ? "rwkv7_scan" : "rwkv7_sequential";
   stats.converged = true;
-  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
+  Tensor H = dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
     return use_scan ? solver.to_storage(solver.scan()) : solver.sequential();
   });
+  if (!all_finite(H)) stats.max_residual = std::numeric_limits<double>::infinity();
+  return deliver(std::move(H), out, "out");
 }
 
-NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout) {
+NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
+    const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
   forward.stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
   const bool use_scan = config.scan_backend != ScanBackend::eager;
@@ -244,13 +250,14 @@ NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const 
     forward.H = solver.to_storage(S);
     if (!config.recompute) forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(S));
   });
+  forward.H = deliver(std::move(forward.H), H_out, "H_out");
   return forward;
 }
 
 NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout) {
-  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
+    const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+    const ApplyOptions& options, Layout layout) {
+  NewtonGradients gradients = dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory) {
       const Tensor saved = forward.saved_trajectory->host();
@@ -262,6 +269,8 @@ NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, con
     return solver.backward(config.scan_backend != ScanBackend::eager ? solver.scan() : solver.sequential_compute(),
                            grad_H, x, options);
   });
+  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
+  return gradients;
 }
 
 Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -277,5 +286,16 @@ double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorVie
     return Rwkv7Solver<StorageT>(cell, x, options, std::move(layout)).residual_of(H);
   });
 }
+
+}  // namespace
+
+const FamilyBackend kCpuExactLinear{.name = "cpu linear_gu",
+                                    .supports = check_exact_linear_inputs,
+                                    .newton = rwkv7_apply,
+                                    .sequential = rwkv7_sequential_apply,
+                                    .forward = rwkv7_newton_forward,
+                                    .backward = rwkv7_newton_backward,
+                                    .max_residual = rwkv7_max_residual,
+                                    .fused_windows = nullptr};
 
 }  // namespace pararnn::detail

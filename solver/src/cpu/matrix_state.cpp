@@ -261,14 +261,15 @@ decltype(auto) dispatch_m2rnn_solver(const Cell& cell, F&& f) {
   });
 }
 
-}  // namespace
 
-Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                           const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
-    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
-    return solver.to_storage(solver.newton_trajectory(config, stats));
-  });
+  return deliver(dispatch_m2rnn_solver(cell,
+                                       [&]<class StorageT>() {
+                                         const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
+                                         return solver.to_storage(solver.newton_trajectory(config, stats));
+                                       }),
+                 out, "out");
 }
 
 Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -278,8 +279,8 @@ Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const Apply
   });
 }
 
-NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                   const ApplyOptions& options, Layout layout) {
+NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
+    const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
   dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
     const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
@@ -288,13 +289,14 @@ NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const 
     if (!config.recompute)
       forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
+  forward.H = deliver(std::move(forward.H), H_out, "H_out");
   return forward;
 }
 
 NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                      const TensorView& grad_H, const NewtonConfig& config,
-                                      const ApplyOptions& options, Layout layout) {
-  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
+    const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+    const ApplyOptions& options, Layout layout) {
+  NewtonGradients gradients = dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
     const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
     if (forward.saved_trajectory)
       return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
@@ -302,6 +304,8 @@ NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, con
     NewtonStats stats;
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
+  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
+  return gradients;
 }
 
 double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
@@ -310,5 +314,16 @@ double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorVie
     return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).residual_of(H);
   });
 }
+
+}  // namespace
+
+const FamilyBackend kCpuMatrixState{.name = "cpu matrix_map",
+                                    .supports = check_matrix_state_inputs,
+                                    .newton = m2rnn_newton_apply,
+                                    .sequential = m2rnn_sequential_apply,
+                                    .forward = m2rnn_newton_forward,
+                                    .backward = m2rnn_newton_backward,
+                                    .max_residual = m2rnn_max_residual,
+                                    .fused_windows = nullptr};
 
 }  // namespace pararnn::detail

@@ -6,12 +6,14 @@
 #include "cpu/per_channel_solver.hpp"
 
 namespace pararnn::detail {
+namespace {
 
-Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+Tensor cpu_newton_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                         const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).newton(config, stats);
-  });
+  return deliver(dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+                   return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).newton(config, stats);
+                 }),
+                 out, "out");
 }
 
 Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
@@ -21,8 +23,8 @@ Tensor cpu_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOp
   });
 }
 
-NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                 const ApplyOptions& options, Layout layout) {
+NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
+                                 const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
   dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     const CpuSolver<CellMath, StorageT> solver(cell, x, options, std::move(layout));
@@ -31,14 +33,15 @@ NewtonForward cpu_newton_forward(const Cell& cell, const TensorView& x, const Ne
     if (!config.recompute)
       forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
   });
+  forward.H = deliver(std::move(forward.H), H_out, "H_out");
   return forward;
 }
 
 NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
                                     const NewtonForward& forward, const TensorView& grad_H,
-                                    const NewtonConfig& config, const ApplyOptions& options,
-                                    Layout layout) {
-  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+                                    const TensorView* grad_x, const NewtonConfig& config,
+                                    const ApplyOptions& options, Layout layout) {
+  NewtonGradients gradients = dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
     const CpuSolver<CellMath, StorageT> solver(cell, x, options, layout);
     if (forward.saved_trajectory)
       return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
@@ -48,6 +51,8 @@ NewtonGradients cpu_newton_backward(const Cell& cell, const TensorView& x,
       return solver.backward(CpuSolver<CellMath, StorageT>(cell, x, without_h0(options), layout).newton_trajectory(config, stats), grad_H, x, options);
     return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
   });
+  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
+  return gradients;
 }
 
 double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
@@ -56,5 +61,16 @@ double cpu_max_residual(const Cell& cell, const TensorView& x, const TensorView&
     return CpuSolver<CellMath, StorageT>(cell, x, options, std::move(layout)).residual_of(H);
   });
 }
+
+}  // namespace
+
+const FamilyBackend kCpuPerChannel{.name = "cpu per_channel",
+                                   .supports = nullptr,
+                                   .newton = cpu_newton_apply,
+                                   .sequential = cpu_sequential_apply,
+                                   .forward = cpu_newton_forward,
+                                   .backward = cpu_newton_backward,
+                                   .max_residual = cpu_max_residual,
+                                   .fused_windows = nullptr};
 
 }  // namespace pararnn::detail

@@ -281,7 +281,7 @@ namespace {
 
 // newton_apply / newton_apply_into: H returned as a new host tensor (out null) or stored into *out.
 Tensor dense_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                   const ApplyOptions& options, const Layout& layout, NewtonStats& stats) {
+                   const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (out) cuda::check_store_target(*out, "out");
@@ -299,7 +299,7 @@ Tensor dense_apply(const Cell& cell, const TensorView& x, const TensorView* out,
 
 // newton_forward / newton_forward_into: H* kept chain-major on the device (unless recompute).
 NewtonForward dense_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                            const ApplyOptions& options, const Layout& layout) {
+                            const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (out) cuda::check_store_target(*out, "H_out");
@@ -323,7 +323,7 @@ NewtonForward dense_forward(const Cell& cell, const TensorView& x, const TensorV
 // newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
 NewtonGradients dense_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
-                               const ApplyOptions& options, const Layout& layout) {
+                               const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
@@ -344,43 +344,7 @@ NewtonGradients dense_backward(const Cell& cell, const TensorView& x, const Newt
   });
 }
 
-}  // namespace
-
-Tensor cuda_dense_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return dense_apply(cell, x, nullptr, config, options, layout, stats);
-}
-
-void cuda_dense_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                  const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                                  NewtonStats& stats) {
-  (void)dense_apply(cell, x, &out, config, options, layout, stats);
-}
-
-NewtonForward cuda_dense_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
-  return dense_forward(cell, x, nullptr, config, options, layout);
-}
-
-NewtonForward cuda_dense_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  return dense_forward(cell, x, &out, config, options, layout);
-}
-
-NewtonGradients cuda_dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout) {
-  return dense_backward(cell, x, forward, grad_H, nullptr, config, options, layout);
-}
-
-NewtonGradients cuda_dense_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig& config, const ApplyOptions& options,
-                                                Layout layout) {
-  return dense_backward(cell, x, forward, grad_H, &grad_x, config, options, layout);
-}
-
-Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+Tensor dense_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -399,4 +363,26 @@ Tensor cuda_dense_sequential_apply(const Cell& cell, const TensorView& x, const 
     });
   });
 }
+
+// Chains of N <= 32 (the dense residual and sequential kernels' limit).
+void supports_dense_on_device(const Cell& cell, const NewtonConfig* config, const ApplyOptions&, const char* who) {
+  if (cell.chain_width() > kCudaDenseMaxChainWidth)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') has dense chains of N = {} values; the CUDA "
+                                      "dense kernels take N <= {}; use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.spec().mix, cell.chain_width(),
+                                      kCudaDenseMaxChainWidth));
+  refuse_cpu_only_options(config, who);
+}
+
+}  // namespace
+
+const FamilyBackend kCudaDense{.name = "cuda dense",
+                               .supports = supports_dense_on_device,
+                               .newton = dense_apply,
+                               .sequential = dense_sequential_on_device,
+                               .forward = dense_forward,
+                               .backward = dense_backward,
+                               .max_residual = nullptr,
+                               .fused_windows = nullptr};
+
 }  // namespace pararnn::detail

@@ -137,8 +137,8 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
 namespace {
 
 // newton_apply / newton_apply_into: S returned as a new host tensor (out null) or stored into *out.
-Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const TensorView* out, const ApplyOptions& options,
-                             const Layout& layout, NewtonStats& stats) {
+Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig&,
+                             const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (out) cuda::check_store_target(*out, "out");
@@ -154,7 +154,7 @@ Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const Tensor
 
 // newton_forward / newton_forward_into: S kept on the device (unless recompute).
 NewtonForward rwkv7_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                            const ApplyOptions& options, const Layout& layout) {
+                            const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (out) cuda::check_store_target(*out, "H_out");
@@ -172,8 +172,8 @@ NewtonForward rwkv7_forward(const Cell& cell, const TensorView& x, const TensorV
 
 // newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
 NewtonGradients rwkv7_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                               const TensorView& grad_H, const TensorView* grad_x, const ApplyOptions& options,
-                               const Layout& layout) {
+                               const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig&,
+                               const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
@@ -190,41 +190,7 @@ NewtonGradients rwkv7_backward(const Cell& cell, const TensorView& x, const Newt
   });
 }
 
-}  // namespace
-
-Tensor cuda_rwkv7_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options, Layout layout,
-                        NewtonStats& stats) {
-  return rwkv7_apply_on_device(cell, x, nullptr, options, layout, stats);
-}
-
-void cuda_rwkv7_apply_into(const Cell& cell, const TensorView& x, const TensorView& out, const NewtonConfig&,
-                           const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  (void)rwkv7_apply_on_device(cell, x, &out, options, layout, stats);
-}
-
-NewtonForward cuda_rwkv7_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
-  return rwkv7_forward(cell, x, nullptr, config, options, layout);
-}
-
-NewtonForward cuda_rwkv7_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  return rwkv7_forward(cell, x, &out, config, options, layout);
-}
-
-NewtonGradients cuda_rwkv7_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig&,
-                                           const ApplyOptions& options, Layout layout) {
-  return rwkv7_backward(cell, x, forward, grad_H, nullptr, options, layout);
-}
-
-NewtonGradients cuda_rwkv7_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig&, const ApplyOptions& options, Layout layout) {
-  return rwkv7_backward(cell, x, forward, grad_H, &grad_x, options, layout);
-}
-
-Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+Tensor rwkv7_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -243,4 +209,28 @@ Tensor cuda_rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const 
     return cuda::download_trajectory(S, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }
+
+// Heads of d <= 64 (the dense scan's and the step loop's limit); ParaRWKV7's input rules.
+void supports_rwkv7_on_device(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                              const char* who) {
+  if (cell.head_dim() > kCudaRwkv7MaxHeadDim)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has heads of d = {} (d_h {} / n_heads {}); the CUDA "
+                                      "dense scan takes d <= {}; use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.head_dim(), cell.d_h(), cell.n_heads(),
+                                      kCudaRwkv7MaxHeadDim));
+  refuse_cpu_only_options(config, who);
+  check_exact_linear_inputs(cell, config, options, who);
+}
+
+}  // namespace
+
+const FamilyBackend kCudaExactLinear{.name = "cuda linear_gu",
+                                     .supports = supports_rwkv7_on_device,
+                                     .newton = rwkv7_apply_on_device,
+                                     .sequential = rwkv7_sequential_on_device,
+                                     .forward = rwkv7_forward,
+                                     .backward = rwkv7_backward,
+                                     .max_residual = nullptr,
+                                     .fused_windows = nullptr};
+
 }  // namespace pararnn::detail

@@ -185,7 +185,7 @@ namespace {
 
 // newton_apply / newton_apply_into: H returned as a new host tensor (out null) or stored into *out.
 Tensor m2rnn_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                   const ApplyOptions& options, const Layout& layout, NewtonStats& stats) {
+                   const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
   if (out) cuda::check_store_target(*out, "out");
@@ -201,7 +201,7 @@ Tensor m2rnn_apply(const Cell& cell, const TensorView& x, const TensorView* out,
 
 // newton_forward / newton_forward_into: H* kept on the device (unless recompute).
 NewtonForward m2rnn_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                            const ApplyOptions& options, const Layout& layout) {
+                            const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::require_adjoint_fits(cell, "newton_forward");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -222,7 +222,7 @@ NewtonForward m2rnn_forward(const Cell& cell, const TensorView& x, const TensorV
 // newton_backward / newton_backward_into: ∇x returned in the gradients (grad_x null) or stored into *grad_x.
 NewtonGradients m2rnn_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                                const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
-                               const ApplyOptions& options, const Layout& layout) {
+                               const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::require_adjoint_fits(cell, "newton_backward");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -243,43 +243,7 @@ NewtonGradients m2rnn_backward(const Cell& cell, const TensorView& x, const Newt
   });
 }
 
-}  // namespace
-
-Tensor cuda_m2rnn_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                               const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return m2rnn_apply(cell, x, nullptr, config, options, layout, stats);
-}
-
-void cuda_m2rnn_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                  const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                                  NewtonStats& stats) {
-  (void)m2rnn_apply(cell, x, &out, config, options, layout, stats);
-}
-
-NewtonForward cuda_m2rnn_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                        const ApplyOptions& options, Layout layout) {
-  return m2rnn_forward(cell, x, nullptr, config, options, layout);
-}
-
-NewtonForward cuda_m2rnn_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                             const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  return m2rnn_forward(cell, x, &out, config, options, layout);
-}
-
-NewtonGradients cuda_m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                           const TensorView& grad_H, const NewtonConfig& config,
-                                           const ApplyOptions& options, Layout layout) {
-  return m2rnn_backward(cell, x, forward, grad_H, nullptr, config, options, layout);
-}
-
-NewtonGradients cuda_m2rnn_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                                const TensorView& grad_H, const TensorView& grad_x,
-                                                const NewtonConfig& config, const ApplyOptions& options,
-                                                Layout layout) {
-  return m2rnn_backward(cell, x, forward, grad_H, &grad_x, config, options, layout);
-}
-
-Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+Tensor m2rnn_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -291,4 +255,30 @@ Tensor cuda_m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const 
     return cuda::download_trajectory(H, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }
+
+// ParaM2RNN's input rules, and states whose walk (W and two K x V states) fits one block's
+// shared memory.
+void supports_m2rnn_on_device(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
+                              const char* who) {
+  check_matrix_state_inputs(cell, config, options, who);
+  if (cuda_m2rnn_shared_bytes(cell) > kCudaM2rnnSharedBytes)
+    throw UnsupportedPath(fmt::format("{}: cell '{}' has a {} x {} state; the CUDA M2RNN walk keeps W and two "
+                                      "states, {} bytes, in one block's shared memory, which takes at most {}; "
+                                      "use scan_backend=cpu with host tensors",
+                                      who, cell.name(), cell.k_dim(), cell.v_dim(), cuda_m2rnn_shared_bytes(cell),
+                                      kCudaM2rnnSharedBytes));
+  refuse_cpu_only_options(config, who);
+}
+
+}  // namespace
+
+const FamilyBackend kCudaMatrixState{.name = "cuda matrix_map",
+                                     .supports = supports_m2rnn_on_device,
+                                     .newton = m2rnn_apply,
+                                     .sequential = m2rnn_sequential_on_device,
+                                     .forward = m2rnn_forward,
+                                     .backward = m2rnn_backward,
+                                     .max_residual = nullptr,
+                                     .fused_windows = nullptr};
+
 }  // namespace pararnn::detail

@@ -397,48 +397,33 @@ void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem,
 
 }  // namespace cuda
 
-Tensor cuda_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+namespace {
+
+// newton_apply / newton_apply_into: H returned as a new host tensor (out null) or stored into
+// *out. The solve writes straight into `out` when it is a contiguous view of the compute type on
+// the solve's device (f32 and f64 storage); otherwise into a buffer, stored into `out` after.
+Tensor per_channel_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  if (out) cuda::check_store_target(*out, "out");
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
-  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
-  return cuda::download_trajectory(H, inputs.compute(), cell,
-                                   cell.trajectory_shape(layout.batch, layout.time));
-}
-
-// The solve writes straight into `out` when it is a contiguous view of the compute type on the
-// solve's device (f32 and f64 storage); otherwise into a buffer, stored into `out` after.
-void cuda_newton_apply_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                            const NewtonConfig& config, const ApplyOptions& options, Layout layout,
-                            NewtonStats& stats) {
-  cuda::require_available("newton_apply_into on the CUDA backend");
-  cuda::require_cuda_cell(cell.kind());
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
-  cuda::check_store_target(out, "out");
-  const cuda::DeviceInputs inputs(cell, x, options, layout);
-  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
-  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  const bool in_place = out.device() == Device::cuda && out.is_contiguous() && out.dtype() == inputs.compute();
+  const bool in_place =
+      out && out->device() == Device::cuda && out->is_contiguous() && out->dtype() == inputs.compute();
   cuda::DeviceBuffer H;
   if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
-  void* target = in_place ? out.data() : H.get();
+  void* target = in_place ? out->data() : H.get();
   cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, target, workspace, stats);
-  cuda::store_into(target, inputs.compute(), out, "out");
+  if (out == nullptr)
+    return cuda::download_trajectory(H, inputs.compute(), cell, cell.trajectory_shape(layout.batch, layout.time));
+  cuda::store_into(target, inputs.compute(), *out, "out");
+  return Tensor();
 }
 
-void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument) {
-  cuda::require_available(argument);
-  cuda::DeviceGuard guard(out.device_id());
-  const cuda::DeviceBuffer staged = cuda::upload_new(value.data(), value.nbytes(), argument);
-  cuda::store_into(staged.get(), value.dtype(), out, argument);
-}
-
-Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+Tensor per_channel_sequential(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                              Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
@@ -450,6 +435,24 @@ Tensor cuda_sequential_apply(const Cell& cell, const TensorView& x, const ApplyO
   return cuda::download_trajectory(H, cell.dtype(), cell,
                                    cell.trajectory_shape(layout.batch, layout.time));
 }
+
+// Cells with CUDA Newton kernels; the options the CUDA kernels implement.
+void supports_per_channel_on_device(const Cell& cell, const NewtonConfig* config, const ApplyOptions&,
+                                    const char* who) {
+  cuda::require_cuda_cell(cell.kind());
+  refuse_cpu_only_options(config, who);
+}
+
+}  // namespace
+
+const FamilyBackend kCudaPerChannel{.name = "cuda per_channel",
+                                    .supports = supports_per_channel_on_device,
+                                    .newton = per_channel_apply,
+                                    .sequential = per_channel_sequential,
+                                    .forward = cuda::per_channel_forward,
+                                    .backward = cuda::per_channel_backward,
+                                    .max_residual = nullptr,
+                                    .fused_windows = cuda::per_channel_fused_windows};
 
 }  // namespace pararnn::detail
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,5 +136,16 @@ class DeviceInputs {
   std::shared_ptr<const DeviceBuffer> wx_;
   DeviceProblem problem_;
 };
+
+// The per-channel row's training (per_channel_training.cpp) and fused windowed launch
+// (windowed.cpp), as backends.hpp's FamilyBackend forward, backward and fused_windows.
+NewtonForward per_channel_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
+                                  const NewtonConfig& config, const ApplyOptions& options, Layout layout);
+NewtonGradients per_channel_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                     const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
+                                     const ApplyOptions& options, Layout layout);
+std::optional<Tensor> per_channel_fused_windows(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                                const ApplyOptions& options, Layout layout, const TensorView* out,
+                                                NewtonStats& stats);
 
 }  // namespace pararnn::detail::cuda

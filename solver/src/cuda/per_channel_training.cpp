@@ -117,11 +117,9 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 
 // Training on the device: the forward is newton_apply's solve (the auto rule included); a solve
 // repeats bit for bit, so recompute's re-solve in the backward is exactly the forward's H*.
-namespace {
-
 // The forward's solve; H returned as a new host tensor (out null) or stored into *out.
-NewtonForward forward_on_device(const Cell& cell, const TensorView& x, const TensorView* out,
-                                const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
+NewtonForward cuda::per_channel_forward(const Cell& cell, const TensorView& x, const TensorView* out,
+                                        const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -146,42 +144,10 @@ NewtonForward forward_on_device(const Cell& cell, const TensorView& x, const Ten
   return forward;
 }
 
-NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                   const TensorView& grad_H, const TensorView* grad_x,
-                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout);
-
-}  // namespace
-
-NewtonForward cuda_newton_forward(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                  const ApplyOptions& options, Layout layout) {
-  return forward_on_device(cell, x, nullptr, config, options, layout);
-}
-
-NewtonForward cuda_newton_forward_into(const Cell& cell, const TensorView& x, const TensorView& out,
-                                       const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  return forward_on_device(cell, x, &out, config, options, layout);
-}
-
-NewtonGradients cuda_newton_backward(const Cell& cell, const TensorView& x,
-                                     const NewtonForward& forward, const TensorView& grad_H,
-                                     const NewtonConfig& config, const ApplyOptions& options,
-                                     Layout layout) {
-  return backward_on_device(cell, x, forward, grad_H, nullptr, config, options, layout);
-}
-
-NewtonGradients cuda_newton_backward_into(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                          const TensorView& grad_H, const TensorView& grad_x,
-                                          const NewtonConfig& config, const ApplyOptions& options,
-                                          Layout layout) {
-  return backward_on_device(cell, x, forward, grad_H, &grad_x, config, options, layout);
-}
-
-namespace {
-
 // The backward; ∇x returned as a new host tensor (grad_x null) or stored into *grad_x.
-NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                   const TensorView& grad_H, const TensorView* grad_x,
-                                   const NewtonConfig& config, const ApplyOptions& options, const Layout& layout) {
+NewtonGradients cuda::per_channel_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
+                                           const TensorView& grad_H, const TensorView* grad_x,
+                                           const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
   cuda::DeviceGuard guard(cuda::solve_device(x, options));
@@ -215,7 +181,5 @@ NewtonGradients backward_on_device(const Cell& cell, const TensorView& x, const 
     });
   });
 }
-
-}  // namespace
 
 }  // namespace pararnn::detail

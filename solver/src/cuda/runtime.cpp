@@ -480,6 +480,13 @@ bool cuda_backend_available(std::string* why_not) {
   return true;
 }
 
+void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument) {
+  cuda::require_available(argument);
+  cuda::DeviceGuard guard(out.device_id());
+  const cuda::DeviceBuffer staged = cuda::upload_new(value.data(), value.nbytes(), argument);
+  cuda::store_into(staged.get(), value.dtype(), out, argument);
+}
+
 }  // namespace pararnn::detail
 
 namespace pararnn {

@@ -1,6 +1,7 @@
 // The CUDA backend's device-level pieces, internal to the solver (host code: the CUDA runtime
-// API only, no kernels). cuda_newton_apply is built from them, and the Newton benchmark uses them
-// to time the loop on device-resident inputs without the input GEMM or the transfers.
+// API only, no kernels). The CUDA family rows (backends.hpp) are built from them, and the Newton
+// benchmark uses them to time the loop on device-resident inputs without the input GEMM or the
+// transfers.
 //
 // Guarantees: every CUDA and cuBLAS call is checked and a failure throws pararnn::Error naming
 // the call, the runtime's error and the source location; allocation happens here (cudaMalloc,

@@ -1,4 +1,4 @@
-// The fused windowed launch of the per-channel family (cuda_windowed_newton_apply): every window
+// The fused windowed launch of the per-channel family (cuda::per_channel_fused_windows): every window
 // of chunk_len steps solved with K Newton iterations in one kernel (kernels/windowed_newton.hpp),
 // taken where its answer is the window loop's (api.cpp window_loop); std::nullopt hands the solve
 // back to that loop.
@@ -17,9 +17,9 @@
 
 namespace pararnn::detail {
 
-std::optional<Tensor> cuda_windowed_newton_apply(const Cell& cell, const TensorView& x, const NewtonConfig& config,
-                                                 const ApplyOptions& options, Layout layout, const TensorView* out,
-                                                 NewtonStats& stats) {
+std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const TensorView& x,
+                                                     const NewtonConfig& config, const ApplyOptions& options,
+                                                     Layout layout, const TensorView* out, NewtonStats& stats) {
   const CellSpec& spec = cell.spec();
   const DType storage = cell.dtype();
   if (!config.chunk_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
