@@ -19,4 +19,5 @@ find_library(QUADMATH_LIBRARY NAMES quadmath libquadmath.so.0 REQUIRED
 if(PARARNN_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(rapidcheck REQUIRED)
+  find_package(pugixml REQUIRED)  # a real XML parser for the JUnit writer's tests (reports/)
 endif()

@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev libboost-dev libmpfr-dev libgmp-dev
           librapidcheck-dev libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           libdlpack-dev libspdlog-dev
+          libpugixml-dev  # tests only: parses back the JUnit XML of `report nightly --junit`
           gnuplot-nox fonts-liberation)  # report figures: gnuplot's svg and pngcairo terminals, a font
 # The fuzz build (scripts/fuzz.sh) also needs clang-14 and its libFuzzer/sanitizer runtimes.
 [ "${PARARNN_DEPS_FUZZ:-0}" = 1 ] && packages+=(clang-14 libclang-rt-14-dev)

@@ -36,13 +36,6 @@ double worse(double a, double b) {
   return std::max(a, b);
 }
 
-std::string worst_text(const Json& w) {
-  if (!w.is_object() || w.empty()) return "-";
-  std::string out;
-  for (const auto& [k, v] : w.items()) out += (out.empty() ? "" : " ") + k + "=" + str(v);
-  return out;
-}
-
 std::string md_escape(std::string text) {
   std::string out;
   for (char c : text) {
@@ -119,6 +112,13 @@ std::string sci(double value) {
   return fmt::format("{:.2e}", value);
 }
 std::string sci(const Json& value) { return sci(number_or_nan(value)); }
+
+std::string worst_index_text(const Json& worst_index) {
+  if (!worst_index.is_object() || worst_index.empty()) return "-";
+  std::string out;
+  for (const auto& [k, v] : worst_index.items()) out += (out.empty() ? "" : " ") + k + "=" + str(v);
+  return out;
+}
 
 Figure failure_figure(const std::string& name, const std::string& title, const Json& profile) {
   Figure f{.name = name, .title = title, .height = 380};
@@ -358,7 +358,7 @@ std::string render_markdown(const Json& report, bool plots) {
       const Json& a = r["agreement"];
       md += fmt::format("- max |solver − oracle| {} (τ atol {}, rtol {}; {}), {} of {} elements outside τ, worst at {}\n",
                         sci(a["max_abs"]), sci(a["atol"]), sci(a["rtol"]), str(a.value("tolerance_source", Json(""))),
-                        integer(a["mismatches"]), integer(a["count"]), worst_text(a.value("worst_index", Json::object())));
+                        integer(a["mismatches"]), integer(a["count"]), worst_index_text(a.value("worst_index", Json::object())));
       md += fmt::format("- same-dtype sequential floor {}, quality ratio {}; Newton iterations {} ({}), final max|F| {}\n",
                         sci(a["sequential_max_abs"]), sci(a["quality_ratio"]), integer(a["newton_iters"]),
                         str(a.value("k_source", Json(""))), sci(a["max_residual"]));
@@ -395,7 +395,7 @@ std::string render_markdown(const Json& report, bool plots) {
     const Json& a = (*ranked[i])["agreement"];
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", row_label(*ranked[i]), str((*ranked[i])["outcome"]),
                       sci(a["max_abs"]), sci(ratio_to_tau(*ranked[i])), sci(a["sequential_max_abs"]),
-                      sci(a["quality_ratio"]), worst_text(a.value("worst_index", Json::object())));
+                      sci(a["quality_ratio"]), worst_index_text(a.value("worst_index", Json::object())));
   }
   md += "\n";
 
@@ -637,7 +637,7 @@ std::string render_agreement_markdown(const Json& a, const std::string& title) {
   md += fmt::format("| max \\|solver − oracle\\| | {} |\n| τ | atol {}, rtol {} ({}) |\n", sci(a["max_abs"]), sci(a["atol"]),
                     sci(a["rtol"]), str(a.value("tolerance_source", Json(""))));
   md += fmt::format("| elements outside τ | {} of {} |\n| worst index | {} |\n", integer(a["mismatches"]), integer(a["count"]),
-                    worst_text(a.value("worst_index", Json::object())));
+                    worst_index_text(a.value("worst_index", Json::object())));
   md += fmt::format("| same-dtype sequential floor | {} |\n| solver vs sequential | {} |\n| quality ratio | {} |\n",
                     sci(a["sequential_max_abs"]), sci(a["vs_sequential_max_abs"]), sci(a["quality_ratio"]));
   md += fmt::format("| Newton iterations (K min, source) | {} ({}, {}) |\n| final max\\|F\\| | {} |\n",

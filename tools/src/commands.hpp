@@ -84,11 +84,14 @@ struct NightlyArgs {
   std::string solver, solver_name, solver_version_cmd;
   double solver_timeout = 600.0;
   bool backends_given = false;  // --backends on the command line (refused with --solver)
+  bool no_render = false;       // --no-render: report.json alone, no report.md nor plots/
+  std::string junit;            // --junit FILE: the report as JUnit XML
 };
 
 struct RenderArgs {
   std::string report, out;
   bool no_plots = false;
+  std::string junit;  // --junit FILE: the report as JUnit XML
 };
 
 struct DiffArgs {

@@ -187,7 +187,9 @@ int main(int argc, char** argv) {
   report_cmd->require_subcommand(1);
   NightlyArgs na;
   for (int i = 0; i < argc; ++i) na.argv.emplace_back(argv[i]);
-  auto* nightly_cmd = report_cmd->add_subcommand("nightly", "run the campaign: DIR/report.json, DIR/cases/");
+  auto* nightly_cmd = report_cmd->add_subcommand(
+      "nightly", "run the campaign: DIR/report.json, DIR/cases/, and rendered from report.json as `report render` "
+                 "does: DIR/report.md, DIR/plots/");
   nightly_cmd->add_option("--out", na.out, "report folder (created if missing)")->required();
   nightly_cmd->add_flag("--quick", na.quick, "every cell in f32, small sizes (<= 60 s on 2 cores)");
   nightly_cmd->add_option("--backends", na.backends, "cpu,cuda (cuda is skipped, and recorded, without a GPU)");
@@ -208,11 +210,22 @@ int main(int argc, char** argv) {
       ->check(positive);
   nightly_cmd->add_option("--bench-summary", na.bench_summary,
                           "a bench summary (bench/results/h200-summary.json) to embed as the report's performance");
+  nightly_cmd->add_flag("--no-render", na.no_render,
+                        "report.json alone: no report.md nor plots/ (`report render` makes them later); a report.md "
+                        "of an earlier run is removed either way");
+  nightly_cmd->add_option("--junit", na.junit,
+                          "also write the report as JUnit XML: a testcase per row and equivalence; Disagree and Error "
+                          "fail, Inconclusive is skipped, only Agree passes (removed first: a failed run leaves none; "
+                          "the exit code is the campaign's, but never 0 when the file cannot be written)");
   RenderArgs ra;
-  auto* render_cmd = report_cmd->add_subcommand("render", "report.json -> DIR/report.md and DIR/plots/*.svg|png");
+  auto* render_cmd = report_cmd->add_subcommand(
+      "render", "report.json -> DIR/report.md and DIR/plots/*.svg|png (what `report nightly` writes unless --no-render)");
   render_cmd->add_option("report", ra.report, "a report.json of `pararnn report nightly`")->required();
   render_cmd->add_option("--out", ra.out, "output folder (created if missing)")->required();
   render_cmd->add_flag("--no-plots", ra.no_plots, "the Markdown alone (no gnuplot needed)");
+  render_cmd->add_option("--junit", ra.junit,
+                         "also write the report as JUnit XML (as `report nightly --junit`: Disagree and Error fail, "
+                         "Inconclusive is skipped, only Agree passes)");
   DiffArgs da;
   auto* diff_cmd = report_cmd->add_subcommand("diff", "regressions from old.json to new.json: exit 1 on any, 0 on none");
   diff_cmd->add_option("old", da.old_report)->required();

@@ -1,5 +1,6 @@
 // `pararnn report nightly|render|diff` and `pararnn bug-bundle`: parse the CLI's strings, call
-// pararnn::reports, print, return the exit code.
+// pararnn::reports, print, return the exit code. `report nightly` renders what `report render`
+// writes (report.md, plots/, --junit) through the same function, write_renderings.
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/nightly/campaign.hpp"
 #include "pararnn/reports/diff.hpp"
+#include "pararnn/reports/junit.hpp"
 #include "pararnn/reports/render.hpp"
 #include "pararnn/reports/report_json.hpp"
 
@@ -54,6 +56,22 @@ std::vector<std::int64_t> split_ints(const std::string& text, const char* argume
   return out;
 }
 
+// The one rendering path of `report render` and `report nightly`: the JUnit XML first (when
+// asked; it needs no gnuplot), then report.md and plots/ under out_dir (when `render`). Each file
+// is written atomically. Returns the paths written.
+std::vector<std::filesystem::path> write_renderings(const nlohmann::ordered_json& report,
+                                                    const std::filesystem::path& out_dir, bool render, bool plots,
+                                                    const std::string& junit) {
+  std::vector<std::filesystem::path> written;
+  if (!junit.empty()) {
+    reports::write_junit(report, junit);
+    written.emplace_back(junit);
+  }
+  if (render)
+    for (const auto& path : reports::render_report(report, out_dir, {.plots = plots})) written.push_back(path);
+  return written;
+}
+
 }  // namespace
 
 int report_nightly(const NightlyArgs& args) {
@@ -88,6 +106,18 @@ int report_nightly(const NightlyArgs& args) {
                                                       .timeout_s = args.solver_timeout});
   }
   if (!args.bench_summary.empty()) options.performance = reports::load_bench_summary(args.bench_summary);
+  if (!args.junit.empty()) {
+    // `--out nightly --junit nightly/junit.xml` names the report folder before the campaign makes it.
+    const auto folder = [](const std::filesystem::path& p) {
+      return (std::filesystem::absolute(p) / "").lexically_normal();
+    };
+    const std::filesystem::path junit_dir = std::filesystem::path(args.junit).parent_path();
+    if (!args.out.empty() && folder(junit_dir.empty() ? "." : junit_dir) == folder(args.out))
+      std::filesystem::create_directories(args.out);
+    check_output_path(args.junit, "--junit");
+    // A JUnit file of an earlier run must not stand for this one if this one fails.
+    std::filesystem::remove(args.junit);
+  }
   options.build = build_context();
   options.gpu_available = cuda_device_available();
   options.argv = args.argv;
@@ -116,6 +146,22 @@ int report_nightly(const NightlyArgs& args) {
                                row["repro"].get<std::string>(),
                                row.contains("bundle") ? "  (bundle: " + row["bundle"].get<std::string>() + ")" : "");
   std::cout << "report: " << result.report_path.string() << "\n";
+  try {
+    // report.md of an earlier run must not sit beside this run's report.json, rendered or not.
+    std::filesystem::remove(options.out_dir / "report.md");
+    if (args.no_render && args.junit.empty()) return result.exit_code;
+    // What `report render DIR/report.json --out DIR` writes, from the file just written.
+    const auto report = reports::load_report(result.report_path);
+    for (const auto& path : write_renderings(report, options.out_dir, !args.no_render, true, args.junit))
+      if (path.extension() != ".svg" && path.extension() != ".png") std::cout << "wrote " << path.string() << "\n";
+  } catch (const std::exception& e) {
+    // report.json stands; the readable outputs do not. Never exit 0 without what was asked for.
+    std::cerr << "pararnn: report.json is written but its rendering failed: " << e.what()
+              << "\n  retry with: pararnn report render " << result.report_path.string() << " --out "
+              << options.out_dir.string() << (args.junit.empty() ? "" : " --junit " + args.junit)
+              << " (--no-plots without gnuplot)\n";
+    return result.exit_code != kExitAgree ? result.exit_code : kExitInconclusiveOrRefused;
+  }
   return result.exit_code;
 }
 
@@ -128,7 +174,8 @@ int report_render(const RenderArgs& args) {
   if (args.out.empty()) throw ContractViolation("--out", "needs a directory", "(empty)");
   if (std::filesystem::exists(args.out) && !std::filesystem::is_directory(args.out))
     throw ContractViolation("--out", "must be a directory (report.md and plots/ are written there)", args.out);
-  const auto written = reports::render_report(report, args.out, {.plots = !args.no_plots});
+  if (!args.junit.empty()) check_output_path(args.junit, "--junit");
+  const auto written = write_renderings(report, args.out, true, !args.no_plots, args.junit);
   for (const auto& path : written) std::cout << "wrote " << path.string() << "\n";
   return 0;
 }

@@ -14,7 +14,7 @@ check_svg() { python3 "$here/check_figures.py" svg "$@" || fail "SVG check: $*";
 
 case "$claim" in
 quick_campaign_covers_every_cell)
-  # --quick: every variant in f32, report.json valid, every row Agree; then it renders and diffs
+  # --quick: every variant in f32, report.json valid, every row Agree, rendered beside it; it diffs
   # against itself with no regression.
   start=$(date +%s.%N)
   expect_rc 0 "$pararnn" report nightly --quick --out "$work/quick"
@@ -42,9 +42,9 @@ assert {"hopfield", "rwkv7", "m2rnn", "gru-head"} <= {row["variant"] for row in 
 assert r["kstar"] and r["equivalences"]
 assert all(e["verdict"] == "Agree" for e in r["equivalences"])
 PY
-  expect_rc 0 "$pararnn" report render "$work/quick/report.json" --out "$work/quick/rendered"
-  grep -q "^## Summary" "$work/quick/rendered/report.md" || fail "no summary in report.md"
-  check_png "$work/quick/rendered/plots/error-f32-init.png"
+  # Rendered by the same command (report nightly renders unless --no-render).
+  grep -q "^## Summary" "$work/quick/report.md" || fail "no summary in report.md"
+  check_png "$work/quick/plots/error-f32-init.png"
   expect_rc 0 "$pararnn" report diff "$work/quick/report.json" "$work/quick/report.json"
   ;;
 report_is_the_same_for_any_jobs)
@@ -133,6 +133,54 @@ PY
   expect_rc 0 "$pararnn" report nightly --cells gru --T 256 --classes hard --seeds 1 --out "$work/r"
   [ -z "$(ls -A "$work/r/cases")" ] || fail "cases of the previous run remain: $(ls "$work/r/cases")"
   ls -a "$work/r" | grep -q '^\.cases' && fail "a staging folder was left behind"
+  ;;
+nightly_renders_by_default_and_writes_junit)
+  # One command, readable output: report nightly writes what `report render` of its report.json
+  # writes, byte for byte, unless --no-render; --junit keeps the exit code and fails every row that
+  # is not Agree; no JUnit file is left by a refused or failed run, not even an earlier one's.
+  small=(--cells gru --T 64 --classes init,hard --seeds 1 --max-iters 1 --jobs 1)
+  expect_rc 1 "$pararnn" report nightly "${small[@]}" --out "$work/r" --junit "$work/r.junit.xml"
+  says "wrote $work/r/report.md"
+  [ -f "$work/r/report.md" ] || fail "report nightly wrote no report.md"
+  expect_rc 0 "$pararnn" report render "$work/r/report.json" --out "$work/rendered" --junit "$work/rendered.junit.xml"
+  cmp -s "$work/r/report.md" "$work/rendered/report.md" || fail "report.md is not what report render writes"
+  cmp -s <(cd "$work/r/plots" && ls) <(cd "$work/rendered/plots" && ls) || fail "plots/ differ from report render's"
+  [ -n "$(ls "$work/r/plots")" ] || fail "no plots"
+  cmp -s "$work/r.junit.xml" "$work/rendered.junit.xml" || fail "the JUnit XML differs from report render's"
+  python3 - "$work/r/report.json" "$work/r.junit.xml" <<'PY' || fail "JUnit content"
+import json, sys, xml.etree.ElementTree as ET
+r = json.load(open(sys.argv[1]))
+suite = ET.parse(sys.argv[2]).getroot().find("testsuite")
+verdicts = [row["outcome"] for row in r["rows"]] + [e["verdict"] for e in r["equivalences"]]
+assert "Disagree" in verdicts and "Agree" in verdicts, verdicts
+cases = suite.findall("testcase")
+assert [c.get("name") for c in cases] == [x["id"] for x in r["rows"] + r["equivalences"]]
+bad = sum(v in ("Disagree", "Error") for v in verdicts)
+assert int(suite.get("tests")) == len(verdicts) and int(suite.get("failures")) == bad, suite.attrib
+for c, v in zip(cases, verdicts):
+    assert (c.find("failure") is not None) == (v in ("Disagree", "Error")), (c.get("name"), v)
+    assert (c.find("skipped") is not None) == (v == "Inconclusive"), (c.get("name"), v)
+PY
+  # --no-render: report.json alone, and the earlier run's report.md is gone; the same exit code.
+  expect_rc 1 "$pararnn" report nightly "${small[@]}" --out "$work/r" --no-render
+  [ ! -e "$work/r/report.md" ] || fail "--no-render left a report.md (of the earlier run) beside the new report.json"
+  # A rendering that fails (no gnuplot on PATH) never lets an all-Agree run exit 0, and never
+  # turns a Disagree's 1 into anything else; report.json and the JUnit file (written first) stand.
+  agree=(--cells gru --dtypes f32 --T 16 --classes init --seeds 1 --jobs 1)
+  mkdir -p "$work/empty-path"
+  expect_rc 2 env PATH="$work/empty-path" "$pararnn" report nightly "${agree[@]}" --out "$work/a" --junit "$work/a.xml"
+  says "retry with: pararnn report render"
+  [ -f "$work/a/report.json" ] && [ -f "$work/a.xml" ] && [ ! -e "$work/a/report.md" ] || fail "after a failed rendering"
+  expect_rc 0 "$pararnn" report nightly "${agree[@]}" --out "$work/a" --no-render --junit "$work/a.xml"
+  expect_rc 1 env PATH="$work/empty-path" "$pararnn" report nightly "${small[@]}" --out "$work/r"
+  # An unwritable --junit is refused before any work; a refused campaign removes an earlier file.
+  expect_rc 2 "$pararnn" report nightly "${small[@]}" --out "$work/bad" --junit "$work/missing/junit.xml"
+  says "--junit"
+  [ ! -e "$work/bad/report.json" ] || fail "the campaign ran with an unwritable --junit"
+  echo '<testsuites tests="1" failures="0"/>' > "$work/stale.xml"
+  expect_rc 2 "$pararnn" report nightly --cells grue --out "$work/bad" --junit "$work/stale.xml"
+  [ ! -e "$work/stale.xml" ] || fail "a refused run left an earlier run's JUnit file"
+  ls "$work" | grep -q '\.tmp-' && fail "a temporary file was left behind: $(ls "$work")"
   ;;
 golden_report_renders_to_golden_outputs)
   expect_rc 0 "$pararnn" report render "$golden/nightly.json" --out "$work/out"
@@ -273,10 +321,11 @@ nightly_full_campaign)
   # The full campaign (ctest -L nightly with PARARNN_NIGHTLY=1; backends from PARARNN_NIGHTLY_BACKENDS).
   if [ "${PARARNN_NIGHTLY:-0}" != 1 ]; then echo "skipped: set PARARNN_NIGHTLY=1 to run the full campaign"; exit 77; fi
   "$pararnn" report nightly --out "$work/nightly" --backends "${PARARNN_NIGHTLY_BACKENDS:-cpu}" \
-    --time-budget "${PARARNN_NIGHTLY_BUDGET:-1800}"; rc=$?
+    --time-budget "${PARARNN_NIGHTLY_BUDGET:-1800}" --junit "$work/nightly/junit.xml"; rc=$?
   [ -f "$work/nightly/report.json" ] || fail "no report.json"
-  "$pararnn" report render "$work/nightly/report.json" --out "$work/nightly/rendered" || fail "render"
-  echo "report: $work/nightly/rendered/report.md (campaign exit $rc)"
+  [ -f "$work/nightly/report.md" ] || fail "no report.md"
+  [ -f "$work/nightly/junit.xml" ] || fail "no junit.xml"
+  echo "report: $work/nightly/report.md (campaign exit $rc)"
   exit $rc
   ;;
 *)

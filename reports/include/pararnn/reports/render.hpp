@@ -55,5 +55,7 @@ std::string render_agreement_markdown(const nlohmann::ordered_json& agreement, c
 // null or NaN.
 std::string sci(const nlohmann::ordered_json& value);
 std::string sci(double value);
+// An AgreementReport's worst_index ({"b": 0, "t": 42, ...}) as "b=0 t=42 ..."; "-" when absent.
+std::string worst_index_text(const nlohmann::ordered_json& worst_index);
 
 }  // namespace pararnn::reports
