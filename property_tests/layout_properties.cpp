@@ -292,6 +292,57 @@ RC_GTEST_PROP(Outputs, IntoAStridedHostViewEqualsTheReturnedResultBitwise, ()) {
   expect_same_gradients(into, grads, &grad_x.view);
 }
 
+// Windowed Newton is its windows solved in turn: each window a solve of x[:, begin:end) from the
+// previous window's last state (the caller's h0 first) with the full length's K, bit for bit,
+// whether returned, written into a strided view, or the training forward (into a view: forward.H
+// still holds the boundary states its backward re-solves from).
+RC_GTEST_PROP(Windowed, TheWindowLoopIsItsWindowsSolvedInTurnBitwise, ()) {
+  const auto p = *gen_problem(120, kCells, {DType::f32, DType::bf16, DType::f64});
+  RC_PRE(p.time >= 2);
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto h0 = p.make_h0(cell.slots());
+  ApplyOptions options;
+  if (h0) options.h0 = h0->view();
+  NewtonConfig config;
+  if (*rc::gen::arbitrary<bool>()) config.max_iters = *rc::gen::inRange<std::int64_t>(1, 6);
+  const std::int64_t window = *rc::gen::inRange<std::int64_t>(1, p.time);
+  NewtonConfig windowed = config;
+  windowed.chunk_len = window;
+  RC_TAG(config.max_iters ? "fixed K" : "adaptive");
+
+  NewtonConfig each = config;  // one window's: the K of the full length
+  if (!config.max_iters)
+    each.newton_iters_by_t = {{1, resolve_newton_iters(config, cell.spec(), cell.dtype(), p.time).k}};
+  const Shape trajectory = cell.trajectory_shape(p.batch, p.time);
+  Tensor expected(cell.dtype(), trajectory);
+  std::optional<Tensor> state = h0;
+  std::int64_t most_iters = 0;
+  for (std::int64_t begin = 0; begin < p.time; begin += window) {
+    const std::int64_t end = std::min(p.time, begin + window);
+    ApplyOptions wo;
+    if (state) wo.h0 = state->view();
+    NewtonStats ws;
+    const Tensor Hw = newton_apply(cell, x.view().slice(1, begin, end), each, wo, &ws);
+    copy_into(expected.view().slice(1, begin, end), Hw);
+    state = Tensor::copy_of(Hw.view().select(1, end - begin - 1));
+    most_iters = std::max(most_iters, ws.iters);
+  }
+  NewtonStats stats;
+  RC_ASSERT(same_bits(newton_apply(cell, x, windowed, options, &stats), expected));
+  RC_ASSERT(stats.iters == most_iters);
+  const StridedOutput out(cell.dtype(), trajectory);
+  newton_apply_into(cell, x, out.view, windowed, options);
+  RC_ASSERT(same_bits(Tensor::copy_of(out.view), expected));
+  const StridedOutput H_out(cell.dtype(), trajectory);
+  const NewtonForward forward_into = newton_forward_into(cell, x, H_out.view, windowed, options);
+  RC_ASSERT(same_bits(Tensor::copy_of(H_out.view), expected));
+  RC_ASSERT(same_bits(forward_into.H, expected));
+  const Tensor g = Tensor::converted(expected, DType::f64);  // any cotangent
+  expect_same_gradients(newton_backward(cell, x, forward_into, g, windowed, options),
+                        newton_backward(cell, x, newton_forward(cell, x, windowed, options), g, windowed, options));
+}
+
 TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
   const Cell cell = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 4}, DType::f32, 1);
   const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 5, .d_in = 3, .d_h = 4, .seed = 9};

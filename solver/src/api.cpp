@@ -54,6 +54,7 @@ void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
 
 // A solve resolved once: the row that runs it and x's layout.
 struct Plan {
+  Backend backend;
   const FamilyBackend& row;
   detail::Layout layout;
 };
@@ -64,7 +65,7 @@ Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, 
              const ApplyOptions& options, const char* who) {
   const FamilyBackend& row = detail::family_backend(cell.spec().jacobian, backend);
   if (row.supports) row.supports(cell, config, options, who);
-  return {row, detail::check_inputs(cell, x, options, who, device_of(backend))};
+  return {backend, row, detail::check_inputs(cell, x, options, who, device_of(backend))};
 }
 
 // The one set of rules every solve applies, in this order: the configuration's (validate, no
@@ -95,12 +96,6 @@ std::vector<Window> windows_of(std::int64_t time, std::int64_t chunk_len) {
   std::vector<Window> out;
   for (std::int64_t t = 0; t < time; t += chunk_len) out.push_back({t, std::min(time, t + chunk_len)});
   return out;
-}
-
-// The state after the last step of a window, as the next window's h0 (storage dtype, the
-// trajectory's slot layout).
-Tensor last_state(const Tensor& H_window) {
-  return Tensor::copy_of(H_window.view().select(1, H_window.size(1) - 1));
 }
 
 void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
@@ -214,32 +209,39 @@ void check_output(const TensorView& out, const char* argument, const Shape& shap
 
 const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
 
-// Windowed Newton serially over windows, each a full solve (newton_apply) from the previous
-// window's last state; the windows' stats merged (merge_stats).
-Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& config, const detail::Layout& layout,
-                   const ApplyOptions& options, NewtonStats* stats) {
-  const NewtonConfig w = window_config(config, cell, layout.time);
-  Tensor H(cell.dtype(), cell.trajectory_shape(layout.batch, layout.time));
-  std::optional<Tensor> h0;
-  if (options.h0) h0 = Tensor::copy_of(*options.h0);
-  NewtonStats total;
+// Windowed Newton serially over windows on the plan's row, with no re-validation or re-resolution
+// per window: window w solves x[:, begin:end) from h0_w (the caller's h0 for the first, the state
+// at begin - 1 for the others) with the full length's K (window_config), writes the w-th slice of
+// the output (the caller's view where given, on the host or on the device: a device view keeps
+// every window's H and h0 on the device; else a new host tensor, returned), and goes through the
+// residual gate; the windows' stats merged (merge_stats).
+Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& config, const Plan& plan,
+                   const ApplyOptions& options, const TensorView* out, NewtonStats& stats, const char* who) {
+  const NewtonConfig w = window_config(config, cell, plan.layout.time);
+  Tensor H;
+  if (out == nullptr) H = Tensor(cell.dtype(), cell.trajectory_shape(plan.layout.batch, plan.layout.time));
+  const TensorView target = out ? *out : H.view();
+  std::optional<Tensor> host_h0;  // a contiguous copy of the last state, where the output is on the host
   bool first = true;
-  for (const Window& win : windows_of(layout.time, *config.chunk_len)) {
-    NewtonStats ws;
+  for (const Window& win : windows_of(plan.layout.time, *config.chunk_len)) {
     ApplyOptions wo;
-    if (h0) wo.h0 = h0->view();
-    const Tensor Hw = newton_apply(cell, x.slice(1, win.begin, win.end), w, wo, &ws);
-    merge_stats(total, ws, first);
+    if (win.begin == 0) {
+      wo.h0 = options.h0;
+    } else if (target.device() == Device::cuda) {
+      wo.h0 = target.select(1, win.begin - 1);
+    } else {
+      host_h0 = Tensor::copy_of(target.select(1, win.begin - 1));
+      wo.h0 = host_h0->view();
+    }
+    const TensorView x_w = x.slice(1, win.begin, win.end);
+    const TensorView out_w = target.slice(1, win.begin, win.end);
+    detail::Layout layout = detail::check_inputs(cell, x_w, wo, who, device_of(plan.backend));
+    NewtonStats ws;
+    (void)plan.row.newton(cell, x_w, &out_w, w, wo, std::move(layout), ws);
+    detail::residual_gate(cell, w, ws, x_w, wo);
+    merge_stats(stats, ws, first);
     first = false;
-    for (std::int64_t b = 0; b < layout.batch; ++b)
-      for (std::int64_t t = win.begin; t < win.end; ++t) {
-        const TensorView dst = H.view().select(0, b).select(0, t);
-        const TensorView src = Hw.view().select(0, b).select(0, t - win.begin);
-        std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(H.dtype()));
-      }
-    h0 = last_state(Hw);
   }
-  if (stats) *stats = total;
   return H;
 }
 
@@ -261,7 +263,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
         return std::move(*H);  // empty where written into `out`
       }
     }
-    return detail::deliver(window_loop(cell, x, config, plan.layout, options, &s), out, "out");
+    return window_loop(cell, x, config, plan, options, out, s, who);
   }
   Tensor H = plan.row.newton(cell, x, out, config, options, std::move(plan.layout), s);
   detail::residual_gate(cell, config, s, x, options);
@@ -316,7 +318,8 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
   NewtonForward forward;
   if (config.chunk_len && *config.chunk_len < plan.layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
-    forward.H = detail::deliver(newton_apply(cell, x, config, options, &forward.stats), H_out, "H_out");
+    forward.H = newton_apply(cell, x, config, options, &forward.stats);
+    if (H_out) (void)detail::deliver(forward.H, H_out, "H_out");
     return forward;
   }
   forward = plan.row.forward(cell, x, H_out, config, options, std::move(plan.layout));
