@@ -148,7 +148,7 @@ cudaError_t scan_at(const ScanArgs<float>& a, void* w, std::size_t bytes, cudaSt
   Shape{"v" #V "_s" #ST "_g" #GR "_b" #MB "_a" #W, V, ST, GR, MB, W, &step_at<V, ST, GR, MB, W>,               \
         &step_bytes_at<V, ST, GR, MB, W>, &scan_at<V, ST, GR, MB, W>}
 
-// Measured 2026-12-01 (docs/cuda.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
+// Measured 2026-12-01 (CHANGELOG.md): v2_s4_g16_b2 fastest of 12 for the step; the plain
 // scan's own shape (v4_s8_g8_b1) fastest for the scan. Here the look-back anchor spacing of the
 // fixed association (scan.cuh) is swept at both shapes (2026-12-02: 4 is the fastest for the step),
 // and at chunks of 128 and 256 steps (fewer anchors in the chain per sequence). Since the run's

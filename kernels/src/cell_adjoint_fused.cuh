@@ -30,7 +30,7 @@
 // H200 (2026-12-03, S1: 6.13 ms at its best shape against 5.56 with the three-phase scan and
 // 5.28 with the single-pass one production now runs; register-bound in double, ncu in
 // bench/backward_fused_ncu_h200.txt), so not production; the μ form (4.99 ms at two channels per
-// lane) and the float form (4.11 ms) neither; docs/cuda.md has the table.
+// lane) and the float form (4.11 ms) neither; CHANGELOG.md (2026-12-03) has the figures.
 #pragma once
 
 #include <cuda_runtime.h>

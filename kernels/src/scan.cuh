@@ -59,7 +59,7 @@ struct SinglePassShape {
 };
 // S = 1: chunks of 128 steps (16 warps of 8 steps) with an anchor every 2nd chunk, the fastest
 // of pararnn_bench_shapes' sweep at S1 for the plain scan (0.61 ms against 0.86 at 64 steps and
-// anchors every 4) and for the fused step (1.29 ms against 1.37; docs/cuda.md, 2026-12-02).
+// anchors every 4) and for the fused step (1.29 ms against 1.37; CHANGELOG.md, 2026-12-02).
 template <int S>
 using SinglePassLimits =
     SinglePassShape<scan_max_steps_per_thread(S), scan_max_time_groups(S), 1, S == 1 ? 2 : 4>;

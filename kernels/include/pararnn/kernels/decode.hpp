@@ -31,8 +31,8 @@
 // loads are spread over 16 times as many SMs. pararnn_bench_shapes --only decode measures the
 // shapes (H200, GRU d 256 f32, 2026-12-03, evening run: B 1 3.67 µs over 16 ranks against 4.13 for
 // 2 × 16; B 8 4.55 at 2 × 16 against 5.41 over a 4-rank cluster and 5.47 at 4 × 16; B 64 best at
-// 4 × 16, B 256 at 16 × 16); docs/cuda.md has
-// the table. Every class has 16 slices, so every row's sums run in the same order whatever the
+// 4 × 16, B 256 at 16 × 16); CHANGELOG.md (2026-12-03) has
+// the figures. Every class has 16 slices, so every row's sums run in the same order whatever the
 // batch (the chunk changes the staging, not the sums): a step is deterministic, a row's result does not depend on the
 // batch size, and a graph replay equals the direct step bit for bit; it differs from a GEMM's
 // order by rounding only.
