@@ -249,10 +249,6 @@ class CpuSolver {
     return out;
   }
 
-  Tensor newton(const NewtonConfig& config, NewtonStats& stats) const {
-    return to_storage(newton_trajectory(config, stats));
-  }
-
   // The Newton solve (newton/driver.hpp), H* in the compute type.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
     if constexpr (std::is_same_v<CellMath, cells::SlstmDiagMath>)
