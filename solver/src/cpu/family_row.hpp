@@ -35,8 +35,9 @@
 // const ApplyOptions&, Layout); const members newton_trajectory(const NewtonConfig&,
 // NewtonStats&) -> Iterate, to_storage(Iterate) -> Tensor, to_compute_tensor(Iterate) -> Tensor,
 // from_saved(const Tensor&) -> Iterate, backward(Iterate, grad_H, x, options) -> NewtonGradients,
-// sequential() -> Tensor, residual_of(const TensorView&) -> double. ParaRWKV7
-// (cpu/exact_linear.cpp), an exact scan with no Newton iteration, keeps its own row.
+// sequential() -> Tensor, residual_of(const TensorView&) -> double. An entry point instantiates
+// only what it calls: ParaRWKV7 (cpu/exact_linear.cpp), an exact scan with no Newton iteration,
+// takes only `sequential` and `max_residual` from here.
 #pragma once
 
 #include <utility>
@@ -106,7 +107,8 @@ struct CpuFamilyRow {
   }
 };
 
-// The family of a solver that depends on the storage dtype alone (Solver<StorageT>: ParaM2RNN's).
+// The family of a solver that depends on the storage dtype alone (Solver<StorageT>: ParaM2RNN's,
+// ParaRWKV7's).
 template <template <class> class Solver>
 struct SolverOfDtype {
   template <class Body>
