@@ -163,9 +163,7 @@ class DenseSolver {
       }
       chain_residual_[static_cast<std::size_t>(chain)] = local;
     });
-    double result = 0.0;
-    for (double v : chain_residual_) result = nan_max(result, v);
-    return result;
+    return nan_max_of(chain_residual_);
   }
 
   // δ from (J, F) in place on F by the dense scan of each chain, then H += ω δ.

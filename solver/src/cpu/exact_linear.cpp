@@ -158,10 +158,7 @@ class Rwkv7Solver {
   }
 
   Tensor to_storage(const std::vector<ComputeT>& S) const {
-    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
-    StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < S.size(); ++i) dst[i] = static_cast<StorageT>(S[i]);
-    return out;
+    return storage_trajectory<StorageT>(S, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
   // The factorized step loop, the state rounded to storage after every step.
@@ -206,9 +203,7 @@ class Rwkv7Solver {
       }
       chain_max[static_cast<std::size_t>(b * heads_ + head)] = local;
     });
-    double result = 0.0;
-    for (double v : chain_max) result = nan_max(result, v);
-    return result;
+    return nan_max_of(chain_max);
   }
 
  private:

@@ -100,9 +100,7 @@ class M2rnnSolver {
           row_residual(b, H.data() + b * row_elems(), F.data() + b * row_elems(),
                        G ? G->data() + b * row_elems() : nullptr);
     });
-    double result = 0.0;
-    for (double v : row_residual_) result = nan_max(result, v);
-    return result;
+    return nan_max_of(row_residual_);
   }
 
   // δ in place on F by the sequential factorized walk δ_t = J_t[δ_{t−1}] + F_t (δ_{−1} = 0, so
@@ -188,10 +186,7 @@ class M2rnnSolver {
   }
 
   Tensor to_storage(const std::vector<ComputeT>& H) const {
-    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
-    StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
-    return out;
+    return storage_trajectory<StorageT>(H, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
   // The Newton solve (newton/driver.hpp), H* in the compute type; the "Jacobian" is the gains.
