@@ -7,7 +7,8 @@
 // μ_t = g_t + J_{t+1}ᵀ μ_{t+1} (nothing across segment heads; ∇h0 = J_headᵀ μ_head) in double,
 // with the cell's VJP with respect to its gate inputs and dense-chain parameters formed by
 // forward-mode duals through the same step template (cpu/dual.hpp: one evaluation per input).
-// One template per (dense-chain math, storage dtype); the math lives in cells/.
+// One template per (dense-chain math, storage dtype); the math lives in cells/, the entry points
+// are cpu/family_row.hpp's.
 //
 // A chain is a batch row (Hopfield, sLSTM dense) or a (batch row, head) (head mixes) with
 // N = Cell::chain_width() state values (all slots of its channels; element i of chain q is
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "cpu/family_row.hpp"
 #include "cpu/input_affine.hpp"
 #include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
@@ -161,9 +163,7 @@ class DenseSolver {
       }
       chain_residual_[static_cast<std::size_t>(chain)] = local;
     });
-    double result = 0.0;
-    for (double v : chain_residual_) result = nan_max(result, v);
-    return result;
+    return nan_max_of(chain_residual_);
   }
 
   // δ from (J, F) in place on F by the dense scan of each chain, then H += ω δ.
@@ -363,79 +363,19 @@ class DenseSolver {
   mutable std::vector<double> chain_residual_;  // max|F| per chain, last evaluation
 };
 
-template <class F>
-decltype(auto) dispatch_dense_solver(const Cell& cell, F&& f) {
-  return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() -> decltype(auto) {
-    return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() -> decltype(auto) {
-      return f.template operator()<DenseMath, StorageT>();
+struct DenseFamily {
+  template <class Body>
+  static decltype(auto) with_solver(const Cell& cell, Body&& body) {
+    return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() -> decltype(auto) {
+      return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() -> decltype(auto) {
+        return body.template operator()<DenseSolver<DenseMath, StorageT>>();
+      });
     });
-  });
-}
-
-
-Tensor dense_newton_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return deliver(dispatch_dense_solver(cell,
-                                       [&]<class DenseMath, class StorageT>() {
-                                         const DenseSolver<DenseMath, StorageT> solver(cell, x, options,
-                                                                                       std::move(layout));
-                                         return solver.to_storage(solver.newton_trajectory(config, stats));
-                                       }),
-                 out, "out");
-}
-
-Tensor dense_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout) {
-  return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
-    return DenseSolver<DenseMath, StorageT>(cell, x, options, std::move(layout)).sequential();
-  });
-}
-
-NewtonForward dense_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
-    const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  NewtonForward forward;
-  dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
-    const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
-    const auto H = solver.newton_trajectory(config, forward.stats);
-    forward.H = solver.to_storage(H);
-    if (!config.recompute)
-      forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
-  });
-  forward.H = deliver(std::move(forward.H), H_out, "H_out");
-  return forward;
-}
-
-NewtonGradients dense_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-    const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
-    const ApplyOptions& options, Layout layout) {
-  NewtonGradients gradients = dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
-    const DenseSolver<DenseMath, StorageT> solver(cell, x, options, std::move(layout));
-    if (forward.saved_trajectory)
-      return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
-    // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
-    NewtonStats stats;
-    return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
-  });
-  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
-  return gradients;
-}
-
-double dense_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout) {
-  return dispatch_dense_solver(cell, [&]<class DenseMath, class StorageT>() {
-    return DenseSolver<DenseMath, StorageT>(cell, x, options, std::move(layout)).residual_of(H);
-  });
-}
+  }
+};
 
 }  // namespace
 
-const FamilyBackend kCpuDense{.name = "cpu dense",
-                              .supports = nullptr,
-                              .newton = dense_newton_apply,
-                              .sequential = dense_sequential_apply,
-                              .forward = dense_newton_forward,
-                              .backward = dense_newton_backward,
-                              .max_residual = dense_max_residual,
-                              .fused_windows = nullptr};
+const FamilyBackend kCpuDense = cpu_family_row<DenseFamily>("cpu dense", nullptr);
 
 }  // namespace pararnn::detail

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "cpu/family_row.hpp"
 #include "cpu/input_affine.hpp"
 #include "cpu/saved_trajectory.hpp"
 #include "pararnn/solver/scan.hpp"
@@ -157,10 +158,7 @@ class Rwkv7Solver {
   }
 
   Tensor to_storage(const std::vector<ComputeT>& S) const {
-    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
-    StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < S.size(); ++i) dst[i] = static_cast<StorageT>(S[i]);
-    return out;
+    return storage_trajectory<StorageT>(S, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
   // The factorized step loop, the state rounded to storage after every step.
@@ -205,9 +203,7 @@ class Rwkv7Solver {
       }
       chain_max[static_cast<std::size_t>(b * heads_ + head)] = local;
     });
-    double result = 0.0;
-    for (double v : chain_max) result = nan_max(result, v);
-    return result;
+    return nan_max_of(chain_max);
   }
 
  private:
@@ -273,29 +269,18 @@ NewtonGradients rwkv7_newton_backward(const Cell& cell, const TensorView& x, con
   return gradients;
 }
 
-Tensor rwkv7_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout) {
-  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
-    return Rwkv7Solver<StorageT>(cell, x, options, std::move(layout)).sequential();
-  });
-}
-
-double rwkv7_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout) {
-  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
-    return Rwkv7Solver<StorageT>(cell, x, options, std::move(layout)).residual_of(H);
-  });
-}
+// The entry points shared with the Newton families (cpu/family_row.hpp).
+using SharedEntryPoints = CpuFamilyRow<SolverOfDtype<Rwkv7Solver>>;
 
 }  // namespace
 
 const FamilyBackend kCpuExactLinear{.name = "cpu linear_gu",
                                     .supports = check_exact_linear_inputs,
                                     .newton = rwkv7_apply,
-                                    .sequential = rwkv7_sequential_apply,
+                                    .sequential = SharedEntryPoints::sequential,
                                     .forward = rwkv7_newton_forward,
                                     .backward = rwkv7_newton_backward,
-                                    .max_residual = rwkv7_max_residual,
+                                    .max_residual = SharedEntryPoints::max_residual,
                                     .fused_windows = nullptr};
 
 }  // namespace pararnn::detail

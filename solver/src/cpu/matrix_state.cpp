@@ -7,7 +7,7 @@
 // sequential loop, and the implicit adjoint: per batch row the reverse walk
 // μ_t = g_t + J_{t+1}ᵀ[μ_{t+1}] fused with the step's closed-form VJP (M2rnnMath::vjp, whose
 // d h_prev is J_tᵀ[μ_t]), in double; ∇h0 = J_0ᵀ[μ_0].
-// The math (step, J[Δ]) is cells/m2rnn.hpp.
+// The math (step, J[Δ]) is cells/m2rnn.hpp; the entry points are cpu/family_row.hpp's.
 //
 // Layout: H and F [b][t][K·V] (the trajectory (B, T, K, V), row-major); the "Jacobian" a Newton
 // iteration keeps is the gain G_t = (1 − f_t)(1 − Z_t²) [b][t][K·V] (J_t[Δ] = f_t Δ + G_t ⊙ (Δ W);
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "cpu/family_row.hpp"
 #include "cpu/input_affine.hpp"
 #include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
@@ -99,9 +100,7 @@ class M2rnnSolver {
           row_residual(b, H.data() + b * row_elems(), F.data() + b * row_elems(),
                        G ? G->data() + b * row_elems() : nullptr);
     });
-    double result = 0.0;
-    for (double v : row_residual_) result = nan_max(result, v);
-    return result;
+    return nan_max_of(row_residual_);
   }
 
   // δ in place on F by the sequential factorized walk δ_t = J_t[δ_{t−1}] + F_t (δ_{−1} = 0, so
@@ -187,10 +186,7 @@ class M2rnnSolver {
   }
 
   Tensor to_storage(const std::vector<ComputeT>& H) const {
-    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
-    StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
-    return out;
+    return storage_trajectory<StorageT>(H, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
   // The Newton solve (newton/driver.hpp), H* in the compute type; the "Jacobian" is the gains.
@@ -254,76 +250,9 @@ class M2rnnSolver {
   mutable std::int64_t backtracks_ = 0;       // rejected (row, step) trials of that solve
 };
 
-template <class F>
-decltype(auto) dispatch_m2rnn_solver(const Cell& cell, F&& f) {
-  return dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() -> decltype(auto) {
-    return f.template operator()<StorageT>();
-  });
-}
-
-
-Tensor m2rnn_newton_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
-                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  return deliver(dispatch_m2rnn_solver(cell,
-                                       [&]<class StorageT>() {
-                                         const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
-                                         return solver.to_storage(solver.newton_trajectory(config, stats));
-                                       }),
-                 out, "out");
-}
-
-Tensor m2rnn_sequential_apply(const Cell& cell, const TensorView& x, const ApplyOptions& options,
-                              Layout layout) {
-  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
-    return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).sequential();
-  });
-}
-
-NewtonForward m2rnn_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
-    const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  NewtonForward forward;
-  dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
-    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
-    const auto H = solver.newton_trajectory(config, forward.stats);
-    forward.H = solver.to_storage(H);
-    if (!config.recompute)
-      forward.saved_trajectory = saved_on_host(solver.to_compute_tensor(H));
-  });
-  forward.H = deliver(std::move(forward.H), H_out, "H_out");
-  return forward;
-}
-
-NewtonGradients m2rnn_newton_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-    const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
-    const ApplyOptions& options, Layout layout) {
-  NewtonGradients gradients = dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
-    const M2rnnSolver<StorageT> solver(cell, x, options, std::move(layout));
-    if (forward.saved_trajectory)
-      return solver.backward(solver.from_saved(forward.saved_trajectory->host()), grad_H, x, options);
-    // Level 2: re-solve H* with the same configuration (bitwise the forward's trajectory).
-    NewtonStats stats;
-    return solver.backward(solver.newton_trajectory(config, stats), grad_H, x, options);
-  });
-  gradients.x = deliver(std::move(gradients.x), grad_x, "grad_x");
-  return gradients;
-}
-
-double m2rnn_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                          const ApplyOptions& options, Layout layout) {
-  return dispatch_m2rnn_solver(cell, [&]<class StorageT>() {
-    return M2rnnSolver<StorageT>(cell, x, options, std::move(layout)).residual_of(H);
-  });
-}
-
 }  // namespace
 
-const FamilyBackend kCpuMatrixState{.name = "cpu matrix_map",
-                                    .supports = check_matrix_state_inputs,
-                                    .newton = m2rnn_newton_apply,
-                                    .sequential = m2rnn_sequential_apply,
-                                    .forward = m2rnn_newton_forward,
-                                    .backward = m2rnn_newton_backward,
-                                    .max_residual = m2rnn_max_residual,
-                                    .fused_windows = nullptr};
+const FamilyBackend kCpuMatrixState =
+    cpu_family_row<SolverOfDtype<M2rnnSolver>>("cpu matrix_map", check_matrix_state_inputs);
 
 }  // namespace pararnn::detail

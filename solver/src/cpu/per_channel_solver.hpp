@@ -203,9 +203,7 @@ class CpuSolver {
         }
       tile_max[static_cast<std::size_t>(b * tiles + c0 / kChannelTile)] = local;
     });
-    double result = 0.0;
-    for (double v : tile_max) result = nan_max(result, v);
-    return result;
+    return nan_max_of(tile_max);
   }
 
   // δ from (J, F) in place on F, then H += ω δ. With a `carry` ([row][s][c]: δ entering step 0,
@@ -243,14 +241,7 @@ class CpuSolver {
   }
 
   Tensor to_storage(const std::vector<ComputeT>& H) const {
-    Tensor out(cell_.dtype(), cell_.trajectory_shape(L_.batch, L_.time));
-    StorageT* dst = out.data_as<StorageT>();
-    for (std::size_t i = 0; i < H.size(); ++i) dst[i] = static_cast<StorageT>(H[i]);
-    return out;
-  }
-
-  Tensor newton(const NewtonConfig& config, NewtonStats& stats) const {
-    return to_storage(newton_trajectory(config, stats));
+    return storage_trajectory<StorageT>(H, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
   // The Newton solve (newton/driver.hpp), H* in the compute type.

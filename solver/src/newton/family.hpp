@@ -61,6 +61,13 @@ inline double nan_max(double a, double b) {
   return std::max(a, b);
 }
 
+// max|F| of the per-unit maxima `values` (0 when empty; NaN when any is NaN), folded in order.
+inline double nan_max_of(const std::vector<double>& values) {
+  double result = 0.0;
+  for (double v : values) result = nan_max(result, v);
+  return result;
+}
+
 // sLSTM's Picard passes after its zero-hidden guess: config.picard_iters, or auto P by T
 // (T <= 64 -> 1, T <= 2048 -> 3, else 5; CONTRACT §1).
 inline std::int64_t picard_passes(const NewtonConfig& config, std::int64_t time) {
