@@ -25,6 +25,16 @@ cells::AffineElement<S, ComputeT> element_at(const ComputeT* J, const ComputeT* 
   return e;
 }
 
+// Whether step t starts a chain (J = 0 there): t = 0, or a head of the packing.
+bool starts_chain(std::int64_t t, std::span<const std::uint8_t> heads) {
+  return t == 0 || (!heads.empty() && heads[t] != 0 && !PARARNN_FAULT_POINT("head_jacobian_nonzero"));
+}
+
+// The scan's chunk length: all of `time` unless a shorter positive chunk_len is asked for.
+std::int64_t chunk_of(std::int64_t chunk_len, std::int64_t time) {
+  return chunk_len <= 0 || chunk_len >= time ? time : chunk_len;
+}
+
 }  // namespace
 
 template <int S, class ComputeT>
@@ -34,11 +44,8 @@ void scan_affine(const ComputeT* J, ComputeT* r, const ScanShape& shape,
   const std::int64_t channels = shape.channels;
   const std::int64_t stride = shape.channel_stride > 0 ? shape.channel_stride : channels;
   if (time <= 1 || channels <= 0) return;
-  auto is_head = [&](std::int64_t t) {
-    return t == 0 || (!heads.empty() && heads[t] != 0 && !PARARNN_FAULT_POINT("head_jacobian_nonzero"));
-  };
-  const std::int64_t chunk =
-      shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
+  auto is_head = [&](std::int64_t t) { return starts_chain(t, heads); };
+  const std::int64_t chunk = chunk_of(shape.chunk_len, time);
 
   if (chunk == time) {
     // Sequential substitution, vectorised over channels: δ_t = r_t + Σ_k J_t[s][k] δ_{t−1}[k].
@@ -119,11 +126,8 @@ void scan_dense(const ComputeT* J, ComputeT* r, const DenseScanShape& shape,
   const std::int64_t stride = shape.r_stride > 0 ? shape.r_stride : shape.n;
   if (time <= 1 || n <= 0) return;
   const std::int64_t nn = shape.n * shape.n;
-  auto is_head = [&](std::int64_t t) {
-    return t == 0 || (!heads.empty() && heads[t] != 0 && !PARARNN_FAULT_POINT("head_jacobian_nonzero"));
-  };
-  const std::int64_t chunk =
-      shape.chunk_len <= 0 || shape.chunk_len >= time ? time : shape.chunk_len;
+  auto is_head = [&](std::int64_t t) { return starts_chain(t, heads); };
+  const std::int64_t chunk = chunk_of(shape.chunk_len, time);
   if (chunk == time) {
     // Sequential substitution: δ_t = J_t δ_{t−1} + r_t, in place on r (J = 0 at heads).
     for (std::int64_t t = 1; t < time; ++t) {
