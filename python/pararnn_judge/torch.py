@@ -7,7 +7,9 @@ constructor argument the state_dict cannot carry, under its Python name (str() o
 cell in one call, reading it exactly as the case file would be read (``case_from_file``: a
 0.17.4 ParaCfC without W_b is completed with W_b = 0 and reports say so; a ParaRWKV7 always
 carries n_heads); ``compare_training(cell, x, **kw)`` runs the cell's own forward and torch
-autograd and judges both H and the gradients. torch is imported only when a function here runs.
+autograd and judges both H and the gradients. ``newton_apply(cell, x, h0=, cu_seqlens=, **config)``
+trains a live cell with our solver: H carries an autograd node whose backward is our implicit
+adjoint. torch is imported only when a function here runs.
 
 Guarantees: the same cell gives the same problem through ``dump_case`` + ``pararnn verify`` and
 through ``verify`` (both build one metadata map, ``case_metadata``); a constructor argument that
@@ -179,6 +181,78 @@ def compare_training(cell, x, *, h0=None, cu_seqlens=None, grad_H=None, config=N
     return _pararnn.compare(judge_cell, _host(x), _host(H), h0=None if h0 is None else _host(h0),
                             cu_seqlens=None if cu_seqlens is None else _host(cu_seqlens),
                             gradients=gradients, grad_H=None if grad_H is None else _host(grad_H), **options)
+
+
+_SOLVE_KEYS = ("backend", "max_iters", "recompute")
+
+
+def newton_apply(cell, x, h0=None, cu_seqlens=None, **kw):
+    """The parallel Newton trajectory H of a live pararnn-torch cell on x, differentiable like any
+    torch op: H.backward() (or any loss of H) runs our implicit adjoint (pararnn_judge.newton_forward
+    / newton_backward on x's device) and accumulates into the module's parameters' ``.grad`` and
+    into x and h0 where they require grad, each on its own device and dtype. The cell is read
+    (``cell_of``: its state_dict as a case) at every call, so an optimizer's update is seen by the
+    next call. Keywords: ``backend``, ``max_iters``, ``recompute`` (newton_forward's) and the
+    cell's constructor arguments (``max_recurrent_norm=...``, as ``cell_of`` takes them);
+    anything else is refused by name. Example::
+
+        H = pt.newton_apply(cell, x)          # cell: a pararnn-torch module on x's device
+        loss = (H[:, -1] ** 2).mean()
+        loss.backward()                       # cell's parameters' .grad, x.grad
+        optimizer.step()
+    """
+    import torch
+    constructor, options = _split(dict(kw))
+    for key in options:
+        if key not in _SOLVE_KEYS:
+            raise _pararnn.ContractViolation(
+                f"{key}: is not a keyword of pararnn_judge.torch.newton_apply (solve: {', '.join(_SOLVE_KEYS)}; "
+                f"or a constructor argument of the cell) (got {options[key]!r})")
+    named = [(name, p) for name, p in cell.named_parameters()]
+    return _newton_apply_function(torch).apply(cell, constructor, options, [n for n, _ in named], x, h0,
+                                               cu_seqlens, *[p for _, p in named])
+
+
+_FUNCTION = None
+
+
+def _newton_apply_function(torch):
+    """The torch.autograd.Function of newton_apply (made once, when torch is first needed)."""
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+
+    class NewtonApply(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, cell, constructor, options, names, x, h0, cu_seqlens, *parameters):
+            judge_cell = cell_of(cell, **constructor)
+            forward = _pararnn.newton_forward(judge_cell, x.detach(), h0=None if h0 is None else h0.detach(),
+                                              cu_seqlens=cu_seqlens, **options)
+            ctx.forward, ctx.names = forward, names
+            ctx.x_like = (x.device, x.dtype)
+            ctx.h0_like = None if h0 is None else (h0.device, h0.dtype)
+            ctx.parameters_like = [(p.device, p.dtype) for p in parameters]
+            H = forward.H
+            return H if isinstance(H, torch.Tensor) else torch.as_tensor(H)
+
+        @staticmethod
+        def backward(ctx, grad_H):
+            grads = _pararnn.newton_backward(ctx.forward, grad_H.contiguous())
+
+            def moved(value, like):
+                if value is None or like is None:
+                    return None
+                t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+                return t.to(device=like[0], dtype=like[1])
+
+            d_x = moved(grads["x"], ctx.x_like) if ctx.needs_input_grad[4] else None
+            d_h0 = moved(grads["h0"], ctx.h0_like) if ctx.needs_input_grad[5] else None
+            d_parameters = [moved(grads["parameters"].get(name), like) if ctx.needs_input_grad[7 + i] else None
+                            for i, (name, like) in enumerate(zip(ctx.names, ctx.parameters_like))]
+            return (None, None, None, None, d_x, d_h0, None, *d_parameters)
+
+    _FUNCTION = NewtonApply
+    return _FUNCTION
 
 
 def bug_report(cell, x, path, **kw):

@@ -173,6 +173,92 @@ class CompareTrainingJudgesTheLiveModule(unittest.TestCase):
         self.assertEqual(report.verdict, "Disagree")
 
 
+def _devices():
+    yield "cpu"
+    if HAVE_GPU:
+        yield "cuda"
+    elif REQUIRE_CUDA:
+        raise AssertionError("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+
+
+@unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
+class TrainingThroughOurSolver(unittest.TestCase):
+    """pararnn_judge.torch.newton_apply: H with an autograd node whose backward is our implicit
+    adjoint, accumulating into the live module's parameters and into x and h0 on their device."""
+
+    def test_gradcheck_in_f64(self):
+        import pararnn as P
+        generator = torch.Generator().manual_seed(SEED)
+        for make in (lambda: P.ParaGRU(input_size=3, hidden_size=4), lambda: P.ParaLSTM(input_size=3, hidden_size=4)):
+            cell = make().double()
+            name = type(cell).__name__
+            with self.subTest(cell=name):
+                x = torch.randn(2, 12, 3, generator=generator, dtype=torch.float64, requires_grad=True)
+                shape = (2,) + tuple(pt.cell_of(cell).state_shape)
+                h0 = (0.5 * torch.randn(shape, generator=generator, dtype=torch.float64)).requires_grad_()
+                parameters = [p for _, p in cell.named_parameters()]
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda x, h0, *ps: pt.newton_apply(cell, x, h0=h0), (x, h0, *parameters)))
+
+    def test_the_gradients_are_newton_backwards_and_agree_with_the_oracle(self):
+        import pararnn as P
+        for device in _devices():
+            with self.subTest(device=device):
+                generator = torch.Generator().manual_seed(SEED)
+                cell = P.ParaGRU(input_size=8, hidden_size=16).to(device)
+                x = torch.randn(2, 128, 8, generator=generator).to(device).requires_grad_()
+                grad_H = torch.randn(2, 128, 16, generator=generator).to(device)
+                H = pt.newton_apply(cell, x)
+                self.assertEqual((H.device, H.dtype, H.requires_grad), (x.device, x.dtype, True))
+                (H * grad_H).sum().backward()
+                judge_cell = pt.cell_of(cell)
+                forward = judge.newton_forward(judge_cell, x.detach())
+                expected = judge.newton_backward(forward, grad_H)
+                self.assertTrue(torch.equal(x.grad, expected["x"]))
+                for name, p in cell.named_parameters():
+                    self.assertEqual(p.grad.device, p.device, name)
+                    self.assertTrue(torch.equal(p.grad, expected["parameters"][name].to(p.device)), name)
+                gradients = {f"grad.{n}": p.grad.detach().cpu() for n, p in cell.named_parameters()}
+                gradients["grad.x"] = x.grad.detach().cpu()
+                report = judge.compare(judge_cell, x.detach().cpu(), H.detach().cpu(), seed=SEED,
+                                       gradients=gradients, grad_H=grad_H.cpu())
+                self.assertEqual(report.verdict, "Agree", report.failure_message())
+
+    def test_a_training_loop_follows_pararnn_torchs(self):
+        import copy
+        import pararnn as P
+        for device in _devices():
+            with self.subTest(device=device):
+                generator = torch.Generator().manual_seed(SEED)
+                ours = P.ParaGRU(input_size=8, hidden_size=16).to(device)
+                theirs, initial = copy.deepcopy(ours), copy.deepcopy(ours)
+                x = torch.randn(4, 256, 8, generator=generator).to(device)
+                target = torch.randn(4, 16, generator=generator).to(device)
+                optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, theirs)]
+                for _ in range(4):
+                    for module, optimizer, solve in ((ours, optimizers[0], lambda m: pt.newton_apply(m, x)),
+                                                     (theirs, optimizers[1],
+                                                      lambda m: P.newton_apply(m, x, P.NewtonConfig()))):
+                        optimizer.zero_grad()
+                        loss = ((solve(module)[:, -1] - target) ** 2).mean()
+                        loss.backward()
+                        optimizer.step()
+                # Our trajectory after our steps, judged against the oracle of pararnn-torch's module
+                # after its steps: the two loops took the same steps to within τ.
+                H = pt.newton_apply(ours, x).detach()
+                report = pt.compare(theirs, x.cpu(), H.cpu(), seed=SEED)
+                self.assertEqual(report.verdict, "Agree", report.failure_message())
+                moved = [not torch.equal(a, b) for a, b in zip(ours.parameters(), initial.parameters())]
+                self.assertTrue(any(moved), "the optimizer did not move the module")  # the loop trained
+
+    def test_unknown_keywords_are_refused_by_name(self):
+        import pararnn as P
+        cell = P.ParaGRU(input_size=8, hidden_size=16)
+        with self.assertRaises(judge.ContractViolation) as raised:
+            pt.newton_apply(cell, torch.randn(1, 8, 8), residual_atol=1e-3)
+        self.assertIn("residual_atol", str(raised.exception))
+
+
 @unittest.skipUnless(HAVE_PARARNN_TORCH, "pararnn-torch is not installed")
 class PararnnTorchCellsVerifyInOneCall(unittest.TestCase):
     def cells(self):
