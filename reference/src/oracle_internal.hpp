@@ -206,6 +206,13 @@ std::vector<double> finite_difference_jacobian_float128(const PreparedCase& prob
                                                         std::int64_t b, std::int64_t t,
                                                         std::span<const double> h_prev);
 
+// The per-channel blocks of d h_new / d h_prev of a cell whose channels never mix
+// (channels_independent), [channel][out slot][in slot], by AD with one direction per slot that
+// seeds every channel of it (exact: no other channel contributes); in the primary type
+// (oracle_lyapunov.cpp). For tests: they equal the dense AD Jacobian's diagonal blocks.
+std::vector<double> channel_jacobian_blocks(const PreparedCase& problem, std::int64_t b, std::int64_t t,
+                                            std::span<const double> h_prev);
+
 // What certification found (oracle_certify.cpp).
 struct Certification {
   std::string certifier_type;
