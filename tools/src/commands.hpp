@@ -115,6 +115,20 @@ int report_render(const RenderArgs& args);
 int report_diff(const DiffArgs& args);
 int bug_bundle(const BundleArgs& args);
 
+// `pararnn diagnose CASE`: λ̂ and the finite-time stretch along the oracle's trajectory
+// (reference/lyapunov.hpp), no solver run: exit 0 with the numbers, 2 for a refused input or
+// an inconclusive estimate (uncertified or non-finite oracle, non-finite Jacobian or growth),
+// then with the reason and no --json file.
+struct DiagnoseArgs {
+  std::string case_path, json;
+  std::int64_t window = 64;  // LyapunovOptions::window
+  std::int64_t chains = 64;  // LyapunovOptions::chains
+  std::uint64_t seed = 0;    // chain sample and the oracle's certified-chain sample
+  std::optional<std::int64_t> certify_budget;  // default_certify_budget(dtype)
+  std::vector<std::string> argv;               // for the JSON context block
+};
+int diagnose(const DiagnoseArgs& args);
+
 int make_case(const MakeCaseArgs& args);
 int kstar(const KstarArgs& args);
 int oracle(const SolveArgs& args);

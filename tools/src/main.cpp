@@ -1,4 +1,4 @@
-// `pararnn`: make-case | oracle | solve | verify | compare | kstar | seqpar | report | bug-bundle | env. Thin: parses with CLI11,
+// `pararnn`: make-case | oracle | diagnose | solve | verify | compare | kstar | seqpar | report | bug-bundle | env. Thin: parses with CLI11,
 // calls the library, prints, and maps errors to exit codes (refused input: 2, with the
 // library's message naming the argument, the rule and the value).
 #include <CLI/CLI.hpp>
@@ -181,6 +181,17 @@ int main(int argc, char** argv) {
   seqpar_cmd->add_option("--picard-retry-atol", sp.picard_retry_atol, "sLSTM adapt retry threshold, or none (default 1e-3)");
   seqpar_cmd->add_option("--out", sp.out, "write the reassembled H");
   seqpar_cmd->add_option("--json", sp.json, "write the judgement as JSON");
+  DiagnoseArgs dg;
+  for (int i = 0; i < argc; ++i) dg.argv.emplace_back(argv[i]);
+  auto* diagnose_cmd = app.add_subcommand(
+      "diagnose", "why a case is hard, before solving it: Lyapunov exponent and stretch along the oracle's "
+                  "trajectory (no solver run): exit 0, or 2 refused/inconclusive");
+  diagnose_cmd->add_option("case", dg.case_path)->required();
+  diagnose_cmd->add_option("--json", dg.json, "write the estimate as JSON");
+  diagnose_cmd->add_option("--window", dg.window, "W of the finite-time stretch, in steps (default 64)")->check(count);
+  diagnose_cmd->add_option("--chains", dg.chains, "chains used at most, sampled by --seed (default 64)")->check(count);
+  diagnose_cmd->add_option("--seed", dg.seed, "seed of the chain sample and the oracle's certified sample")->check(seed);
+  diagnose_cmd->add_option("--certify-budget", dg.certify_budget, "chain-steps of the certifying unroll")->check(non_negative);
   auto* env_cmd = app.add_subcommand("env", "one line: version, compiler, CUDA, GPU");
 
   auto* report_cmd = app.add_subcommand("report", "nightly campaign, rendering and diff of report.json");
@@ -265,6 +276,7 @@ int main(int argc, char** argv) {
     if (verify_cmd->parsed()) return verify(sa);
     if (compare_cmd->parsed()) return compare(sa, trajectory, gradients);
     if (seqpar_cmd->parsed()) return seqpar(sp);
+    if (diagnose_cmd->parsed()) return diagnose(dg);
     if (nightly_cmd->parsed()) {
       na.backends_given = nightly_cmd->count("--backends") > 0;
       return report_nightly(na);
