@@ -175,6 +175,42 @@ TEST(OracleLyapunov, StrongDenseRecurrenceExpandsAndWeakOneContracts) {
   EXPECT_EQ(weak.fraction_positive, 0.0);
 }
 
+TEST(OracleLyapunov, EachStepsJacobianIsTakenAtTheStateBeforeItH0AtEverySegmentHead) {
+  // Packed segments [0, 2), [2, 3), [3, 5) with h0 rows 0, 1, 2: the growth of a segment's first
+  // step is log|J| from its h0 row, of a later step from H[t - 1]. With W = 1 the stretch is the
+  // largest single growth; λ̂ of two steps is their mean (exact: float128 sum, one rounding).
+  const CaseSpec spec{.cell = "gru", .batch = 1, .time = 5, .d_h = 3, .seed = 53, .with_h0 = true,
+                      .cu_seqlens = {0, 2, 3, 5}};
+  SCOPED_TRACE(describe(spec));
+  const Case c = make_case(spec);
+  const OracleResult r = oracle_sequential(c, {.certify = false});
+  const LyapunovEstimate e = oracle_lyapunov(c, r, {.window = 1});
+  ASSERT_TRUE(e.finite) << e.reason;
+  ASSERT_EQ(e.units.size(), static_cast<std::size_t>(3 * spec.d_h));
+  const auto h0_row = [&](std::int64_t s) {
+    const Tensor row = Tensor::copy_of(c.h0->view().select(0, s));
+    return row.to_f64_vector();
+  };
+  const auto h_at = [&](std::int64_t t) { return Tensor::copy_of(r.H.view().select(0, 0).select(0, t)).to_f64_vector(); };
+  const auto growth = [&](std::int64_t t, const std::vector<double>& h_prev, std::int64_t j) {
+    const OracleStep step = oracle_step_with_jacobian(c, 0, t, h_prev);
+    return std::log(std::abs(step.jacobian[static_cast<std::size_t>(j * spec.d_h + j)]));
+  };
+  for (std::int64_t j = 0; j < spec.d_h; ++j) {
+    const LyapunovUnit& first = e.units[static_cast<std::size_t>(j)];
+    const double g0 = growth(0, h0_row(0), j), g1 = growth(1, h_at(0), j);
+    EXPECT_EQ(first.chain, "segment=0,channel=" + std::to_string(j));
+    EXPECT_EQ(first.exponent, (g0 + g1) / 2);
+    EXPECT_EQ(first.stretch, std::max(g0, g1));
+    const LyapunovUnit& second = e.units[static_cast<std::size_t>(spec.d_h + j)];
+    EXPECT_EQ(second.exponent, growth(2, h0_row(1), j)) << second.chain;
+    const LyapunovUnit& third = e.units[static_cast<std::size_t>(2 * spec.d_h + j)];
+    const double g3 = growth(3, h0_row(2), j), g4 = growth(4, h_at(3), j);
+    EXPECT_EQ(third.exponent, (g3 + g4) / 2) << third.chain;
+    EXPECT_NE(g3, growth(3, h_at(2), j)) << "h0 and the previous segment's state give the same growth";
+  }
+}
+
 class OracleLyapunovCellTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OracleLyapunovCellTest, ChannelBlocksAreExactlyTheDenseJacobiansBlocks) {
