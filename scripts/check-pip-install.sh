@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pip install .` as a new user runs it (ctest package.pip_install, label "package"): a fresh
 # virtual environment, `pip install` of this tree (scikit-build-core builds the module and the CLI
-# from scratch: about 15 minutes on 2 cores, hence its own label, which scripts/test.sh leaves
+# from scratch: 7 to 25 minutes on 2 cores by their load, hence its own label, which scripts/test.sh leaves
 # out unless PARARNN_TEST_PACKAGE=1), then, outside the tree and with no PYTHONPATH, the installed
 # package: it imports from the environment, docs/python.md's quick start runs as written
 # (python/tests/test_docs.py), and the installed CLI makes a case and verifies it (exit 0).
