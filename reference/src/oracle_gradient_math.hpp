@@ -205,32 +205,32 @@ void run_bptt(const GradientCase& gc, const std::vector<ChainSpec>& items,
   parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
     const auto at = static_cast<std::size_t>(i);
     switch (problem.kind) {
-      case CellKind::gru:
+      case OracleCell::gru:
         if (directions != 7) break;
         return bptt_chain<Real, 7>(gc, items[at], views[at]);
-      case CellKind::lstm:
+      case OracleCell::lstm:
         if (directions != 10) break;
         return bptt_chain<Real, 10>(gc, items[at], views[at]);
-      case CellKind::nlru:
+      case OracleCell::nlru:
         if (directions != 4) break;
         return bptt_chain<Real, 4>(gc, items[at], views[at]);
-      case CellKind::slstm:
+      case OracleCell::slstm:
         if (directions != 12) break;
         return bptt_chain<Real, 12>(gc, items[at], views[at]);
-      case CellKind::cfc:
+      case OracleCell::cfc:
         if (directions != 6) break;
         return bptt_chain<Real, 6>(gc, items[at], views[at]);
-      case CellKind::cfc_diag_h:
+      case OracleCell::cfc_diag_h:
         if (directions != 7) break;
         return bptt_chain<Real, 7>(gc, items[at], views[at]);
-      case CellKind::titans:
+      case OracleCell::titans:
         if (directions != 8) break;
         return bptt_chain<Real, 8>(gc, items[at], views[at]);
-      case CellKind::gru_head:
-      case CellKind::hopfield:
-      case CellKind::slstm_head:
-      case CellKind::rwkv7:
-      case CellKind::m2rnn: break;  // not diagonal: refused before (channels_independent)
+      case OracleCell::gru_head:
+      case OracleCell::hopfield:
+      case OracleCell::slstm_head:
+      case OracleCell::rwkv7:
+      case OracleCell::m2rnn: break;  // not diagonal: refused before (channels_independent)
     }
     throw std::logic_error("oracle_gradients: unexpected number of AD directions for the cell");
   });

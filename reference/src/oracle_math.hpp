@@ -154,7 +154,7 @@ double to_double(const Real& v) {
 // constants.
 template <class Scalar>
 struct RecurrentDiagonals {
-  CellKind kind = CellKind::gru;
+  OracleCell kind = OracleCell::gru;
   Index d = 0;
   std::vector<Vec<Scalar>> a;
   double eps = 0.0;  // slstm
@@ -184,7 +184,7 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
   out.beta = problem.beta;
   out.k_dim = problem.k_dim;
   out.v_dim = problem.v_dim;
-  if (problem.kind == CellKind::m2rnn) {
+  if (problem.kind == OracleCell::m2rnn) {
     out.value_matrix.resize(problem.v_dim, problem.v_dim);
     for (Index i = 0; i < problem.v_dim; ++i) {
       for (Index j = 0; j < problem.v_dim; ++j) {
@@ -193,7 +193,7 @@ RecurrentDiagonals<Scalar> lift_recurrent(const PreparedCase& problem, std::int6
     }
   }
   out.heads = problem.n_heads;
-  if (problem.kind == CellKind::gru_head || problem.kind == CellKind::slstm_head) {
+  if (problem.kind == OracleCell::gru_head || problem.kind == OracleCell::slstm_head) {
     const Index m = problem.d_h / problem.n_heads;
     const auto count = static_cast<std::int64_t>(problem.head_matrices.size()) / (m * m);
     for (std::int64_t k = 0; k < count; ++k) {
@@ -233,7 +233,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
   const Exp<Scalar> exp_of;
   const Softplus<Scalar> softplus;
   switch (p.kind) {
-    case CellKind::gru: {  // a: a_z, a_r, a_n
+    case OracleCell::gru: {  // a: a_z, a_r, a_n
       const auto h = s.head(d);
       auto& z = w.g0;
       auto& r = w.g1;
@@ -245,7 +245,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = (w.ones - z).asDiagonal() * h + z.asDiagonal() * n;
       return;
     }
-    case CellKind::lstm: {  // a: a_f, a_z, a_o, c_f, c_o; state (c, h)
+    case OracleCell::lstm: {  // a: a_f, a_z, a_o, c_f, c_o; state (c, h)
       const auto c = s.head(d);
       const auto h = s.tail(d);
       auto& f = w.g0;
@@ -259,7 +259,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.tail(d) = o.asDiagonal() * c_new.unaryExpr(tanh_of);
       return;
     }
-    case CellKind::nlru: {  // a: u
+    case OracleCell::nlru: {  // a: u
       const auto h = s.head(d);
       auto& a = w.g0;
       auto& n = w.g1;
@@ -268,7 +268,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
       return;
     }
-    case CellKind::slstm: {  // a: r_i, r_f, r_z, r_o; state (c, n, m, h); pack (i, f, z, o)
+    case OracleCell::slstm: {  // a: r_i, r_f, r_z, r_o; state (c, n, m, h); pack (i, f, z, o)
       const auto c = s.segment(0, d);
       const auto n = s.segment(d, d);
       const auto m = s.segment(2 * d, d);
@@ -293,12 +293,12 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.segment(3 * d, d) = o.asDiagonal() * c_new.cwiseQuotient(z);
       return;
     }
-    case CellKind::cfc:         // a: u; gate inputs (f_pre, c_x, b, Δt)
-    case CellKind::cfc_diag_h: {  // a: u, v; softplus reads f_pre + v ⊙ h
+    case OracleCell::cfc:         // a: u; gate inputs (f_pre, c_x, b, Δt)
+    case OracleCell::cfc_diag_h: {  // a: u, v; softplus reads f_pre + v ⊙ h
       const auto h = s.head(d);
       auto& a = w.g0;
       auto& n = w.g1;
-      if (p.kind == CellKind::cfc_diag_h) {
+      if (p.kind == OracleCell::cfc_diag_h) {
         a = (gate(0) + diag(1) * h).unaryExpr(softplus);
       } else {
         a = gate(0).unaryExpr(softplus);
@@ -308,7 +308,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = a.asDiagonal() * h + (w.ones - a).asDiagonal() * n;
       return;
     }
-    case CellKind::titans: {  // a: u, r; pack (α_pre, θ_pre, k, v, n_pre)
+    case OracleCell::titans: {  // a: u, r; pack (α_pre, θ_pre, k, v, n_pre)
       const auto h = s.head(d);
       auto& alpha = w.g0;
       auto& theta = w.g1;
@@ -322,7 +322,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = (w.ones - alpha).asDiagonal() * h - theta.asDiagonal() * g + diag(0) * n;
       return;
     }
-    case CellKind::gru_head: {  // matrices: per head A_z, A_r, A_n (in, out)
+    case OracleCell::gru_head: {  // matrices: per head A_z, A_r, A_n (in, out)
       const auto heads = static_cast<Index>(p.matrices.size() / 3);
       const Index m = d / heads;
       for (Index hd = 0; hd < heads; ++hd) {
@@ -342,7 +342,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       }
       return;
     }
-    case CellKind::slstm_head: {  // matrices: per head R_i, R_f, R_z, R_o (in, out)
+    case OracleCell::slstm_head: {  // matrices: per head R_i, R_f, R_z, R_o (in, out)
       const auto heads = static_cast<Index>(p.matrices.size() / 4);
       const Index m = d / heads;
       const auto c = s.segment(0, d);
@@ -376,7 +376,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.segment(3 * d, d) = o.asDiagonal() * c_new.cwiseQuotient(z);
       return;
     }
-    case CellKind::hopfield: {  // K, V from the gate inputs; β
+    case OracleCell::hopfield: {  // K, V from the gate inputs; β
       RowMajorMatrix<Scalar> K(d, d), V(d, d);
       for (Index i = 0; i < d; ++i) {
         for (Index j = 0; j < d; ++j) {
@@ -389,7 +389,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       s_new.head(d) = V * (e / total);
       return;
     }
-    case CellKind::rwkv7: {  // gate blocks (w, a, κ, v, k, r) of d = H·m; state (H, m, m)
+    case OracleCell::rwkv7: {  // gate blocks (w, a, κ, v, k, r) of d = H·m; state (H, m, m)
       using std::sqrt;
       const Index m = d / p.heads;
       const Scalar eps(1e-6);
@@ -409,7 +409,7 @@ void cell_step(const RecurrentDiagonals<Scalar>& p, const Eigen::MatrixBase<WxVe
       }
       return;
     }
-    case CellKind::m2rnn: {  // value_matrix W; gate inputs (k, v, f_logit)
+    case OracleCell::m2rnn: {  // value_matrix W; gate inputs (k, v, f_logit)
       const Index rows = p.k_dim, cols = p.v_dim;
       RowMajorMatrix<Scalar> H(rows, cols);
       for (Index i = 0; i < rows; ++i) {
@@ -476,14 +476,14 @@ struct InputAffine {
 
   InputAffine(const PreparedCase& problem, std::int64_t channel) {
     const Index width = channel < 0 ? problem.d_h : 1;
-    rows = problem.kind == CellKind::m2rnn ? problem.affine_rows() : problem.affine_gates * width;
+    rows = problem.kind == OracleCell::m2rnn ? problem.affine_rows() : problem.affine_gates * width;
     features = problem.features;
     if (!problem.products_exact_in_double) {
       mode = std::is_same_v<Real, Float128> ? Mode::split_products : Mode::in_real;
     }
     w.resize(rows, features);
     bias_double.resize(rows);
-    for (int g = 0; g < problem.affine_gates && problem.kind != CellKind::m2rnn; ++g) {
+    for (int g = 0; g < problem.affine_gates && problem.kind != OracleCell::m2rnn; ++g) {
       for (Index j = 0; j < width; ++j) {
         const Index src = g * problem.d_h + (channel < 0 ? j : channel);
         const Index dst = g * width + j;
@@ -491,7 +491,7 @@ struct InputAffine {
         bias_double(dst) = problem.bias[src];
       }
     }
-    if (problem.kind == CellKind::m2rnn) {  // one block, every row (the chain is a whole row)
+    if (problem.kind == OracleCell::m2rnn) {  // one block, every row (the chain is a whole row)
       for (Index r = 0; r < rows; ++r) {
         for (Index k = 0; k < features; ++k) w(r, k) = problem.w[r * features + k];
         bias_double(r) = problem.bias[r];
@@ -678,26 +678,6 @@ void parallel_for(std::int64_t n, Body&& body) {
     }
   }
   if (error) std::rethrow_exception(error);
-}
-
-// Every cell the oracle implements is diagonal: channels never mix, so one channel of a chain
-// is an independent chain.
-inline bool channels_independent(CellKind kind) {
-  switch (kind) {
-    case CellKind::gru:
-    case CellKind::lstm:
-    case CellKind::nlru:
-    case CellKind::slstm:
-    case CellKind::cfc:
-    case CellKind::cfc_diag_h:
-    case CellKind::titans: return true;
-    case CellKind::gru_head:
-    case CellKind::hopfield:
-    case CellKind::slstm_head:
-    case CellKind::rwkv7:
-    case CellKind::m2rnn: return false;
-  }
-  return false;
 }
 
 // The units of parallel work for running `specs`: for the wide types (whose channel runs
