@@ -5,7 +5,7 @@
 // the recurrent vectors under their state_dict names). The enum, the selection of a case's cell
 // (oracle_cell_list.cpp), its refusal messages and the refusal of foreign constructor arguments all
 // derive from it: adding a cell is one row here plus its reader (if its parameters are not
-// affines and recurrent vectors) and its equations (oracle_math.hpp).
+// affines and recurrent vectors) and its equations (oracle_cell_math.hpp).
 //
 // PARARNN_ORACLE_FOR_EACH_CELL(X) calls X(kind, designated initialisers of OracleCellEntry) for
 // every row, in the order the refusal message of an unknown cell lists them. Rows of one Python

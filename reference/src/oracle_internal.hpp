@@ -8,7 +8,8 @@
 //   oracle.cpp           the public API, the double working type (unroll and AD)
 //   oracle_float128.cpp  float128: unroll of f64 cases, AD, certifier runs of double primaries
 //   oracle_certify.cpp   chain selection and certification; cpp_bin_float_50
-// No Eigen or Boost here, so that this header stays cheap; the math lives in oracle_math.hpp.
+// No Eigen or Boost here, so that this header stays cheap; the cell equations live in
+// oracle_cell_math.hpp, the unroller in oracle_math.hpp.
 #pragma once
 
 #include <cstdint>
