@@ -27,15 +27,6 @@ namespace {
 template <class StorageT>
 using PrimaryOf = std::conditional_t<std::is_same_v<ComputeOf<StorageT>, double>, Float128, double>;
 
-template <class Real>
-constexpr const char* type_name() {
-  if constexpr (std::is_same_v<Real, double>) {
-    return "double";
-  } else {
-    return "float128";
-  }
-}
-
 template <class StorageT>
 double exact_double(StorageT v) {
   if constexpr (std::is_same_v<StorageT, double> || std::is_same_v<StorageT, float>) {
@@ -97,7 +88,7 @@ OracleResult oracle_sequential(const Case& problem, const OracleOptions& options
     } else {
       detail::unroll_float128(prepared, H, options.poll);
     }
-    result.type = detail::type_name<Primary>();
+    result.type = detail::working_type_name<Primary>();
     result.digits = std::numeric_limits<Primary>::digits;
   });
   result.finite = detail::all_finite(result.H);

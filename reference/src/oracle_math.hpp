@@ -18,6 +18,18 @@
 
 namespace pararnn::reference::detail {
 
+// The name of a working type in the results (OracleResult::type, ::certifier_type).
+template <class Real>
+constexpr const char* working_type_name() {
+  if constexpr (std::is_same_v<Real, double>) {
+    return "double";
+  } else if constexpr (std::is_same_v<Real, Float128>) {
+    return "float128";
+  } else {
+    return "cpp_bin_float_50";
+  }
+}
+
 // Error-free sum of two doubles: a + b = sum + error exactly (Knuth's TwoSum).
 inline void two_sum(double a, double b, double& sum, double& error) {
   sum = a + b;
