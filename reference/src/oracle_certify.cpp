@@ -202,7 +202,7 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     // (the same operations, so the same bits as the primary run). Should a recomputed value not
     // round to the reported H, the reported value is what gets compared, so a harness bug shows
     // as a large delta instead of hiding.
-    out.certifier_type = "cpp_bin_float_50";
+    out.certifier_type = working_type_name<Bin50>();
     out.certifier_digits = std::numeric_limits<Bin50>::digits;
     parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
       const ChainSpec& spec = items[static_cast<std::size_t>(i)];
@@ -220,7 +220,7 @@ Certification certify(const PreparedCase& problem, const double* H, const Oracle
     });
   } else {
     // double primary: its working values are H itself.
-    out.certifier_type = "float128";
+    out.certifier_type = working_type_name<Float128>();
     out.certifier_digits = std::numeric_limits<Float128>::digits;
     parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t i) {
       const ChainSpec& spec = items[static_cast<std::size_t>(i)];

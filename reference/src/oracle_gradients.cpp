@@ -37,17 +37,6 @@ PARARNN_ORACLE_PRIMARY_GRADIENT_TEMPLATES(, double)
 
 namespace {
 
-template <class Real>
-constexpr const char* type_name() {
-  if constexpr (std::is_same_v<Real, double>) {
-    return "double";
-  } else if constexpr (std::is_same_v<Real, Float128>) {
-    return "float128";
-  } else {
-    return "cpp_bin_float_50";
-  }
-}
-
 // grad_H lifted exactly in the trajectory layout, or empty (ones) when the case has none.
 std::vector<double> checked_cotangent(const Case& problem, const PreparedCase& prepared) {
   if (!problem.grad_H) return {};
@@ -274,7 +263,7 @@ OracleGradients gradients_in(const Case& problem, const GradientCase& gc,
   const PreparedCase& prepared = gc.problem;
   const PrimaryGradients<Primary> primary = primary_gradients<Primary>(gc);
   OracleGradients result;
-  result.type = type_name<Primary>();
+  result.type = working_type_name<Primary>();
   result.digits = std::numeric_limits<Primary>::digits;
 
   result.tensors["x"] =
@@ -310,7 +299,7 @@ OracleGradients gradients_in(const Case& problem, const GradientCase& gc,
 
   if (options.certify) {
     GradientCertification c = certify_gradients<Certifier>(gc, primary, options);
-    result.certifier_type = type_name<Certifier>();
+    result.certifier_type = working_type_name<Certifier>();
     result.certifier_digits = std::numeric_limits<Certifier>::digits;
     result.self_check_delta = c.delta;
     result.certified_all_chains = c.all_chains;

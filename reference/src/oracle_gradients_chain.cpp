@@ -163,17 +163,6 @@ std::map<std::string, Tensor> whole_chain_gradients(const GradientCase& gc) {
   return out;
 }
 
-template <class Real>
-constexpr const char* chain_type_name() {
-  if constexpr (std::is_same_v<Real, double>) {
-    return "double";
-  } else if constexpr (std::is_same_v<Real, Float128>) {
-    return "float128";
-  } else {
-    return "cpp_bin_float_50";
-  }
-}
-
 template <class Primary, class Certifier>
 OracleGradients whole_chain_gradients_in(const Case& problem, const GradientCase& gc, const OracleOptions& options) {
   OracleGradients result;
@@ -182,7 +171,7 @@ OracleGradients whole_chain_gradients_in(const Case& problem, const GradientCase
     Tensor& h0 = result.tensors.at("h0");
     h0 = h0.reshaped(problem.h0->shape());
   }
-  result.type = chain_type_name<Primary>();
+  result.type = working_type_name<Primary>();
   result.digits = std::numeric_limits<Primary>::digits;
   for (const auto& entry : result.tensors) {
     for (double v : entry.second.to_f64_vector()) result.finite = result.finite && std::isfinite(v);
@@ -198,7 +187,7 @@ OracleGradients whole_chain_gradients_in(const Case& problem, const GradientCase
         delta = std::isnan(d) || std::isnan(delta) ? std::numeric_limits<double>::quiet_NaN() : std::max(delta, d);
       }
     }
-    result.certifier_type = chain_type_name<Certifier>();
+    result.certifier_type = working_type_name<Certifier>();
     result.certifier_digits = std::numeric_limits<Certifier>::digits;
     result.self_check_delta = delta;
     result.certified_all_chains = true;

@@ -3,10 +3,13 @@
 // working type instantiates in its own translation unit, and the entry points between units.
 //
 // Translation units (few, because a multiprecision + Eigen unit takes ~15 s to compile):
-//   oracle.cpp           validation, the public API, the double working type (unroll and AD)
+//   oracle_cell_list.cpp the oracle's cell list (oracle_cell_list.hpp): selection of a case's row
+//   oracle_case.cpp      the reading of a Case (readers of x, parameters, packing, h0)
+//   oracle.cpp           the public API, the double working type (unroll and AD)
 //   oracle_float128.cpp  float128: unroll of f64 cases, AD, certifier runs of double primaries
 //   oracle_certify.cpp   chain selection and certification; cpp_bin_float_50
-// No Eigen or Boost here, so that this header stays cheap; the math lives in oracle_math.hpp.
+// No Eigen or Boost here, so that this header stays cheap; the cell equations live in
+// oracle_cell_math.hpp, the unroller in oracle_math.hpp.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +19,11 @@
 #include <map>
 #include <vector>
 
+#include "oracle_cell_list.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/reference/oracle.hpp"
 
 namespace pararnn::reference::detail {
-
-enum class CellKind : std::uint8_t {
-  gru, lstm, nlru, slstm, cfc, cfc_diag_h, titans, gru_head, hopfield,
-  slstm_head,  // ParaSLSTM mix 'head', and mix 'dense' as one head
-  rwkv7,
-  m2rnn
-};
 
 // One independent sequential unroll: a batch row, or one packed segment (then b = 0).
 struct RowChain {
@@ -66,7 +63,7 @@ struct AffineParameter {
 // Pack orders: gru (z_x, r_x, n_x); lstm (f_x, z_x, o_x); nlru (a_x, c_x);
 // slstm (i, f, z, o); cfc (f_pre, c_x | b | Δt); titans (α_pre, θ_pre, k, v, n_pre).
 struct PreparedCase {
-  CellKind kind = CellKind::gru;
+  OracleCell kind = OracleCell::gru;
   std::string cell;
   DType dtype = DType::f32;
   int gates = 0;         // gate-input blocks the step reads
@@ -137,17 +134,17 @@ struct PreparedCase {
 
   std::int64_t state_size() const { return slots * d_h; }
   std::int64_t affine_rows() const {
-    return kind == CellKind::m2rnn ? k_dim + v_dim + 1 : affine_gates * d_h;
+    return kind == OracleCell::m2rnn ? k_dim + v_dim + 1 : affine_gates * d_h;
   }
   // Gate inputs of one step for a runner carrying `width` channels.
   std::int64_t gate_inputs(std::int64_t width) const {
-    return kind == CellKind::m2rnn ? affine_rows() : gates * width;
+    return kind == OracleCell::m2rnn ? affine_rows() : gates * width;
   }
   // The oracle's trajectory shape: (B, T, d_h), (B, T, slots, d_h), rwkv7's (B, T, H, d, d) or
   // m2rnn's (B, T, K, V).
   Shape trajectory_shape() const {
-    if (kind == CellKind::rwkv7) return {batch, time, n_heads, d_h / n_heads, d_h / n_heads};
-    if (kind == CellKind::m2rnn) return {batch, time, k_dim, v_dim};
+    if (kind == OracleCell::rwkv7) return {batch, time, n_heads, d_h / n_heads, d_h / n_heads};
+    if (kind == OracleCell::m2rnn) return {batch, time, k_dim, v_dim};
     if (slots == 1) return {batch, time, d_h};
     return {batch, time, slots, d_h};
   }

@@ -657,6 +657,34 @@ TEST(OracleRefuses, UnknownCellOrMixWithContractViolation) {
   EXPECT_THROW((void)oracle_sequential(negative_cap), ContractViolation);
 }
 
+TEST(OracleCellList, EveryRowIsSelectedByItsCellMixAndGateMix) {
+  for (const detail::OracleCellEntry& row : detail::oracle_cells()) {
+    EXPECT_EQ(&detail::oracle_cell(row.kind), &row) << row.cell;
+    for (const std::string& mix : row.mixes) {
+      Case c;
+      c.cell = row.cell;
+      if (!mix.empty()) c.metadata["mix"] = mix;
+      if (!row.gate_mix.empty()) c.metadata["gate_mix"] = row.gate_mix;
+      if (row.n_heads == detail::HeadsRule::required) c.metadata["n_heads"] = "1";
+      EXPECT_EQ(&detail::select_cell(c), &row) << row.cell << ", mix '" << mix << "'";
+    }
+  }
+}
+
+TEST(OracleCellList, UnknownCellIsRefusedWithEveryCellOfTheList) {
+  Case c;
+  c.cell = "gru_sideways";
+  try {
+    (void)detail::select_cell(c);
+    ADD_FAILURE() << "cell gru_sideways was selected";
+  } catch (const ContractViolation& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cell: must be a cell the oracle implements: gru (mix diag or head), lstm, nlru, "
+              "slstm (mix diag, head or dense), cfc (gate_mix input or diag_h), titans, hopfield, "
+              "rwkv7, m2rnn (got gru_sideways)");
+  }
+}
+
 TEST(OracleRefuses, MissingOrMisshapenParameterWithCaseFileError) {
   Case missing = make_case({.cell = "lstm"});
   missing.parameters.erase("c_o");
