@@ -304,7 +304,8 @@ RC_GTEST_PROP(Windowed, TheWindowLoopIsItsWindowsSolvedInTurnBitwise, ()) {
   const auto h0 = p.make_h0(cell.slots());
   ApplyOptions options;
   if (h0) options.h0 = h0->view();
-  NewtonConfig config;
+  // The gate off: a small fixed K on hard weights leaves its basin, which is not this claim.
+  NewtonConfig config{.residual_fail = std::nullopt};
   if (*rc::gen::arbitrary<bool>()) config.max_iters = *rc::gen::inRange<std::int64_t>(1, 6);
   const std::int64_t window = *rc::gen::inRange<std::int64_t>(1, p.time);
   NewtonConfig windowed = config;
