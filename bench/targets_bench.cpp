@@ -345,6 +345,10 @@ TrainingRun training_on_device(const Cell& cell, const Tensor& x, int runs) {
                  {"forward_peak_bytes", forward_peak}, {"step_peak_bytes", step_peak},
                  {"forward_peak_over_x_plus_H", static_cast<double>(forward_peak) / x_plus_H},
                  {"step_peak_over_x_plus_H", static_cast<double>(step_peak) / x_plus_H}};
+  // Progress on stderr (stdout is the JSON): a run cut short by a time limit still tells what it measured.
+  std::fprintf(stderr, "T: %s %s B %lld T %lld: step %.3f ms (forward %.3f, backward %.3f)\n", std::string(cell.name()).c_str(),
+               std::string(dtype_name(dtype)).c_str(), static_cast<long long>(B), static_cast<long long>(T),
+               median(step), median(fwd), median(bwd));
   return run;
 }
 

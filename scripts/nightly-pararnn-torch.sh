@@ -21,9 +21,10 @@ wheel=$(ls "$root"/.whl/pararnn_torch-*.whl 2>/dev/null | head -1)
 [ -n "$wheel" ] || { echo "nightly-pararnn-torch: no pararnn_torch wheel in .whl/ (pip download --no-deps pararnn-torch==0.17.4 -d .whl)" >&2; exit 2; }
 site=$(mktemp -d)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheel" || exit 2
+# The CPUs counted before OMP_NUM_THREADS is set: nproc honours it, and would say 1.
+jobs=$(( ($(nproc) + 1) / 2 ))
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 adapter="python3 $root/python/pararnn_judge/solvers/pararnn_torch.py"
-jobs=$(( ($(nproc) + 1) / 2 ))
 mkdir -p "$out"
 run() {  # name, extra adapter flags
   "$cli" report nightly --out "$out/$1" --jobs "$jobs" \

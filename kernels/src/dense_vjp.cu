@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kVjpThreads)
     const detail::DenseChainIndex c{chain / in.chains_per_row, chain % in.chains_per_row};
     const double* p = in.params + c.q * P;
     for (int64_t k = 0; k < P; ++k) pd[k] = D(p[k]);
-    double* partial = a.d_param_partials + item * P;
+    double* partial = a.d_param_partials + ((c.q * in.batch + c.b) * chunks + chunk) * P;
     for (int64_t k = 0; k < P; ++k) partial[k] = 0.0;
     const int64_t t_end = (chunk + 1) * steps < in.time ? (chunk + 1) * steps : in.time;
     for (int64_t t = chunk * steps; t < t_end; ++t) {

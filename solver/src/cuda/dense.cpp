@@ -17,7 +17,7 @@
 // saved layout); the backward, everything in double as the CPU's: J at H* by the residual kernel,
 // μ by the reverse dense scan of the cotangent (moved chain-major on the device), the per-step
 // VJPs by duals (kernels/dense_vjp.hpp), the
-// parameter partials summed over chunks and batch rows in a fixed order on the host, and the
+// parameter partials summed over chunks and batch rows in a fixed order on the device, and the
 // input affines' backward by cuBLAS (runtime.hpp), ∇x into the caller's view where one is given.
 // With device x, grad_H and outputs, only parameters, their gradients and the stats cross
 // (no O(B·T·d) transfer). Every step is deterministic, so recompute's
@@ -258,12 +258,15 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   PARARNN_CUDA_CHECK((kernels::launch_dense_vjp<DenseMath, ComputeT>(v, vjp_ws.get(), vjp_ws.bytes(), kStream)));
 
   NewtonGradients out;
-  // Dense-chain parameters: per chain of a row, Σ over batch rows and chunks in a fixed order.
-  const std::vector<double> part = download_vector<double>(partials, chains * chunks * P);
-  std::vector<double> sums(static_cast<std::size_t>(per_row * P), 0.0);
-  for (std::int64_t chain = 0; chain < chains; ++chain)
-    for (std::int64_t k = 0; k < chunks * P; ++k)
-      sums[static_cast<std::size_t>((chain % per_row) * P + k % P)] += part[static_cast<std::size_t>(chain * chunks * P + k)];
+  // Dense-chain parameters: per chain q of a row, Σ over batch rows and chunks on the device in a
+  // fixed order (row_sum over the q-major partials [q][b][chunk][P]); P doubles per q come back.
+  std::vector<double> sums;
+  sums.reserve(static_cast<std::size_t>(per_row * P));
+  for (std::int64_t q = 0; q < per_row; ++q) {
+    const std::vector<double> sum =
+        sum_rows_on_device(partials.as<double>() + q * L.batch * chunks * P, L.batch * chunks, P, "∇ dense chain parameters");
+    sums.insert(sums.end(), sum.begin(), sum.end());
+  }
   for (const auto& [name, values] : cell.dense_chain_parameter_gradients(sums, P))
     out.parameters.emplace(name, gradient_tensor(cell, cell.parameter(name).shape(), values));
 

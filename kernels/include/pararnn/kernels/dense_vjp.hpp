@@ -8,13 +8,15 @@
 //   d_wx[b][t][columns of chain q]            (written, in OutT: the forward's compute type),
 //   d_h0[row][offsets[q·n + i]] = ∂/∂h_prev,i at heads (written when d_h0 is given; row =
 //                                              h0_row[t] when given, else b),
-//   d_param_partials[chain][chunk][k]         (Σ over the chunk's steps, in order, of ∂/∂param_k).
+//   d_param_partials[q][b][chunk][k]          (Σ over the chunk's steps, in order, of ∂/∂param_k;
+//                                              q-major, so a row_sum over [b][chunk] of each
+//                                              chain q of a row sums its partials on the device).
 // μ is the adjoint trajectory μ_t = g_t + J_{t+1}ᵀ μ_{t+1}, 0-coupled across segment ends:
 // launch_scan_dense with reverse = true on J at H* (dense_residual.hpp) yields it.
 //
 // Layouts: `in` as kernels/dense_chain.hpp (in double); H and μ chain-major [chain][t][n];
 // d_wx [b][t][in.width], each column written by the one chain that reads it; the partials
-// [chain][chunk][params_size(n)] with vjp_chunks(chains, T) chunks of vjp_chunk_steps(chains, T)
+// [q][b][chunk][params_size(n)] with vjp_chunks(chains, T) chunks of vjp_chunk_steps(chains, T)
 // consecutive steps (launch.hpp's time split: about kVjpMaxThreads threads); each
 // thread keeps its dual copies of the parameters, gates, states and the step's work array in its
 // slot of the caller's workspace (dense_vjp_workspace_bytes).
@@ -43,7 +45,7 @@ struct DenseVjpArgs {
   const double* mu = nullptr;         // the adjoint trajectory, [chain][t][n]
   OutT* d_wx = nullptr;               // [b][t][in.width]
   double* d_h0 = nullptr;             // optional, [row][in.state_row]
-  double* d_param_partials = nullptr; // [chain][chunk][params_size(n)]
+  double* d_param_partials = nullptr; // [q][b][chunk][params_size(n)]
 };
 
 // The workspace of one launch on `in`'s shape (the threads' dual slots).
