@@ -16,6 +16,7 @@ torch or pararnn-torch cannot be imported; 4 when the case cannot be built as a 
 (the message names the problem); anything the library raises propagates (exit 1, its traceback
 on stderr). `--version` prints "pararnn-torch <version>" (for --solver-version-cmd).
 """
+import inspect
 import json
 import os
 import struct
@@ -165,12 +166,21 @@ def build_cell(torch, pararnn, tensors, metadata, device):
         raise CaseError(f"this pararnn-torch has no {class_name}")
     x = tensors["x"]
     kw = constructor_arguments(class_name, metadata)
-    kw.update(input_size=x.shape[-1], dtype=x.dtype, device=device)
+    accepted = inspect.signature(getattr(pararnn, class_name).__init__).parameters
+    for key in kw:
+        if key not in accepted:
+            raise CaseError(f"metadata '{key}': this pararnn-torch's {class_name} takes no '{key}' (the case sets "
+                            f"{metadata[key]!r}), so it cannot build this case's cell (ParaCfC's gate_mix and W_b "
+                            f"came in pararnn-torch 0.17.5)")
+    # Built in f32 and then cast: torch initialises some cells' recurrent weights with
+    # nn.init.orthogonal_, whose QR has no f16/bf16 CUDA kernel; load_state_dict overwrites every value.
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    kw.update(input_size=x.shape[-1], dtype=wide, device=device)
     if class_name != "ParaM2RNN":
         if "hidden_size" not in metadata:
             raise CaseError("metadata 'hidden_size': missing (pararnn make-case and the nightly write it)")
         kw["hidden_size"] = int(metadata["hidden_size"])
-    cell = getattr(pararnn, class_name)(**kw)
+    cell = getattr(pararnn, class_name)(**kw).to(dtype=x.dtype)
     state = {k: v for k, v in tensors.items() if k not in ("x", "h0", "cu_seqlens", "grad.H")}
     try:
         cell.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=True)
