@@ -28,7 +28,8 @@
 //   P16 CudaDecoder::step (GRU d 256, W_x x inside) and CudaDecoder::step_gates (W_x x
 //       precomputed by decode_gates) per step under CUDA-graph replay, B ∈ {1, 8, 64, 256},
 //       each form's first step checked against the host decode_step.
-// Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,T,...]
+//   TF  T's other families alone.
+// Usage: pararnn_bench_targets [--runs 10] [--only P2,P6,T,TF,...]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -357,6 +358,8 @@ std::vector<float> floats(const Tensor& t) {
   return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
 }
 
+nlohmann::ordered_json t_families(int runs);
+
 nlohmann::ordered_json t_training(int runs) {
   nlohmann::ordered_json out = {
       {"shape", "S1 (B 8, T 65536, d_in = d_h = 256), NewtonConfig{} (adaptive, auto rule), device tensors, "
@@ -390,12 +393,17 @@ nlohmann::ordered_json t_training(int runs) {
     }
     out[cell_name] = rows;
   }
-  // The dense, matrix-state and exact linear families at B 4, T 4096 (their CUDA training is
-  // forward and backward on the device with the adjoint's cotangent gathered on the host): the
-  // step and the bytes it moves, f32 and bf16.
+  out["other_families"] = t_families(runs);
+  return out;
+}
+
+// The dense, matrix-state and exact linear families at B 4, T 4096, on device tensors: the step
+// and the bytes it moves, f32 and bf16 (T's `other_families`; alone as TF).
+nlohmann::ordered_json t_families(int runs) {
   const std::pair<const char*, CellOptions> others[] = {
       {"gru_head", {.cell = "gru", .mix = "head", .d_in = 64, .d_h = 64, .n_heads = 8}},
       {"hopfield", {.cell = "hopfield", .d_in = 32, .d_h = 32}},
+      {"slstm_head", {.cell = "slstm", .mix = "head", .d_in = 64, .d_h = 64, .n_heads = 8}},
       {"m2rnn", {.cell = "m2rnn", .d_in = 64, .d_h = 64, .k_dim = 8, .v_dim = 8}},
       {"rwkv7", {.cell = "rwkv7", .d_in = 64, .d_h = 64, .n_heads = 1}}};
   nlohmann::ordered_json families = {{"shape", "B 4, T 4096, NewtonConfig{}, device tensors"}};
@@ -412,8 +420,7 @@ nlohmann::ordered_json t_training(int runs) {
     }
     families[name] = rows;
   }
-  out["other_families"] = families;
-  return out;
+  return families;
 }
 
 nlohmann::ordered_json p4_hard(int runs) {
@@ -651,6 +658,7 @@ int main(int argc, char** argv) {
     if (wanted("P16")) out["P16"] = p16_decode(runs);
     if (wanted("P3")) out["P3"] = p3_training(runs);
     if (wanted("T")) out["T"] = t_training(runs);
+    if (wanted("TF") && !wanted("T")) out["TF"] = t_families(runs);
     if (wanted("P8")) out["P8"] = p8_slstm(runs);
     if (wanted("P6")) out["P6"] = p6_auto(runs);
   } catch (const std::exception& e) {

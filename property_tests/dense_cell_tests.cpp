@@ -3,7 +3,8 @@
 // dense backend, dense_cell_tests_cuda on the GPU): Newton agrees with the independent oracle
 // within τ (f32, f64, bf16; with and without h0; hard, unclamped head weights too); T = 1 is one
 // step exactly; packing equals solving each sequence alone; sLSTM's Picard guess. Host only: the
-// analytic dense Jacobian equals the oracle's AD Jacobian; the construction rules and warnings;
+// analytic dense Jacobian equals the oracle's AD Jacobian; the step's reverse-pass VJP equals
+// its dual-number VJP; the construction rules and warnings;
 // the K table; gradients (cpu) exist. On the GPU only: GPU ≡ CPU within the cuda τ (Newton, the
 // sequential loop, and the gradients with h0 and packing), a device x under `auto`, and chains
 // wider than N = 32 refused naming the limit (training too). Every case names its seed;
@@ -18,6 +19,7 @@
 #include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/cells/cell.hpp"
+#include "pararnn/cells/dual.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
@@ -217,6 +219,66 @@ PARARNN_HOST_ONLY_TEST(DenseCells, AnalyticJacobianEqualsOracleAutomaticDifferen
         EXPECT_LE(std::abs(h_new[static_cast<std::size_t>(i)] - expected), tol.atol + tol.rtol * std::abs(expected));
       }
     }
+  }
+}
+
+// The backward's per-step VJP (DenseMath::vjp, the step's reverse pass) equals μᵀ ∂h'/∂u formed
+// input by input by forward-mode duals through the step itself (cells/dual.hpp), for every gate
+// input, dense-chain parameter and h_prev element, on random states, gates and cotangents.
+PARARNN_HOST_ONLY_TEST(DenseCells, StepVjpEqualsTheDualVjpOfTheStep) {
+  QuietWarnings quiet;
+  using Dual = cells::Dual<double>;
+  for (const DenseCase c : {DenseCase{.cell = "hopfield", .d_h = 6, .seed = 41},
+                            DenseCase{.cell = "gru", .d_h = 10, .n_heads = 2, .weight_std = 0.7, .seed = 42},
+                            DenseCase{.cell = "slstm", .d_h = 8, .n_heads = 2, .weight_std = 0.5, .seed = 43},
+                            DenseCase{.cell = "slstm", .mix = "dense", .d_h = 5, .seed = 44}}) {
+    SCOPED_TRACE(c.describe());
+    const Cell cell = c.make_cell();
+    const std::int64_t n = cell.chain_width();
+    const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::jacobian, .cell = c.cell});
+    const std::vector<double> all_params = cell.dense_chain_parameters();
+    SplitMix64 rng(c.seed);
+    dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
+      const int ni = static_cast<int>(n);
+      const std::int64_t P = DenseMath::params_size(ni);
+      const std::int64_t stride = DenseMath::kSquareGates ? n * n : cell.chain_slot_width();
+      const std::int64_t gate_count = DenseMath::kGates * stride;
+      for (std::int64_t q = 0; q < cell.chains_per_row(); ++q) {
+        const double* params = all_params.data() + q * P;
+        std::vector<double> gates(static_cast<std::size_t>(gate_count)), h(static_cast<std::size_t>(n)),
+            mu(h.size());
+        for (double& v : gates) v = rng.normal(0.0, 0.7);
+        for (double& v : h) v = rng.normal(0.0, 0.5);
+        for (double& v : mu) v = rng.normal(0.0, 1.0);
+        if (cell.slots() == 4)  // sLSTM's normalizer slot n >= 0
+          for (std::int64_t i = n / 4; i < n / 2; ++i) h[static_cast<std::size_t>(i)] = std::abs(h[static_cast<std::size_t>(i)]);
+        std::vector<double> d_params(static_cast<std::size_t>(P), 0.0), d_gates(gates.size()), d_h(h.size()),
+            work(static_cast<std::size_t>(DenseMath::vjp_work_size(ni)));
+        DenseMath::vjp(ni, params, gates.data(), stride, h.data(), mu.data(), d_params.data(), d_gates.data(),
+                       d_h.data(), work.data());
+        std::vector<Dual> pd(params, params + P), gd(gates.begin(), gates.end()), hd(h.begin(), h.end()), hn(h.size()),
+            workd(static_cast<std::size_t>(DenseMath::work_size(ni)));
+        const auto dual_vjp = [&](Dual& input) {
+          input.d = 1.0;
+          DenseMath::step(ni, pd.data(), gd.data(), stride, hd.data(), hn.data(), static_cast<Dual*>(nullptr),
+                          workd.data());
+          input.d = 0.0;
+          double sum = 0.0;
+          for (std::int64_t i = 0; i < n; ++i) sum += mu[static_cast<std::size_t>(i)] * hn[static_cast<std::size_t>(i)].d;
+          return sum;
+        };
+        const auto expect_close = [&](double reverse, double forward, const char* what, std::int64_t k) {
+          EXPECT_LE(std::abs(reverse - forward), tol.atol + tol.rtol * std::abs(forward))
+              << what << "[" << k << "] of chain " << q << ": reverse " << reverse << ", duals " << forward;
+        };
+        for (std::int64_t k = 0; k < gate_count; ++k)
+          expect_close(d_gates[static_cast<std::size_t>(k)], dual_vjp(gd[static_cast<std::size_t>(k)]), "d_gates", k);
+        for (std::int64_t k = 0; k < P; ++k)
+          expect_close(d_params[static_cast<std::size_t>(k)], dual_vjp(pd[static_cast<std::size_t>(k)]), "d_params", k);
+        for (std::int64_t k = 0; k < n; ++k)
+          expect_close(d_h[static_cast<std::size_t>(k)], dual_vjp(hd[static_cast<std::size_t>(k)]), "d_h_prev", k);
+      }
+    });
   }
 }
 

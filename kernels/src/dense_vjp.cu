@@ -1,12 +1,12 @@
 // launch_dense_vjp (kernels/dense_vjp.hpp): one thread per (chain, chunk) item (a grid-stride
-// loop beyond kVjpMaxThreads items), t ascending inside the chunk, each input's VJP one
-// dual evaluation of the production step — the CPU dense backward's loop body, step for step.
+// loop beyond kVjpMaxThreads items), t ascending inside the chunk, each step's VJP by the cell's
+// reverse pass (DenseMath::vjp, the CPU dense backward's call) reading the gate inputs in place
+// and writing their cotangents into d_wx.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "dense_chain.cuh"
-#include "pararnn/cells/dual.hpp"
 #include "pararnn/cells/gru_head.hpp"
 #include "pararnn/cells/hopfield.hpp"
 #include "pararnn/cells/slstm_head.hpp"
@@ -16,21 +16,13 @@ namespace pararnn::kernels {
 namespace {
 
 using std::int64_t;
-using D = cells::Dual<double>;
 
 constexpr int kVjpThreads = 64;
 
-template <class DenseMath>
-__host__ __device__ int64_t gate_stride_of(const DenseChainInputs<double>& in) {
-  return DenseMath::kSquareGates ? in.n * in.n : in.slot_width;
-}
-
-// Duals per thread: parameters, the chain's gate inputs, h_prev, h_new, the step's work array.
+// Per thread: the reverse pass's work array.
 template <class DenseMath>
 __host__ __device__ int64_t slot_elems(const DenseChainInputs<double>& in) {
-  const int n = static_cast<int>(in.n);
-  return DenseMath::params_size(n) + DenseMath::kGates * gate_stride_of<DenseMath>(in) + 2 * in.n +
-         DenseMath::work_size(n);
+  return DenseMath::vjp_work_size(static_cast<int>(in.n));
 }
 
 int64_t thread_count(const DenseChainInputs<double>& in) {
@@ -39,37 +31,26 @@ int64_t thread_count(const DenseChainInputs<double>& in) {
 
 template <class DenseMath, class OutT>
 __global__ void __launch_bounds__(kVjpThreads)
-    dense_vjp_kernel(DenseVjpArgs<OutT> a, D* scratch, int64_t threads, int64_t chunks, int64_t steps) {
+    dense_vjp_kernel(DenseVjpArgs<OutT> a, double* scratch, int64_t threads, int64_t chunks, int64_t steps) {
   const DenseChainInputs<double>& in = a.in;
   const int n = static_cast<int>(in.n);
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (tid >= threads) return;
   const bool square = DenseMath::kSquareGates;
-  const int64_t gate_stride = gate_stride_of<DenseMath>(in);
+  // The gate blocks' stride in W_x x: square blocks are n x n and consecutive; otherwise gate g of
+  // chain q starts at column g·d_h + q·slot_width.
+  const int64_t gate_stride = square ? in.n * in.n : in.d_h;
   const int64_t P = DenseMath::params_size(n);
-  D* pd = scratch + tid * slot_elems<DenseMath>(in);
-  D* gd = pd + P;
-  D* hpd = gd + DenseMath::kGates * gate_stride;
-  D* hnd = hpd + n;
-  D* workd = hnd + n;
+  double* work = scratch + tid * slot_elems<DenseMath>(in);
   const int64_t chains = in.batch * in.chains_per_row;
-  double mu[detail::kDenseMaxN], hp[detail::kDenseMaxN];
-  // μᵀ ∂h'/∂u for one input u: seed its tangent, step, project on μ.
-  const auto vjp = [&](D& input) {
-    input.d = 1.0;
-    DenseMath::step(n, pd, gd, gate_stride, hpd, hnd, static_cast<D*>(nullptr), workd);
-    input.d = 0.0;
-    double sum = 0.0;
-    for (int i = 0; i < n; ++i) sum += mu[i] * hnd[i].d;
-    return sum;
-  };
+  double mu[detail::kDenseMaxN], hp[detail::kDenseMaxN], dh[detail::kDenseMaxN];
   for (int64_t item = tid; item < chains * chunks; item += threads) {
     const int64_t chain = item / chunks, chunk = item - chain * chunks;
     const detail::DenseChainIndex c{chain / in.chains_per_row, chain % in.chains_per_row};
     const double* p = in.params + c.q * P;
-    for (int64_t k = 0; k < P; ++k) pd[k] = D(p[k]);
     double* partial = a.d_param_partials + ((c.q * in.batch + c.b) * chunks + chunk) * P;
     for (int64_t k = 0; k < P; ++k) partial[k] = 0.0;
+    const int64_t first_column = square ? 0 : c.q * in.slot_width;
     const int64_t t_end = (chunk + 1) * steps < in.time ? (chunk + 1) * steps : in.time;
     for (int64_t t = chunk * steps; t < t_end; ++t) {
       const bool head = detail::dense_is_head(in.head, t);
@@ -78,25 +59,14 @@ __global__ void __launch_bounds__(kVjpThreads)
       } else {
         for (int i = 0; i < n; ++i) hp[i] = a.H[(chain * in.time + t - 1) * in.n + i];
       }
-      for (int i = 0; i < n; ++i) {
-        hpd[i] = D(hp[i]);
-        mu[i] = a.mu[(chain * in.time + t) * in.n + i];
-      }
-      // The chain's gate inputs at t, copied with a local stride (the CPU backward's layout).
-      const double* wx_t = in.wx + (c.b * in.time + t) * in.width;
-      OutT* dwx_t = a.d_wx + (c.b * in.time + t) * in.width;
-      const auto column = [&](int64_t g, int64_t e) {
-        return square ? g * gate_stride + e : g * in.d_h + c.q * in.slot_width + e;
-      };
-      for (int64_t g = 0; g < DenseMath::kGates; ++g)
-        for (int64_t e = 0; e < gate_stride; ++e) gd[g * gate_stride + e] = D(wx_t[column(g, e)]);
-      for (int64_t g = 0; g < DenseMath::kGates; ++g)
-        for (int64_t e = 0; e < gate_stride; ++e)
-          dwx_t[column(g, e)] = static_cast<OutT>(vjp(gd[g * gate_stride + e]));
-      for (int64_t k = 0; k < P; ++k) partial[k] += vjp(pd[k]);
-      if (head && a.d_h0 != nullptr) {  // a head reads h0: its d h_prev is ∇h0's row
+      for (int i = 0; i < n; ++i) mu[i] = a.mu[(chain * in.time + t) * in.n + i];
+      const double* wx_t = in.wx + (c.b * in.time + t) * in.width + first_column;
+      OutT* dwx_t = a.d_wx + (c.b * in.time + t) * in.width + first_column;
+      const bool to_h0 = head && a.d_h0 != nullptr;  // a head reads h0: its d h_prev is ∇h0's row
+      DenseMath::vjp(n, p, wx_t, gate_stride, hp, mu, partial, dwx_t, to_h0 ? dh : nullptr, work);
+      if (to_h0) {
         const int64_t row = in.h0_row != nullptr ? in.h0_row[t] : c.b;
-        for (int i = 0; i < n; ++i) a.d_h0[row * in.state_row + in.offsets[c.q * in.n + i]] = vjp(hpd[i]);
+        for (int i = 0; i < n; ++i) a.d_h0[row * in.state_row + in.offsets[c.q * in.n + i]] = dh[i];
       }
     }
   }
@@ -107,7 +77,7 @@ __global__ void __launch_bounds__(kVjpThreads)
 template <class DenseMath>
 std::size_t dense_vjp_workspace_bytes(const DenseChainInputs<double>& in) {
   if (!detail::dense_sizes_valid(in) || in.n < 1 || in.n > kDenseKernelMaxN) return 0;
-  return static_cast<std::size_t>(thread_count(in) * slot_elems<DenseMath>(in)) * sizeof(D);
+  return static_cast<std::size_t>(thread_count(in) * slot_elems<DenseMath>(in)) * sizeof(double);
 }
 
 template <class DenseMath, class OutT>
@@ -120,12 +90,12 @@ cudaError_t launch_dense_vjp(const DenseVjpArgs<OutT>& a, void* workspace, std::
       a.d_param_partials == nullptr || (a.d_h0 != nullptr && a.in.offsets == nullptr))
     return cudaErrorInvalidValue;
   if (workspace == nullptr || workspace_bytes < dense_vjp_workspace_bytes<DenseMath>(a.in) ||
-      reinterpret_cast<std::uintptr_t>(workspace) % alignof(D) != 0)
+      reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) != 0)
     return cudaErrorInvalidValue;
   const int64_t chains = a.in.batch * a.in.chains_per_row;
   const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
   dense_vjp_kernel<DenseMath, OutT><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(
-      a, static_cast<D*>(workspace), threads, vjp_chunks(chains, a.in.time),
+      a, static_cast<double*>(workspace), threads, vjp_chunks(chains, a.in.time),
       vjp_chunk_steps(chains, a.in.time));
   return cudaGetLastError();
 }

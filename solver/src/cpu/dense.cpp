@@ -5,8 +5,8 @@
 // loop, stats and sequential fallback of the one driver (newton/driver.hpp), and the same-dtype
 // sequential loop; and the implicit adjoint (training.hpp): at H*, per chain, the reverse walk
 // μ_t = g_t + J_{t+1}ᵀ μ_{t+1} (nothing across segment heads; ∇h0 = J_headᵀ μ_head) in double,
-// with the cell's VJP with respect to its gate inputs and dense-chain parameters formed by
-// forward-mode duals through the same step template (cpu/dual.hpp: one evaluation per input).
+// with the cell's VJP with respect to its gate inputs and dense-chain parameters by the cell's
+// reverse pass (DenseMath::vjp, the GPU backward's call: O(N²) per step).
 // One template per (dense-chain math, storage dtype); the math lives in cells/, the entry points
 // are cpu/family_row.hpp's.
 //
@@ -29,7 +29,6 @@
 #include "cpu/input_affine.hpp"
 #include "cpu/saved_trajectory.hpp"
 #include "newton/driver.hpp"
-#include "pararnn/cells/dual.hpp"
 #include "pararnn/solver/scan.hpp"
 
 namespace pararnn::detail {
@@ -207,15 +206,13 @@ class DenseSolver {
   std::vector<ComputeT> from_saved(const Tensor& saved) const { return from_saved_trajectory<ComputeT>(saved); }
 
   // The implicit adjoint at H* (chain-major, the compute type), everything in double: the reverse
-  // walk per chain (chains in parallel), the VJP of each step by duals, then the parameter sums
-  // over batch rows in a fixed order and the input affine's backward.
+  // walk per chain (chains in parallel), the VJP of each step by the cell's reverse pass
+  // (DenseMath::vjp: gate-input cotangents written into d_wx, parameter ones summed), then the
+  // parameter sums over batch rows in a fixed order and the input affine's backward.
   NewtonGradients backward(const std::vector<ComputeT>& H_star, const TensorView& grad_H, const TensorView& x,
                            const ApplyOptions& options) const {
-    using D = cells::Dual<double>;
     const std::int64_t T = L_.time, n = n_;
     const bool square = DenseMath::kSquareGates;
-    const std::int64_t gate_stride = square ? n * n : slot_width_;  // of the chain's local gate copy
-    const std::int64_t gate_count = DenseMath::kGates * gate_stride;
     const std::int64_t param_count = DenseMath::params_size(static_cast<int>(n));
     const Tensor g_tensor = Tensor::converted(grad_H, DType::f64);
     const double* g_all = g_tensor.data_as<double>();
@@ -235,9 +232,11 @@ class DenseSolver {
       const ComputeT* H_chain = H_star.data() + chain * chain_elems();
       const double* p = params.data() + q * param_count;
       std::vector<double> mu(static_cast<std::size_t>(n)), carry(mu.size(), 0.0), hp(mu.size()), hn(mu.size()),
-          J(static_cast<std::size_t>(n * n)), work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n))));
-      std::vector<D> pd(p, p + param_count), gd(static_cast<std::size_t>(gate_count)), hpd(mu.size()), hnd(mu.size()),
-          workd(work.size());
+          h_at(mu.size()), J(static_cast<std::size_t>(n * n)),
+          work(static_cast<std::size_t>(DenseMath::work_size(static_cast<int>(n)))),
+          vjp_work(static_cast<std::size_t>(DenseMath::vjp_work_size(static_cast<int>(n))));
+      // The chain's gate blocks in W_x x (the layout of step_at).
+      const std::int64_t first_column = square ? 0 : q * slot_width_, gate_stride = square ? n * n : L_.d_h;
       for (std::int64_t t = T - 1; t >= 0; --t) {
         const bool head = L_.heads[static_cast<std::size_t>(t)];
         const std::int64_t row = L_.packed ? L_.state_index[static_cast<std::size_t>(t)] : b;
@@ -246,35 +245,14 @@ class DenseSolver {
           hp[static_cast<std::size_t>(i)] =
               head ? (h0.empty() ? 0.0 : h0[static_cast<std::size_t>(row * state_row_ + offset(i))])
                    : static_cast<double>(H_chain[(t - 1) * n + i]);
+          h_at[static_cast<std::size_t>(i)] =
+              vjp_at_new_state ? static_cast<double>(H_chain[t * n + i]) : hp[static_cast<std::size_t>(i)];
         }
-        // The chain's gate inputs at t, copied with a local stride (the layout of step_at).
-        const double* wx_t = wx.data() + (b * T + t) * width_;
-        for (std::int64_t g = 0; g < DenseMath::kGates; ++g)
-          for (std::int64_t e = 0; e < gate_stride; ++e)
-            gd[static_cast<std::size_t>(g * gate_stride + e)] =
-                D(square ? wx_t[g * gate_stride + e] : wx_t[g * L_.d_h + q * slot_width_ + e]);
-        DenseMath::step(static_cast<int>(n), p, square ? wx_t : wx_t + q * slot_width_, square ? n * n : L_.d_h,
-                        hp.data(), hn.data(), J.data(), work.data());
-        for (std::int64_t i = 0; i < n; ++i)
-          hpd[static_cast<std::size_t>(i)] =
-              D(vjp_at_new_state ? static_cast<double>(H_chain[t * n + i]) : hp[static_cast<std::size_t>(i)]);
-        // μᵀ ∂h'/∂u for one input u: seed its tangent, step, project on μ.
-        const auto vjp = [&](D& input) {
-          input.d = 1.0;
-          DenseMath::step(static_cast<int>(n), pd.data(), gd.data(), gate_stride, hpd.data(), hnd.data(),
-                          static_cast<D*>(nullptr), workd.data());
-          input.d = 0.0;
-          double sum = 0.0;
-          for (std::int64_t i = 0; i < n; ++i) sum += mu[static_cast<std::size_t>(i)] * hnd[static_cast<std::size_t>(i)].d;
-          return sum;
-        };
-        double* dwx_t = d_wx.data() + (b * T + t) * width_;
-        for (std::int64_t g = 0; g < DenseMath::kGates; ++g)
-          for (std::int64_t e = 0; e < gate_stride; ++e)
-            dwx_t[square ? g * gate_stride + e : g * L_.d_h + q * slot_width_ + e] =
-                vjp(gd[static_cast<std::size_t>(g * gate_stride + e)]);
-        double* dp = d_params.data() + chain * param_count;
-        for (std::int64_t k = 0; k < param_count; ++k) dp[k] += vjp(pd[static_cast<std::size_t>(k)]);
+        const double* gates_t = wx.data() + (b * T + t) * width_ + first_column;
+        DenseMath::step(static_cast<int>(n), p, gates_t, gate_stride, hp.data(), hn.data(), J.data(), work.data());
+        DenseMath::vjp(static_cast<int>(n), p, gates_t, gate_stride, h_at.data(), mu.data(),
+                       d_params.data() + chain * param_count, d_wx.data() + (b * T + t) * width_ + first_column,
+                       static_cast<double*>(nullptr), vjp_work.data());
         // d h_prev = J_tᵀ μ_t (J stored [out][in]).
         for (std::int64_t k = 0; k < n; ++k) {
           double acc = 0.0;

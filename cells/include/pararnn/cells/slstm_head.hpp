@@ -24,6 +24,7 @@ struct SlstmHeadMath {
   static constexpr bool kSquareGates = false;
   PARARNN_HD static int params_size(int n) { return 4 * (n / 4) * (n / 4) + 1; }
   PARARNN_HD static int work_size(int n) { return 10 * (n / 4); }
+  PARARNN_HD static int vjp_work_size(int n) { return n; }
 
   template <class ComputeT>
   PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
@@ -109,6 +110,69 @@ struct SlstmHeadMath {
         J(2, e, 3, d) = dm_dh;
         J(3, e, 3, d) = inv[e] * j_ch + dn[e] * j_nh + du[e] * do_dh;
       }
+    }
+  }
+
+  // The reverse of step, channel by channel: with D = n' + eps, ō = μ_h c'/D,
+  // c̄' = μ_c + μ_h o/D, n̄' = μ_n − μ_h o c'/D² (also ēps), f̄ = c̄' c + n̄' n, ī = c̄' z + n̄',
+  // z̄ = c̄' i, then m̄' = μ_m − ī i − f̄ f split by the tie convention (α to z_f + m, β to z_i):
+  // the pre-activations' cotangents (d_gates) are p_i = ī i + β m̄', p_f = f̄ f + α m̄' (also ∂m),
+  // p_z = z̄ (1 − z²), p_o = ō o(1−o); ∂c = c̄' f, ∂n = n̄' f; ∂R_g = h p_gᵀ and ∂h = Σ_g R_g p_g.
+  template <class ComputeT, class GateGradT>
+  PARARNN_HD static void vjp(int n, const ComputeT* params, const ComputeT* gates, long long gate_stride,
+                             const ComputeT* s, const ComputeT* mu, ComputeT* d_params, GateGradT* d_gates,
+                             ComputeT* d_s, ComputeT* work) {
+    const int w = n / 4;
+    const ComputeT one = ComputeT(1);
+    const ComputeT eps = params[4 * w * w];
+    const ComputeT* h = s + 3 * w;
+    ComputeT* p = work;  // p[g * w + e]: the cotangent of pre_g[e]
+    ComputeT d_eps = ComputeT(0);
+    for (int e = 0; e < w; ++e) {
+      ComputeT pre[4];
+      for (int g = 0; g < 4; ++g) {
+        const ComputeT* R = params + g * w * w;
+        ComputeT acc = gates[g * gate_stride + e];
+        for (int d = 0; d < w; ++d) acc += h[d] * R[d * w + e];
+        pre[g] = acc;
+      }
+      const ComputeT c = s[e], nn = s[w + e], m = s[2 * w + e];
+      const ComputeT left = pre[1] + m;
+      const ComputeT m_new = tie_max(left, pre[0]);
+      const ComputeT alpha = left > pre[0] ? one : (left == pre[0] ? ComputeT(0.5) : ComputeT(0));
+      const ComputeT beta = one - alpha;
+      const ComputeT i = exp_of(pre[0] - m_new), f = exp_of(left - m_new), z = tanh_of(pre[2]), o = sigmoid(pre[3]);
+      const ComputeT n_new = f * nn + i, c_new = f * c + i * z, D = n_new + eps;
+      const ComputeT mu_c = mu[e], mu_n = mu[w + e], mu_m = mu[2 * w + e], mu_h = mu[3 * w + e];
+      const ComputeT o_bar = mu_h * (c_new / D);
+      const ComputeT c_bar = mu_c + mu_h * (o / D);
+      const ComputeT through_d = -mu_h * o * c_new / (D * D);
+      const ComputeT n_bar = mu_n + through_d;
+      d_eps += through_d;
+      const ComputeT f_bar = c_bar * c + n_bar * nn, i_bar = c_bar * z + n_bar, z_bar = c_bar * i;
+      const ComputeT m_bar = mu_m - i_bar * i - f_bar * f;
+      const ComputeT p_f = f_bar * f + alpha * m_bar;
+      p[e] = i_bar * i + beta * m_bar;
+      p[w + e] = p_f;
+      p[2 * w + e] = z_bar * (one - z * z);
+      p[3 * w + e] = o_bar * o * (one - o);
+      for (int g = 0; g < 4; ++g) d_gates[g * gate_stride + e] = static_cast<GateGradT>(p[g * w + e]);
+      if (d_s != nullptr) {
+        d_s[e] = c_bar * f;
+        d_s[w + e] = n_bar * f;
+        d_s[2 * w + e] = p_f;
+      }
+    }
+    for (int g = 0; g < 4; ++g)
+      for (int d = 0; d < w; ++d)
+        for (int e = 0; e < w; ++e) d_params[g * w * w + d * w + e] += h[d] * p[g * w + e];
+    d_params[4 * w * w] += d_eps;
+    if (d_s == nullptr) return;
+    for (int d = 0; d < w; ++d) {
+      ComputeT acc = ComputeT(0);
+      for (int g = 0; g < 4; ++g)
+        for (int e = 0; e < w; ++e) acc += params[g * w * w + d * w + e] * p[g * w + e];
+      d_s[3 * w + d] = acc;
     }
   }
 };

@@ -2,9 +2,8 @@
 // dense-chain cells on the GPU (the backward of training, CONTRACT §1), in double whatever the
 // storage — the device twin of the CPU dense backward's VJP loop (solver/src/cpu/dense.cpp):
 //   h_prev = the head state (h0 row or zeros) at t = 0 and at heads, else H[chain][t−1];
-//   for every input u of step t (its gate inputs, the chain's parameters, and h_prev at heads):
-//     μ_tᵀ ∂h_t/∂u by one evaluation of DenseMath::step over cells::Dual<double> with u's
-//     tangent seeded (cells/dual.hpp: the step's own arithmetic differentiated);
+//   μ_tᵀ ∂h_t/∂(gate inputs, the chain's parameters, h_prev at heads) by one reverse pass of the
+//     step, DenseMath::vjp (cells/hopfield.hpp): O(n²) per step;
 //   d_wx[b][t][columns of chain q]            (written, in OutT: the forward's compute type),
 //   d_h0[row][offsets[q·n + i]] = ∂/∂h_prev,i at heads (written when d_h0 is given; row =
 //                                              h0_row[t] when given, else b),
@@ -18,8 +17,8 @@
 // d_wx [b][t][in.width], each column written by the one chain that reads it; the partials
 // [q][b][chunk][params_size(n)] with vjp_chunks(chains, T) chunks of vjp_chunk_steps(chains, T)
 // consecutive steps (launch.hpp's time split: about kVjpMaxThreads threads); each
-// thread keeps its dual copies of the parameters, gates, states and the step's work array in its
-// slot of the caller's workspace (dense_vjp_workspace_bytes).
+// thread keeps the reverse pass's work array (DenseMath::vjp_work_size(n) doubles) in its slot of
+// the caller's workspace (dense_vjp_workspace_bytes).
 //
 // Guarantees: deterministic (every partial is one thread's fixed-order sum; no atomics); never
 // allocates; returns cudaErrorInvalidValue for null required arrays, negative sizes, n outside
@@ -48,7 +47,7 @@ struct DenseVjpArgs {
   double* d_param_partials = nullptr; // [q][b][chunk][params_size(n)]
 };
 
-// The workspace of one launch on `in`'s shape (the threads' dual slots).
+// The workspace of one launch on `in`'s shape (the threads' work arrays).
 template <class DenseMath>
 std::size_t dense_vjp_workspace_bytes(const DenseChainInputs<double>& in);
 
