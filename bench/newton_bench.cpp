@@ -16,8 +16,8 @@
 // traffic of the unfused loop (per token-channel: guess 32 B, an iteration with its update 48 B,
 // a residual evaluation without update 20 B).
 //
-// Then windowed Newton (chunk_len 256, 512, 1024; K = 3 per window) in its one fused launch, and
-// the public newton_apply_into with chunk_len 512 (windowed_k3).
+// Then windowed Newton (window_len 256, 512, 1024; K = 3 per window) in its one fused launch, and
+// the public newton_apply_into with window_len 512 (windowed_k3).
 //
 // Then the fused strategy for LSTM at S1 (P7) and sLSTM-diag at B 8, T 4096, d 256 (P8), checked
 // against the sequential kernel (cell_figures).
@@ -106,7 +106,7 @@ nlohmann::ordered_json cell_figures(const char* name, std::int64_t B, std::int64
   const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = name, .backend = "cuda"});
   out["fused_k3_vs_sequential_kernel"] = {{"max_abs", err}, {"tau_atol", tau.atol}, {"within_tau", err <= tau.atol}};
   if (std::string(name) == "lstm") {
-    // Windowed Newton at chunk_len 512, K = 3 per window, in its one fused launch (no residual
+    // Windowed Newton at window_len 512, K = 3 per window, in its one fused launch (no residual
     // maxima: the trajectory alone), against the sequential kernel at the cell's τ.
     const kernels::WindowedNewtonArgs<float> args{
         .wx = static_cast<const float*>(wx.get()), .recurrent = static_cast<const float*>(d_rec.get()),
@@ -279,13 +279,13 @@ int main(int argc, char** argv) {
          d_H_fused_k3);
   }
 
-  // Windowed Newton (chunk_len, spec §2.8) in one fused launch, as the solver runs it
+  // Windowed Newton (window_len, spec §2.8) in one fused launch, as the solver runs it
   // (kernels/windowed_newton.hpp): K = 3 per window, no early stop (residual_atol unset), the
   // residual maxima reduced on the device (every window's K evaluations and final residual) and
   // read back; gates precomputed, as P1. Each window size's trajectory against the CPU sequential
   // loop on the same 16 chains as below (τ of the contract: a window's K = 3 is a different fixed
   // point from the global solve's, judged, not assumed), then the public newton_apply_into on
-  // device x with that chunk_len (its input GEMM included), checked bitwise against the launcher.
+  // device x with that window_len (its input GEMM included), checked bitwise against the launcher.
   {
     const std::vector<float> wx_host = download(d_wx);
     const Tolerance tau = tolerance_for({.dtype = DType::f32, .cell = "gru", .backend = "cuda"});
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
       });
       // Bytes it must move: W_x x read once (12 B), H written once (4 B) per token-channel.
       const double bytes = token_channels * 16.0;
-      nlohmann::ordered_json row = {{"chunk_len", window},
+      nlohmann::ordered_json row = {{"window_len", window},
                                     {"k", K},
                                     {"ms", ms},
                                     {"bytes_model", bytes},
@@ -334,12 +334,12 @@ int main(int argc, char** argv) {
                                     {"tau_atol", tau.atol},
                                     {"within_tau", err <= tau.atol}};
       if (window == 512) {
-        // The public entry point on device x with this chunk_len: input GEMM, the launch, the
+        // The public entry point on device x with this window_len: input GEMM, the launch, the
         // residual gate, H into a device view.
         const TensorView x_device(d_x.get(), DType::f32, {B, T, d_in}, {}, Device::cuda, device);
         DeviceBuffer d_H_into(h_bytes);
         const TensorView H_out(d_H_into.get(), DType::f32, {B, T, D}, {}, Device::cuda, device);
-        const NewtonConfig config{.max_iters = K, .residual_atol = std::nullopt, .chunk_len = window};
+        const NewtonConfig config{.max_iters = K, .residual_atol = std::nullopt, .window_len = window};
         std::vector<double> times;
         NewtonStats stats;
         for (int i = 0; i < 1 + runs; ++i) {

@@ -28,7 +28,7 @@
 // f64 scan, the VJP: d_wx and the recurrent sums) run with the three-phase scan as the
 // reference, which the single-pass scan production runs is timed and checked against too.
 //
-// The fused windowed solve (windowed_newton.cuh, production for chunk_len windows on CUDA:
+// The fused windowed solve (windowed_newton.cuh, production for window_len windows on CUDA:
 // windowed_newton.cu picks its shapes from this table) at candidate block shapes, K = 3 per
 // window, each checked against the sequential kernel in the run.
 //

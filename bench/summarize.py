@@ -163,8 +163,8 @@ def main():
     t = out["targets"]
     windowed = ""
     for row in newton.get("windowed_k3", []):
-        if row.get("chunk_len") == 512:
-            windowed = ("; windowed Newton (chunk_len 512, K = 3 per window, one fused launch with the residual "
+        if row.get("window_len", row.get("chunk_len")) == 512:  # chunk_len: files before the rename
+            windowed = ("; windowed Newton (window_len 512, K = 3 per window, one fused launch with the residual "
                         "maxima) {:.2f} ms, {:.1e} from the CPU sequential loop ({} τ {:.0e})").format(
                 row["ms"], row["vs_cpu_sequential_max_abs"], "within" if row["within_tau"] else "NOT within",
                 row["tau_atol"])
@@ -277,7 +277,7 @@ def main():
     v7, n7 = cell("P7_lstm_s1")
     w7 = newton.get("P7_lstm_s1", {}).get("windowed_k3_chunk_512")
     if w7:
-        n7 += "; windowed Newton (chunk_len 512, K = 3 per window) {:.2f} ms, {:.1e} from the sequential kernel ({} τ)".format(
+        n7 += "; windowed Newton (window_len 512, K = 3 per window) {:.2f} ms, {:.1e} from the sequential kernel ({} τ)".format(
             w7["ms"], w7["vs_sequential_kernel_max_abs"], "within" if w7["within_tau"] else "NOT within")
     t["P7"] = entry(v7, "ms", 3.0, "lower", peer_ms(peers, "P7.lstm.solve"), peers_src,
                     "LSTM S1 f32, gates precomputed; " + n7 + "; peer: pararnn-torch's solve (ml-pararnn 11.05 ms)", date)
@@ -312,8 +312,8 @@ def main():
         for row in newton.get("windowed_k3", []):
             w = row.get("newton_apply_into_device_end_to_end")
             if w and w.get("equals_the_launchers_H_bitwise") and peer_e2e:
-                windowed_api = ("; with chunk_len {} (windowed, K = 3 per window, strategy {}) {:.2f} ms, {:.2f}x the "
-                                "peer").format(row["chunk_len"], w["strategy"], w["ms"], w["ms"] / peer_e2e)
+                windowed_api = ("; with window_len {} (windowed, K = 3 per window, strategy {}) {:.2f} ms, {:.2f}x the "
+                                "peer").format(row.get("window_len", row.get("chunk_len")), w["strategy"], w["ms"], w["ms"] / peer_e2e)
         t["P9"] = entry(None if peer_e2e is None else api["ms"] / peer_e2e, "ratio", 0.55, "lower", peer_e2e,
                         peers_src, "newton_apply_into (device x, device H, K = 3) end to end {:.2f} ms through the "
                         "public API (host clock: parameter uploads, input GEMM, allocations, fused solve, residual "

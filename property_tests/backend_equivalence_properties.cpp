@@ -529,7 +529,7 @@ TEST(CudaBackend, FallbackReplacesTheSameUnitsAsTheCpu) {
   }
 }
 
-// Windowed Newton (chunk_len) with a fixed K on CUDA is one fused launch (strategy
+// Windowed Newton (window_len) with a fixed K on CUDA is one fused launch (strategy
 // "fused_windowed") whose trajectory equals the CPU's window loop within τ, with the loop's stats:
 // K iterations and updates, K evaluations per window in the history (each against the loop's),
 // and as max_residual the final trajectory's max|F| (at a window's first step h_prev is the
@@ -553,7 +553,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
         const auto made = p.make();
         const ApplyOptions options = made.options();
         const NewtonConfig config{.max_iters = K, .residual_atol = std::nullopt, .residual_fail = std::nullopt,
-                                  .chunk_len = window};
+                                  .window_len = window};
         NewtonStats cpu, gpu;
         const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, config), options, &cpu);
         const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, config), options, &gpu);
@@ -588,7 +588,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   const GeneratedProblem p{.cell = "gru", .dtype = DType::f64, .batch = 2, .time = 512, .d_in = 5, .d_h = 37,
                            .seed = 77};
   const auto made = p.make();
-  const NewtonConfig converging{.max_iters = 30, .chunk_len = 64};
+  const NewtonConfig converging{.max_iters = 30, .window_len = 64};
   NewtonStats cpu, gpu;
   const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, converging), {}, &cpu);
   const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, converging), {}, &gpu);
@@ -600,7 +600,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   // With residual_atol set and no window near it (one update: every evaluation is a guess's
   // residual) the launch is taken.
   {
-    const NewtonConfig one{.max_iters = 1, .residual_fail = std::nullopt, .chunk_len = 64};
+    const NewtonConfig one{.max_iters = 1, .residual_fail = std::nullopt, .window_len = 64};
     NewtonStats c1, g1;
     const Tensor H1_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, one), {}, &c1);
     const Tensor H1_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, one), {}, &g1);
@@ -614,10 +614,10 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   // (NaN) reaches the stats, and the gate raises on it as on the CPU's loop.
   Tensor x_nan = Tensor::copy_of(made.x.view());
   x_nan.data_as<double>()[5 * 300 + 2] = std::numeric_limits<double>::quiet_NaN();
-  const NewtonConfig fixed{.max_iters = 3, .residual_atol = std::nullopt, .chunk_len = 64};
+  const NewtonConfig fixed{.max_iters = 3, .residual_atol = std::nullopt, .window_len = 64};
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, fixed)), NewtonDivergenceError);
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, fixed)), NewtonDivergenceError);
-  const NewtonConfig guess{.max_iters = 0, .residual_atol = std::nullopt, .chunk_len = 64};
+  const NewtonConfig guess{.max_iters = 0, .residual_atol = std::nullopt, .window_len = 64};
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, guess)), NewtonDivergenceError);
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, guess)), NewtonDivergenceError);
   NewtonConfig ungated = guess;
@@ -628,7 +628,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   EXPECT_FALSE(std::isfinite(nan_stats.max_residual)) << nan_stats.max_residual;
 }
 
-// newton_apply_into with chunk_len on CUDA: the fused windowed launch writes into the caller's
+// newton_apply_into with window_len on CUDA: the fused windowed launch writes into the caller's
 // view (in place for a contiguous device view of the storage dtype, stored into a strided or a
 // host one), bit for bit newton_apply's trajectory from the same launch, with its stats; where
 // the window loop runs instead (the early stop), the view holds the loop's trajectory.
@@ -646,7 +646,7 @@ TEST(CudaBackend, WindowedIntoDeviceAndHostViewsIsTheLaunchBitwise) {
       const Shape trajectory = cell.trajectory_shape(p.batch, p.time);
       const NewtonConfig fixed =
           on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt, .residual_fail = std::nullopt,
-                                 .chunk_len = 128});
+                                 .window_len = 128});
       NewtonStats returned_stats;
       const Tensor H = newton_apply(cell, x_device.view_like(x), fixed, options, &returned_stats);
       EXPECT_EQ(returned_stats.strategy, "fused_windowed");
@@ -665,7 +665,7 @@ TEST(CudaBackend, WindowedIntoDeviceAndHostViewsIsTheLaunchBitwise) {
       EXPECT_TRUE(same_bits(host_out, H));
       // The default residual_atol with K = 30: every window stops early, so the window loop runs
       // and writes the whole view.
-      const NewtonConfig converging = on(ScanBackend::cuda, {.max_iters = 30, .chunk_len = 128});
+      const NewtonConfig converging = on(ScanBackend::cuda, {.max_iters = 30, .window_len = 128});
       NewtonStats loop_stats, into_stats;
       const Tensor H_loop = newton_apply(cell, x_device.view_like(x), converging, options, &loop_stats);
       EXPECT_NE(loop_stats.strategy, "fused_windowed");

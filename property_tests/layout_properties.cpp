@@ -1,6 +1,6 @@
 // The layout contract: packed sequences (cu_seqlens) ≡ each sequence alone, forward and
 // gradients; strided and permuted views ≡ the contiguous copy bitwise; every malformed
-// cu_seqlens is refused with its rule named; windowed Newton (chunk_len) is reported honestly;
+// cu_seqlens is refused with its rule named; windowed Newton (window_len) is reported honestly;
 // the *_into entry points write into strided caller views exactly the bits the returning ones
 // return, and refuse an output of the wrong shape or dtype, with repeated addresses, or sharing
 // memory with an input, before any work.
@@ -169,15 +169,15 @@ RC_GTEST_PROP(Strides, StridedAndPermutedViewsEqualContiguousCopyBitwise, ()) {
   RC_ASSERT(same_bits(sequential_apply(cell, view), sequential_apply(cell, copy)));
 }
 
-TEST(Windowed, ChunkLenOfTEqualsTheUnchunkedSolveBitwise) {
+TEST(Windowed, AWindowOfTEqualsTheUnwindowedSolveBitwise) {
   for (const auto& name : kCells) {
     const CellOptions variant = testing::label_options(name);
     const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = DType::f32,
                              .batch = 2, .time = 100, .d_in = 3, .d_h = 6, .seed = 3};
     const Cell cell = p.make_cell();
     const Tensor x = p.make_input();
-    EXPECT_EQ(newton_apply(cell, x, {.chunk_len = 100}).to_f64_vector(), newton_apply(cell, x).to_f64_vector());
-    EXPECT_EQ(newton_apply(cell, x, {.chunk_len = 1000}).to_f64_vector(), newton_apply(cell, x).to_f64_vector());
+    EXPECT_EQ(newton_apply(cell, x, {.window_len = 100}).to_f64_vector(), newton_apply(cell, x).to_f64_vector());
+    EXPECT_EQ(newton_apply(cell, x, {.window_len = 1000}).to_f64_vector(), newton_apply(cell, x).to_f64_vector());
   }
 }
 
@@ -188,10 +188,10 @@ TEST(Windowed, SmallWindowsAreJudgedNotAssumed) {
                            .d_h = 8, .weight_std = 0.7, .clamped = false, .seed = 4};
   const Cell cell = p.make_cell();
   const Tensor x = p.make_input();
-  const AgreementReport adaptive = verify_agreement(cell, x, {.config = {.chunk_len = 64}});
+  const AgreementReport adaptive = verify_agreement(cell, x, {.config = {.window_len = 64}});
   EXPECT_EQ(adaptive.verdict, Verdict::agree) << adaptive.failure_message();
   const AgreementReport one_step = verify_agreement(
-      cell, x, {.config = {.max_iters = 1, .residual_fail = std::nullopt, .chunk_len = 64}});
+      cell, x, {.config = {.max_iters = 1, .residual_fail = std::nullopt, .window_len = 64}});
   EXPECT_EQ(one_step.verdict, Verdict::disagree) << one_step.failure_message();
 }
 
@@ -204,7 +204,7 @@ TEST(Windowed, ANonFiniteWindowKeepsItsResidualInTheMergedStats) {
   Tensor x = p.make_input();
   x.data_as<float>()[(0 * 256 + 200) * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
   const NewtonConfig config{.max_iters = 3, .residual_atol = std::nullopt, .residual_fail = std::nullopt,
-                            .chunk_len = 64};
+                            .window_len = 64};
   NewtonStats stats;
   (void)newton_apply(cell, x, config, {}, &stats);
   EXPECT_FALSE(std::isfinite(stats.max_residual)) << stats.max_residual;
@@ -222,7 +222,7 @@ TEST(Windowed, WindowedGradientsMatchTheGlobalSolve) {
     const auto h0 = p.make_h0(cell.slots());
     const ApplyOptions options{.h0 = h0->view()};
     const Tensor g = Tensor::converted(newton_apply(cell, x, {}, options), DType::f64);  // any cotangent
-    const NewtonConfig windowed{.chunk_len = 16};
+    const NewtonConfig windowed{.window_len = 16};
     const auto a = newton_backward(cell, x, newton_forward(cell, x, windowed, options), g, windowed, options);
     const auto b = newton_backward(cell, x, newton_forward(cell, x, {}, options), g, {}, options);
     const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
@@ -309,7 +309,7 @@ RC_GTEST_PROP(Windowed, TheWindowLoopIsItsWindowsSolvedInTurnBitwise, ()) {
   if (*rc::gen::arbitrary<bool>()) config.max_iters = *rc::gen::inRange<std::int64_t>(1, 6);
   const std::int64_t window = *rc::gen::inRange<std::int64_t>(1, p.time);
   NewtonConfig windowed = config;
-  windowed.chunk_len = window;
+  windowed.window_len = window;
   RC_TAG(config.max_iters ? "fixed K" : "adaptive");
 
   NewtonConfig each = config;  // one window's: the K of the full length
@@ -400,11 +400,31 @@ TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
   }
 }
 
-TEST(Windowed, ChunkLenWithPackingIsRefused) {
+TEST(Windowed, WindowsWithPackingAreRefused) {
   const Cell cell = Cell::initialise({.cell = "gru", .d_in = 2, .d_h = 3}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 5, 2});
   const Tensor cu = Tensor::from_values(DType::i32, {3}, std::vector<double>{0, 2, 5});
-  EXPECT_THROW((void)newton_apply(cell, x, {.chunk_len = 2}, {.cu_seqlens = cu.view()}), ContractViolation);
+  EXPECT_THROW((void)newton_apply(cell, x, {.window_len = 2}, {.cu_seqlens = cu.view()}), ContractViolation);
+}
+
+// The window's old name, NewtonConfig::chunk_len, is refused by every entry point that
+// validates a configuration, naming the new one; nothing is solved with it.
+TEST(Windowed, TheOldNameChunkLenIsRefusedNamingWindowLen) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 2, .d_h = 3}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 8, 2});
+  NewtonConfig old;
+  old.chunk_len = 4;
+  const auto expect_refused = [&](auto&& call, const char* entry) {
+    try {
+      call();
+      ADD_FAILURE() << entry << " accepted NewtonConfig::chunk_len";
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), "chunk_len") << entry;
+      EXPECT_NE(std::string(e.what()).find("window_len"), std::string::npos) << entry << ": " << e.what();
+    }
+  };
+  expect_refused([&] { (void)newton_apply(cell, x, old); }, "newton_apply");
+  expect_refused([&] { (void)newton_forward(cell, x, old); }, "newton_forward");
 }
 
 }  // namespace

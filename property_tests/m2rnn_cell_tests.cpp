@@ -352,7 +352,7 @@ TEST(M2rnn, RefusedInputsAndPaths) {
   cu.store({2}, 10.0);
   EXPECT_THROW((void)newton_apply(cell, x, {}, {.cu_seqlens = cu.view()}), ContractViolation);
   EXPECT_THROW((void)sequential_apply(cell, x, {.cu_seqlens = cu.view()}), ContractViolation);
-  EXPECT_THROW((void)newton_apply(cell, x, {.chunk_len = 4}), ContractViolation);
+  EXPECT_THROW((void)newton_apply(cell, x, {.window_len = 4}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.picard_iters = 1}), UnsupportedPath);
   EXPECT_NO_THROW((void)newton_apply(cell, x, {.picard_iters = 0}));
   // The CUDA walk keeps W and two states in one block's shared memory: a 256 x 256 state does not

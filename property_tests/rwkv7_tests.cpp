@@ -386,7 +386,7 @@ TEST(Rwkv7, RefusesPackingAndWindowsButTrains) {
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend}, {.cu_seqlens = cu.view()}),
                ContractViolation);
   EXPECT_THROW((void)sequential_apply(cell, x, {.cu_seqlens = cu.view()}), ContractViolation);
-  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .chunk_len = 2}), ContractViolation);
+  EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .window_len = 2}), ContractViolation);
   EXPECT_THROW((void)newton_apply(cell, x, {.scan_backend = kTestBackend, .picard_iters = 1}), ContractViolation);
   // Gradients exist on both backends (the forward and its stats here; the values in
   // gradient_tests and, on cuda, GpuGradientsEqualCpuWithinTau).
@@ -399,9 +399,9 @@ TEST(Rwkv7, RefusesPackingAndWindowsButTrains) {
   packed.cu_seqlens = cu;
   EXPECT_THROW((void)reference::oracle_sequential(packed), ContractViolation);
   try {
-    (void)newton_apply(cell, x, {.chunk_len = 2});
+    (void)newton_apply(cell, x, {.window_len = 2});
   } catch (const ContractViolation& e) {
-    EXPECT_EQ(e.argument(), "chunk_len");
+    EXPECT_EQ(e.argument(), "window_len");
     EXPECT_NE(std::string(e.what()).find("ParaRWKV7"), std::string::npos) << e.what();
   }
 }

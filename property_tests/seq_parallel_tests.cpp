@@ -620,7 +620,7 @@ TEST(SeqParallel, RefusesBadInputOnEveryRankNamingTheArgumentAndTheRank) {
     const Tensor cu = Tensor::from_values(DType::i64, {2}, std::vector<double>{0, 6});
     const Tensor x1 = GeneratedProblem{.cell = "gru", .batch = 1, .time = 6, .d_in = 3, .seed = 4}.make_input();
     EXPECT_TRUE(starts_with(refusals({{x1.view(), {}, {.cu_seqlens = cu.view()}, &cell}})[0], "cu_seqlens: is not accepted"));
-    EXPECT_TRUE(starts_with(refusals({{chunk(x, 0, 12), {.chunk_len = 4}, {}, &cell}})[0], "chunk_len: cannot be combined"));
+    EXPECT_TRUE(starts_with(refusals({{chunk(x, 0, 12), {.window_len = 4}, {}, &cell}})[0], "window_len: cannot be combined"));
     EXPECT_TRUE(starts_with(refusals({{chunk(x, 0, 12), {.scan_backend = ScanBackend::cuda}, {}, &cell}})[0],
                             "unsupported: seq_parallel_newton_apply: scan_backend=cuda"));
     const Cell head = Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 4, .n_heads = 2}, DType::f32, 1);

@@ -2,7 +2,7 @@
 // rules, the backend: auto = cuda for device tensors and cpu for host tensors, eager = cpu, an
 // explicit backend that cannot run raises UnsupportedPath; then the family row of that backend,
 // backends.hpp's FamilyBackend, and its refusals; then x's layout), calls the row and runs the
-// residual gate. Windows (chunk_len) run here over the row: its fused launch where it has one and
+// residual gate. Windows (window_len) run here over the row: its fused launch where it has one and
 // it applies, else the window loop.
 #include <fmt/format.h>
 
@@ -47,9 +47,9 @@ Backend resolve_backend(ScanBackend requested, const TensorView& x) {
 Device device_of(Backend backend) { return backend == Backend::cuda ? Device::cuda : Device::cpu; }
 
 void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
-  if (config.chunk_len && options.cu_seqlens)
-    throw ContractViolation("chunk_len", "cannot be combined with cu_seqlens",
-                            std::to_string(*config.chunk_len));
+  if (config.window_len && options.cu_seqlens)
+    throw ContractViolation("window_len", "cannot be combined with cu_seqlens",
+                            std::to_string(*config.window_len));
 }
 
 // A solve resolved once: the row that runs it and x's layout.
@@ -83,7 +83,7 @@ Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* confi
 // the adaptive minimum is pinned with a one-entry newton_iters_by_t table).
 NewtonConfig window_config(const NewtonConfig& config, const Cell& cell, std::int64_t full_time) {
   NewtonConfig w = config;
-  w.chunk_len.reset();
+  w.window_len.reset();
   if (!config.max_iters)
     w.newton_iters_by_t = {{1, resolve_newton_iters(config, cell.spec(), cell.dtype(), full_time).k}};
   return w;
@@ -92,9 +92,9 @@ NewtonConfig window_config(const NewtonConfig& config, const Cell& cell, std::in
 struct Window {
   std::int64_t begin, end;
 };
-std::vector<Window> windows_of(std::int64_t time, std::int64_t chunk_len) {
+std::vector<Window> windows_of(std::int64_t time, std::int64_t window_len) {
   std::vector<Window> out;
-  for (std::int64_t t = 0; t < time; t += chunk_len) out.push_back({t, std::min(time, t + chunk_len)});
+  for (std::int64_t t = 0; t < time; t += window_len) out.push_back({t, std::min(time, t + window_len)});
   return out;
 }
 
@@ -125,7 +125,7 @@ NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const N
                                   const TensorView& grad_H, const NewtonConfig& config,
                                   const ApplyOptions& options, const detail::Layout& layout) {
   const NewtonConfig w = window_config(config, cell, layout.time);
-  const std::vector<Window> wins = windows_of(layout.time, *config.chunk_len);
+  const std::vector<Window> wins = windows_of(layout.time, *config.window_len);
   const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
   if (grad_H.shape() != trajectory)
     throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
@@ -223,7 +223,7 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
   const TensorView target = out ? *out : H.view();
   std::optional<Tensor> host_h0;  // a contiguous copy of the last state, where the output is on the host
   bool first = true;
-  for (const Window& win : windows_of(plan.layout.time, *config.chunk_len)) {
+  for (const Window& win : windows_of(plan.layout.time, *config.window_len)) {
     ApplyOptions wo;
     if (win.begin == 0) {
       wo.h0 = options.h0;
@@ -254,7 +254,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
+  if (config.window_len && *config.window_len < plan.layout.time) {
     if (plan.row.fused_windows) {
       NewtonStats fused;
       if (std::optional<Tensor> H = plan.row.fused_windows(cell, x, config, options, plan.layout, out, fused)) {
@@ -316,7 +316,7 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
     check_output(*H_out, "H_out", cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
                  {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
   NewtonForward forward;
-  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
+  if (config.window_len && *config.window_len < plan.layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
     forward.H = newton_apply(cell, x, config, options, &forward.stats);
     if (H_out) (void)detail::deliver(forward.H, H_out, "H_out");
@@ -338,7 +338,7 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
     check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
-  if (config.chunk_len && *config.chunk_len < plan.layout.time) {
+  if (config.window_len && *config.window_len < plan.layout.time) {
     NewtonGradients out = windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
     out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
     return out;

@@ -71,7 +71,7 @@ struct FamilyBackend {
                               const TensorView* grad_x, const NewtonConfig&, const ApplyOptions&, Layout);
   // max|F(H)| of a given trajectory (the CPU rows; max_residual always runs on the host).
   double (*max_residual)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&, Layout);
-  // Optional hook: every window of chunk_len solved in one launch. nullopt, `stats` untouched,
+  // Optional hook: every window of window_len steps solved in one launch. nullopt, `stats` untouched,
   // where it does not apply or where the window loop would have stopped early in some window;
   // the caller then runs the window loop. With `out`, as newton's.
   std::optional<Tensor> (*fused_windows)(const Cell&, const TensorView& x, const NewtonConfig&,

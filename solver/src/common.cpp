@@ -41,14 +41,14 @@ void check_exact_linear_inputs(const Cell& cell, const NewtonConfig* config, con
     throw ContractViolation("cu_seqlens", fmt::format("is not supported by {} (cell '{}' refuses packed input)",
                                                       cell.spec().python_class, cell.name()),
                             shape_string(options.cu_seqlens->shape()));
-  if (config && config->chunk_len)
-    throw ContractViolation("chunk_len", fmt::format("is not supported by {} (its (G, U) scan is exact: "
+  if (config && config->window_len)
+    throw ContractViolation("window_len", fmt::format("is not supported by {} (its (G, U) scan is exact: "
                                                      "there is no Newton to window)", cell.spec().python_class),
-                            std::to_string(*config->chunk_len));
+                            std::to_string(*config->window_len));
 }
 
 // ParaM2RNN takes rectangular batches only (pararnn-torch raises ValueError for cu_seqlens and
-// chunk_len), and its frozen-W Picard warm start (picard_iters >= 1) is not built.
+// window_len), and its frozen-W Picard warm start (picard_iters >= 1) is not built.
 void check_matrix_state_inputs(const Cell& cell, const NewtonConfig* config, const ApplyOptions& options,
                                const char* who) {
   const std::string_view python = cell.spec().python_class;
@@ -57,10 +57,10 @@ void check_matrix_state_inputs(const Cell& cell, const NewtonConfig* config, con
                             fmt::format("is not accepted by {} ({}): rectangular batches only", python, who),
                             shape_string(options.cu_seqlens->shape()));
   if (config == nullptr) return;
-  if (config->chunk_len)
-    throw ContractViolation("chunk_len",
+  if (config->window_len)
+    throw ContractViolation("window_len",
                             fmt::format("is not accepted by {} ({}): no windowed Newton", python, who),
-                            std::to_string(*config->chunk_len));
+                            std::to_string(*config->window_len));
   if (config->picard_iters && *config->picard_iters > 0)
     throw UnsupportedPath(fmt::format("{}: picard_iters={} (the frozen-W warm start of {}) is not built "
                                       "yet; leave it unset or 0 (App. A initial guess)",

@@ -87,8 +87,11 @@ void validate(const NewtonConfig& config, const CellSpec& cell) {
                                 fmt::format("{}: {}", t, k));
     }
   }
-  if (config.chunk_len && *config.chunk_len < 1)
-    throw ContractViolation("chunk_len", "must be >= 1 or unset", std::to_string(*config.chunk_len));
+  if (config.window_len && *config.window_len < 1)
+    throw ContractViolation("window_len", "must be >= 1 or unset", std::to_string(*config.window_len));
+  if (config.chunk_len)
+    throw ContractViolation("chunk_len", "was renamed window_len (NewtonConfig::window_len); set that instead",
+                            std::to_string(*config.chunk_len));
 }
 
 bool picard_adapt_enabled(const NewtonConfig& config, const CellSpec& cell) {

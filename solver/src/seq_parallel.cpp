@@ -64,7 +64,7 @@ std::uint64_t config_fingerprint(const NewtonConfig& c) {
   return fnv1a(kFnvBasis, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", opt(c.max_iters), c.omega,
                                       scan_backend_name(c.scan_backend), opt(c.residual_atol), opt(c.residual_fail),
                                       c.k_max, opt(c.picard_iters), opt(c.picard_adapt), opt(c.picard_retry_atol),
-                                      c.newton_backtrack, table, opt(c.chunk_len), c.recompute, c.allow_sequential));
+                                      c.newton_backtrack, table, opt(c.window_len), c.recompute, c.allow_sequential));
 }
 
 // One rank's view of its input, exchanged before any work so that every rank refuses together.
@@ -106,10 +106,10 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
                               fmt::format("is not accepted by {}: packed segments across ranks are not built; "
                                           "solve a rectangular batch", who),
                               shape_string(options.cu_seqlens->shape()));
-    if (config.chunk_len)
-      throw ContractViolation("chunk_len",
+    if (config.window_len)
+      throw ContractViolation("window_len",
                               fmt::format("cannot be combined with {}: the time axis is already split across ranks", who),
-                              std::to_string(*config.chunk_len));
+                              std::to_string(*config.window_len));
     if (options.h0 && rank > 0)
       throw ContractViolation("h0",
                               fmt::format("is the state before the first step: only rank 0 takes it (this is rank {})", rank),

@@ -1,5 +1,5 @@
 // The fused windowed launch of the per-channel family (cuda::per_channel_fused_windows): every window
-// of chunk_len steps solved with K Newton iterations in one kernel (kernels/windowed_newton.hpp),
+// of window_len steps solved with K Newton iterations in one kernel (kernels/windowed_newton.hpp),
 // taken where its answer is the window loop's (api.cpp window_loop); std::nullopt hands the solve
 // back to that loop.
 #include "cuda/per_channel.hpp"
@@ -22,7 +22,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
                                                      Layout layout, const TensorView* out, NewtonStats& stats) {
   const CellSpec& spec = cell.spec();
   const DType storage = cell.dtype();
-  if (!config.chunk_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
+  if (!config.window_len || options.cu_seqlens || spec.picard || config.coords != Coords::native ||
       config.newton_backtrack || (storage != DType::f32 && storage != DType::f64))
     return std::nullopt;
   // A faults build injecting into the driver's loop keeps that loop (the catalog measures it).
@@ -31,7 +31,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
   if (k.adaptive && resolved_residual_atol(config, storage)) return std::nullopt;
   // The launch's bounds (kernels/windowed_newton.hpp): beyond them the window loop, which has none.
   if (k.k > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
-  const std::int64_t window = *config.chunk_len;
+  const std::int64_t window = *config.window_len;
   const std::int64_t windows = (layout.time + window - 1) / window;
   const int K = static_cast<int>(k.k);
   cuda::require_cuda_cell(cell.kind());

@@ -1,4 +1,4 @@
-// The fused windowed Newton solve (spec §2.8, NewtonConfig::chunk_len) of a per-channel cell on
+// The fused windowed Newton solve (spec §2.8, NewtonConfig::window_len) of a per-channel cell on
 // the GPU: one launch solves every window of `window` steps, each from the previous window's last
 // state (h0, or zeros, for the first): the App. A guess, then exactly K Newton updates
 // H ← H + ω δ (δ_t = J_t δ_{t−1} + F_t, δ = 0 entering the window, J = 0 at its first step), the

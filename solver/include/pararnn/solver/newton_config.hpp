@@ -56,10 +56,13 @@ struct NewtonConfig {
   // gate and the stats judge the decoded native trajectory. CPU backend; other cells refuse it.
   Coords coords = Coords::native;
   std::map<std::int64_t, std::int64_t> newton_iters_by_t;  // left-step K(T); needs max_iters unset
-  // Windowed Newton (spec §2.8): consecutive windows of chunk_len steps, each a full solve whose
+  // Windowed Newton (spec §2.8): consecutive windows of window_len steps, each a full solve whose
   // h0 is the previous window's last state; K is resolved on the full T. A different fixed
   // point from the global solve when K is small: its agreement is reported, not assumed.
-  // Not with cu_seqlens.
+  // Not with cu_seqlens. (Not the scan's chunk, ScanShape::chunk_len.)
+  std::optional<std::int64_t> window_len;
+  // The old name of window_len, kept so that code setting it is refused at run time with a message
+  // naming window_len (validate) rather than solved without windows. Never read otherwise.
   std::optional<std::int64_t> chunk_len;
   bool recompute = false;
   // An adaptive solve (max_iters unset) may be solved by the sequential kernel where the auto
@@ -104,7 +107,7 @@ struct NewtonStats {
   std::int64_t updates = 0;               // Newton updates applied
   std::string scan_backend;               // resolved backend
   std::string strategy = "host_driven";   // "host_driven", "fused", "sequential" (auto rule) or
-                                          // "fused_windowed" (chunk_len in one launch on CUDA)
+                                          // "fused_windowed" (window_len windows in one launch on CUDA)
   std::int64_t picard_iters = 0;          // passes of the solve returned (after any adapt)
   std::int64_t picard_retries = 0;        // adapt retries (solves redone with more passes)
   std::int64_t backtracks = 0;            // newton_backtrack: rejected (row, step) trials

@@ -16,7 +16,7 @@
 //   for bit, for every split; otherwise within the contract's τ.
 // - Refused with pararnn::Error on every rank (the message names the argument, the rule and the
 //   value, and the rank): a rank with zero steps, ranks with different B, d_in, dtype, cell
-//   parameters or NewtonConfig, h0 on a rank other than 0, cu_seqlens and chunk_len (not
+//   parameters or NewtonConfig, h0 on a rank other than 0, cu_seqlens and window_len (not
 //   built), scan_backend cuda, cells outside the per-channel family.
 // Returns the rank's chunk of H, (B, t1 − t0, ...) in the storage dtype.
 // Example:

@@ -37,7 +37,7 @@ struct ApplyOptions {
 // for a CUDA solve (x's, h0's or the current one). With x and out on the device, a CUDA solve
 // moves no O(B·T·d) byte through the host (the per-channel one solves straight into `out` when
 // `out` is contiguous f32 or f64; the other families store their result into it on the device);
-// the CPU backend and chunk_len windows outside the fused windowed launch solve as newton_apply
+// the CPU backend and window_len windows outside the fused windowed launch solve as newton_apply
 // does and copy H into `out`.
 // Same H bits, stats and residual gate as newton_apply (one exception: a NaN that reaches an
 // f16/bf16 device `out`, possible only with the gate off, is CUDA's canonical NaN, where the host

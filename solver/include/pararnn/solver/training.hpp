@@ -74,7 +74,7 @@ struct NewtonGradients {
 // byte with x, h0, cu_seqlens or grad_H), on the host or on the solve's CUDA device. With x,
 // grad_H and the outputs on the device, the CUDA forward and backward of every family move only
 // the parameters, their gradients (O(parameters)) and the stats: H* stays on the device.
-// newton_forward_into leaves forward.H undefined, except with chunk_len windows (their backward
+// newton_forward_into leaves forward.H undefined, except with window_len windows (their backward
 // re-solves each window from the boundary states forward.H holds); newton_backward_into leaves
 // the returned gradients' x undefined (∇x is in `grad_x`: x's shape, the cell's dtype; the CUDA
 // backward computes it straight into a contiguous compute-type `grad_x`). On any exception the
