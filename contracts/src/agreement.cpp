@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "pararnn/contracts/case_rules.hpp"
+#include "pararnn/reference/lyapunov.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -95,12 +96,35 @@ void judge(AgreementReport& r, const TensorView& trajectory, const reference::Or
   }
 }
 
+// What the ill-conditioned reason says of its cause (issue 45): the largest Lyapunov exponent λ̂
+// of the recurrence along the oracle's trajectory (reference/lyapunov.hpp, the oracle's own AD
+// Jacobians, at most 16 chains), so that a chaotic case is named as such. λ̂ > 0: a rounding error
+// grows like e^(λ̂ t); λ̂ <= 0: the floor has another cause (e.g. states that grow with T).
+std::string lyapunov_cause(const Case& problem, const reference::OracleResult& oracle,
+                           const std::function<void()>& poll) {
+  const reference::LyapunovEstimate e = reference::oracle_lyapunov(problem, oracle, {.chains = 16, .poll = poll});
+  if (!e.finite) return fmt::format("; lambda-hat not available ({})", e.reason);
+  const bool per_channel = e.units.size() != static_cast<std::size_t>(e.chains_used);
+  const std::string over = fmt::format("max over {} {} of {} chain(s)", e.units.size(),
+                                       per_channel ? "(chain, channel) unit(s)" : "unit(s)", e.chains_used);
+  if (e.max_exponent > 0.0)
+    return fmt::format("; the cause is chaos: the recurrence's largest Lyapunov exponent along the oracle's "
+                       "trajectory is lambda-hat = {:.3g} > 0 ({}; positive in {:.0f}%), so an error made at one "
+                       "step grows like e^(lambda-hat t) (x{:.3g} over the worst {} steps)",
+                       e.max_exponent, over, 100.0 * e.fraction_positive, std::exp(e.max_stretch), e.window);
+  return fmt::format("; not chaos: lambda-hat = {:.3g} <= 0 along the oracle's trajectory ({}), so the floor has "
+                     "another cause (e.g. states that grow with T)",
+                     e.max_exponent, over);
+}
+
 // CONTRACT §2, ill-conditioned cases: where the same-dtype sequential loop is itself outside τ
 // of the oracle, no implementation in that dtype can meet τ. A solver within the quality bound
 // of that floor is Inconclusive ("ill-conditioned"), never Disagree; beyond the bound it stays
-// Disagree. Runs after judge() and after the floor was measured.
-void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential,
-                                const reference::OracleResult& oracle, const Tolerance& tau) {
+// Disagree. Runs after judge() and after the floor was measured. The reason ends with λ̂'s
+// verdict on the cause (lyapunov_cause).
+void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential, const Case& problem,
+                                const reference::OracleResult& oracle, const Tolerance& tau,
+                                const std::function<void()>& poll) {
   if (r.verdict != Verdict::disagree) return;
   if (compare(sequential, oracle.H, tau).ok()) return;  // the floor is inside τ: a real Disagree
   const double bound = tolerance_for({.dtype = parse_dtype(r.dtype), .metric = Metric::quality_ratio,
@@ -114,7 +138,7 @@ void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential
       "the {4} is {5:.2f}x that floor (quality bound {6:g}x), so no {0} implementation can be judged "
       "against tau here",
       r.dtype, r.sequential_max_abs, tau.atol, tau.rtol, r.path == "external" ? "trajectory" : "solver",
-      ratio, bound);
+      ratio, bound) + lyapunov_cause(problem, oracle, poll);
 }
 
 double max_abs_between(const TensorView& a, const TensorView& b) {
@@ -368,7 +392,7 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.cell_version = options.cell_version;
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
-  apply_ill_conditioned_rule(r, H_seq, oracle, tau);
+  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, options.poll);
   if (options.gradients) {
     phase("gradients");
     judge_gradients(r, cell, x, problem, options);
@@ -410,7 +434,7 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   judge(r, trajectory, oracle, tau, problem);
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(trajectory, H_seq);
-  apply_ill_conditioned_rule(r, H_seq, oracle, tau);
+  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, options.poll);
   r.newton_iters = 0;
   r.max_residual = NAN;
   if (gradients) {

@@ -14,6 +14,7 @@
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/random.hpp"
+#include "pararnn/reference/lyapunov.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -238,6 +239,41 @@ TEST(IllConditioned, WithinTheQualityBoundOfTheFloorIsInconclusiveBeyondItDisagr
   }
   const AgreementReport planted = compare_trajectory(problem, shifted_oracle(problem, 2 * tau(DType::f32), DType::f64));
   EXPECT_EQ(planted.verdict, Verdict::disagree) << planted.failure_message();
+}
+
+// The ill-conditioned reason names its cause by λ̂ (reference::oracle_lyapunov on the oracle's
+// trajectory): "the cause is chaos" exactly when λ̂ > 0, "not chaos" otherwise, on a contracting
+// GRU and on an unclamped sLSTM head with large recurrent weights (chaotic along its trajectory);
+// each made ill-conditioned by a scoped τ of a quarter of its floor.
+TEST(IllConditioned, TheReasonNamesChaosExactlyWhenLambdaHatIsPositive) {
+  const std::pair<CellOptions, std::uint64_t> cases[] = {
+      {{.cell = "gru", .d_in = 4, .d_h = 8}, 13},
+      {{.cell = "slstm", .mix = "head", .d_in = 4, .d_h = 8, .n_heads = 1, .max_recurrent_norm = std::nullopt,
+        .weight_std = 2.0},
+       14}};
+  int chaotic = 0, contracting = 0;
+  for (const auto& [options, seed] : cases) {
+    SCOPED_TRACE(options.cell + " mix " + options.mix);
+    const Cell cell = Cell::initialise(options, DType::f32, 3);
+    const Case problem = cell.make_case(normal_input(DType::f32, {1, 256, 4}, seed));
+    const Tensor sequential = sequential_apply(cell, problem.x);
+    const double floor = compare_trajectory(problem, sequential).sequential_max_abs;
+    ASSERT_GT(floor, 0.0);
+    const reference::LyapunovEstimate e =
+        reference::oracle_lyapunov(problem, reference::oracle_sequential(problem), {.chains = 16});
+    ASSERT_TRUE(e.finite) << e.reason;
+    (e.max_exponent > 0.0 ? chaotic : contracting) += 1;
+    const ScopedToleranceOverride tight({.metric = Metric::trajectory}, {.atol = floor / 4, .rtol = 0.0},
+                                        "test: a floor outside tau");
+    const AgreementReport r = compare_trajectory(problem, sequential);
+    ASSERT_TRUE(r.ill_conditioned) << r.failure_message();
+    const bool says_chaos = r.inconclusive_reason.find("the cause is chaos") != std::string::npos;
+    const bool says_not = r.inconclusive_reason.find("not chaos") != std::string::npos;
+    EXPECT_EQ(says_chaos, e.max_exponent > 0.0) << "lambda-hat " << e.max_exponent << ": " << r.inconclusive_reason;
+    EXPECT_EQ(says_not, !(e.max_exponent > 0.0)) << "lambda-hat " << e.max_exponent << ": " << r.inconclusive_reason;
+  }
+  EXPECT_EQ(chaotic, 1) << "the sLSTM head case must be chaotic, the GRU one contracting";
+  EXPECT_EQ(contracting, 1);
 }
 
 }  // namespace
