@@ -291,6 +291,16 @@ std::string render_markdown(const Json& report, bool plots) {
   std::string argv;
   for (const auto& a : ctx["argv"]) argv += fmt::format("{}{}", argv.empty() ? "" : " ", str(a));
   md += fmt::format("Command: `{}`  \n", argv);
+  if (const Json catalog = ctx.value("fault_catalog", Json()); catalog.is_object()) {
+    const auto side = [&](const char* key) {
+      const Json& s = catalog[key];
+      return fmt::format("{} {} of {} run", key, integer(s["caught"]), integer(s["run"]));
+    };
+    md += fmt::format("Suites of this build: {} of the {} planted faults of the catalog caught ({}, {}; "
+                      "{}, last run {}).  \n",
+                      integer(catalog["caught"]), integer(catalog["faults"]), side("cpu"), side("gpu"),
+                      str(catalog["source"]), str(catalog["last_run"]));
+  }
   md += fmt::format("Plan: {} variants × {} × backends {} × T {} × classes {} × {} seed(s); B {}, d_in {}, d_h {}; "
                     "oracle certification budget {} chain-steps{}{}.\n\n",
                     variants.size(), fmt::join(strings(plan["dtypes"]), ", "), fmt::join(strings(plan["backends"]), ", "),

@@ -1,5 +1,7 @@
 #include "pararnn/reports/report_json.hpp"
 
+#include "fault_catalog_summary.hpp"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -100,7 +102,23 @@ Json context_block(const BuildContext& build, const std::vector<std::string>& ar
   // The peers (pararnn-torch, accelerated-scan, flashrnn) are measured by bench/ on the GPU
   // machine; the campaign does not run them, so their versions are null, not guessed.
   j["peers"] = {{"pararnn-torch", nullptr}, {"accelerated-scan", nullptr}, {"flashrnn", nullptr}};
+  j["fault_catalog"] = fault_catalog_summary();
   return j;
+}
+
+Json fault_catalog_summary() {
+  using namespace generated;
+  if (kFaultCatalogFaults < 0) return nullptr;
+  const auto side = [](long long faults, long long run, long long caught) {
+    return Json{{"faults", faults}, {"run", run}, {"caught", caught}};
+  };
+  return Json{{"source", "docs/faults/catalog.json"},
+              {"last_run", kFaultCatalogDate},
+              {"faults", kFaultCatalogFaults},
+              {"run", kFaultCatalogCpuRun + kFaultCatalogGpuRun},
+              {"caught", kFaultCatalogCpuCaught + kFaultCatalogGpuCaught},
+              {"cpu", side(kFaultCatalogCpuFaults, kFaultCatalogCpuRun, kFaultCatalogCpuCaught)},
+              {"gpu", side(kFaultCatalogGpuFaults, kFaultCatalogGpuRun, kFaultCatalogGpuCaught)}};
 }
 
 std::string utc_now() {
@@ -130,6 +148,10 @@ void validate_report(const Json& report, std::string_view file) {
     c.string(context, "context", key);
   c.array(context, "context", "argv");
   c.array(context, "context", "seeds");
+  if (context.contains("fault_catalog") && !context.at("fault_catalog").is_null()) {
+    const Json& catalog = c.object(context, "context", "fault_catalog");
+    for (const char* key : {"faults", "run", "caught"}) c.integer(catalog, "context.fault_catalog", key);
+  }
   const Json& plan = c.object(report, "", "plan");
   for (const char* key : {"variants", "dtypes", "backends", "times", "classes"}) c.array(plan, "plan", key);
   c.array(report, "", "skipped");

@@ -31,6 +31,23 @@ TEST(Render, GoldenJsonRendersToTheGoldenMarkdown) {
   }
 }
 
+// The header says how strong the suites of the build were when the report carries the fault
+// catalog's summary (its numbers, not fixed text), and says nothing of it when it does not.
+TEST(Render, HeaderStatesTheFaultCatalogWhenTheReportCarriesIt) {
+  Json r = testing::golden_report();
+  ASSERT_FALSE(r["context"].contains("fault_catalog"));
+  EXPECT_EQ(render_markdown(r, false).find("planted faults"), std::string::npos);
+  r["context"]["fault_catalog"] = {{"source", "docs/faults/catalog.json"}, {"last_run", "2026-12-05T11:14:15+00:00"},
+                                   {"faults", 26}, {"run", 25}, {"caught", 24},
+                                   {"cpu", {{"faults", 23}, {"run", 23}, {"caught", 23}}},
+                                   {"gpu", {{"faults", 3}, {"run", 2}, {"caught", 1}}}};
+  const std::string md = render_markdown(r, false);
+  EXPECT_NE(md.find("24 of the 26 planted faults of the catalog caught (cpu 23 of 23 run, gpu 1 of 2 run; "
+                    "docs/faults/catalog.json, last run 2026-12-05T11:14:15+00:00)"),
+            std::string::npos)
+      << md.substr(0, 800);
+}
+
 TEST(Render, FailuresComeFirstWithTheirReplayLines) {
   const Json r = testing::golden_report();
   const std::string md = render_markdown(r, true);

@@ -2,6 +2,12 @@
 // not a pararnn nightly report, and missing keys are refused naming the file and the key.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
 #include "pararnn/core/errors.hpp"
 #include "pararnn/reports/report_json.hpp"
 #include "test_support.hpp"
@@ -98,6 +104,47 @@ TEST(ReportJson, NonFiniteNumbersReadBackAsNaN) {
   EXPECT_EQ(number_or_nan(Json(0.25)), 0.25);
   Json j = {{"x", NAN}};
   EXPECT_TRUE(j.dump().find("null") != std::string::npos);
+}
+
+// The report's context carries the fault catalog's summary as the source tree records it: the
+// counts equal those read here from docs/faults/catalog.json (each fault and whether it was
+// detected) and property_tests/faults/catalog.json (which are GPU faults), and a report whose
+// summary is malformed is refused naming the key.
+TEST(ReportJson, ContextCarriesTheFaultCatalogAsTheSourceTreeRecordsIt) {
+  const std::filesystem::path root = PARARNN_SOURCE_DIR;
+  const Json record = Json::parse(testing::read_text(root / "docs/faults/catalog.json"));
+  const Json plan = Json::parse(testing::read_text(root / "property_tests/faults/catalog.json"));
+  std::set<std::string> gpu;
+  for (const Json& f : plan["faults"])
+    if (f.value("gpu_only", false)) gpu.insert(f["name"].get<std::string>());
+  std::map<std::string, std::array<long long, 3>> counts;  // side -> faults, run, caught
+  for (const Json& f : record["faults"]) {
+    auto& c = counts[gpu.contains(f["name"].get<std::string>()) ? "gpu" : "cpu"];
+    ++c[0];
+    if (f["detected"].is_boolean()) {
+      ++c[1];
+      if (f["detected"].get<bool>()) ++c[2];
+    }
+  }
+  const Json context = context_block(BuildContext{}, {"pararnn", "report", "nightly"}, {1});
+  const Json& summary = context.at("fault_catalog");
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["faults"].get<long long>(), static_cast<long long>(record["faults"].size()));
+  for (const char* side : {"cpu", "gpu"}) {
+    const auto& c = counts[side];
+    EXPECT_EQ(summary[side]["faults"].get<long long>(), c[0]) << side;
+    EXPECT_EQ(summary[side]["run"].get<long long>(), c[1]) << side;
+    EXPECT_EQ(summary[side]["caught"].get<long long>(), c[2]) << side;
+  }
+  EXPECT_EQ(summary["caught"].get<long long>(), counts["cpu"][2] + counts["gpu"][2]);
+  EXPECT_GT(counts["gpu"][0], 0) << "the catalog holds a GPU fault: the backend split is exercised";
+
+  Json r = testing::golden_report();
+  r["context"]["fault_catalog"] = summary;
+  EXPECT_NO_THROW(validate_report(r, "with.json"));
+  r["context"]["fault_catalog"]["caught"] = "all";
+  const ContractViolation e = refusal_of("bad_catalog.json", r.dump());
+  EXPECT_NE(std::string(e.what()).find("context.fault_catalog.caught"), std::string::npos) << e.what();
 }
 
 }  // namespace

@@ -57,8 +57,17 @@ struct BuildContext {
   std::string env_line;               // `pararnn env`
 };
 
+// The report's context: the build, the command, the date, the seeds, and the fault catalog's
+// summary (fault_catalog_summary).
 nlohmann::ordered_json context_block(const BuildContext& build, const std::vector<std::string>& argv,
                                      const std::vector<std::uint64_t>& seeds);
+
+// How strong the suites of this build are, as docs/faults/catalog.json of its source tree records
+// (compiled in at configure time): {"source", "last_run", "faults", "run", "caught", "cpu":
+// {"faults", "run", "caught"}, "gpu": {…}}, a fault "run" when its suites could run (a GPU fault
+// without a device is not), "caught" when one of them failed with it planted; null when the
+// source tree had no catalog.
+nlohmann::ordered_json fault_catalog_summary();
 
 // The current time as "YYYY-MM-DDTHH:MM:SSZ".
 std::string utc_now();
