@@ -20,20 +20,16 @@ struct GruHeadMath {
   static constexpr bool kSquareGates = false;
   PARARNN_HD static int params_size(int n) { return 3 * n * n; }
   PARARNN_HD static int work_size(int n) { return n * n + 3 * n; }
-  PARARNN_HD static int vjp_work_size(int n) { return 6 * n; }
+  PARARNN_HD static int vjp_work_size(int n) { return 7 * n; }
 
+  // The gates of one step: z = σ(h A_z + z_x), r = σ(h A_r + r_x), the candidate
+  // n = tanh((h ⊙ r) A_n + n_x). The forward of both step and vjp.
   template <class ComputeT>
-  PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
-                              long long gate_stride, const ComputeT* h_prev, ComputeT* h_new,
-                              ComputeT* jac, ComputeT* work) {
-    const ComputeT one = ComputeT(1);
+  PARARNN_HD static void gate_values(int n, const ComputeT* params, const ComputeT* gates, long long gate_stride,
+                                     const ComputeT* h_prev, ComputeT* z, ComputeT* r, ComputeT* g) {
     const ComputeT* A_z = params;
     const ComputeT* A_r = params + n * n;
     const ComputeT* A_n = params + 2 * n * n;
-    ComputeT* z = work;
-    ComputeT* r = work + n;
-    ComputeT* g = work + 2 * n;  // the candidate n
-    ComputeT* P = work + 3 * n;  // diag(r) + diag(h r(1−r)) A_rᵀ, [d][k]
     for (int e = 0; e < n; ++e) {
       ComputeT acc_z = ComputeT(0), acc_r = ComputeT(0);
       for (int d = 0; d < n; ++d) {
@@ -48,6 +44,21 @@ struct GruHeadMath {
       for (int d = 0; d < n; ++d) acc += (h_prev[d] * r[d]) * A_n[d * n + e];
       g[e] = tanh_of(acc + gates[2 * gate_stride + e]);
     }
+  }
+
+  template <class ComputeT>
+  PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
+                              long long gate_stride, const ComputeT* h_prev, ComputeT* h_new,
+                              ComputeT* jac, ComputeT* work) {
+    const ComputeT one = ComputeT(1);
+    const ComputeT* A_z = params;
+    const ComputeT* A_r = params + n * n;
+    const ComputeT* A_n = params + 2 * n * n;
+    ComputeT* z = work;
+    ComputeT* r = work + n;
+    ComputeT* g = work + 2 * n;  // the candidate n
+    ComputeT* P = work + 3 * n;  // diag(r) + diag(h r(1−r)) A_rᵀ, [d][k]
+    gate_values(n, params, gates, gate_stride, h_prev, z, r, g);
     for (int e = 0; e < n; ++e) h_new[e] = h_prev[e] + z[e] * (g[e] - h_prev[e]);
     if (jac == nullptr) return;
     for (int d = 0; d < n; ++d) {
@@ -82,21 +93,11 @@ struct GruHeadMath {
     ComputeT* p_n = work + 3 * n;
     ComputeT* u_bar = work + 4 * n;  // A_n p_n: the cotangent of h ⊙ r
     ComputeT* z = work + 5 * n;
+    ComputeT* g = work + 6 * n;  // the candidate n
+    gate_values(n, params, gates, gate_stride, h_prev, z, r, g);
     for (int e = 0; e < n; ++e) {
-      ComputeT acc_z = ComputeT(0), acc_r = ComputeT(0);
-      for (int d = 0; d < n; ++d) {
-        acc_z += h_prev[d] * A_z[d * n + e];
-        acc_r += h_prev[d] * A_r[d * n + e];
-      }
-      z[e] = sigmoid(acc_z + gates[e]);
-      r[e] = sigmoid(acc_r + gates[gate_stride + e]);
-    }
-    for (int e = 0; e < n; ++e) {
-      ComputeT acc = ComputeT(0);
-      for (int d = 0; d < n; ++d) acc += (h_prev[d] * r[d]) * A_n[d * n + e];
-      const ComputeT g = tanh_of(acc + gates[2 * gate_stride + e]);
-      p_z[e] = mu[e] * (g - h_prev[e]) * z[e] * (one - z[e]);
-      p_n[e] = mu[e] * z[e] * (one - g * g);
+      p_z[e] = mu[e] * (g[e] - h_prev[e]) * z[e] * (one - z[e]);
+      p_n[e] = mu[e] * z[e] * (one - g[e] * g[e]);
     }
     for (int d = 0; d < n; ++d) {
       ComputeT acc = ComputeT(0);

@@ -29,6 +29,27 @@ struct HopfieldMath {
   PARARNN_HD static int work_size(int n) { return n * n + 2 * n; }
   PARARNN_HD static int vjp_work_size(int n) { return 4 * n; }
 
+  // a = softmax(β K h), subtracting the largest logit first; K h into `kh` when it is given.
+  // The forward of both step and vjp.
+  template <class ComputeT>
+  PARARNN_HD static void attention(int n, ComputeT beta, const ComputeT* K, const ComputeT* h, ComputeT* a,
+                                   ComputeT* kh) {
+    ComputeT top = ComputeT(0);
+    for (int i = 0; i < n; ++i) {
+      ComputeT acc = ComputeT(0);
+      for (int j = 0; j < n; ++j) acc += K[i * n + j] * h[j];
+      if (kh != nullptr) kh[i] = acc;
+      a[i] = beta * acc;
+      if (i == 0 || a[i] > top) top = a[i];
+    }
+    ComputeT total = ComputeT(0);
+    for (int i = 0; i < n; ++i) {
+      a[i] = exp_of(a[i] - top);
+      total += a[i];
+    }
+    for (int i = 0; i < n; ++i) a[i] = a[i] / total;
+  }
+
   template <class ComputeT>
   PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
                               long long gate_stride, const ComputeT* h_prev, ComputeT* h_new,
@@ -39,19 +60,7 @@ struct HopfieldMath {
     ComputeT* a = work;          // logits, then the softmax
     ComputeT* k_bar = work + n;  // Σ_l a_l K[l, :]
     ComputeT* M = work + 2 * n;  // (diag(a) − a aᵀ) β K
-    ComputeT top = ComputeT(0);
-    for (int i = 0; i < n; ++i) {
-      ComputeT acc = ComputeT(0);
-      for (int j = 0; j < n; ++j) acc += K[i * n + j] * h_prev[j];
-      a[i] = beta * acc;
-      if (i == 0 || a[i] > top) top = a[i];
-    }
-    ComputeT total = ComputeT(0);
-    for (int i = 0; i < n; ++i) {
-      a[i] = exp_of(a[i] - top);
-      total += a[i];
-    }
-    for (int i = 0; i < n; ++i) a[i] = a[i] / total;
+    attention(n, beta, K, h_prev, a, static_cast<ComputeT*>(nullptr));
     for (int i = 0; i < n; ++i) {
       ComputeT acc = ComputeT(0);
       for (int j = 0; j < n; ++j) acc += V[i * n + j] * a[j];
@@ -86,20 +95,7 @@ struct HopfieldMath {
     ComputeT* a = work + n;       // the softmax
     ComputeT* a_bar = work + 2 * n;
     ComputeT* l_bar = work + 3 * n;
-    ComputeT top = ComputeT(0);
-    for (int i = 0; i < n; ++i) {
-      ComputeT acc = ComputeT(0);
-      for (int j = 0; j < n; ++j) acc += K[i * n + j] * h_prev[j];
-      kh[i] = acc;
-      a[i] = beta * acc;
-      if (i == 0 || a[i] > top) top = a[i];
-    }
-    ComputeT total = ComputeT(0);
-    for (int i = 0; i < n; ++i) {
-      a[i] = exp_of(a[i] - top);
-      total += a[i];
-    }
-    for (int i = 0; i < n; ++i) a[i] = a[i] / total;
+    attention(n, beta, K, h_prev, a, kh);
     ComputeT dot = ComputeT(0);
     for (int j = 0; j < n; ++j) {
       ComputeT acc = ComputeT(0);

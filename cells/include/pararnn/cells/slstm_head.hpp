@@ -26,6 +26,29 @@ struct SlstmHeadMath {
   PARARNN_HD static int work_size(int n) { return 10 * (n / 4); }
   PARARNN_HD static int vjp_work_size(int n) { return n; }
 
+  // The gates of channel e: pre_g = wx_g[e] + Σ_d h[d] R_g[d][e], m' = max(z_f + m, z_i) with its
+  // tie weight α, i = exp(z_i − m'), f = exp(z_f + m − m'), z = tanh(z_z), o = σ(z_o). The forward
+  // of both step and vjp.
+  template <class ComputeT>
+  PARARNN_HD static void channel_gates(int w, const ComputeT* params, const ComputeT* gates, long long gate_stride,
+                                       const ComputeT* h, ComputeT m, int e, ComputeT& m_new, ComputeT& alpha,
+                                       ComputeT& i, ComputeT& f, ComputeT& z, ComputeT& o) {
+    ComputeT pre[4];
+    for (int g = 0; g < 4; ++g) {
+      const ComputeT* R = params + g * w * w;
+      ComputeT acc = gates[g * gate_stride + e];
+      for (int d = 0; d < w; ++d) acc += h[d] * R[d * w + e];
+      pre[g] = acc;
+    }
+    const ComputeT left = pre[1] + m;
+    m_new = tie_max(left, pre[0]);
+    alpha = left > pre[0] ? ComputeT(1) : (left == pre[0] ? ComputeT(0.5) : ComputeT(0));
+    i = exp_of(pre[0] - m_new);
+    f = exp_of(left - m_new);
+    z = tanh_of(pre[2]);
+    o = sigmoid(pre[3]);
+  }
+
   template <class ComputeT>
   PARARNN_HD static void step(int n, const ComputeT* params, const ComputeT* gates,
                               long long gate_stride, const ComputeT* s, ComputeT* s_new,
@@ -47,21 +70,8 @@ struct SlstmHeadMath {
     ComputeT* dn = work + 8 * w;
     ComputeT* du = work + 9 * w;
     for (int e = 0; e < w; ++e) {
-      ComputeT pre[4];
-      for (int g = 0; g < 4; ++g) {
-        const ComputeT* R = params + g * w * w;
-        ComputeT acc = gates[g * gate_stride + e];
-        for (int d = 0; d < w; ++d) acc += h[d] * R[d * w + e];
-        pre[g] = acc;
-      }
-      const ComputeT m = s[2 * w + e];
-      const ComputeT left = pre[1] + m;
-      const ComputeT m_new = tie_max(left, pre[0]);
-      alpha[e] = left > pre[0] ? one : (left == pre[0] ? ComputeT(0.5) : ComputeT(0));
-      gi[e] = exp_of(pre[0] - m_new);
-      gf[e] = exp_of(left - m_new);
-      gz[e] = tanh_of(pre[2]);
-      go[e] = sigmoid(pre[3]);
+      ComputeT m_new;
+      channel_gates(w, params, gates, gate_stride, h, s[2 * w + e], e, m_new, alpha[e], gi[e], gf[e], gz[e], go[e]);
       const ComputeT n_new = gf[e] * s[w + e] + gi[e];
       const ComputeT c_new = gf[e] * s[e] + gi[e] * gz[e];
       const ComputeT D = n_new + eps;
@@ -129,19 +139,10 @@ struct SlstmHeadMath {
     ComputeT* p = work;  // p[g * w + e]: the cotangent of pre_g[e]
     ComputeT d_eps = ComputeT(0);
     for (int e = 0; e < w; ++e) {
-      ComputeT pre[4];
-      for (int g = 0; g < 4; ++g) {
-        const ComputeT* R = params + g * w * w;
-        ComputeT acc = gates[g * gate_stride + e];
-        for (int d = 0; d < w; ++d) acc += h[d] * R[d * w + e];
-        pre[g] = acc;
-      }
-      const ComputeT c = s[e], nn = s[w + e], m = s[2 * w + e];
-      const ComputeT left = pre[1] + m;
-      const ComputeT m_new = tie_max(left, pre[0]);
-      const ComputeT alpha = left > pre[0] ? one : (left == pre[0] ? ComputeT(0.5) : ComputeT(0));
+      const ComputeT c = s[e], nn = s[w + e];
+      ComputeT m_new, alpha, i, f, z, o;
+      channel_gates(w, params, gates, gate_stride, h, s[2 * w + e], e, m_new, alpha, i, f, z, o);
       const ComputeT beta = one - alpha;
-      const ComputeT i = exp_of(pre[0] - m_new), f = exp_of(left - m_new), z = tanh_of(pre[2]), o = sigmoid(pre[3]);
       const ComputeT n_new = f * nn + i, c_new = f * c + i * z, D = n_new + eps;
       const ComputeT mu_c = mu[e], mu_n = mu[w + e], mu_m = mu[2 * w + e], mu_h = mu[3 * w + e];
       const ComputeT o_bar = mu_h * (c_new / D);
