@@ -270,9 +270,7 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   for (const auto& [name, values] : cell.dense_chain_parameter_gradients(sums, P))
     out.parameters.emplace(name, gradient_tensor(cell, cell.parameter(name).shape(), values));
 
-  DeviceBuffer x_holder;
-  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
-  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), out);
   deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, inputs.h0_count()));
   return out;

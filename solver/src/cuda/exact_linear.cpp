@@ -122,9 +122,7 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
                                           .time = L.time, .heads = heads, .d = d};
   PARARNN_CUDA_CHECK(kernels::launch_rwkv7_vjp<ComputeT>(v, cuda::kStream));
   NewtonGradients out;
-  cuda::DeviceBuffer x_holder;
-  const auto* xc = static_cast<const ComputeT*>(cuda::on_device_as(x, compute, x_holder, "x (compute type)"));
-  const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
+  const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), out);
   cuda::deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0)
     out.h0 = gradient_tensor(cell, options.h0->shape(),

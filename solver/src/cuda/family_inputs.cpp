@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda/runtime.hpp"
+#include "pararnn/kernels/bf16_split.hpp"
 #include "pararnn/kernels/row_sum.hpp"
 
 namespace pararnn::detail::cuda {
@@ -65,10 +68,141 @@ std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::i
 template std::vector<double> sum_rows_on_device<float>(const float*, std::int64_t, std::int64_t, const char*);
 template std::vector<double> sum_rows_on_device<double>(const double*, std::int64_t, std::int64_t, const char*);
 
+namespace {
+
+// One strided-batched GEMM on bf16 tensor cores with f32 accumulation and output (column-major):
+// C_i = op(A_i) B_i + β C_i for i < batch.
+void gemm_bf16(cublasOperation_t op_a, std::int64_t m, std::int64_t n, std::int64_t k, const void* A,
+               std::int64_t lda, std::int64_t stride_a, const void* B, std::int64_t ldb, std::int64_t stride_b,
+               float beta, float* C, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const float one = 1.0f;
+  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op_a, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, lda, stride_a, B, CUDA_R_16BF, ldb,
+      stride_b, &beta, C, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// `count` f32 or f16 device values as `terms` bf16 planes of `plane` elements (kernels/bf16_split.hpp).
+void split_to_bf16(const void* src, DType src_dtype, std::int64_t count, int terms, std::int64_t plane, void* dst) {
+  const kernels::Bf16SplitArgs a{.src = src,
+                                 .src_type = src_dtype == DType::f16 ? kernels::Bf16SplitSource::f16
+                                                                     : kernels::Bf16SplitSource::f32,
+                                 .dst = dst, .n = count, .terms = terms, .plane = plane};
+  PARARNN_CUDA_CHECK(kernels::launch_bf16_split(a, kStream));
+}
+
+// The bf16 terms of d_wx held at once: batch rows are taken in groups whose terms fit this.
+constexpr std::size_t kSplitTermBytes = std::size_t{1} << 30;
+
+// f16/bf16 cells: ∇W and ∇x on bf16 tensor cores from exact bf16 terms (runtime.hpp). Per group
+// of batch rows: d_wx's rows split into three terms (and f16 x's into two), then per block and
+// term pair (i, j) with i + j ≤ 2 (x or W term i, d_wx term j) one GEMM of the group's rows into
+// its own ∇W partial, and one into ∇x (accumulated). The partials [group][pair] are summed in
+// double in that order.
+void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const float* d_wx,
+                                float* dx, NewtonGradients& out) {
+  const DType storage = cell.dtype();
+  const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), d_in = L.d_in;
+  const int source_terms = storage == DType::f16 ? 2 : 1;  // of x and W: f16 needs two bf16
+  std::vector<std::pair<int, int>> pairs;
+  for (int i = 0; i < source_terms; ++i)
+    for (int j = 0; i + j <= 2; ++j) pairs.emplace_back(i, j);
+  const auto n_pairs = static_cast<std::int64_t>(pairs.size());
+  const std::int64_t row_term_bytes = std::max<std::int64_t>(1, 3 * T * width * 2);
+  const std::int64_t group = std::clamp<std::int64_t>(static_cast<std::int64_t>(kSplitTermBytes) / row_term_bytes, 1,
+                                                      std::max<std::int64_t>(B, 1));
+  const std::int64_t groups = (B + group - 1) / group;
+
+  DeviceBuffer x_holder;
+  const void* xs = on_device_as(x, storage, x_holder, "x");
+  const std::vector<AffineBlock>& blocks = cell.spec().affine;
+  const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == d_in;
+  if (!first_writes_all && B * T * d_in > 0)
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(B * T * d_in, sizeof(float), "∇x"), kStream));
+  struct BlockTerms {
+    std::int64_t inputs, rows, column;
+    DeviceBuffer W;   // the weight's bf16 terms [source_terms][rows][inputs]
+    DeviceBuffer dW;  // ∇W partials [groups][pairs][rows][inputs], f32
+  };
+  std::vector<BlockTerms> terms;
+  for (const AffineBlock& block : blocks) {
+    BlockTerms b{.inputs = cell.affine_inputs(block), .rows = cell.affine_rows(block), .column = 0, .W = {}, .dW = {}};
+    b.column = block.first_gate * (b.rows / block.gates);
+    const Tensor& w = cell.parameter(std::string(block.weight));
+    const std::int64_t count = b.rows * b.inputs;
+    if (storage == DType::bf16) {
+      b.W = upload_new(w.data(), w.nbytes(), "an input weight");
+    } else {
+      const DeviceBuffer w16 = upload_new(w.data(), w.nbytes(), "an input weight");
+      b.W = DeviceBuffer(checked_bytes(2 * count, 2, "an input weight's bf16 terms"), "an input weight's bf16 terms");
+      split_to_bf16(w16.get(), DType::f16, count, 2, count, b.W.get());
+    }
+    b.dW = DeviceBuffer(checked_bytes(groups * n_pairs * count, sizeof(float), "∇W partials"), "∇W partials");
+    terms.push_back(std::move(b));
+  }
+  const std::int64_t group_rows = group * T;
+  DeviceBuffer d_terms(checked_bytes(3 * group_rows * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
+  DeviceBuffer x_terms;
+  if (source_terms == 2) x_terms = DeviceBuffer(checked_bytes(2 * group_rows * d_in, 2, "x's bf16 terms"), "x's bf16 terms");
+  const auto* x_bytes = static_cast<const unsigned char*>(xs);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t b0 = g * group, rows_g = std::min(group, B - b0) * T;
+    if (rows_g == 0) continue;
+    split_to_bf16(d_wx + b0 * T * width, DType::f32, rows_g * width, 3, group_rows * width, d_terms.get());
+    const void* x_base = x_bytes + static_cast<std::size_t>(b0 * T * d_in) * 2;
+    std::int64_t x_plane = 0;
+    if (source_terms == 2) {
+      split_to_bf16(x_base, DType::f16, rows_g * d_in, 2, group_rows * d_in, x_terms.get());
+      x_base = x_terms.get();
+      x_plane = group_rows * d_in;
+    }
+    float* dx_g = dx + b0 * T * d_in;
+    for (BlockTerms& b : terms) {
+      const std::int64_t w_plane = b.rows * b.inputs;
+      for (std::int64_t p = 0; p < n_pairs; ++p) {
+        const auto [i, j] = pairs[static_cast<std::size_t>(p)];
+        const auto* d_term = d_terms.as<std::uint16_t>() + j * group_rows * width + b.column;
+        // ∇W partial (inputs × rows, column-major) = x_termᵢ (inputs × rows_g, ld d_in) d_termⱼᵀ.
+        gemm_bf16(CUBLAS_OP_N, b.inputs, b.rows, rows_g,
+                  static_cast<const std::uint16_t*>(x_base) + i * x_plane, d_in, 0, d_term, width, 0, 0.0f,
+                  b.dW.as<float>() + (g * n_pairs + p) * w_plane, b.inputs, 0, 1);
+        // ∇x (d_in × rows_g, column-major) += W_termᵢ (inputs × rows, ld inputs) d_termⱼ.
+        const bool overwrite = first_writes_all && &b == &terms.front() && p == 0;
+        if (b.inputs > 0)
+          gemm_bf16(CUBLAS_OP_N, b.inputs, rows_g, b.rows, b.W.as<std::uint16_t>() + i * w_plane, b.inputs, 0, d_term,
+                    width, 0, overwrite ? 0.0f : 1.0f, dx_g, d_in, 0, 1);
+      }
+    }
+  }
+  const DeviceBuffer ones = broadcast_on_device(1.0, DType::f32, T, "a ones vector");
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    const AffineBlock& block = blocks[k];
+    const BlockTerms& b = terms[k];
+    DeviceBuffer db(checked_bytes(B * b.rows, sizeof(float), "∇b per row"), "∇b per row");
+    gemm_batched<float>(CUBLAS_OP_N, CUBLAS_OP_T, 1, b.rows, T, ones.as<float>(), 1, 0, d_wx + b.column, width,
+                        T * width, 0.0f, db.as<float>(), 1, b.rows, B);
+    const std::vector<double> dW_sum =
+        sum_rows_on_device(b.dW.as<float>(), b.rows > 0 ? groups * n_pairs : 0, b.rows * b.inputs, "∇W");
+    const std::vector<double> db_sum = sum_rows_on_device(db.as<float>(), B, b.rows, "∇b");
+    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {b.rows, b.inputs}, dW_sum));
+    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {b.rows}, db_sum));
+  }
+}
+
+}  // namespace
+
 template <class ComputeT>
-void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                 ComputeT* dx, NewtonGradients& out) {
   const DType compute = compute_dtype(cell.dtype());
+  if constexpr (std::is_same_v<ComputeT, float>) {
+    if (cell.dtype() == DType::f16 || cell.dtype() == DType::bf16) {
+      half_input_affine_backward(cell, L, x, d_wx, dx, out);
+      return;
+    }
+  }
+  DeviceBuffer x_holder;
+  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), rows_bt = B * T;
   const std::vector<AffineBlock>& blocks = cell.spec().affine;
   // ∇x accumulates over the blocks; the first one overwrites it where it reads every column.
@@ -98,20 +232,20 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const Compute
 }
 
 template <class ComputeT>
-DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                    NewtonGradients& out) {
   DeviceBuffer dx(checked_bytes(L.batch * L.time * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
-  input_affine_backward_into<ComputeT>(cell, L, xc, d_wx, dx.as<ComputeT>(), out);
+  input_affine_backward_into<ComputeT>(cell, L, x, d_wx, dx.as<ComputeT>(), out);
   return dx;
 }
 
-template void input_affine_backward_into<float>(const Cell&, const Layout&, const float*, const float*, float*,
+template void input_affine_backward_into<float>(const Cell&, const Layout&, const TensorView&, const float*, float*,
                                                 NewtonGradients&);
-template void input_affine_backward_into<double>(const Cell&, const Layout&, const double*, const double*, double*,
-                                                 NewtonGradients&);
-template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const float*, const float*,
+template void input_affine_backward_into<double>(const Cell&, const Layout&, const TensorView&, const double*,
+                                                 double*, NewtonGradients&);
+template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const TensorView&, const float*,
                                                    NewtonGradients&);
-template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const double*, const double*,
+template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const TensorView&, const double*,
                                                     NewtonGradients&);
 
 }  // namespace pararnn::detail::cuda

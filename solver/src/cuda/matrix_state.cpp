@@ -171,9 +171,7 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   NewtonGradients out;
   out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(),
                                               cuda::sum_rows_on_device(partials.as<double>(), L.batch * chunks, VV, "∇W")));
-  DeviceBuffer x_holder;
-  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
-  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), out);
+  const DeviceBuffer dx = input_affine_backward<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), out);
   deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
   if (options.h0) out.h0 = gradient_tensor(cell, options.h0->shape(), download_vector<double>(d_h0, L.batch * KV));
   return out;

@@ -86,15 +86,15 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 
   // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
   // when it is a contiguous compute-type device view: no copy).
-  DeviceBuffer x_holder;
-  const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
   const bool in_place = grad_x && grad_x->device() == Device::cuda && grad_x->is_contiguous() &&
                         grad_x->dtype() == compute;
   DeviceBuffer dx_holder;
   if (!in_place) dx_holder = DeviceBuffer(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
   auto* dx = in_place ? static_cast<ComputeT*>(grad_x->data()) : dx_holder.as<ComputeT>();
-  input_affine_backward_into<ComputeT>(cell, L, xc, d_wx.as<ComputeT>(), dx, out);
+  input_affine_backward_into<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), dx, out);
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
+    DeviceBuffer x_holder;
+    const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
     const kernels::TimeGateBackwardArgs<ComputeT> a{
         .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx, .rows = rows_bt,
         .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};

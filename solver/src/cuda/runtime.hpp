@@ -374,18 +374,22 @@ template <class T>
 std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
 
 // The input affines' backward on the device, every block of cell.spec().affine at its columns
-// of d_wx ([b][t][gate_width(cell)], compute type; `xc` is x contiguous in the compute type):
-// per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1 by cuBLAS in the compute type, summed
-// over rows in double in a fixed order on the device (sum_rows_on_device) into out.parameters
-// (storage dtype), and
+// of d_wx ([b][t][gate_width(cell)], compute type; x as the caller gave it, on any device or the
+// host): per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1, summed over rows in double in a
+// fixed order on the device (sum_rows_on_device) into out.parameters (storage dtype), and
 // ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
 // leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
-// new buffer.
+// new buffer. The products are those of the unrounded operands in f32 (f64 for f64 cells):
+// f64 and f32 cells by cuBLAS in their type (no TF32); f16 and bf16 cells on bf16 tensor cores
+// with f32 accumulation, x and W read as stored, d_wx split into three bf16 terms and f16 x and
+// W into two (kernels/bf16_split.hpp: the terms add up to the value exactly), so each product
+// is the f32 one up to the order of its sum (the term pairs below 2^-24 of the leading one are
+// left out); ∇b by cuBLAS in f32.
 template <class ComputeT>
-void input_affine_backward_into(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                 ComputeT* dx, NewtonGradients& out);
 template <class ComputeT>
-DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const ComputeT* xc, const ComputeT* d_wx,
+DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                    NewtonGradients& out);
 
 // The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
