@@ -71,14 +71,14 @@ template std::vector<double> sum_rows_on_device<double>(const double*, std::int6
 namespace {
 
 // One strided-batched GEMM on bf16 tensor cores with f32 accumulation and output (column-major):
-// C_i = op(A_i) B_i + β C_i for i < batch.
-void gemm_bf16(cublasOperation_t op_a, std::int64_t m, std::int64_t n, std::int64_t k, const void* A,
+// C_i = op_a(A_i) op_b(B_i) + β C_i for i < batch.
+void gemm_bf16(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n, std::int64_t k, const void* A,
                std::int64_t lda, std::int64_t stride_a, const void* B, std::int64_t ldb, std::int64_t stride_b,
                float beta, float* C, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   const float one = 1.0f;
   PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      cublas_handle(), op_a, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, lda, stride_a, B, CUDA_R_16BF, ldb,
+      cublas_handle(), op_a, op_b, m, n, k, &one, A, CUDA_R_16BF, lda, stride_a, B, CUDA_R_16BF, ldb,
       stride_b, &beta, C, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -163,13 +163,13 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
         const auto [i, j] = pairs[static_cast<std::size_t>(p)];
         const auto* d_term = d_terms.as<std::uint16_t>() + j * group_rows * width + b.column;
         // ∇W partial (inputs × rows, column-major) = x_termᵢ (inputs × rows_g, ld d_in) d_termⱼᵀ.
-        gemm_bf16(CUBLAS_OP_N, b.inputs, b.rows, rows_g,
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, b.inputs, b.rows, rows_g,
                   static_cast<const std::uint16_t*>(x_base) + i * x_plane, d_in, 0, d_term, width, 0, 0.0f,
                   b.dW.as<float>() + (g * n_pairs + p) * w_plane, b.inputs, 0, 1);
         // ∇x (d_in × rows_g, column-major) += W_termᵢ (inputs × rows, ld inputs) d_termⱼ.
         const bool overwrite = first_writes_all && &b == &terms.front() && p == 0;
         if (b.inputs > 0)
-          gemm_bf16(CUBLAS_OP_N, b.inputs, rows_g, b.rows, b.W.as<std::uint16_t>() + i * w_plane, b.inputs, 0, d_term,
+          gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, b.inputs, rows_g, b.rows, b.W.as<std::uint16_t>() + i * w_plane, b.inputs, 0, d_term,
                     width, 0, overwrite ? 0.0f : 1.0f, dx_g, d_in, 0, 1);
       }
     }
