@@ -1,6 +1,7 @@
 // Properties of the product claim: Newton (default max_iters = None) agrees with the independent
 // oracle within τ for every cell and dtype; a fixed K = 3 on hard weights is reported as
-// Disagree rather than passing; the report points at a planted error. Built once per backend
+// Disagree rather than passing; the report points at a planted error; each default band refuses
+// the wrong answers it exists to catch (tolerance_protections). Built once per backend
 // (backend.hpp): the solver claims run on the backend under test.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -94,6 +95,71 @@ RC_GTEST_PROP(Agreement, ReportPointsAtAPlantedError, ()) {
   RC_ASSERT(r.verdict == Verdict::disagree);
   RC_ASSERT(r.worst_index == index);
   RC_ASSERT(r.mismatches == 1);
+}
+
+// What each default trajectory band protects (tolerance_protections(): a wrong answer seen in the
+// field or named by the contract): an answer that agrees (the oracle stored in the case's dtype)
+// with the row's error planted at one element of magnitude at most 1 is judged Disagree through
+// the judge's own path, on generated cases of the cells whose band is the default. A band
+// loosened by mistake (a digit slip, the seed's f64 value restored) lets the error through, which
+// the test that pins the table alone would otherwise be the only one to see. On an
+// ill-conditioned case (the same-dtype loop itself outside τ) the planted answer may be
+// Inconclusive within the quality bound of that floor, never Agree.
+RC_GTEST_PROP(ToleranceProtection, EveryDefaultBandRefusesTheWrongAnswersItProtects, ()) {
+  for (const ToleranceProtection& row : tolerance_protections()) {
+    std::vector<std::string> cells;
+    for (const std::string& label : kCells)
+      if (tolerance_for({.dtype = row.dtype, .metric = row.metric, .cell = testing::label_options(label).cell})
+              .source == "default")
+        cells.push_back(label);
+    RC_ASSERT(!cells.empty());
+    const auto p = *gen_problem(200, cells, {row.dtype});
+    const Cell cell = p.make_cell();
+    const Case problem = cell.make_case(p.make_input(), p.make_h0(cell.slots()));
+    const auto oracle = reference::oracle_sequential(problem, {.certify_budget = kCertifyBudget});
+    Tensor answer = Tensor::converted(oracle.H, p.dtype);
+    const VerifyOptions options{.seed = p.seed, .certify_budget = kCertifyBudget};
+    const AgreementReport right = compare_trajectory(problem, answer, options);
+    RC_ASSERT(right.verdict == Verdict::agree);
+
+    const Tensor truth = oracle.H.reshaped({oracle.H.numel()});
+    std::vector<std::int64_t> unit;  // the elements of magnitude at most 1, the rows' unit
+    for (std::int64_t i = 0; i < truth.numel(); ++i)
+      if (std::abs(truth.load({i})) <= 1.0) unit.push_back(i);
+    if (unit.empty()) continue;
+    const std::int64_t at = *rc::gen::elementOf(unit);
+    const double sign = *rc::gen::arbitrary<bool>() ? 1.0 : -1.0;
+    const double exact = truth.load({at});
+    // Stored in the case's dtype, the planted value is moved outward until its error is at least
+    // the row's: rounding to the storage grid must not shrink the error below what the row names.
+    Tensor flat = answer.reshaped({answer.numel()});
+    for (double extra = 0.0; std::abs(flat.load({at}) - exact) < row.wrong_by; extra += row.wrong_by / 64)
+      flat.store({at}, exact + sign * (row.wrong_by + extra));
+    const AgreementReport wrong = compare_trajectory(problem, answer, options);
+    const Tolerance tau = tolerance_for({.dtype = row.dtype, .metric = row.metric, .cell = p.cell});
+    RC_CLASSIFY(wrong.ill_conditioned, "ill-conditioned");
+    if (wrong.ill_conditioned) {
+      RC_ASSERT(wrong.verdict != Verdict::agree);
+    } else {
+      if (wrong.verdict != Verdict::disagree)
+        RC_FAIL(fmt::format("{} planted at element {} of {}: {} (band atol {:g} rtol {:g}; protects: {})",
+                            row.wrong_by, at, p.describe(), verdict_name(wrong.verdict), tau.atol, tau.rtol,
+                            row.source));
+      RC_ASSERT(wrong.mismatches == 1);
+    }
+  }
+}
+
+TEST(ToleranceProtection, EveryDtypesTrajectoryBandNamesAWrongAnswerItRefuses) {
+  for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    int named = 0;
+    for (const ToleranceProtection& row : tolerance_protections())
+      if (row.dtype == dtype && row.metric == Metric::trajectory) {
+        ++named;
+        EXPECT_FALSE(row.source.empty());
+      }
+    EXPECT_GT(named, 0) << dtype_name(dtype) << "'s trajectory band says nothing of what it protects";
+  }
 }
 #endif
 

@@ -1,5 +1,6 @@
 // The default tolerance table (CONTRACT §2, §5) and the override registry.
 #include "pararnn/contracts/tolerance.hpp"
+#include "pararnn/core/fault.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -99,6 +100,27 @@ constexpr CellBand kCellBands[] = {
     {"slstm", DType::f32, Metric::gradient_coupled, 5e-4, 1e-3, kSlstmReason},
 };
 
+// What each default trajectory band protects (tolerance.hpp, ToleranceProtection).
+constexpr ToleranceProtection kProtections[] = {
+    {DType::f64, Metric::trajectory, 1.3e-4,
+     "Apple's f64 fused kernel: errors of 1.3e-4 to 9e-2 from a race (CONTRACT §2), which the seed's f64 band "
+     "of 1e-4 barely catches"},
+    {DType::f64, Metric::trajectory, 1e-6,
+     "an f64 answer wrong in its sixth digit, which the seed's f64 band (1e-4) forgives: f64 Newton stops at "
+     "max|F| < 1e-12 and the f64 loop is ~1e-15 off, so 1e-6 is a bug, not rounding (CONTRACT §2)"},
+    {DType::f32, Metric::trajectory, 3.2e-4,
+     "pararnn-torch 0.17.4, GRU hard init, f32, T 16384, default config: 3.2e-4 off with no warning while the "
+     "f32 loop is 2.1e-7 off (docs/examples/pararnn-torch-nightly)"},
+    {DType::f32, Metric::trajectory, 2.3e-2,
+     "Apple's fused kernel at fixed K = 3 on a well-conditioned GRU case (unclamped recurrent std 0.7, T 65536): "
+     "2.3e-2 off (CONTRACT §4)"},
+    {DType::bf16, Metric::trajectory, 1.5e-2,
+     "a bf16 answer two storage ulps off at magnitude 1 (2 x 2^-7): f32 compute stored once in bf16 rounds by "
+     "half an ulp, so two ulps is an error, not rounding (issue 44's audit)"},
+    {DType::f16, Metric::trajectory, 1.5e-2,
+     "the same error in f16, which shares the seed's half-precision band (15 f16 ulps at magnitude 1)"},
+};
+
 struct Override {
   std::size_t id;
   ToleranceScope scope;
@@ -175,6 +197,8 @@ Tolerance oracle_band(OracleBand band) {
   return {};
 }
 
+std::span<const ToleranceProtection> tolerance_protections() { return kProtections; }
+
 Tolerance tolerance_for(const ToleranceQuery& query) {
   {
     std::lock_guard lock(registry_mutex());
@@ -186,7 +210,11 @@ Tolerance tolerance_for(const ToleranceQuery& query) {
     if (query.cell == band.cell && band.dtype == query.dtype && band.metric == query.metric)
       return {band.atol, band.rtol, band.reason};
   for (const Entry& e : kDefaults)
-    if (e.dtype == query.dtype && e.metric == query.metric) return {e.atol, e.rtol, "default"};
+    if (e.dtype == query.dtype && e.metric == query.metric) {
+      const bool slip = (e.dtype == DType::f16 || e.dtype == DType::bf16) && e.metric == Metric::trajectory &&
+                        PARARNN_FAULT_POINT("half_tau_digit_slip");
+      return {slip ? 10 * e.atol : e.atol, e.rtol, "default"};
+    }
   throw ContractViolation("dtype", "has no tolerance for metric " + std::string(metric_name(query.metric)),
                           dtype_name(query.dtype));
 }

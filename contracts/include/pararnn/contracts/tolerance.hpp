@@ -8,7 +8,9 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "pararnn/core/dtype.hpp"
 
@@ -53,6 +55,20 @@ struct ToleranceQuery {
 };
 
 Tolerance tolerance_for(const ToleranceQuery& query);
+
+// What a default band is there to refuse: a wrong answer seen in the field or named by the
+// contract, as an error of `wrong_by` at one element of magnitude at most 1, which the default
+// band of (dtype, metric) must judge Disagree, so that a band loosened by mistake (a digit slip
+// in the table, the seed's f64 value restored) is caught by what it lets through, not only by a
+// test that pins the table. Every default trajectory band has at least one
+// (contracts/tests/tolerance_protection_test.cpp holds each through compare_trajectory).
+struct ToleranceProtection {
+  DType dtype;
+  Metric metric;
+  double wrong_by;
+  std::string_view source;  // where this wrong answer was seen, or the contract clause
+};
+std::span<const ToleranceProtection> tolerance_protections();
 
 // The oracle's internal bands, which its own tests hold it to (reference/tests): its working
 // types against each other, its automatic differentiation against central differences, the same
