@@ -172,14 +172,15 @@ Tensor cotangent(const Cell& cell, std::int64_t batch, std::int64_t time, const 
 // tensors the cell needs that were not given (r.gradients_missing) and elements beyond the
 // storage dtype's range when everything else agrees. `problem` holds the cotangent (grad_H).
 void judge_gradient_tensors(AgreementReport& r, const Case& problem, Metric metric,
-                            const std::vector<std::pair<std::string, Tensor>>& theirs, const VerifyOptions& options) {
+                            const std::vector<std::pair<std::string, Tensor>>& theirs, const VerifyOptions& options,
+                            const JudgeHooks& hooks) {
   const DType dtype = problem.dtype();
   const auto start = Clock::now();
   const reference::OracleOptions oracle_options{
-      .certify = true, .certify_budget = certify_budget(options, dtype), .seed = options.seed};
+      .certify = true, .certify_budget = certify_budget(options, dtype), .seed = options.seed, .poll = hooks.poll};
   const std::shared_ptr<const reference::OracleGradients> oracle_result =
-      options.oracle_memo
-          ? options.oracle_memo->gradients(options.oracle_key, options.oracle_uses, problem, oracle_options)
+      hooks.oracle_memo
+          ? hooks.oracle_memo->gradients(hooks.oracle_key, hooks.oracle_uses, problem, oracle_options)
           : std::make_shared<const reference::OracleGradients>(reference::oracle_gradients(problem, oracle_options));
   const reference::OracleGradients& oracle = *oracle_result;
   r.timings_ms["oracle_gradients"] = ms_since(start);
@@ -238,7 +239,7 @@ void judge_gradient_tensors(AgreementReport& r, const Case& problem, Metric metr
 
 // Production adjoint vs the oracle's BPTT (verify --grad).
 void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, Case problem,
-                     const VerifyOptions& options) {
+                     const VerifyOptions& options, const JudgeHooks& hooks) {
   const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
   const Tensor g = cotangent(cell, x.size(0), x.size(1), options.grad_H);
   auto start = Clock::now();
@@ -249,7 +250,7 @@ void judge_gradients(AgreementReport& r, const Cell& cell, const TensorView& x, 
   std::vector<std::pair<std::string, Tensor>> ours = {{"x", grads.x}};
   if (grads.h0) ours.emplace_back("h0", *grads.h0);
   for (const auto& [name, grad] : grads.parameters) ours.emplace_back(name, grad);
-  judge_gradient_tensors(r, problem, gradient_metric(cell), ours, options);
+  judge_gradient_tensors(r, problem, gradient_metric(cell), ours, options, hooks);
 }
 
 // An external solver's gradients, checked against gradient_names before any work: each a host
@@ -331,18 +332,19 @@ std::string_view verdict_name(Verdict verdict) {
   return "?";
 }
 
-AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const VerifyOptions& options) {
-  if (options.oracle_memo && options.oracle_key.empty())
+AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const VerifyOptions& options,
+                                 const JudgeHooks& hooks) {
+  if (hooks.oracle_memo && hooks.oracle_key.empty())
     throw ContractViolation("oracle_key", "must name the case when oracle_memo is set", "(empty)");
-  if (options.oracle_memo && options.oracle_uses < 1)
-    throw ContractViolation("oracle_uses", "must be >= 1 when oracle_memo is set", std::to_string(options.oracle_uses));
+  if (hooks.oracle_memo && hooks.oracle_uses < 1)
+    throw ContractViolation("oracle_uses", "must be >= 1 when oracle_memo is set", std::to_string(hooks.oracle_uses));
   // This call is one of the key's users on every path out, the oracle reached or not.
   struct MemoUse {
-    const VerifyOptions& o;
+    const JudgeHooks& o;
     ~MemoUse() {
       if (o.oracle_memo) o.oracle_memo->done(o.oracle_key, o.oracle_uses);
     }
-  } memo_use{options};
+  } memo_use{hooks};
   AgreementReport r;
   r.cell = std::string(cell.name());
   r.slots = cell.slots();
@@ -351,7 +353,7 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   const ApplyOptions apply{.h0 = options.h0, .cu_seqlens = options.cu_seqlens};
 
   const auto phase = [&](std::string_view name) {
-    if (options.progress) options.progress(name);
+    if (hooks.progress) hooks.progress(name);
   };
   phase("newton");
   auto start = Clock::now();
@@ -377,10 +379,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   const reference::OracleOptions oracle_options{.certify = true,
                                                 .certify_budget = certify_budget(options, cell.dtype()),
                                                 .seed = options.seed,
-                                                .poll = options.poll};
+                                                .poll = hooks.poll};
   std::shared_ptr<const reference::OracleResult> oracle_result;
-  if (options.oracle_memo) {
-    oracle_result = options.oracle_memo->trajectory(options.oracle_key, options.oracle_uses, problem, oracle_options);
+  if (hooks.oracle_memo) {
+    oracle_result = hooks.oracle_memo->trajectory(hooks.oracle_key, hooks.oracle_uses, problem, oracle_options);
   } else {
     oracle_result = std::make_shared<const reference::OracleResult>(reference::oracle_sequential(problem, oracle_options));
   }
@@ -392,17 +394,18 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.cell_version = options.cell_version;
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
-  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, options.poll);
+  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   if (options.gradients) {
     phase("gradients");
-    judge_gradients(r, cell, x, problem, options);
+    judge_gradients(r, cell, x, problem, options, hooks);
   }
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;
 }
 
 AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
-                                   const VerifyOptions& options, const std::optional<ExternalGradients>& gradients) {
+                                   const VerifyOptions& options, const std::optional<ExternalGradients>& gradients,
+                                   const JudgeHooks& hooks) {
   const Cell cell = checked_case(problem);  // the same refusals as verify and solve
   AgreementReport r;
   std::vector<std::pair<std::string, Tensor>> theirs;
@@ -416,9 +419,11 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   if (!is_floating(trajectory.dtype()))
     throw ContractViolation("trajectory", "H must have a floating dtype (F64, F32, F16, BF16)",
                             dtype_name(trajectory.dtype()));
+  if (hooks.progress) hooks.progress("oracle");
   auto start = Clock::now();
   const reference::OracleResult oracle = reference::oracle_sequential(
-      problem, {.certify = true, .certify_budget = certify_budget(options, problem.dtype()), .seed = options.seed});
+      problem, {.certify = true, .certify_budget = certify_budget(options, problem.dtype()), .seed = options.seed,
+                .poll = hooks.poll});
   r.timings_ms["oracle"] = ms_since(start);
   r.slots = cell.slots();
   if (trajectory.shape() != oracle.H.shape())
@@ -427,6 +432,7 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   ApplyOptions apply;
   if (problem.h0) apply.h0 = problem.h0->view();
   if (problem.cu_seqlens) apply.cu_seqlens = problem.cu_seqlens->view();
+  if (hooks.progress) hooks.progress("sequential");
   start = Clock::now();
   const Tensor H_seq = sequential_apply(cell, problem.x, apply);  // the case dtype's floor
   r.timings_ms["sequential"] = ms_since(start);
@@ -434,15 +440,15 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   judge(r, trajectory, oracle, tau, problem);
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(trajectory, H_seq);
-  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, options.poll);
+  apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   r.newton_iters = 0;
   r.max_residual = NAN;
   if (gradients) {
     Case with_cotangent = problem;  // the case's grad.H, or ones
     if (!with_cotangent.grad_H) with_cotangent.grad_H = cotangent(cell, problem.x.size(0), problem.x.size(1), std::nullopt);
-    VerifyOptions own = options;  // the oracle memo is verify's (its key is released there)
-    own.oracle_memo = nullptr;
-    judge_gradient_tensors(r, with_cotangent, gradient_metric(cell), theirs, own);
+    if (hooks.progress) hooks.progress("gradients");
+    // The oracle memo is verify's (its key is released there): compare's gradients take their own.
+    judge_gradient_tensors(r, with_cotangent, gradient_metric(cell), theirs, options, {.poll = hooks.poll});
   }
   if (options.raise_on_fail && r.verdict != Verdict::agree) throw AgreementError(r.failure_message());
   return r;

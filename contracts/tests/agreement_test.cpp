@@ -33,7 +33,7 @@ TEST(VerifyAgreement, LibraryInitGruAgreesAndReportsEverything) {
   EXPECT_LE(r.vs_sequential_max_abs, r.atol);
 }
 
-// VerifyOptions::poll reaches the oracle: what it throws abandons verify_agreement (the
+// JudgeHooks::poll reaches the oracle: what it throws abandons verify_agreement (the
 // campaign's time budget cuts a row inside a long oracle this way), and the memo's key is
 // released on that path too.
 TEST(VerifyAgreement, PollStopsTheCallInsideTheOracle) {
@@ -42,19 +42,36 @@ TEST(VerifyAgreement, PollStopsTheCallInsideTheOracle) {
   struct Stop {};
   std::string phase_at_stop;
   OracleMemo memo;
-  VerifyOptions o{.seed = 5};
-  o.oracle_memo = &memo;
-  o.oracle_key = "poll";
-  o.oracle_uses = 1;
   std::string phase;
-  o.progress = [&](std::string_view p) { phase = p; };
-  o.poll = [&] {
-    phase_at_stop = phase;
-    throw Stop{};
-  };
-  EXPECT_THROW((void)verify_agreement(cell, x, o), Stop);
+  const JudgeHooks hooks{.progress = [&](std::string_view p) { phase = p; },
+                         .poll =
+                             [&] {
+                               phase_at_stop = phase;
+                               throw Stop{};
+                             },
+                         .oracle_memo = &memo,
+                         .oracle_key = "poll",
+                         .oracle_uses = 1};
+  EXPECT_THROW((void)verify_agreement(cell, x, {.seed = 5}, hooks), Stop);
   EXPECT_EQ(phase_at_stop, "oracle");
   EXPECT_EQ(memo.live(), 0u);
+}
+
+// compare_trajectory runs under the same hooks: its phases are reported and the poll reaches its
+// oracle, so a campaign's time budget cuts an external solver's row inside a long oracle too.
+TEST(CompareTrajectory, PollStopsTheCallInsideTheOracle) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 4, .d_h = 8}, DType::f32, 1);
+  const Case problem = cell.make_case(normal_input(DType::f32, {2, 3000, 4}, 2));
+  const Tensor H = sequential_apply(cell, problem.x);
+  struct Stop {};
+  std::string phase, phase_at_stop;
+  const JudgeHooks hooks{.progress = [&](std::string_view p) { phase = p; },
+                         .poll = [&] {
+                           phase_at_stop = phase;
+                           throw Stop{};
+                         }};
+  EXPECT_THROW((void)compare_trajectory(problem, H, {.seed = 5}, std::nullopt, hooks), Stop);
+  EXPECT_EQ(phase_at_stop, "oracle");
 }
 
 // f16 sLSTM gradients at T = 1024 (the nightly's case slstm.f16.T1024.init.s1): ∇W_x sums the

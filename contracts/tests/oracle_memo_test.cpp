@@ -21,13 +21,10 @@ Problem make_problem(std::uint64_t seed) {
           generated_case_input(DType::f32, 2, 256, 4, seed + 1)};
 }
 
-VerifyOptions with_memo(OracleMemo& memo, const std::string& key, std::int64_t uses) {
-  VerifyOptions vo;
-  vo.seed = 5;
-  vo.oracle_memo = &memo;
-  vo.oracle_key = key;
-  vo.oracle_uses = uses;
-  return vo;
+const VerifyOptions kSeeded{.seed = 5};
+
+JudgeHooks with_memo(OracleMemo& memo, const std::string& key, std::int64_t uses) {
+  return {.oracle_memo = &memo, .oracle_key = key, .oracle_uses = uses};
 }
 
 TEST(OracleMemo, TwoCallsShareOneOracleRunAndJudgeAsWithoutIt) {
@@ -36,9 +33,9 @@ TEST(OracleMemo, TwoCallsShareOneOracleRunAndJudgeAsWithoutIt) {
   plain.seed = 5;
   const AgreementReport alone = verify_agreement(p.cell, p.x, plain);
   OracleMemo memo;
-  const AgreementReport first = verify_agreement(p.cell, p.x, with_memo(memo, "case", 2));
+  const AgreementReport first = verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 2));
   EXPECT_EQ(memo.live(), 1u);  // one user still to come
-  const AgreementReport second = verify_agreement(p.cell, p.x, with_memo(memo, "case", 2));
+  const AgreementReport second = verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 2));
   EXPECT_EQ(memo.computed(), 1);
   EXPECT_EQ(memo.reused(), 1);
   EXPECT_EQ(memo.live(), 0u);
@@ -57,10 +54,10 @@ TEST(OracleMemo, GradientsAreSharedTooAndJudgedAsWithoutIt) {
   plain.gradients = true;
   const AgreementReport alone = verify_agreement(p.cell, p.x, plain);
   OracleMemo memo;
-  VerifyOptions vo = with_memo(memo, "case", 2);
+  VerifyOptions vo = kSeeded;
   vo.gradients = true;
-  const AgreementReport first = verify_agreement(p.cell, p.x, vo);
-  const AgreementReport second = verify_agreement(p.cell, p.x, vo);
+  const AgreementReport first = verify_agreement(p.cell, p.x, vo, with_memo(memo, "case", 2));
+  const AgreementReport second = verify_agreement(p.cell, p.x, vo, with_memo(memo, "case", 2));
   EXPECT_EQ(memo.computed(), 2);  // the trajectory and the gradients, once each
   EXPECT_EQ(memo.reused(), 2);
   EXPECT_EQ(memo.live(), 0u);
@@ -79,14 +76,14 @@ TEST(OracleMemo, GradientsAreSharedTooAndJudgedAsWithoutIt) {
 TEST(OracleMemo, AKeyBoundToOneCaseRefusesAnother) {
   const Problem a = make_problem(1), b = make_problem(2);
   OracleMemo memo;
-  (void)verify_agreement(a.cell, a.x, with_memo(memo, "case", 2));
-  EXPECT_THROW((void)verify_agreement(b.cell, b.x, with_memo(memo, "case", 2)), Error);
+  (void)verify_agreement(a.cell, a.x, kSeeded, with_memo(memo, "case", 2));
+  EXPECT_THROW((void)verify_agreement(b.cell, b.x, kSeeded, with_memo(memo, "case", 2)), Error);
   // Same case, other oracle options: refused too.
   OracleMemo memo2;
-  (void)verify_agreement(a.cell, a.x, with_memo(memo2, "case", 2));
-  VerifyOptions other_seed = with_memo(memo2, "case", 2);
+  (void)verify_agreement(a.cell, a.x, kSeeded, with_memo(memo2, "case", 2));
+  VerifyOptions other_seed = kSeeded;
   other_seed.seed = 6;
-  EXPECT_THROW((void)verify_agreement(a.cell, a.x, other_seed), Error);
+  EXPECT_THROW((void)verify_agreement(a.cell, a.x, other_seed, with_memo(memo2, "case", 2)), Error);
 }
 
 TEST(OracleMemo, ConcurrentCallsComputeOnce) {
@@ -94,8 +91,8 @@ TEST(OracleMemo, ConcurrentCallsComputeOnce) {
   OracleMemo memo;
   AgreementReport r1, r2;
   {
-    std::jthread t1([&] { r1 = verify_agreement(p.cell, p.x, with_memo(memo, "case", 2)); });
-    std::jthread t2([&] { r2 = verify_agreement(p.cell, p.x, with_memo(memo, "case", 2)); });
+    std::jthread t1([&] { r1 = verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 2)); });
+    std::jthread t2([&] { r2 = verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 2)); });
   }
   EXPECT_EQ(memo.computed(), 1);
   EXPECT_EQ(memo.reused(), 1);
@@ -106,11 +103,12 @@ TEST(OracleMemo, ConcurrentCallsComputeOnce) {
 TEST(OracleMemo, AUserThatStopsBeforeTheOracleStillReleasesTheEntry) {
   const Problem p = make_problem(4);
   OracleMemo memo;
-  VerifyOptions refused = with_memo(memo, "case", 2);
-  refused.h0 = Tensor(DType::f32, {3, 8}).view();  // wrong batch: refused before any oracle
-  EXPECT_THROW((void)verify_agreement(p.cell, p.x, refused), ContractViolation);
+  VerifyOptions refused = kSeeded;
+  const Tensor wrong_h0(DType::f32, {3, 8});  // wrong batch: refused before any oracle
+  refused.h0 = wrong_h0.view();
+  EXPECT_THROW((void)verify_agreement(p.cell, p.x, refused, with_memo(memo, "case", 2)), ContractViolation);
   EXPECT_EQ(memo.live(), 1u);
-  (void)verify_agreement(p.cell, p.x, with_memo(memo, "case", 2));
+  (void)verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 2));
   EXPECT_EQ(memo.live(), 0u);
   EXPECT_EQ(memo.computed(), 1);
 }
@@ -118,8 +116,8 @@ TEST(OracleMemo, AUserThatStopsBeforeTheOracleStillReleasesTheEntry) {
 TEST(OracleMemo, RefusesAMemoWithoutAKeyOrUses) {
   const Problem p = make_problem(1);
   OracleMemo memo;
-  EXPECT_THROW((void)verify_agreement(p.cell, p.x, with_memo(memo, "", 2)), ContractViolation);
-  EXPECT_THROW((void)verify_agreement(p.cell, p.x, with_memo(memo, "case", 0)), ContractViolation);
+  EXPECT_THROW((void)verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "", 2)), ContractViolation);
+  EXPECT_THROW((void)verify_agreement(p.cell, p.x, kSeeded, with_memo(memo, "case", 0)), ContractViolation);
   EXPECT_EQ(memo.live(), 0u);
 }
 

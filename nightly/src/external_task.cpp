@@ -59,7 +59,7 @@ Json run_json(const ExternalSolver& solver, const SolverRun& run, bool gradients
 
 // The judge's report on an answer; Error when the answer is refused (shape, dtype, names).
 std::optional<AgreementReport> judge_answer(const Case& problem, const ExternalAnswer& answer, bool gradients,
-                                            const VerifyOptions& vo, Json& row) {
+                                            const VerifyOptions& vo, const JudgeHooks& hooks, Json& row) {
   try {
     // Gradients: judged by compare --gradients' own rules (issue 41 item 1): a tensor not named as
     // `solve --grad` names it, or of another dtype or shape, is refused; a missing one is named and
@@ -69,7 +69,7 @@ std::optional<AgreementReport> judge_answer(const Case& problem, const ExternalA
       theirs = ExternalGradients{.source = "the answer file"};
       for (const auto& [name, tensor] : answer.gradients) theirs->tensors.emplace(name, tensor.view());
     }
-    const AgreementReport r = compare_trajectory(problem, answer.H, vo, theirs);
+    const AgreementReport r = compare_trajectory(problem, answer.H, vo, theirs, hooks);
     row["outcome"] = std::string(verdict_name(r.verdict));
     row["agreement"] = r.to_json();
     return r;
@@ -155,11 +155,10 @@ void run_external_rows(const TaskSpec& spec, const TaskContext& ctx, TaskOutput&
   vo.repro_command = fmt::format("pararnn compare cases/{0}.safetensors --trajectory cases/{0}.answer.safetensors "
                                  "--seed {1} --certify-budget {2}{3}", id, key.case_seed, budget,
                                  gradients ? fmt::format(" --gradients cases/{}.answer.safetensors", id) : "");
-  vo.progress = [&](std::string_view) { ctx.checkpoint(); };
-  vo.poll = ctx.checkpoint;
+  const JudgeHooks hooks{.progress = [&](std::string_view) { ctx.checkpoint(); }, .poll = ctx.checkpoint};
   std::optional<AgreementReport> report;
   if (solved.answer) {
-    report = judge_answer(built.problem(), *solved.answer, gradients, vo, row);
+    report = judge_answer(built.problem(), *solved.answer, gradients, vo, hooks, row);
   } else {
     record_row_error(row, solved.error_type, solved.error);
   }

@@ -43,9 +43,10 @@ std::string verify_flags(const TaskContext& ctx, const CaseKey& key, const std::
 }
 
 // Verifies the row; returns false when the solver refuses the path (the row is skipped).
-bool judge_row(const BuiltCase& built, const VerifyOptions& vo, const std::string& id, Json& row, TaskOutput& out) {
+bool judge_row(const BuiltCase& built, const VerifyOptions& vo, const JudgeHooks& hooks, const std::string& id,
+               Json& row, TaskOutput& out) {
   try {
-    const AgreementReport r = verify_agreement(built.cell, built.x, vo);
+    const AgreementReport r = verify_agreement(built.cell, built.x, vo, hooks);
     row["outcome"] = std::string(verdict_name(r.verdict));
     row["agreement"] = r.to_json();
   } catch (const UnsupportedPath& e) {
@@ -104,12 +105,12 @@ void run_row(const CaseKey& key, const std::string& backend, const TaskContext& 
   vo.gradients = gradients;
   vo.repro_command = repro;
   // The case's rows on every backend share one oracle trajectory.
-  vo.oracle_memo = &ctx.oracle_memo;
-  vo.oracle_key = case_id(key);
-  vo.oracle_uses = static_cast<std::int64_t>(plan.backends_at(key.time).size());
-  vo.progress = [&](std::string_view) { ctx.checkpoint(); };
-  vo.poll = ctx.checkpoint;
-  if (!judge_row(built, vo, id, row, out)) return;
+  const JudgeHooks hooks{.progress = [&](std::string_view) { ctx.checkpoint(); },
+                         .poll = ctx.checkpoint,
+                         .oracle_memo = &ctx.oracle_memo,
+                         .oracle_key = case_id(key),
+                         .oracle_uses = static_cast<std::int64_t>(plan.backends_at(key.time).size())};
+  if (!judge_row(built, vo, hooks, id, row, out)) return;
   if (row["outcome"] != "Agree") {
     out.case_files.push_back(ctx.staging / (id + ".safetensors"));
     write_case(out.case_files.back(), built.problem());

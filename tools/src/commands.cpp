@@ -660,8 +660,8 @@ int verify(const SolveArgs& args) {
                                       args.grad ? " --grad" : "");
   Progress progress("verify", args.grad ? 4 : 3, "phases");
   std::int64_t phases_done = 0;
-  options.progress = [&](std::string_view phase) { progress.update(phases_done++, phase); };
-  const AgreementReport report = verify_agreement(cell, problem.x, options);
+  const JudgeHooks hooks{.progress = [&](std::string_view phase) { progress.update(phases_done++, phase); }};
+  const AgreementReport report = verify_agreement(cell, problem.x, options, hooks);
   progress.update(phases_done);
   progress.finish();
   std::cout << report.summary() << "\n";

@@ -62,10 +62,15 @@ struct VerifyOptions {
   // oracle (host code) reads these (same shape and dtype, else ContractViolation).
   std::optional<TensorView> host_x;
   std::optional<TensorView> host_h0;
+};
+
+// How a judging call runs, apart from what it judges (VerifyOptions): progress, cancellation, and
+// one oracle shared by several calls. Every field may stay empty; no verdict depends on them.
+struct JudgeHooks {
   // Called as each phase starts ("newton", "sequential", "oracle", then "gradients" when asked):
   // the CLI's progress (core/progress.hpp).
   std::function<void(std::string_view phase)> progress;
-  // Cancellation inside the oracle's unroll and certification (reference::OracleOptions::poll,
+  // Cancellation inside the oracle's unroll, certification and BPTT (reference::OracleOptions::poll,
   // called on its OpenMP threads): an exception it throws abandons the call. The campaign's
   // time budget, so that one long oracle does not run a campaign past it.
   std::function<void()> poll;
@@ -143,7 +148,7 @@ struct AgreementReport {
 // The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one
 // comparison used by verify and compare (worst index reported as b, t, slot, channel).
 [[nodiscard]] AgreementReport verify_agreement(const Cell& cell, const TensorView& x,
-                                               const VerifyOptions& options = {});
+                                               const VerifyOptions& options = {}, const JudgeHooks& hooks = {});
 
 // An external solver's gradients of L = Σ grad_H ⊙ H (the case's grad.H, or ones, as `pararnn
 // solve --grad` takes them), under the names `solve --grad` writes: "grad.x", "grad.h0" (when the
@@ -176,6 +181,7 @@ std::vector<GradientName> gradient_names(const Case& problem);
 //   compare_trajectory(problem, H, {.seed = 1}, ExternalGradients{.tensors = {{"grad.x", gx}}, .source = "G.safetensors"});
 [[nodiscard]] AgreementReport compare_trajectory(const Case& problem, const TensorView& trajectory,
                                                  const VerifyOptions& options = {},
-                                                 const std::optional<ExternalGradients>& gradients = std::nullopt);
+                                                 const std::optional<ExternalGradients>& gradients = std::nullopt,
+                                                 const JudgeHooks& hooks = {});
 
 }  // namespace pararnn

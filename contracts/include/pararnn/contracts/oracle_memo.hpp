@@ -12,7 +12,7 @@
 // path, whether or not it reached the oracle), so memory stays bounded by the cases in flight. A
 // failed oracle computation is rethrown to every caller of that key. Thread-safe.
 //   OracleMemo memo;
-//   VerifyOptions vo{.oracle_memo = &memo, .oracle_key = "gru.f32.T1024.init.s1", .oracle_uses = 2};
+//   JudgeHooks hooks{.oracle_memo = &memo, .oracle_key = "gru.f32.T1024.init.s1", .oracle_uses = 2};
 #pragma once
 
 #include <cstdint>
