@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/bf16_split.hpp"
 
 namespace pararnn::kernels {
@@ -41,10 +42,12 @@ cudaError_t launch_bf16_split(const Bf16SplitArgs& a, cudaStream_t stream) {
   const std::int64_t wanted = (a.n + 255) / 256;
   const auto blocks = static_cast<unsigned>(wanted < 8192 ? wanted : 8192);
   auto* dst = static_cast<__nv_bfloat16*>(a.dst);
+  // The fault: one term fewer than asked (the last remainder dropped), the terms no longer exact.
+  const int terms = PARARNN_FAULT_POINT("cuda_bf16_split_term_dropped") && a.terms > 1 ? a.terms - 1 : a.terms;
   if (a.src_type == Bf16SplitSource::f16)
-    bf16_split_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<const __half*>(a.src), dst, a.n, a.terms, a.plane);
+    bf16_split_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<const __half*>(a.src), dst, a.n, terms, a.plane);
   else
-    bf16_split_kernel<float><<<blocks, 256, 0, stream>>>(static_cast<const float*>(a.src), dst, a.n, a.terms, a.plane);
+    bf16_split_kernel<float><<<blocks, 256, 0, stream>>>(static_cast<const float*>(a.src), dst, a.n, terms, a.plane);
   return cudaGetLastError();
 }
 

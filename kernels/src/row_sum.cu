@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/row_sum.hpp"
 
 namespace pararnn::kernels {
@@ -18,6 +19,17 @@ __global__ void row_sum_kernel(RowSumArgs<T> a) {
   }
 }
 
+#if defined(PARARNN_FAULTS) && PARARNN_FAULTS  // both passes: the device pass must compile the faulty kernel
+// The fault `cuda_row_sum_atomics`: the rows added by floating-point atomics, a thread per term, in
+// whatever order the threads run (out zeroed first): sums that differ from run to run.
+template <class T>
+__global__ void row_sum_atomic_kernel(RowSumArgs<T> a) {
+  const std::int64_t terms = a.count * a.n, stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < terms; k += stride)
+    atomicAdd(a.out + k % a.n, static_cast<double>(a.rows[k]));
+}
+#endif
+
 }  // namespace
 
 template <class T>
@@ -25,6 +37,17 @@ cudaError_t launch_row_sum(const RowSumArgs<T>& a, cudaStream_t stream) {
   if (a.count < 0 || a.n < 0) return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
   if (a.out == nullptr || (a.count > 0 && a.rows == nullptr)) return cudaErrorInvalidValue;
+#if defined(PARARNN_FAULTS) && PARARNN_FAULTS
+  if (PARARNN_FAULT_POINT("cuda_row_sum_atomics")) {
+    if (const cudaError_t e = cudaMemsetAsync(a.out, 0, static_cast<std::size_t>(a.n) * sizeof(double), stream);
+        e != cudaSuccess)
+      return e;
+    if (a.count == 0) return cudaSuccess;
+    const std::int64_t wanted = (a.count * a.n + 255) / 256;
+    row_sum_atomic_kernel<T><<<static_cast<unsigned>(wanted < 65536 ? wanted : 65536), 256, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+#endif
   const std::int64_t blocks = (a.n + 255) / 256;
   row_sum_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(a);
   return cudaGetLastError();

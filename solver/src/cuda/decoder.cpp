@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/decode.hpp"
 #include "pararnn/solver/decode.hpp"
 
@@ -126,7 +127,8 @@ void CudaDecoder::step(const TensorView& state, const TensorView& x, const Tenso
       using ComputeT = kernels::ComputeOf<StorageT>;
       const kernels::DecodeArgs<StorageT> args{
           .weight_t = d.weight_t.as<ComputeT>(), .bias = d.bias.as<ComputeT>(), .values = d.values.as<ComputeT>(),
-          .state = static_cast<const StorageT*>(state.data()), .x = static_cast<const StorageT*>(x.data()),
+          .state = static_cast<const StorageT*>(PARARNN_FAULT_POINT("cuda_decoder_stale_carry") ? out.data() : state.data()),
+          .x = static_cast<const StorageT*>(x.data()),
           .out = static_cast<StorageT*>(out.data()), .batch = batch, .channels = d.cell.d_h(),
           .d_in = d.cell.d_in(), .affine_inputs = d.affine_inputs, .dt_gate = d.cell.spec().dt_gate,
           .dt_floor = cells::kCfcDtFloor};

@@ -28,6 +28,7 @@
 #include <optional>
 #include <vector>
 
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
 #include "pararnn/kernels/newton_step.hpp"
 #include "pararnn/kernels/scan.hpp"
@@ -105,7 +106,9 @@ class CudaPerChannelFamily {
     const bool want_result = expected_updates_ > 0 && steps_ + 1 >= expected_updates_;
     const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
                                               .recurrent = static_cast<const ComputeT*>(p_.recurrent),
-                                              .h0 = static_cast<const ComputeT*>(p_.h0),
+                                              .h0 = PARARNN_FAULT_POINT("cuda_fused_step_ignores_h0")
+                                                        ? nullptr
+                                                        : static_cast<const ComputeT*>(p_.h0),
                                               .h0_row = p_.h0_row,
                                               .head = p_.head,
                                               .H_in = guess_pending_ ? nullptr : H_,
@@ -152,9 +155,12 @@ class CudaPerChannelFamily {
     H_ = out_;
     auto* flag = ws_.max_abs.as<unsigned int>();
     PARARNN_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned int), kStream));
-    run_sequential<CellMath, ComputeT>(p_, H_, {.non_finite = flag});
+    DeviceProblem rows = p_;
+    if (PARARNN_FAULT_POINT("cuda_auto_rule_skips_last_row") && rows.batch > 1) --rows.batch;
+    run_sequential<CellMath, ComputeT>(rows, H_, {.non_finite = flag});
     unsigned int non_finite = 0;
     copy_to_host(&non_finite, flag, sizeof non_finite);
+    if (PARARNN_FAULT_POINT("cuda_sequential_flag_dropped")) non_finite = 0;
     return non_finite != 0 ? std::numeric_limits<double>::infinity() : 0.0;
   }
   const char* strategy_name() const { return ws_.fused ? "fused" : "host_driven"; }
@@ -203,7 +209,7 @@ class CudaPerChannelFamily {
     result_known_ = false;
     kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
                                   .delta = residual(),
-                                  .head = p_.head,
+                                  .head = PARARNN_FAULT_POINT("cuda_scan_heads_dropped") ? nullptr : p_.head,
                                   .batch = p_.batch,
                                   .time = p_.time,
                                   .channels = p_.channels,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/time_gate.hpp"
@@ -53,7 +54,8 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   // The single-pass scan (its association is fixed: the gradients repeat bit for bit). At S1 the
   // three launches take 5.28 ms with it against 5.56 with the three-phase scan, the same d_wx
   // bit for bit and recurrent sums within 1.2e-13 (H200, pararnn_bench_shapes --only backward).
-  const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(), .head = p.head,
+  const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(),
+                                       .head = PARARNN_FAULT_POINT("cuda_adjoint_not_cut_at_segment_end") ? nullptr : p.head,
                                        .batch = B, .time = T, .channels = D, .reverse = true,
                                        .tiling = {.algorithm = kernels::ScanAlgorithm::single_pass}};
   DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D, scan.tiling),

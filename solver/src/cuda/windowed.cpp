@@ -57,7 +57,8 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::kStream));
       const kernels::WindowedNewtonArgs<T> args{
           .wx = static_cast<const T*>(p.wx), .recurrent = static_cast<const T*>(p.recurrent),
-          .h0 = static_cast<const T*>(p.h0), .H = target, .residual_max = residual.as<Bits>(),
+          .h0 = PARARNN_FAULT_POINT("cuda_windowed_h0_dropped") ? nullptr : static_cast<const T*>(p.h0),
+          .H = target, .residual_max = residual.as<Bits>(),
           .batch = layout.batch, .time = layout.time, .channels = layout.d_h, .window = window,
           .iterations = K, .omega = static_cast<T>(config.omega)};
       PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::kStream)));
