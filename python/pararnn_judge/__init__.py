@@ -27,7 +27,7 @@ from ._pararnn import (AgreementError, AgreementReport, CaseFileError, Certifica
                        cuda_backend_built)
 
 __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
-           "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "read_case", "write_case", "Error", "ContractViolation",
+           "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "diagnose", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
            "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory"]
 
@@ -343,6 +343,17 @@ def oracle(cell, x, *, h0=None, cu_seqlens=None, seed=0, certify_budget=None):
     H, info = _pararnn._oracle(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                _dlpack_source(cu_seqlens, "cu_seqlens"), seed, certify_budget)
     return _like(x, H), info
+
+
+def diagnose(cell, x, *, h0=None, cu_seqlens=None, window=64, chains=64, seed=0, certify_budget=None):
+    """Why a case is hard, before solving it (docs/diagnose.md): the largest Lyapunov exponent
+    and the finite-time stretch along the oracle's certified trajectory, as a dict with the keys
+    of `pararnn diagnose --json` from "cell" to "units" (the same C++ code). No solver runs.
+    Raises CertificationError when the trajectory is not certified or the estimate is not finite
+    (as `pararnn diagnose` exits 2), ContractViolation for a refused input."""
+    text = _pararnn._diagnose(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
+                              _dlpack_source(cu_seqlens, "cu_seqlens"), window, chains, seed, certify_budget)
+    return _json.loads(text)
 
 
 def read_case(path):

@@ -27,6 +27,7 @@
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/case_rules.hpp"
+#include "pararnn/contracts/diagnose.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/reference/oracle.hpp"
@@ -501,6 +502,26 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(array_of(result.H), info);
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "seed"_a, "certify_budget"_a.none());
+  m.def("_diagnose",
+        [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
+           std::int64_t window, std::int64_t chains, std::uint64_t seed, std::optional<std::int64_t> certify_budget) {
+          const TensorView xv = view_of(x, "x");
+          const Case problem = case_of(c, xv, optional_view(h0, "h0"), optional_view(cu_seqlens, "cu_seqlens"));
+          Diagnosis d;
+          {
+            nb::gil_scoped_release release;
+            d = diagnose_case(problem, {.window = window, .chains = chains, .seed = seed,
+                                        .certify_budget = certify_budget});
+          }
+          // The CLI's rule (exit 2): an uncertified trajectory or a non-finite estimate is no number.
+          if (!d.estimate) {
+            raise("CertificationError", "diagnose: inconclusive: " + d.inconclusive_reason);
+            throw nb::python_error();
+          }
+          return d.to_json().dump();
+        },
+        "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "window"_a, "chains"_a, "seed"_a,
+        "certify_budget"_a.none());
   m.def("_last_views", []() {
     std::lock_guard lock(last_views_mutex);
     nb::dict d;

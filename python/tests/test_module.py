@@ -1,5 +1,6 @@
 """The pararnn_judge module on numpy arrays: views not copies, the CLI's verdicts and report keys,
 the judge's honesty, and errors under the library's names."""
+import json
 import math
 import os
 import unittest
@@ -192,6 +193,50 @@ class VerdictsAreTheCLIs(unittest.TestCase):
         self.assertTrue(info["certified_all_chains"])
         report = pararnn.compare(cell, x, H_seq, seed=SEED)
         self.assertEqual(report.max_abs, float(np.max(np.abs(H_seq.astype(np.float64) - H_oracle))))
+
+
+class DiagnoseIsTheCLIs(unittest.TestCase):
+    """pararnn_judge.diagnose: the estimate `pararnn diagnose --json` writes, from the same C++."""
+
+    def test_the_estimate_is_the_clis_on_the_same_case(self):
+        folder = scratch()
+        case = os.path.join(folder, "lstm.safetensors")
+        code, text = cli("make-case", "--cell", "lstm", "--seed", str(SEED), "--batch", "1", "--time", "30",
+                         "--d-in", "4", "--d-h", "3", "--cu-seqlens", "0,7,30", "--h0-std", "0.5", "--out", case)
+        self.assertEqual(code, 0, text)
+        written = os.path.join(folder, "diagnose.json")
+        code, text = cli("diagnose", case, "--window", "16", "--seed", "3", "--json", written)
+        self.assertEqual(code, 0, text)
+        with open(written) as f:
+            theirs = json.load(f)
+        loaded = pararnn.read_case(case)
+        ours = pararnn.diagnose(loaded["cell"], loaded["x"], h0=loaded["h0"], cu_seqlens=loaded["cu_seqlens"],
+                                window=16, seed=3)
+        self.assertEqual(list(ours.keys()), [k for k in theirs if k not in ("schema_version", "command", "case",
+                                                                             "context")])
+        for key in ours:
+            if key != "seconds":
+                self.assertEqual(ours[key], theirs[key], key)
+        self.assertEqual(ours["chains"]["list"], ["segment=0", "segment=1"])
+
+    def test_a_contracting_gru_has_a_negative_exponent_in_every_unit(self):
+        d = pararnn.diagnose(gru(), normal_input((2, 64, 8)), seed=SEED)
+        self.assertEqual(d["method"], "exact log|J| per channel")
+        self.assertEqual(d["lyapunov"]["units"], 2 * 16)
+        self.assertLess(d["lyapunov"]["max"], 0.0)
+        self.assertEqual(d["lyapunov"]["positive_units"], 0)
+        self.assertEqual(d["lyapunov"]["max"], max(u["exponent"] for u in d["units"]))
+
+    def test_no_number_from_an_uncertified_or_non_finite_case(self):
+        with self.assertRaisesRegex(pararnn.CertificationError, "diagnose: inconclusive"):
+            pararnn.diagnose(gru(), normal_input((1, 16, 8)), certify_budget=0)
+        x = normal_input((1, 16, 8))
+        x[0, 3, 2] = np.nan
+        with self.assertRaises(pararnn.CertificationError) as caught:
+            pararnn.diagnose(gru(), x)
+        self.assertIn("(0, 3, 2)", str(caught.exception))
+        with self.assertRaisesRegex(pararnn.ContractViolation, "window: must be >= 1"):
+            pararnn.diagnose(gru(), normal_input((1, 16, 8)), window=0)
 
 
 class TheJudgeIsHonest(unittest.TestCase):

@@ -27,6 +27,7 @@
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/case_rules.hpp"
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/diagnose.hpp"
 #include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/contracts/kstar.hpp"
 #include "pararnn/core/case_file.hpp"
@@ -516,84 +517,43 @@ int oracle(const SolveArgs& args) {
 
 int diagnose(const DiagnoseArgs& args) {
   check_outputs({{"--json", &args.json}});
-  using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point from) {
-    return std::chrono::duration<double>(Clock::now() - from).count();
-  };
-  const auto start = Clock::now();
   const Case problem = read_case(args.case_path);
-  (void)checked_case(problem);
-  const auto inconclusive = [&](const std::string& why) {
-    std::cerr << fmt::format("pararnn: diagnose: inconclusive: {}{}\n", why,
+  Progress progress("diagnose", 2, "phases");
+  std::int64_t phases_done = 0;
+  const Diagnosis d = diagnose_case(problem, {.window = args.window,
+                                              .chains = args.chains,
+                                              .seed = args.seed,
+                                              .certify_budget = args.certify_budget,
+                                              .progress = [&](std::string_view phase) {
+                                                progress.update(phases_done++, phase);
+                                              }});
+  progress.finish();
+  if (!d.estimate) {
+    std::cerr << fmt::format("pararnn: diagnose: inconclusive: {}{}\n", d.inconclusive_reason,
                              args.json.empty() ? "" : fmt::format("; {} not written", args.json));
     return kExitInconclusiveOrRefused;
-  };
-  Progress progress("diagnose", 2, "phases");
-  progress.update(0, "oracle unroll and certify");
-  const reference::OracleOptions oracle_options{
-      .certify = true,
-      .certify_budget = args.certify_budget.value_or(default_certify_budget(problem.dtype())),
-      .seed = args.seed};
-  const auto trajectory = reference::oracle_sequential(problem, oracle_options);
-  const double oracle_seconds = seconds_since(start);
-  // The certification rule of verify and oracle: an uncertified trajectory is no basis for λ̂.
-  if (const auto why = certification_failure(trajectory.finite, trajectory.self_check_delta,
-                                             trajectory.certified_chain_steps, problem, "trajectory"))
-    return inconclusive(*why);
-  progress.update(1, "step Jacobians");
-  const auto jacobian_start = Clock::now();
-  const reference::LyapunovEstimate e = reference::oracle_lyapunov(
-      problem, trajectory, {.window = args.window, .chains = args.chains, .seed = args.seed});
-  const double jacobian_seconds = seconds_since(jacobian_start);
-  progress.finish();
-  if (!e.finite) return inconclusive(e.reason);
-  const double total_seconds = seconds_since(start);
-  const auto positive = static_cast<std::int64_t>(std::llround(e.fraction_positive * static_cast<double>(e.units.size())));
+  }
+  const reference::LyapunovEstimate& e = *d.estimate;
   const std::string unit_kind = e.method == "Benettin dense" ? "chains" : "(chain, channel) units";
   std::cout << fmt::format("case: {} (cell {}, dtype {}, trajectory {})\n", args.case_path, problem.cell,
-                           dtype_name(problem.dtype()), shape_string(trajectory.H.shape()));
+                           dtype_name(problem.dtype()), shape_string(d.trajectory_shape));
   std::cout << fmt::format("method: {} (Jacobian block {}x{})\n", e.method, e.block, e.block);
   std::cout << fmt::format("lyapunov exponent: max {:.6g}, median {:.6g}, positive in {} of {} {} ({:.3g})\n",
-                           e.max_exponent, e.median_exponent, positive, e.units.size(), unit_kind,
+                           e.max_exponent, e.median_exponent, d.positive_units(), e.units.size(), unit_kind,
                            e.fraction_positive);
-  const bool window_capped = std::any_of(e.units.begin(), e.units.end(), [&](const auto& u) { return u.steps < e.window; });
   std::cout << fmt::format("stretch: {:.6g} (largest log growth over W = {} steps{}: an error grows x{:.3g}) at {}\n",
-                           e.max_stretch, e.window, window_capped ? ", or a shorter chain's length" : "",
+                           e.max_stretch, e.window, d.window_capped() ? ", or a shorter chain's length" : "",
                            std::exp(e.max_stretch), e.max_stretch_chain);
   std::cout << fmt::format("chains: {} of {}{} (seed {}), {} Jacobian steps\n", e.chains_used, e.chains_total,
                            e.all_chains ? ", all" : ", sampled", args.seed, e.jacobian_steps);
-  std::cout << fmt::format("time: {:.3f} s (oracle {:.3f} s, Jacobians {:.3f} s)\n", total_seconds, oracle_seconds,
-                           jacobian_seconds);
+  std::cout << fmt::format("time: {:.3f} s (oracle {:.3f} s, Jacobians {:.3f} s)\n", d.total_seconds, d.oracle_seconds,
+                           d.jacobian_seconds);
   if (!args.json.empty()) {
-    nlohmann::ordered_json units = nlohmann::ordered_json::array();
-    for (const auto& u : e.units)
-      units.push_back({{"chain", u.chain}, {"steps", u.steps}, {"exponent", u.exponent}, {"stretch", u.stretch}});
-    write_json(args.json,
-               {{"schema_version", 1},
-                {"command", "diagnose"},
-                {"case", args.case_path},
-                {"cell", problem.cell},
-                {"dtype", dtype_name(problem.dtype())},
-                {"trajectory_shape", trajectory.H.shape()},
-                {"method", e.method},
-                {"jacobian_block", e.block},
-                {"lyapunov", {{"max", e.max_exponent},
-                              {"median", e.median_exponent},
-                              {"fraction_positive", e.fraction_positive},
-                              {"positive_units", positive},
-                              {"units", e.units.size()}}},
-                {"stretch", {{"max", e.max_stretch}, {"window", e.window}, {"window_capped_by_a_chain", window_capped},
-                             {"chain", e.max_stretch_chain}}},
-                {"chains", {{"total", e.chains_total}, {"used", e.chains_used}, {"all", e.all_chains},
-                            {"seed", args.seed}, {"list", e.chains}}},
-                {"jacobian_steps", e.jacobian_steps},
-                {"oracle", {{"type", trajectory.type},
-                            {"certifier_type", trajectory.certifier_type},
-                            {"self_check_delta", trajectory.self_check_delta},
-                            {"certified_all_chains", trajectory.certified_all_chains}}},
-                {"seconds", {{"total", total_seconds}, {"oracle", oracle_seconds}, {"jacobians", jacobian_seconds}}},
-                {"units", units},
-                {"context", reports::context_block(build_context(), args.argv, {args.seed})}});
+    nlohmann::ordered_json j = {{"schema_version", 1}, {"command", "diagnose"}, {"case", args.case_path}};
+    const nlohmann::ordered_json estimate = d.to_json();
+    for (const auto& [key, value] : estimate.items()) j[key] = value;
+    j["context"] = reports::context_block(build_context(), args.argv, {args.seed});
+    write_json(args.json, j);
     std::cout << "report: " << args.json << "\n";
   }
   return 0;
