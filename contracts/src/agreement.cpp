@@ -96,25 +96,75 @@ void judge(AgreementReport& r, const TensorView& trajectory, const reference::Or
   }
 }
 
-// What the ill-conditioned reason says of its cause (issue 45): the largest Lyapunov exponent λ̂
-// of the recurrence along the oracle's trajectory (reference/lyapunov.hpp, the oracle's own AD
-// Jacobians, at most 16 chains), so that a chaotic case is named as such. λ̂ > 0: a rounding error
-// grows like e^(λ̂ t); λ̂ <= 0: the floor has another cause (e.g. states that grow with T).
-std::string lyapunov_cause(const Case& problem, const reference::OracleResult& oracle,
+// λ̂ for the report (AgreementReport::lyapunov): the oracle's own AD Jacobians on at most 16
+// chains, as many as a budget of Jacobian entries allows (per step: N x slots for the cells whose
+// channels never mix, N x N for the others, N the state's size), so that a large dense state
+// cannot make the judge slow; float128 Jacobians (f64 cases) cost about 64 times as much.
+constexpr double kLyapunovEntries = 134217728.0;  // 2^27
+constexpr std::int64_t kLyapunovChains = 16;
+
+AgreementReport::LyapunovFields lyapunov_fields(const reference::LyapunovEstimate& e) {
+  return {.method = e.method, .max = e.max_exponent, .median = e.median_exponent,
+          .fraction_positive = e.fraction_positive, .max_stretch = e.max_stretch, .window = e.window,
+          .units = static_cast<std::int64_t>(e.units.size()), .chains_used = e.chains_used,
+          .chains_total = e.chains_total};
+}
+
+void estimate_lyapunov(AgreementReport& r, const Cell& cell, const Case& problem,
+                       const reference::OracleResult& oracle, const std::function<void()>& poll) {
+  if (certification_failure(oracle.finite, oracle.self_check_delta, oracle.certified_chain_steps, problem,
+                            "trajectory")) {
+    r.lyapunov_reason = "not estimated: the oracle's trajectory is not certified";
+    return;
+  }
+  const std::int64_t steps = oracle.H.size(0) * oracle.H.size(1);
+  const double state = steps > 0 ? static_cast<double>(oracle.H.numel()) / static_cast<double>(steps) : 0.0;
+  const bool per_channel = cell.spec().jacobian == JacobianClass::per_channel;
+  const double per_step = state * (per_channel ? static_cast<double>(cell.slots()) : state);
+  const std::int64_t chains_total =
+      problem.cu_seqlens ? problem.cu_seqlens->numel() - 1 : oracle.H.size(0);
+  const double per_chain = per_step * static_cast<double>(steps) / static_cast<double>(std::max<std::int64_t>(chains_total, 1));
+  const double budget = kLyapunovEntries / (problem.dtype() == DType::f64 ? 64.0 : 1.0);
+  const auto chains = static_cast<std::int64_t>(std::min<double>(static_cast<double>(kLyapunovChains), budget / std::max(per_chain, 1.0)));
+  if (chains < 1) {
+    r.lyapunov_reason = fmt::format("not estimated: a chain's step Jacobians hold {:.3g} entries, over the report's "
+                                    "budget of {:.3g} (pararnn diagnose has none)", per_chain, budget);
+    return;
+  }
+  const reference::LyapunovEstimate e =
+      reference::oracle_lyapunov(problem, oracle, {.chains = chains, .seed = r.seed, .poll = poll});
+  if (!e.finite) {
+    r.lyapunov_reason = "not finite: " + e.reason;
+    return;
+  }
+  r.lyapunov = lyapunov_fields(e);
+}
+
+// What the ill-conditioned reason says of its cause (issue 45): λ̂ of the report (estimated on
+// at most 16 chains without the budget here, when the report has none), so that a chaotic case
+// is named as such. λ̂ > 0: a rounding error grows like e^(λ̂ t); λ̂ <= 0: the floor has another
+// cause (e.g. states that grow with T).
+std::string lyapunov_cause(const AgreementReport& r, const Case& problem, const reference::OracleResult& oracle,
                            const std::function<void()>& poll) {
-  const reference::LyapunovEstimate e = reference::oracle_lyapunov(problem, oracle, {.chains = 16, .poll = poll});
-  if (!e.finite) return fmt::format("; lambda-hat not available ({})", e.reason);
-  const bool per_channel = e.units.size() != static_cast<std::size_t>(e.chains_used);
-  const std::string over = fmt::format("max over {} {} of {} chain(s)", e.units.size(),
+  std::optional<AgreementReport::LyapunovFields> fields = r.lyapunov;
+  if (!fields) {
+    const reference::LyapunovEstimate e =
+        reference::oracle_lyapunov(problem, oracle, {.chains = kLyapunovChains, .poll = poll});
+    if (!e.finite) return fmt::format("; lambda-hat not available ({})", e.reason);
+    fields = lyapunov_fields(e);
+  }
+  const auto& e = *fields;
+  const bool per_channel = e.units != e.chains_used;
+  const std::string over = fmt::format("max over {} {} of {} chain(s)", e.units,
                                        per_channel ? "(chain, channel) unit(s)" : "unit(s)", e.chains_used);
-  if (e.max_exponent > 0.0)
+  if (e.max > 0.0)
     return fmt::format("; the cause is chaos: the recurrence's largest Lyapunov exponent along the oracle's "
                        "trajectory is lambda-hat = {:.3g} > 0 ({}; positive in {:.0f}%), so an error made at one "
                        "step grows like e^(lambda-hat t) (x{:.3g} over the worst {} steps)",
-                       e.max_exponent, over, 100.0 * e.fraction_positive, std::exp(e.max_stretch), e.window);
+                       e.max, over, 100.0 * e.fraction_positive, std::exp(e.max_stretch), e.window);
   return fmt::format("; not chaos: lambda-hat = {:.3g} <= 0 along the oracle's trajectory ({}), so the floor has "
                      "another cause (e.g. states that grow with T)",
-                     e.max_exponent, over);
+                     e.max, over);
 }
 
 // CONTRACT §2, ill-conditioned cases: where the same-dtype sequential loop is itself outside τ
@@ -138,7 +188,7 @@ void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential
       "the {4} is {5:.2f}x that floor (quality bound {6:g}x), so no {0} implementation can be judged "
       "against tau here",
       r.dtype, r.sequential_max_abs, tau.atol, tau.rtol, r.path == "external" ? "trajectory" : "solver",
-      ratio, bound) + lyapunov_cause(problem, oracle, poll);
+      ratio, bound) + lyapunov_cause(r, problem, oracle, poll);
 }
 
 double max_abs_between(const TensorView& a, const TensorView& b) {
@@ -394,6 +444,10 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   r.cell_version = options.cell_version;
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(H, H_seq);
+  phase("lyapunov");
+  start = Clock::now();
+  estimate_lyapunov(r, cell, problem, oracle, hooks.poll);
+  r.timings_ms["lyapunov"] = ms_since(start);
   apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   if (options.gradients) {
     phase("gradients");
@@ -440,6 +494,10 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   judge(r, trajectory, oracle, tau, problem);
   r.sequential_max_abs = max_abs_between(H_seq, oracle.H);
   r.vs_sequential_max_abs = max_abs_between(trajectory, H_seq);
+  if (hooks.progress) hooks.progress("lyapunov");
+  start = Clock::now();
+  estimate_lyapunov(r, cell, problem, oracle, hooks.poll);
+  r.timings_ms["lyapunov"] = ms_since(start);
   apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   r.newton_iters = 0;
   r.max_residual = NAN;
@@ -525,6 +583,19 @@ nlohmann::ordered_json AgreementReport::to_json() const {
     j["gradient_self_check_delta"] = gradient_self_check_delta;
   }
   if (!gradients_missing.empty()) j["gradients_missing"] = gradients_missing;
+  if (lyapunov) {
+    j["lyapunov"] = {{"max", lyapunov->max},
+                     {"median", lyapunov->median},
+                     {"fraction_positive", lyapunov->fraction_positive},
+                     {"stretch", lyapunov->max_stretch},
+                     {"window", lyapunov->window},
+                     {"units", lyapunov->units},
+                     {"chains", lyapunov->chains_used},
+                     {"chains_total", lyapunov->chains_total},
+                     {"method", lyapunov->method}};
+  } else {
+    j["lyapunov"] = {{"reason", lyapunov_reason}};
+  }
   j["schema_version"] = kReportSchemaVersion;
   return j;
 }
@@ -570,7 +641,16 @@ std::string AgreementReport::summary() const {
       certified_all_chains ? " (all chains)" : " (seeded sample)",
       timings_ms.contains("newton") ? timings_ms.at("newton") : 0.0,
       timings_ms.contains("sequential") ? timings_ms.at("sequential") : 0.0,
-      timings_ms.contains("oracle") ? timings_ms.at("oracle") : 0.0) + gradient_summary();
+      timings_ms.contains("oracle") ? timings_ms.at("oracle") : 0.0) + lyapunov_line() + gradient_summary();
+}
+
+std::string AgreementReport::lyapunov_line() const {
+  if (!lyapunov) return "\nlambda-hat: " + lyapunov_reason;
+  return fmt::format("\nlambda-hat: max {:.3g}, median {:.3g}, positive in {:.0f}% of {} unit(s); stretch x{:.3g} over "
+                     "{} steps ({} of {} chains; {})",
+                     lyapunov->max, lyapunov->median, 100.0 * lyapunov->fraction_positive, lyapunov->units,
+                     std::exp(lyapunov->max_stretch), lyapunov->window, lyapunov->chains_used,
+                     lyapunov->chains_total, lyapunov->method);
 }
 
 std::string AgreementReport::gradient_summary() const {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/diagnose.hpp"
 #include "pararnn/contracts/oracle_memo.hpp"
 #include "pararnn/core/dtype.hpp"
 #include "pararnn/core/random.hpp"
@@ -74,6 +75,44 @@ TEST(CompareTrajectory, PollStopsTheCallInsideTheOracle) {
   EXPECT_EQ(phase_at_stop, "oracle");
 }
 
+// Every report says why its case is hard: λ̂ and the stretch from the oracle's own Jacobians,
+// the numbers `pararnn diagnose` gives with the same chains and seed (bit for bit), in verify
+// and compare alike; none from an uncertified oracle; none where one chain's Jacobians are over
+// the report's budget (a 64 x 64 RWKV-7 state: 4096^2 entries a step), with the reason.
+TEST(Lyapunov, TheReportCarriesTheEstimateDiagnoseGives) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 4, .d_h = 8}, DType::f32, 3);
+  const Case problem = cell.make_case(normal_input(DType::f32, {3, 200, 4}, 4));
+  const AgreementReport verified = verify_agreement(cell, problem.x, {.seed = 2});
+  const AgreementReport compared = compare_trajectory(problem, sequential_apply(cell, problem.x), {.seed = 2});
+  const Diagnosis d = diagnose_case(problem, {.chains = 16, .seed = 2});
+  ASSERT_TRUE(d.estimate.has_value()) << d.inconclusive_reason;
+  for (const AgreementReport* r : {&verified, &compared}) {
+    ASSERT_TRUE(r->lyapunov.has_value()) << r->lyapunov_reason;
+    EXPECT_EQ(r->lyapunov->max, d.estimate->max_exponent);
+    EXPECT_EQ(r->lyapunov->median, d.estimate->median_exponent);
+    EXPECT_EQ(r->lyapunov->max_stretch, d.estimate->max_stretch);
+    EXPECT_EQ(r->lyapunov->units, 3 * 8);
+    EXPECT_EQ(r->lyapunov->chains_used, 3);
+    EXPECT_LT(r->lyapunov->max, 0.0);  // a clamped GRU contracts
+    const auto j = r->to_json()["lyapunov"];
+    EXPECT_EQ(j["max"], d.estimate->max_exponent);
+    EXPECT_EQ(j["method"], "exact log|J| per channel");
+    EXPECT_NE(r->summary().find("lambda-hat: max "), std::string::npos) << r->summary();
+  }
+}
+
+TEST(Lyapunov, NoNumberFromAnUncertifiedOracleOrOverTheBudget) {
+  const Cell gru = Cell::initialise({.cell = "gru", .d_in = 4, .d_h = 8}, DType::f32, 3);
+  const AgreementReport uncertified = verify_agreement(gru, normal_input(DType::f32, {1, 50, 4}, 4), {.certify_budget = 0});
+  EXPECT_FALSE(uncertified.lyapunov.has_value());
+  EXPECT_NE(uncertified.lyapunov_reason.find("not certified"), std::string::npos) << uncertified.lyapunov_reason;
+  EXPECT_EQ(uncertified.to_json()["lyapunov"]["reason"], uncertified.lyapunov_reason);
+  const Cell rwkv = Cell::initialise({.cell = "rwkv7", .d_in = 8, .d_h = 64, .n_heads = 1}, DType::f32, 3);
+  const AgreementReport big = verify_agreement(rwkv, normal_input(DType::f32, {1, 16, 8}, 5));
+  EXPECT_FALSE(big.lyapunov.has_value());
+  EXPECT_NE(big.lyapunov_reason.find("over the report's budget"), std::string::npos) << big.lyapunov_reason;
+}
+
 // f16 sLSTM gradients at T = 1024 (the nightly's case slstm.f16.T1024.init.s1): ∇W_x sums the
 // growing c and n slots past f16's 65504, so their true values round to inf in f16 and the
 // solver returns inf there, as any f16 result must. Those elements are not judged (counted per
@@ -118,7 +157,7 @@ TEST(VerifyAgreement, JsonKeysFollowTheContractOrder) {
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 12), seed_keys);
   for (const char* key : {"verdict", "worst_index", "sequential_max_abs", "vs_sequential_max_abs",
                           "oracle", "backend", "k_source", "residual_history", "seed", "timings_ms",
-                          "tolerance_source", "schema_version"})
+                          "tolerance_source", "lyapunov", "schema_version"})
     EXPECT_TRUE(json.contains(key)) << key;
   EXPECT_EQ(json["oracle"]["type"], "float128");
   EXPECT_EQ(keys.back(), "schema_version");

@@ -618,7 +618,7 @@ int verify(const SolveArgs& args) {
                                       args.case_path, args.backend, args.max_iters,
                                       args.coords != "native" ? " --coords " + args.coords : "",
                                       args.grad ? " --grad" : "");
-  Progress progress("verify", args.grad ? 4 : 3, "phases");
+  Progress progress("verify", args.grad ? 5 : 4, "phases");
   std::int64_t phases_done = 0;
   const JudgeHooks hooks{.progress = [&](std::string_view phase) { progress.update(phases_done++, phase); }};
   const AgreementReport report = verify_agreement(cell, problem.x, options, hooks);

@@ -120,6 +120,19 @@ struct AgreementReport {
   std::string trajectory_dtype;  // the dtype H was stored in (compare: may be narrower than dtype)
   std::string cell_version;      // e.g. "pararnn-torch 0.17.4 (no W_b: read as W_b = 0)"
   bool ill_conditioned = false;  // Inconclusive because the same-dtype floor is outside τ
+  // Why the case is hard (docs/diagnose.md): λ̂, the largest Lyapunov exponent along the
+  // oracle's trajectory, and the stretch, from the oracle's own Jacobians on at most 16 chains
+  // whose Jacobians fit a budget (2^27 entries; 2^21 for f64 cases, whose oracle is float128).
+  // Absent, with `lyapunov_reason`, when the oracle is not certified, the estimate is not
+  // finite or one chain alone is over the budget; never a number from either.
+  struct LyapunovFields {
+    std::string method;           // as pararnn diagnose: "exact log|J| per channel", ...
+    double max = 0.0, median = 0.0, fraction_positive = 0.0;
+    double max_stretch = 0.0;     // log of the largest growth over `window` steps
+    std::int64_t window = 0, units = 0, chains_used = 0, chains_total = 0;
+  };
+  std::optional<LyapunovFields> lyapunov;
+  std::string lyapunov_reason;
   // Gradient section (VerifyOptions::gradients): one comparison per tensor ("x", "h0", each
   // parameter), with the gradient tolerance of the cell class.
   struct GradientCheck {
@@ -143,6 +156,7 @@ struct AgreementReport {
   std::string failure_message() const;  // self-sufficient (CONTRACT §7)
   std::string summary() const;          // a few lines for a terminal
   std::string gradient_summary() const; // one line per gradient tensor
+  std::string lyapunov_line() const;    // "\nlambda-hat: …" (the estimate, or why there is none)
 };
 
 // The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one
