@@ -122,7 +122,7 @@ struct AgreementReport {
   bool ill_conditioned = false;  // Inconclusive because the same-dtype floor is outside τ
   // Why the case is hard (docs/diagnose.md): λ̂, the largest Lyapunov exponent along the
   // oracle's trajectory, and the stretch, from the oracle's own Jacobians on at most 16 chains
-  // whose Jacobians fit a budget (2^27 entries; 2^21 for f64 cases, whose oracle is float128).
+  // whose Jacobians fit a budget (2^24 entries, about 14 s; 2^18 for f64 cases, whose oracle is float128).
   // Absent, with `lyapunov_reason`, when the oracle is not certified, the estimate is not
   // finite or one chain alone is over the budget; never a number from either.
   struct LyapunovFields {
