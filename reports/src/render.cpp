@@ -113,6 +113,25 @@ std::string sci(double value) {
 }
 std::string sci(const Json& value) { return sci(number_or_nan(value)); }
 
+namespace {
+
+// The row's λ̂ (AgreementReport::lyapunov, docs/diagnose.md) as a line of its failure, or why it
+// has none; nothing for a report written before the field existed.
+std::string why_hard_line(const Json& agreement) {
+  if (!agreement.contains("lyapunov") || !agreement["lyapunov"].is_object()) return "";
+  const Json& l = agreement["lyapunov"];
+  if (!l.contains("max")) return fmt::format("- why hard: λ̂ {}\n", md_escape(str(l.value("reason", Json("not given")))));
+  const double units = number_or_nan(l.value("units", Json()));
+  const double positive = std::round(number_or_nan(l.value("fraction_positive", Json())) * units);
+  return fmt::format("- why hard: λ̂ (the largest Lyapunov exponent along the oracle's trajectory) max {}, median {}, "
+                     "positive in {} of {} unit(s); at worst an error grows x{} over {} steps\n",
+                     sci(l["max"]), sci(l["median"]), std::isfinite(positive) ? fmt::format("{:.0f}", positive) : "NaN",
+                     integer(l.value("units", Json(0))), sci(std::exp(number_or_nan(l.value("stretch", Json())))),
+                     integer(l.value("window", Json(0))));
+}
+
+}  // namespace
+
 std::string worst_index_text(const Json& worst_index) {
   if (!worst_index.is_object() || worst_index.empty()) return "-";
   std::string out;
@@ -372,6 +391,7 @@ std::string render_markdown(const Json& report, bool plots) {
       md += fmt::format("- same-dtype sequential floor {}, quality ratio {}; Newton iterations {} ({}), final max|F| {}\n",
                         sci(a["sequential_max_abs"]), sci(a["quality_ratio"]), integer(a["newton_iters"]),
                         str(a.value("k_source", Json(""))), sci(a["max_residual"]));
+      md += why_hard_line(a);
       if (a.contains("inconclusive_reason")) md += fmt::format("- Inconclusive: {}\n", str(a["inconclusive_reason"]));
       if (a.contains("gradients"))
         for (const auto& [name, g] : a["gradients"].items())

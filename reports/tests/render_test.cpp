@@ -62,6 +62,29 @@ TEST(Render, FailuresComeFirstWithTheirReplayLines) {
     }
 }
 
+// A failing row says why its case is hard when the report carries λ̂ (AgreementReport::lyapunov),
+// or why there is no number; a report without the field renders as before.
+TEST(Render, AFailingRowSaysWhyItsCaseIsHardFromLambdaHat) {
+  Json r = testing::golden_report();
+  const std::string before = render_markdown(r, true);
+  EXPECT_EQ(before.find("why hard"), std::string::npos);
+  std::size_t failing = r["rows"].size();
+  for (std::size_t i = 0; i < r["rows"].size(); ++i)
+    if (r["rows"][i]["outcome"] != "Agree" && r["rows"][i].contains("agreement")) failing = i;
+  ASSERT_LT(failing, r["rows"].size());
+  r["rows"][failing]["agreement"]["lyapunov"] = {{"max", 0.031}, {"median", -0.5}, {"fraction_positive", 0.25},
+                                                 {"stretch", std::log(773.0)}, {"window", 64}, {"units", 8},
+                                                 {"chains", 2}, {"chains_total", 2}, {"method", "Benettin dense"}};
+  const std::string md = render_markdown(r, true);
+  EXPECT_NE(md.find("why hard: λ̂ (the largest Lyapunov exponent along the oracle's trajectory) max 3.10e-02, "
+                    "median -5.00e-01, positive in 2 of 8 unit(s); at worst an error grows x7.73e+02 over 64 steps"),
+            std::string::npos)
+      << md;
+  r["rows"][failing]["agreement"]["lyapunov"] = {{"reason", "not estimated: the oracle's trajectory is not certified"}};
+  EXPECT_NE(render_markdown(r, true).find("why hard: λ̂ not estimated: the oracle's trajectory is not certified"),
+            std::string::npos);
+}
+
 TEST(Render, ChangingOneNumberOfTheJsonChangesTheMarkdown) {
   Json r = testing::golden_report();
   const std::string before = render_markdown(r, true);
