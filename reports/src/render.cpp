@@ -124,10 +124,10 @@ std::string why_hard_line(const Json& agreement) {
   const double units = number_or_nan(l.value("units", Json()));
   const double positive = std::round(number_or_nan(l.value("fraction_positive", Json())) * units);
   return fmt::format("- why hard: λ̂ (the largest Lyapunov exponent along the oracle's trajectory) max {}, median {}, "
-                     "positive in {} of {} unit(s); at worst an error grows x{} over {} steps\n",
+                     "positive in {} of {} unit(s); the largest growth of an error over {} steps: x{}\n",
                      sci(l["max"]), sci(l["median"]), std::isfinite(positive) ? fmt::format("{:.0f}", positive) : "NaN",
-                     integer(l.value("units", Json(0))), sci(std::exp(number_or_nan(l.value("stretch", Json())))),
-                     integer(l.value("window", Json(0))));
+                     integer(l.value("units", Json(0))), integer(l.value("window", Json(0))),
+                     sci(std::exp(number_or_nan(l.value("stretch", Json())))));
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ TEST(Render, AFailingRowSaysWhyItsCaseIsHardFromLambdaHat) {
                                                  {"chains", 2}, {"chains_total", 2}, {"method", "Benettin dense"}};
   const std::string md = render_markdown(r, true);
   EXPECT_NE(md.find("why hard: λ̂ (the largest Lyapunov exponent along the oracle's trajectory) max 3.10e-02, "
-                    "median -5.00e-01, positive in 2 of 8 unit(s); at worst an error grows x7.73e+02 over 64 steps"),
+                    "median -5.00e-01, positive in 2 of 8 unit(s); the largest growth of an error over 64 steps: x7.73e+02"),
             std::string::npos)
       << md;
   r["rows"][failing]["agreement"]["lyapunov"] = {{"reason", "not estimated: the oracle's trajectory is not certified"}};
