@@ -10,8 +10,10 @@
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/predicted_k.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/reference/lyapunov.hpp"
 #include "pararnn/reference/oracle.hpp"
 
 namespace pararnn {
@@ -160,6 +162,39 @@ TEST(ToleranceProtection, EveryDtypesTrajectoryBandNamesAWrongAnswerItRefuses) {
       }
     EXPECT_GT(named, 0) << dtype_name(dtype) << "'s trajectory band says nothing of what it protects";
   }
+}
+
+// The predicted K (contracts/predicted_k.hpp) is never below the K* it predicts on the campaign's
+// classes init ("easy": the library's weights, clamped) and hard beyond the documented margin (issue
+// 45, item 4; kPredictedKMargin): where the model gives a number, Newton with exactly that many
+// updates plus the margin (no early stop, no fallback: the raw iterate measure_kstar times) agrees
+// with the oracle at τ.
+// A case whose same-dtype sequential loop is itself outside τ has no K* and makes no claim.
+RC_GTEST_PROP(PredictedK, NeverBelowTheMeasuredKstarOnInitAndHardCases, ()) {
+  auto p = *gen_problem(1000, kCells, {DType::f32, DType::bf16});
+  p.condition(testing::conditioning_class(*rc::gen::element<std::string>("easy", "hard")));
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto h0 = p.make_h0(cell.slots());
+  const Case problem = cell.make_case(x, h0);
+  const auto oracle = reference::oracle_sequential(problem, {.certify = false});
+  const reference::LyapunovEstimate e = reference::oracle_lyapunov(problem, oracle, {.chains = p.batch});
+  const Tolerance tau = tolerance_for({.dtype = p.dtype, .cell = p.cell});
+  const PredictedK predicted = predict_k(e, tau.atol);
+  RC_CLASSIFY(predicted.k.has_value(), "a number");
+  RC_CLASSIFY(p.conditioning == "hard", "hard");
+  if (!predicted.k) return;
+  ApplyOptions apply;
+  if (h0) apply.h0 = h0->view();
+  if (!compare(sequential_apply(cell, x, apply), oracle.H, tau).ok()) return;
+  const QuietWarnings quiet;  // a fixed K leaves a residual above the warning level on purpose
+  const Tensor H = newton_apply(cell, x, {.max_iters = *predicted.k + kPredictedKMargin, .residual_atol = std::nullopt,
+                                          .residual_fail = std::nullopt, .allow_sequential = false}, apply);
+  const ComparisonResult c = compare(H, oracle.H, tau);
+  if (!c.ok())
+    RC_FAIL(fmt::format("predicted K {} + margin {} (unit {}, C*e0 {:.3g}, memory {:.3g}, guess error {:.3g}) leaves {:.3e} > tau on {}",
+                        *predicted.k, kPredictedKMargin, predicted.unit, predicted.basin, predicted.memory, predicted.guess_error,
+                        c.max_abs, p.describe()));
 }
 #endif
 

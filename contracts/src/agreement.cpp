@@ -138,6 +138,7 @@ void estimate_lyapunov(AgreementReport& r, const Cell& cell, const Case& problem
     return;
   }
   r.lyapunov = lyapunov_fields(e);
+  r.predicted_k = predict_k(e, r.atol);
 }
 
 // What the ill-conditioned reason says of its cause (issue 45): λ̂ of the report (estimated on
@@ -596,6 +597,7 @@ nlohmann::ordered_json AgreementReport::to_json() const {
   } else {
     j["lyapunov"] = {{"reason", lyapunov_reason}};
   }
+  if (predicted_k) j["predicted_k"] = predicted_k->to_json();
   j["schema_version"] = kReportSchemaVersion;
   return j;
 }
@@ -650,7 +652,16 @@ std::string AgreementReport::lyapunov_line() const {
                      "{} steps ({} of {} chains; {})",
                      lyapunov->max, lyapunov->median, 100.0 * lyapunov->fraction_positive, lyapunov->units,
                      std::exp(lyapunov->max_stretch), lyapunov->window, lyapunov->chains_used,
-                     lyapunov->chains_total, lyapunov->method);
+                     lyapunov->chains_total, lyapunov->method) + predicted_k_line();
+}
+
+std::string AgreementReport::predicted_k_line() const {
+  if (!predicted_k) return "";
+  const std::string used = path == "external" ? "" : fmt::format("; the solve ran {} Newton iterations", newton_iters);
+  if (!predicted_k->k) return fmt::format("\npredicted K: none ({}){}", predicted_k->reason, used);
+  return fmt::format("\npredicted K: {} (C*e0 = {:.3g} at {}: memory {:.3g} steps, guess error {:.3g}){}",
+                     *predicted_k->k, predicted_k->basin, predicted_k->unit, predicted_k->memory,
+                     predicted_k->guess_error, used);
 }
 
 std::string AgreementReport::gradient_summary() const {

@@ -9,6 +9,8 @@
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/predicted_k.hpp"
+#include "pararnn/reference/lyapunov.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/reference/oracle.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -27,7 +29,7 @@ KstarTable measure_kstar(const KstarOptions& options) {
   table.tau = tau.atol;
   const CellSpec& spec = cell_spec(options.cell, options.mix, "cell");
   for (std::int64_t time : options.times) {
-    std::int64_t worst = 0;
+    std::int64_t worst = 0, worst_predicted = 0;
     for (std::int64_t s = 0; s < options.seeds; ++s) {
       const auto seed = static_cast<std::uint64_t>(1000 * time + s + 1);
       const Cell cell = Cell::initialise({.cell = options.cell, .mix = options.mix, .d_in = options.d_in,
@@ -38,8 +40,21 @@ KstarTable measure_kstar(const KstarOptions& options) {
                                           .k_dim = options.k_dim, .v_dim = options.v_dim},
                                          options.dtype, seed);
       const Tensor x = generated_case_input(options.dtype, options.batch, time, options.d_in, seed);
-      const auto oracle = reference::oracle_sequential(cell.make_case(x), {.certify = false, .poll = options.poll});
+      const Case problem = cell.make_case(x);
+      const auto oracle = reference::oracle_sequential(problem, {.certify = false, .poll = options.poll});
       KstarRow row{.time = time, .seed = seed};
+      {
+        const reference::LyapunovEstimate e =
+            reference::oracle_lyapunov(problem, oracle, {.chains = options.batch, .poll = options.poll});
+        const PredictedK p = predict_k(e, tau.atol);
+        if (e.finite) {
+          row.lambda_max = e.max_exponent;
+          row.max_stretch = e.max_stretch;
+          row.guess_error = e.max_guess_error;
+        }
+        row.predicted_k = p.k;
+        row.predicted_reason = p.reason;
+      }
       row.sequential_max_abs = compare(sequential_apply(cell, x), oracle.H, tau).max_abs;
       {
         NewtonStats stats;
@@ -72,15 +87,18 @@ KstarTable measure_kstar(const KstarOptions& options) {
         }
       }
       worst = row.kstar < 0 || worst < 0 ? -1 : std::max(worst, row.kstar);
+      worst_predicted = !row.predicted_k || worst_predicted < 0 ? -1 : std::max(worst_predicted, *row.predicted_k);
       if (options.progress)
-        options.progress(fmt::format("T={} seed={} K*={} default: converged={} fallback={} P={} "
+        options.progress(fmt::format("T={} seed={} K*={} predicted={} default: converged={} fallback={} P={} "
                                      "retries={} (errors by K: {})",
-                                     time, seed, row.kstar, row.default_converged, row.default_fallback_units,
+                                     time, seed, row.kstar, row.predicted_k ? std::to_string(*row.predicted_k) : "none",
+                                     row.default_converged, row.default_fallback_units,
                                      row.default_picard_iters, row.default_picard_retries,
                                      nlohmann::json(row.max_abs_by_k).dump()));
       table.rows.push_back(std::move(row));
     }
     table.max_kstar_by_t.emplace_back(time, worst);
+    table.max_predicted_by_t.emplace_back(time, worst_predicted);
     table.shipped_k_by_t.emplace_back(time, resolve_newton_iters({}, spec, options.dtype, time).k);
   }
   return table;
@@ -106,19 +124,24 @@ nlohmann::ordered_json KstarTable::to_json() const {
   j["newton_backtrack"] = options.newton_backtrack;
   j["coords"] = std::string(coords_name(options.coords));
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const auto& r : this->rows)
+  for (const auto& r : this->rows) {
     rows.push_back({{"T", r.time}, {"seed", r.seed}, {"kstar", r.kstar},
                     {"max_abs_by_k", r.max_abs_by_k}, {"sequential_max_abs", r.sequential_max_abs},
                     {"default", {{"converged", r.default_converged}, {"fallback_units", r.default_fallback_units},
                                  {"picard_retries", r.default_picard_retries},
                                  {"picard_iters", r.default_picard_iters}, {"updates", r.default_updates},
-                                 {"max_abs", r.default_max_abs}}}});
+                                 {"max_abs", r.default_max_abs}}},
+                    {"lambda_max", r.lambda_max}, {"max_stretch", r.max_stretch}, {"guess_error", r.guess_error},
+                    {"predicted_k", r.predicted_k ? nlohmann::ordered_json(*r.predicted_k) : nlohmann::ordered_json(nullptr)}});
+    if (!r.predicted_k) rows.back()["predicted_reason"] = r.predicted_reason;
+  }
   j["rows"] = rows;
   nlohmann::ordered_json table = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < max_kstar_by_t.size(); ++i)
     table.push_back({{"T", max_kstar_by_t[i].first},
                      {"max_kstar", max_kstar_by_t[i].second},
-                     {"shipped_k", shipped_k_by_t[i].second}});
+                     {"shipped_k", shipped_k_by_t[i].second},
+                     {"max_predicted_k", max_predicted_by_t[i].second}});
   j["table"] = table;
   j["schema_version"] = 1;
   return j;

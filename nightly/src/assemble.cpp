@@ -81,9 +81,12 @@ Json summarise(const RunRecord& run, const Json& rows, const Json& equivalences,
   Counts eq_by = verdict_counts();
   for (const Json& e : equivalences) ++eq_by[e["verdict"].get<std::string>()];
   std::int64_t kstar_over_shipped = 0;
+  Json predicted = {{"hit", 0}, {"over", 0}, {"under", 0}, {"none", 0}};
   for (const Json& k : kstar_rows) {
     const auto m = k["max_kstar"].get<std::int64_t>();
     if (m < 0 || m > k["shipped_k"].get<std::int64_t>()) ++kstar_over_shipped;
+    for (const Json& outcome : k.value("prediction_by_seed", Json::array()))
+      predicted[outcome.get<std::string>()] = predicted[outcome.get<std::string>()].get<std::int64_t>() + 1;
   }
   Json summary;
   summary["rows"] = rows_part["rows"];
@@ -92,9 +95,14 @@ Json summarise(const RunRecord& run, const Json& rows, const Json& equivalences,
   summary["gradients"] = rows_part["gradients"];
   summary["kstar_measurements"] = kstar_rows.size();
   summary["kstar_above_shipped"] = kstar_over_shipped;
+  summary["kstar_predicted"] = predicted;  // per (T, seed): prediction_outcome's counts
   summary["failures"] = rows_part["failures"];
   summary["worst"] = rows_part["worst"];
   summary["skipped"] = skipped.size();
+  std::int64_t kstar_failed = 0;
+  for (const Json& k : skipped)
+    if (k.value("reason", std::string()).rfind("measure_kstar failed", 0) == 0) ++kstar_failed;
+  summary["kstar_failed"] = kstar_failed;
   summary["tasks"] = run.plan.tasks.size();
   summary["rows_not_run"] = run.pool.not_run;
   summary["tasks_cut_at_budget"] = run.pool.cut;
@@ -140,7 +148,10 @@ int campaign_exit_code(const Json& report) {
   const Json& eq = s["equivalences"];
   const bool failed = count(rows, "Disagree") + count(rows, "Error") + count(eq, "Disagree") + count(eq, "Error") > 0;
   // A run cut by its time budget did not judge its whole plan: never exit 0 (2, as Inconclusive).
-  const bool inconclusive = count(rows, "Inconclusive") + count(eq, "Inconclusive") > 0 || s["budget_exhausted"].get<bool>();
+  // A K*-only run whose measurement failed (recorded in skipped) did not measure its plan: 2.
+  const bool kstar_failed = report["plan"].value("kstar_only", false) && s.value("kstar_failed", std::int64_t{0}) > 0;
+  const bool inconclusive = count(rows, "Inconclusive") + count(eq, "Inconclusive") > 0 || s["budget_exhausted"].get<bool>() ||
+                            kstar_failed;
   return failed ? 1 : (inconclusive ? 2 : 0);
 }
 

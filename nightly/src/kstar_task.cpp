@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "pararnn/contracts/kstar.hpp"
+#include "pararnn/contracts/predicted_k.hpp"
 #include "tasks.hpp"
 
 namespace pararnn::nightly::detail {
@@ -35,6 +36,13 @@ KstarOptions kstar_options(const TaskSpec& spec, const TaskContext& ctx) {
 
 }  // namespace
 
+std::string prediction_outcome(std::int64_t kstar, std::optional<std::int64_t> predicted, std::int64_t k_limit) {
+  if (!predicted) return "none";
+  if (kstar < 0) return *predicted + kPredictedKMargin > k_limit ? "hit" : "under";  // K* is beyond the limit
+  if (*predicted + kPredictedKMargin < kstar) return "under";
+  return *predicted <= kstar + 1 ? "hit" : "over";
+}
+
 void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
   const Variant& v = *spec.key.variant;
   const std::string dtype = std::string(dtype_name(spec.key.dtype));
@@ -43,18 +51,27 @@ void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
     const KstarTable table = measure_kstar(ko);
     for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i) {
       const std::int64_t t = table.max_kstar_by_t[i].first;
-      Json by_seed = Json::array();
+      Json by_seed = Json::array(), predicted_by_seed = Json::array(), lambda_by_seed = Json::array(),
+           outcome_by_seed = Json::array();
       double floor = 0.0;
       for (const KstarRow& r : table.rows)
         if (r.time == t) {
           by_seed.push_back(r.kstar);
+          predicted_by_seed.push_back(r.predicted_k ? Json(*r.predicted_k) : Json(nullptr));
+          lambda_by_seed.push_back(r.lambda_max);
+          outcome_by_seed.push_back(prediction_outcome(r.kstar, r.predicted_k, ko.k_limit));
           floor = std::max(floor, r.sequential_max_abs);
         }
+      const std::int64_t predicted = table.max_predicted_by_t[i].second;
       out.kstar_rows.push_back({{"variant", v.name}, {"cell", v.cell}, {"mix", v.mix}, {"dtype", dtype},
                                 {"class", spec.key.cls}, {"T", t}, {"kstar_by_seed", by_seed},
                                 {"max_kstar", table.max_kstar_by_t[i].second},
                                 {"shipped_k", table.shipped_k_by_t[i].second}, {"k_limit", ko.k_limit},
-                                {"sequential_max_abs", floor}, {"tau", table.tau}});
+                                {"sequential_max_abs", floor}, {"tau", table.tau},
+                                {"predicted_k_by_seed", predicted_by_seed},
+                                {"max_predicted_k", predicted >= 0 ? Json(predicted) : Json(nullptr)},
+                                {"prediction_by_seed", outcome_by_seed},
+                                {"lambda_max_by_seed", lambda_by_seed}});
     }
   } catch (const std::exception& e) {
     out.skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype, spec.key.cls)},

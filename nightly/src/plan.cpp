@@ -356,7 +356,10 @@ CampaignPlan make_plan(const CampaignOptions& options, std::int64_t host_cpus) {
   apply_overrides(options, plan);
   for (std::int64_t s = 1; s <= plan.seeds; ++s) p.seed_list.push_back(static_cast<std::uint64_t>(s));
   record_plan_skips(plan, p.skipped);
-  plan_row_tasks(plan, p.tasks);
+  if (options.kstar_only && plan.external)
+    throw ContractViolation("--kstar-only", "measures our solver's K*; an external solver (--solver) exposes no Newton iterations",
+                            options.external->name);
+  if (!options.kstar_only) plan_row_tasks(plan, p.tasks);
   plan_kstar_tasks(plan, p.tasks, p.skipped);
   return p;
 }
@@ -375,6 +378,7 @@ Json plan_json(const CampaignOptions& options, const CampaignPlan& p) {
   for (DType d : plan.dtypes) dtypes_json.push_back(dtype_name(d));
   Json j;
   j["quick"] = plan.quick;
+  j["kstar_only"] = options.kstar_only;
   j["variants"] = variant_names;
   j["dtypes"] = dtypes_json;
   j["backends"] = plan.backends;

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "pararnn/contracts/compare.hpp"
@@ -44,6 +46,11 @@ void run_packed_vs_per_sequence(const TaskSpec& spec, const TaskContext& context
 void run_strided_vs_contiguous(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_recompute_vs_stored(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_gpu_vs_cpu(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
+// How a seed's predicted K (contracts/predicted_k.hpp) stands against its measured K*: "hit" (K* −
+// kPredictedKMargin to K* + 1, or both beyond k_limit), "over" (more than K* + 1), "under" (below K*
+// by more than the margin: the unsafe miss), "none" (no prediction). docs/kstar.md's validation
+// table counts them.
+std::string prediction_outcome(std::int64_t kstar, std::optional<std::int64_t> predicted, std::int64_t k_limit);
 void run_kstar(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_external_rows(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);
 void run_external_packed(const TaskSpec& spec, const TaskContext& context, TaskOutput& out);

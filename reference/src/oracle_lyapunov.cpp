@@ -50,6 +50,19 @@ class JacobianStepper {
         s_new_(n_),
         work_(problem.d_h) {}
 
+  // The step at (b, t) from the zero state, without derivatives: the App. A guess H⁽⁰⁾_t = f(0, x_t)
+  // away from a chain's head (state_size values).
+  void guess(std::int64_t b, std::int64_t t, std::vector<double>& h_new) {
+    lift_x(p_, b, t, 1, x_.data());
+    affine_.apply(x_.data(), wx_);
+    fill_derived_gates<Real>(p_, p_.d_h, x_.data(), wx_);
+    const Vec<Ad> wx = wx_.template cast<Ad>();
+    for (Index i = 0; i < n_; ++i) s_(i) = Ad(Real(0));
+    cell_step(recurrent_, wx, s_, s_new_, work_);
+    h_new.resize(static_cast<std::size_t>(n_));
+    for (Index i = 0; i < n_; ++i) h_new[static_cast<std::size_t>(i)] = to_double(s_new_(i).value());
+  }
+
   // Jacobian entries of the step at (b, t) from h_prev (state_size values).
   void step(std::int64_t b, std::int64_t t, const double* h_prev, std::vector<double>& jacobian) {
     lift_x(p_, b, t, 1, x_.data());
@@ -104,6 +117,8 @@ class GrowthAccumulator {
       seen_ = true;
     }
   }
+  void add_guess_error(double e) { guess_error_ = std::max(guess_error_, e); }
+  double guess_error() const { return guess_error_; }
   double exponent() const { return static_cast<double>(total_ / Float128(count_)); }
   // A chain shorter than the window: its whole sum.
   double stretch() const { return static_cast<double>(seen_ ? best_ : window_sum_); }
@@ -114,6 +129,7 @@ class GrowthAccumulator {
   Float128 total_ = 0, window_sum_ = 0, best_ = 0;
   std::int64_t count_ = 0;
   bool seen_ = false;
+  double guess_error_ = 0.0;
 };
 
 // What one chain produced: its units' growth accumulators, or the first non-finite value.
@@ -143,7 +159,7 @@ ChainOutcome run_chain(const PreparedCase& problem, const double* H, std::int64_
     std::copy_n(problem.h0.data() + chain.h0_row * n, n, head_state.begin());
   }
   JacobianStepper<Real> stepper(problem, per_channel);
-  std::vector<double> jacobian;
+  std::vector<double> jacobian, guess;
   const auto where = [&](std::int64_t unit, std::int64_t t) {
     return fmt::format("{} t={}", describe_chain(problem, {chain_index, per_channel ? unit : -1}), t);
   };
@@ -152,6 +168,19 @@ ChainOutcome run_chain(const PreparedCase& problem, const double* H, std::int64_
     const double* h_prev = t == chain.t_begin ? head_state.data() : H + problem.h_offset(chain.b, t - 1, 0, 0);
     stepper.step(chain.b, t, h_prev, jacobian);
     ++out.steps;
+    if (t > chain.t_begin) {  // the guess is exact at the head (it starts from h0 there)
+      stepper.guess(chain.b, t, guess);
+      const double* h_true = H + problem.h_offset(chain.b, t, 0, 0);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double e = std::abs(guess[static_cast<std::size_t>(i)] - h_true[i]);
+        if (!std::isfinite(e)) {
+          out.failure = fmt::format("the App. A guess at {} holds {}: no finite guess error", where(per_channel ? i % d : 0, t),
+                                    guess[static_cast<std::size_t>(i)]);
+          return out;
+        }
+        out.units[static_cast<std::size_t>(per_channel ? i % d : 0)].add_guess_error(e);
+      }
+    }
     for (std::int64_t u = 0; u < unit_count; ++u) {
       const double* J = jacobian.data() + u * block * block;
       for (std::int64_t e = 0; e < block * block; ++e) {
@@ -285,7 +314,8 @@ LyapunovEstimate oracle_lyapunov(const Case& problem, const OracleResult& trajec
     }
     for (std::size_t u = 0; u < o.units.size() && o.failure.empty(); ++u) {
       out.units.push_back({detail::describe_chain(prepared, {picked[i], per_channel ? static_cast<std::int64_t>(u) : -1}),
-                           o.units[u].steps(), o.units[u].exponent(), o.units[u].stretch()});
+                           o.units[u].steps(), o.units[u].exponent(), o.units[u].stretch(),
+                           o.units[u].guess_error()});
     }
   }
   if (out.finite && out.units.empty()) {
@@ -309,6 +339,7 @@ LyapunovEstimate oracle_lyapunov(const Case& problem, const OracleResult& trajec
                                        [](const LyapunovUnit& a, const LyapunovUnit& b) { return a.stretch < b.stretch; });
   out.max_stretch = widest->stretch;
   out.max_stretch_chain = widest->chain;
+  for (const LyapunovUnit& u : out.units) out.max_guess_error = std::max(out.max_guess_error, u.guess_error);
   return out;
 }
 

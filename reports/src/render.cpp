@@ -197,12 +197,43 @@ std::vector<Figure> report_figures(const Json& report) {
       }
     for (const auto& [variant, cls] : keys) {
       Series s{.title = variant + " " + cls, .dashed = cls != "init", .color = color_of(variant)};
+      // The predicted K (contracts/predicted_k.hpp), max over seeds, as markers beside the line.
+      Series predicted{.title = variant + " " + cls + " predicted", .points_only = true, .color = color_of(variant)};
       for (const auto& k : report["kstar"])
-        if (str(k["dtype"]) == dtype && str(k["variant"]) == variant && str(k["class"]) == cls && integer(k["max_kstar"]) >= 0)
-          s.points.emplace_back(static_cast<double>(integer(k["T"])), static_cast<double>(integer(k["max_kstar"])));
+        if (str(k["dtype"]) == dtype && str(k["variant"]) == variant && str(k["class"]) == cls) {
+          const double t = static_cast<double>(integer(k["T"]));
+          if (integer(k["max_kstar"]) >= 0) s.points.emplace_back(t, static_cast<double>(integer(k["max_kstar"])));
+          if (k.contains("max_predicted_k") && k["max_predicted_k"].is_number_integer())
+            predicted.points.emplace_back(t, static_cast<double>(integer(k["max_predicted_k"])));
+        }
       p.series.push_back(s);
+      if (!predicted.points.empty()) p.series.push_back(predicted);
     }
     if (!keys.empty()) figures.push_back({.name = "kstar-" + dtype, .title = p.title, .panels = {p}});
+  }
+  // λ̂ vs T per dtype (docs/diagnose.md): the largest Lyapunov exponent along the oracle's trajectory,
+  // max over seeds and backends, class init solid and hard dashed; rows without one are left out.
+  for (const std::string& dtype : dtypes) {
+    Panel p{.title = fmt::format("lambda-hat vs T in {}: the largest Lyapunov exponent along the oracle's trajectory "
+                                 "(init solid, hard dashed; above 0: chaotic)", dtype),
+            .xlabel = "T", .ylabel = "lambda-hat (max over seeds)", .logx = true};
+    for (const std::string& variant : variants)
+      for (const char* cls : {"init", "hard"}) {
+        Series s{.title = fmt::format("{} {}", variant, cls), .dashed = std::string(cls) != "init", .color = color_of(variant)};
+        for (std::int64_t t : times) {
+          double worst = NAN;
+          for (const auto& row : rows)
+            if (str(row["dtype"]) == dtype && str(row["variant"]) == variant && str(row["class"]) == cls &&
+                integer(row["T"]) == t && row.contains("agreement") && row["agreement"].contains("lyapunov") &&
+                row["agreement"]["lyapunov"].contains("max")) {
+              const double l = number_or_nan(row["agreement"]["lyapunov"]["max"]);
+              if (std::isfinite(l)) worst = std::isnan(worst) ? l : std::max(worst, l);
+            }
+          if (!std::isnan(worst)) s.points.emplace_back(static_cast<double>(t), worst);
+        }
+        if (s.points.size() >= 2) p.series.push_back(s);
+      }
+    if (!p.series.empty()) figures.push_back({.name = "lambda-" + dtype, .title = p.title, .panels = {p}});
   }
   // Error vs T per dtype and class (init, hard: the classes a ladder runs at every T), with the
   // sequential floor and τ.
@@ -494,7 +525,8 @@ std::string render_markdown(const Json& report, bool plots) {
   }
 
   // K*.
-  md += "## K*(T) (max over seeds; the shipped K in brackets; -1: no K up to the limit agreed)\n\n";
+  md += "## K*(T) (max over seeds; the shipped K in brackets; -1: no K up to the limit agreed; after the arrow the "
+        "predicted K, max over seeds, '-' where the model gives no number)\n\n";
   if (report["kstar"].empty()) md += "Not measured in this run.\n\n";
   else {
     std::vector<std::int64_t> ktimes;
@@ -520,13 +552,32 @@ std::string render_markdown(const Json& report, bool plots) {
         for (const auto& k : report["kstar"])
           if (str(k["variant"]) == variant && str(k["dtype"]) == dtype && str(k["class"]) == cls && integer(k["T"]) == t) {
             const std::int64_t m = integer(k["max_kstar"]), shipped = integer(k["shipped_k"]);
-            cell = m < 0 || m > shipped ? fmt::format(" **{}** ({}) |", m, shipped) : fmt::format(" {} ({}) |", m, shipped);
+            const std::string predicted =
+                !k.contains("max_predicted_k") ? ""
+                : k["max_predicted_k"].is_number_integer() ? fmt::format(" → {}", integer(k["max_predicted_k"]))
+                                                           : " → -";
+            cell = m < 0 || m > shipped ? fmt::format(" **{}** ({}){} |", m, shipped, predicted)
+                                        : fmt::format(" {} ({}){} |", m, shipped, predicted);
           }
         md += cell;
       }
       md += "\n";
     }
     md += "\n";
+    const Json& s = report["summary"];
+    if (s.contains("kstar_predicted") && s["kstar_predicted"].is_object()) {
+      const Json& c = s["kstar_predicted"];
+      const std::int64_t hit = integer(c.value("hit", Json(0))), over = integer(c.value("over", Json(0))),
+                         under = integer(c.value("under", Json(0))), none = integer(c.value("none", Json(0)));
+      const std::int64_t total = hit + over + under + none;
+      if (total > 0)
+        md += fmt::format("Predicted K against K*, per (T, seed) (docs/kstar.md, \"The predicted K\"): {} hit (K* - 1 to K* + 1), "
+                          "{} over, **{} under**, {} without a number; hit rate {:.0f}% of {} ({:.0f}% of the {} with a "
+                          "number).\n\n",
+                          hit, over, under, none, 100.0 * static_cast<double>(hit) / static_cast<double>(total), total,
+                          hit + over + under > 0 ? 100.0 * static_cast<double>(hit) / static_cast<double>(hit + over + under) : 0.0,
+                          hit + over + under);
+    }
   }
 
   // Timings.

@@ -137,6 +137,50 @@ TEST(Render, KstarFigureLeavesOutUnreachedKstar) {
         for (const auto& [t, k] : s.points) EXPECT_GE(k, 0.0) << s.title << " T=" << t;
 }
 
+// The predicted K (issue 45): each K* cell shows it after an arrow ('-' without a number), the
+// figure carries it as markers, the summary's counts give the hit rate; λ̂ vs T is plotted from the
+// rows' estimates (max over seeds).
+TEST(Render, KstarTableAndFigureCarryThePredictedKAndLambdaHatIsPlottedAgainstT) {
+  Json r = testing::golden_report();
+  ASSERT_GE(r["kstar"].size(), 2u);
+  r["kstar"][0]["max_predicted_k"] = 7;
+  r["kstar"][1]["max_predicted_k"] = nullptr;
+  r["summary"]["kstar_predicted"] = {{"hit", 3}, {"over", 1}, {"under", 0}, {"none", 4}};
+  const std::string md = render_markdown(r, false);
+  EXPECT_NE(md.find(" → 7 |"), std::string::npos);
+  EXPECT_NE(md.find(" → - |"), std::string::npos);
+  EXPECT_NE(md.find("3 hit (K* - 1 to K* + 1), 1 over, **0 under**, 4 without a number; hit rate 38% of 8 (75% of the 4 "
+                    "with a number)"),
+            std::string::npos);
+  const std::string variant = r["kstar"][0]["variant"], cls = r["kstar"][0]["class"], dtype = r["kstar"][0]["dtype"];
+  const auto figures = report_figures(r);
+  const auto kstar = std::find_if(figures.begin(), figures.end(), [&](const Figure& f) { return f.name == "kstar-" + dtype; });
+  ASSERT_NE(kstar, figures.end());
+  const Series* predicted = find_series(*kstar, variant + " " + cls + " predicted");
+  ASSERT_NE(predicted, nullptr);
+  EXPECT_TRUE(predicted->points_only);
+  EXPECT_EQ(predicted->points, (std::vector<std::pair<double, double>>{{r["kstar"][0]["T"].get<double>(), 7.0}}));
+
+  // λ̂: plant two rows' estimates of one (variant, init) at two T and read them back.
+  std::vector<std::int64_t> planted;
+  for (auto& row : r["rows"])
+    if (row["dtype"] == "f32" && row["class"] == "init" && row["variant"] == "gru" && row.contains("agreement") &&
+        std::find(planted.begin(), planted.end(), row["T"].get<std::int64_t>()) == planted.end() && planted.size() < 2) {
+      planted.push_back(row["T"].get<std::int64_t>());
+      row["agreement"]["lyapunov"] = {{"max", -0.25 * static_cast<double>(planted.size())}};
+    } else if (row.contains("agreement")) {
+      row["agreement"].erase("lyapunov");
+    }
+  ASSERT_EQ(planted.size(), 2u);
+  const auto again = report_figures(r);
+  const auto lambda = std::find_if(again.begin(), again.end(), [](const Figure& f) { return f.name == "lambda-f32"; });
+  ASSERT_NE(lambda, again.end());
+  const Series* gru = find_series(*lambda, "gru init");
+  ASSERT_NE(gru, nullptr);
+  EXPECT_EQ(gru->points, (std::vector<std::pair<double, double>>{{static_cast<double>(planted[0]), -0.25},
+                                                                 {static_cast<double>(planted[1]), -0.5}}));
+}
+
 TEST(Render, GnuplotProgramNamesEverySeriesAndBothTerminals) {
   const Figure f{.name = "x", .title = "t",
                  .panels = {{.title = "p", .logy = true,

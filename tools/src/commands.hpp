@@ -76,6 +76,7 @@ struct NightlyArgs {
   std::string out, backends = "cpu", cells, dtypes, times, classes, max_iters = "none";
   std::string bench_summary;  // bench/results/h200-summary.json, embedded as "performance"
   bool quick = false;
+  bool kstar_only = false;
   std::optional<std::int64_t> seeds;
   std::optional<double> time_budget;
   std::optional<std::int64_t> jobs;

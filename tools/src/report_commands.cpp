@@ -78,6 +78,7 @@ int report_nightly(const NightlyArgs& args) {
   nightly::CampaignOptions options;
   options.out_dir = args.out;
   options.quick = args.quick;
+  options.kstar_only = args.kstar_only;
   options.backends = split_list(args.backends, "--backends");
   options.variants = split_list(args.cells, "--cells");
   options.dtypes = split_list(args.dtypes, "--dtypes");

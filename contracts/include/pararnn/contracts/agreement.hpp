@@ -25,6 +25,7 @@
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/contracts/compare.hpp"
+#include "pararnn/contracts/predicted_k.hpp"
 #include "pararnn/solver/solver.hpp"
 
 namespace pararnn {
@@ -133,6 +134,10 @@ struct AgreementReport {
   };
   std::optional<LyapunovFields> lyapunov;
   std::string lyapunov_reason;
+  // The K the contraction model predicts from the same estimate (contracts/predicted_k.hpp), beside
+  // the K the solve used (newton_iters); absent with lyapunov. Its `k` is empty, with a reason,
+  // outside the model's basin.
+  std::optional<PredictedK> predicted_k;
   // Gradient section (VerifyOptions::gradients): one comparison per tensor ("x", "h0", each
   // parameter), with the gradient tolerance of the cell class.
   struct GradientCheck {
@@ -157,6 +162,8 @@ struct AgreementReport {
   std::string summary() const;          // a few lines for a terminal
   std::string gradient_summary() const; // one line per gradient tensor
   std::string lyapunov_line() const;    // "\nlambda-hat: …" (the estimate, or why there is none)
+                                        // and predicted_k_line()
+  std::string predicted_k_line() const; // "\npredicted K: …" (empty without a prediction)
 };
 
 // The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one

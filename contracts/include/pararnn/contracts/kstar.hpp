@@ -51,6 +51,11 @@ struct KstarRow {
   std::int64_t default_fallback_units = 0, default_picard_retries = 0, default_updates = 0;
   std::int64_t default_picard_iters = 0;
   double default_max_abs = 0.0;
+  // Before any solve (issue 45): λ̂ and the stretch along the oracle's trajectory, the App. A
+  // guess's error, and the K the model of predicted_k.hpp predicts from them.
+  double lambda_max = 0.0, max_stretch = 0.0, guess_error = 0.0;
+  std::optional<std::int64_t> predicted_k;
+  std::string predicted_reason;  // why no number (empty when there is one)
 };
 
 struct KstarTable {
@@ -59,6 +64,8 @@ struct KstarTable {
   std::vector<KstarRow> rows;
   // Per T: the max over seeds of K*, and the K the shipped schedule uses (max_iters unset).
   std::vector<std::pair<std::int64_t, std::int64_t>> max_kstar_by_t, shipped_k_by_t;
+  // Per T: the max over seeds of the predicted K (-1 when a seed has no number).
+  std::vector<std::pair<std::int64_t, std::int64_t>> max_predicted_by_t;
   nlohmann::ordered_json to_json() const;
 };
 

@@ -13,7 +13,9 @@
 //         growth g gives exactly g);
 //   stretch = the largest Σ g_t over W consecutive steps (W = min(window, L)): what an error made
 //         at one step has become W steps later (the log of that factor; for Benettin units the
-//         growth of the tracked direction, a lower bound of the worst direction's).
+//         growth of the tracked direction, a lower bound of the worst direction's);
+//   guess error = max_t |f(0, x_t) − H_t| over the unit's values (t past the chain's head): how
+//         far the solver's App. A guess starts from the answer (one more step without derivatives).
 // The Jacobian at step t is taken at the oracle's state before it: h0 (or zeros) at a chain's
 // head (every packed segment start), else H[t-1] as the oracle's f64 trajectory holds it.
 //
@@ -57,6 +59,10 @@ struct LyapunovUnit {
   std::int64_t steps = 0;
   double exponent = 0.0;  // λ̂ of the unit
   double stretch = 0.0;   // largest Σ g_t over its window
+  // max_t |H⁽⁰⁾_t − H_t| over the unit's values: the error of the solver's App. A guess
+  // H⁽⁰⁾_t = f(0, x_t) (exact at the chain's head, where it starts from h0), in the oracle's
+  // type: the e₀ of the predicted K (contracts/predicted_k.hpp).
+  double guess_error = 0.0;
 };
 
 struct LyapunovEstimate {
@@ -75,6 +81,7 @@ struct LyapunovEstimate {
   double fraction_positive = 0.0;
   double max_stretch = 0.0;
   std::string max_stretch_chain;
+  double max_guess_error = 0.0;
   // False when the trajectory, a Jacobian entry or a growth is not finite (a zero growth, log 0,
   // included): then no summary number is given and `reason` says where and why.
   bool finite = true;

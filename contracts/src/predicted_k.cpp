@@ -1,0 +1,86 @@
+// predict_k: the model of predicted_k.hpp, unit by unit.
+#include "pararnn/contracts/predicted_k.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace pararnn {
+
+namespace {
+
+// m = Σ_{j<L} e^{j s}, without cancellation for s near 0 (expm1); +inf when it overflows.
+double memory_of(double rate, std::int64_t length) {
+  if (rate == 0.0) return static_cast<double>(length);
+  return std::expm1(static_cast<double>(length) * rate) / std::expm1(rate);
+}
+
+}  // namespace
+
+PredictedK predict_unit_k(double rate, std::int64_t length, double guess_error, double tau, double curvature) {
+  PredictedK p;
+  p.rate = rate;
+  p.curvature = curvature;
+  p.guess_error = guess_error;
+  if (!std::isfinite(rate) || !std::isfinite(guess_error) || !(tau > 0.0) || length < 1 || !(curvature > 0.0)) {
+    p.reason = fmt::format("no prediction from rate {}, length {}, guess error {}, tau {}", rate, length,
+                           guess_error, tau);
+    return p;
+  }
+  p.memory = memory_of(rate, length);
+  const double C = curvature * p.memory;
+  p.basin = C * guess_error;
+  if (guess_error <= tau) {
+    p.k = 0;
+    return p;
+  }
+  if (!(p.basin <= kBasin)) {
+    p.reason = fmt::format("outside the quadratic basin: C*e0 = {:.3g} > {:g} (memory {:.3g} steps at a log growth of "
+                           "{:.3g} per step, guess error {:.3g})",
+                           p.basin, kBasin, p.memory, rate, guess_error);
+    return p;
+  }
+  // 2^k · log(C e0) <= log(C τ), both logs negative.
+  const double needed = std::log(C * tau) / std::log(p.basin);
+  std::int64_t k = 0;
+  while (std::ldexp(1.0, static_cast<int>(k)) < needed && k < 64) ++k;
+  p.k = k;
+  return p;
+}
+
+PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, double curvature) {
+  if (!estimate.finite || estimate.units.empty()) {
+    PredictedK p;
+    p.reason = "no prediction: no finite lambda-hat estimate" + (estimate.reason.empty() ? "" : " (" + estimate.reason + ")");
+    return p;
+  }
+  std::optional<PredictedK> worst;
+  for (const reference::LyapunovUnit& u : estimate.units) {
+    const std::int64_t window = std::max<std::int64_t>(1, std::min(estimate.window, u.steps));
+    PredictedK p = predict_unit_k(u.stretch / static_cast<double>(window), u.steps, u.guess_error, tau, curvature);
+    p.unit = u.chain;
+    // No number beats any number; among numbers the largest K; ties: the larger basin, then the name.
+    const auto rank = [](const PredictedK& q) { return q.k ? *q.k : std::int64_t{1} << 62; };
+    if (!worst || rank(p) > rank(*worst) ||
+        (rank(p) == rank(*worst) && (p.basin > worst->basin || (p.basin == worst->basin && p.unit < worst->unit))))
+      worst = std::move(p);
+  }
+  if (!worst->k) worst->reason = worst->unit + ": " + worst->reason;
+  return *worst;
+}
+
+nlohmann::ordered_json PredictedK::to_json() const {
+  nlohmann::ordered_json j;
+  j["k"] = k ? nlohmann::ordered_json(*k) : nlohmann::ordered_json(nullptr);
+  if (!k) j["reason"] = reason;
+  j["unit"] = unit;
+  j["rate"] = rate;
+  j["memory"] = std::isfinite(memory) ? nlohmann::ordered_json(memory) : nlohmann::ordered_json("inf");
+  j["guess_error"] = guess_error;
+  j["basin"] = std::isfinite(basin) ? nlohmann::ordered_json(basin) : nlohmann::ordered_json("inf");
+  j["curvature"] = curvature;
+  return j;
+}
+
+}  // namespace pararnn
