@@ -7,6 +7,7 @@
 
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/case_rules.hpp"
+#include "pararnn/contracts/tolerance.hpp"
 #include "pararnn/core/errors.hpp"
 
 namespace pararnn {
@@ -22,12 +23,18 @@ bool Diagnosis::window_capped() const {
                                  [&](const auto& u) { return u.steps < estimate->window; });
 }
 
+PredictedK Diagnosis::predicted_k() const {
+  if (!estimate) throw Error("Diagnosis::predicted_k: no estimate (" + inconclusive_reason + ")");
+  return predict_k(*estimate, tolerance_for({.dtype = dtype, .cell = cell}).atol);
+}
+
 nlohmann::ordered_json Diagnosis::to_json() const {
   if (!estimate) throw Error("Diagnosis::to_json: no estimate (" + inconclusive_reason + ")");
   const reference::LyapunovEstimate& e = *estimate;
   nlohmann::ordered_json units = nlohmann::ordered_json::array();
   for (const auto& u : e.units)
-    units.push_back({{"chain", u.chain}, {"steps", u.steps}, {"exponent", u.exponent}, {"stretch", u.stretch}});
+    units.push_back({{"chain", u.chain}, {"steps", u.steps}, {"exponent", u.exponent}, {"stretch", u.stretch},
+                     {"guess_error", u.guess_error}});
   return {{"cell", cell},
           {"dtype", dtype_name(dtype)},
           {"trajectory_shape", trajectory_shape},
@@ -43,6 +50,7 @@ nlohmann::ordered_json Diagnosis::to_json() const {
           {"chains", {{"total", e.chains_total}, {"used", e.chains_used}, {"all", e.all_chains},
                       {"seed", seed}, {"list", e.chains}}},
           {"jacobian_steps", e.jacobian_steps},
+          {"predicted_k", predicted_k().to_json()},
           {"oracle", {{"type", oracle_type},
                       {"certifier_type", certifier_type},
                       {"self_check_delta", self_check_delta},

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "pararnn/contracts/predicted_k.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/reference/lyapunov.hpp"
 
@@ -49,6 +50,9 @@ struct Diagnosis {
   // Units with λ̂ > 0; whether some unit is shorter than the stretch's window.
   std::int64_t positive_units() const;
   bool window_capped() const;
+  // The K the contraction model predicts from the estimate at the dtype's τ (predicted_k.hpp), as
+  // every verify report carries it. Requires an estimate.
+  PredictedK predicted_k() const;
   // The estimate as `pararnn diagnose --json` writes it (cell … units; the CLI adds
   // schema_version, command and case before and context after). Requires an estimate.
   nlohmann::ordered_json to_json() const;
