@@ -658,10 +658,7 @@ std::string AgreementReport::lyapunov_line() const {
 std::string AgreementReport::predicted_k_line() const {
   if (!predicted_k) return "";
   const std::string used = path == "external" ? "" : fmt::format("; the solve ran {} Newton iterations", newton_iters);
-  if (!predicted_k->k) return fmt::format("\npredicted K: none ({}){}", predicted_k->reason, used);
-  return fmt::format("\npredicted K: {} (C*e0 = {:.3g} at {}: memory {:.3g} steps, guess error {:.3g}){}",
-                     *predicted_k->k, predicted_k->basin, predicted_k->unit, predicted_k->memory,
-                     predicted_k->guess_error, used);
+  return "\npredicted K: " + predicted_k->describe() + used;
 }
 
 std::string AgreementReport::gradient_summary() const {

@@ -34,7 +34,8 @@ nlohmann::ordered_json Diagnosis::to_json() const {
   nlohmann::ordered_json units = nlohmann::ordered_json::array();
   for (const auto& u : e.units)
     units.push_back({{"chain", u.chain}, {"steps", u.steps}, {"exponent", u.exponent}, {"stretch", u.stretch},
-                     {"guess_error", u.guess_error}});
+                     {"guess_error", std::isfinite(u.guess_error) ? nlohmann::ordered_json(u.guess_error)
+                                                                   : nlohmann::ordered_json("inf")}});
   return {{"cell", cell},
           {"dtype", dtype_name(dtype)},
           {"trajectory_shape", trajectory_shape},

@@ -30,7 +30,7 @@ PredictedK predict_unit_k(double rate, std::int64_t length, double guess_error, 
   }
   p.memory = memory_of(rate, length);
   const double C = curvature * p.memory;
-  p.basin = C * guess_error;
+  p.basin = guess_error == 0.0 ? 0.0 : C * guess_error;  // never inf * 0
   if (guess_error <= tau) {
     p.k = 0;
     return p;
@@ -70,15 +70,29 @@ PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, do
   return *worst;
 }
 
+namespace {
+// A number, "inf" for an overflowed memory, null for what is not a number.
+nlohmann::ordered_json number_or_text(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isinf(v) && v > 0 ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+std::string PredictedK::describe() const {
+  if (!k) return fmt::format("none ({})", reason);
+  return fmt::format("{} (C*e0 = {:.3g} at {}: memory {:.3g} steps, guess error {:.3g})", *k, basin, unit, memory,
+                     guess_error);
+}
+
 nlohmann::ordered_json PredictedK::to_json() const {
   nlohmann::ordered_json j;
   j["k"] = k ? nlohmann::ordered_json(*k) : nlohmann::ordered_json(nullptr);
   if (!k) j["reason"] = reason;
   j["unit"] = unit;
-  j["rate"] = rate;
-  j["memory"] = std::isfinite(memory) ? nlohmann::ordered_json(memory) : nlohmann::ordered_json("inf");
-  j["guess_error"] = guess_error;
-  j["basin"] = std::isfinite(basin) ? nlohmann::ordered_json(basin) : nlohmann::ordered_json("inf");
+  j["rate"] = number_or_text(rate);
+  j["memory"] = number_or_text(memory);
+  j["guess_error"] = number_or_text(guess_error);
+  j["basin"] = number_or_text(basin);
   j["curvature"] = curvature;
   return j;
 }

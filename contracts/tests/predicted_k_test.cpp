@@ -48,6 +48,11 @@ TEST(PredictedK, ZeroWhenTheGuessIsWithinTauAndNoneOutsideTheBasin) {
   // An expanding unit over a long chain: the memory overflows, no number.
   const PredictedK chaotic = predict_unit_k(0.5, 1 << 20, 0.1, tau);
   EXPECT_FALSE(chaotic.k);
+  EXPECT_EQ(chaotic.to_json()["memory"], "inf");
+  // An exact guess needs no update whatever the memory, and its C·e0 is 0, never inf · 0.
+  const PredictedK exact = predict_unit_k(0.5, 1 << 20, 0.0, tau);
+  EXPECT_EQ(exact.k, std::optional<std::int64_t>(0));
+  EXPECT_EQ(exact.to_json()["basin"], 0.0);
   // Never a number from a non-finite input.
   EXPECT_FALSE(predict_unit_k(NAN, 64, 0.1, tau).k);
   EXPECT_FALSE(predict_unit_k(std::log(0.5), 64, INFINITY, tau).k);

@@ -148,8 +148,10 @@ int campaign_exit_code(const Json& report) {
   const Json& eq = s["equivalences"];
   const bool failed = count(rows, "Disagree") + count(rows, "Error") + count(eq, "Disagree") + count(eq, "Error") > 0;
   // A run cut by its time budget did not judge its whole plan: never exit 0 (2, as Inconclusive).
-  // A K*-only run whose measurement failed (recorded in skipped) did not measure its plan: 2.
-  const bool kstar_failed = report["plan"].value("kstar_only", false) && s.value("kstar_failed", std::int64_t{0}) > 0;
+  // A K*-only run that measured nothing, or whose measurement failed (recorded in skipped), did
+  // not measure its plan: 2.
+  const bool kstar_failed = report["plan"].value("kstar_only", false) &&
+                            (s.value("kstar_failed", std::int64_t{0}) > 0 || s.value("kstar_measurements", std::int64_t{0}) == 0);
   const bool inconclusive = count(rows, "Inconclusive") + count(eq, "Inconclusive") > 0 || s["budget_exhausted"].get<bool>() ||
                             kstar_failed;
   return failed ? 1 : (inconclusive ? 2 : 0);

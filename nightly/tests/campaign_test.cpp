@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "pararnn/contracts/tolerance.hpp"
+#include "assemble.hpp"  // campaign_exit_code
+#include "pararnn/contracts/predicted_k.hpp"
 #include "pararnn/nightly/campaign.hpp"
 #include "test_support.hpp"
 
@@ -149,6 +151,59 @@ TEST(CampaignBudget, ATaskRunningAtTheBudgetIsCutAndNotReported) {
   EXPECT_TRUE(report["rows"].empty());
   EXPECT_TRUE(report["equivalences"].empty());
   EXPECT_EQ(result.exit_code, 2) << "a campaign that did not run its plan must not exit 0";
+}
+
+// report nightly --kstar-only: no row judged, every K* measurement with its predicted K and the
+// outcome per seed, the summary's counts of them; it exits 0 only when its measurements ran, never
+// when one failed or none was planned.
+TEST(CampaignKstarOnly, MeasuresKstarWithThePredictionAndNeverExitsZeroWithoutMeasurements) {
+  CampaignOptions o;
+  o.out_dir = testing::scratch("campaign-kstar-only");
+  o.kstar_only = true;
+  o.variants = {"gru"};
+  o.dtypes = {"f32"};
+  o.times = {16, 48};
+  o.classes = {"init"};
+  o.seeds = 2;
+  o.jobs = 1;
+  const CampaignResult result = run_campaign(o);
+  const Json report = load_report(result.report_path);
+  EXPECT_TRUE(report["plan"]["kstar_only"].get<bool>());
+  EXPECT_TRUE(report["rows"].empty());
+  EXPECT_TRUE(report["equivalences"].empty());
+  ASSERT_EQ(report["kstar"].size(), 2u);
+  std::int64_t seeds = 0;
+  for (const Json& k : report["kstar"]) {
+    ASSERT_EQ(k["predicted_k_by_seed"].size(), k["kstar_by_seed"].size());
+    ASSERT_EQ(k["prediction_by_seed"].size(), k["kstar_by_seed"].size());
+    for (std::size_t i = 0; i < k["kstar_by_seed"].size(); ++i, ++seeds) {
+      const std::int64_t kstar = k["kstar_by_seed"][i].get<std::int64_t>();
+      const Json& predicted = k["predicted_k_by_seed"][i];
+      const std::string outcome = k["prediction_by_seed"][i].get<std::string>();
+      if (predicted.is_null()) {
+        EXPECT_EQ(outcome, "none");
+      } else if (predicted.get<std::int64_t>() + kPredictedKMargin < kstar) {
+        EXPECT_EQ(outcome, "under");
+      } else {
+        EXPECT_EQ(outcome, predicted.get<std::int64_t>() <= kstar + 1 ? "hit" : "over");
+      }
+    }
+  }
+  const Json& counts = report["summary"]["kstar_predicted"];
+  EXPECT_EQ(counts["hit"].get<std::int64_t>() + counts["over"].get<std::int64_t>() +
+                counts["under"].get<std::int64_t>() + counts["none"].get<std::int64_t>(),
+            seeds);
+  EXPECT_EQ(result.exit_code, 0);
+
+  Json failed = report;
+  failed["summary"]["kstar_failed"] = 1;
+  EXPECT_EQ(detail::campaign_exit_code(failed), 2) << "a K* measurement failed";
+  Json empty = report;
+  empty["summary"]["kstar_measurements"] = 0;
+  EXPECT_EQ(detail::campaign_exit_code(empty), 2) << "nothing was measured";
+  Json full = failed;  // a whole campaign records a failed K* among the skipped; its rows decide
+  full["plan"]["kstar_only"] = false;
+  EXPECT_EQ(detail::campaign_exit_code(full), 0);
 }
 
 }  // namespace

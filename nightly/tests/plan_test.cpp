@@ -56,6 +56,21 @@ void expect_refused(const CampaignOptions& o, const std::string& flag, const std
   }
 }
 
+TEST(Plan, KstarOnlyPlansTheKstarTasksAloneAndRefusesAnExternalSolver) {
+  const CampaignOptions o{.quick = true, .kstar_only = true, .variants = {"gru", "hopfield"}};
+  const CampaignPlan p = make_plan(o, 1);
+  ASSERT_FALSE(p.tasks.empty());
+  for (const TaskSpec& t : p.tasks) EXPECT_EQ(t.kind, TaskKind::kstar) << t.label;
+  EXPECT_EQ(p.tasks.size(), 2u);  // one per variant: the quick plan measures K* in f32, class init
+  EXPECT_TRUE(plan_json(o, p)["kstar_only"].get<bool>());
+  EXPECT_FALSE(plan_json({.quick = true, .variants = {"gru"}}, make_plan({.quick = true, .variants = {"gru"}}, 1))["kstar_only"]
+                   .get<bool>());
+  CampaignOptions external = o;
+  external.external = ExternalSolver{.command = "solver {case} {out}", .words = {"solver", "{case}", "{out}"},
+                                     .name = "their-solver"};
+  expect_refused(external, "--kstar-only", "their-solver");
+}
+
 TEST(Plan, BadOptionsAreRefusedNamingFlagAndValue) {
   expect_refused({.variants = {"grux"}}, "--cells", "grux");
   expect_refused({.dtypes = {"i32"}}, "--dtypes", "i32");

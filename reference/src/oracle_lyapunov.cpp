@@ -172,13 +172,10 @@ ChainOutcome run_chain(const PreparedCase& problem, const double* H, std::int64_
       stepper.guess(chain.b, t, guess);
       const double* h_true = H + problem.h_offset(chain.b, t, 0, 0);
       for (std::int64_t i = 0; i < n; ++i) {
+        // A guess that is not finite is an infinite error: the unit gets no predicted K
+        // (predict_unit_k refuses it), its exponent stands.
         const double e = std::abs(guess[static_cast<std::size_t>(i)] - h_true[i]);
-        if (!std::isfinite(e)) {
-          out.failure = fmt::format("the App. A guess at {} holds {}: no finite guess error", where(per_channel ? i % d : 0, t),
-                                    guess[static_cast<std::size_t>(i)]);
-          return out;
-        }
-        out.units[static_cast<std::size_t>(per_channel ? i % d : 0)].add_guess_error(e);
+        out.units[static_cast<std::size_t>(per_channel ? i % d : 0)].add_guess_error(std::isfinite(e) ? e : INFINITY);
       }
     }
     for (std::int64_t u = 0; u < unit_count; ++u) {

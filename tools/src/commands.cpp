@@ -544,12 +544,7 @@ int diagnose(const DiagnoseArgs& args) {
   std::cout << fmt::format("stretch: {:.6g} (largest log growth over W = {} steps{}: an error grows x{:.3g}) at {}\n",
                            e.max_stretch, e.window, d.window_capped() ? ", or a shorter chain's length" : "",
                            std::exp(e.max_stretch), e.max_stretch_chain);
-  const PredictedK predicted = d.predicted_k();
-  std::cout << (predicted.k ? fmt::format("predicted K: {} (C*e0 = {:.3g} at {}: memory {:.3g} steps, guess error {:.3g}; "
-                                          "docs/kstar.md)\n",
-                                          *predicted.k, predicted.basin, predicted.unit, predicted.memory,
-                                          predicted.guess_error)
-                            : fmt::format("predicted K: none ({})\n", predicted.reason));
+  std::cout << "predicted K: " << d.predicted_k().describe() << " (docs/kstar.md)\n";
   std::cout << fmt::format("chains: {} of {}{} (seed {}), {} Jacobian steps\n", e.chains_used, e.chains_total,
                            e.all_chains ? ", all" : ", sampled", args.seed, e.jacobian_steps);
   std::cout << fmt::format("time: {:.3f} s (oracle {:.3f} s, Jacobians {:.3f} s)\n", d.total_seconds, d.oracle_seconds,

@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   nightly_cmd->add_flag("--quick", na.quick, "every cell in f32, small sizes (<= 60 s on 2 cores)");
   nightly_cmd->add_flag("--kstar-only", na.kstar_only,
                         "only the plan's K* measurements with their predicted K (docs/kstar.md's validation table): "
-                        "no row is judged; exit 2 when a measurement failed");
+                        "no row is judged; exit 2 when a measurement failed or none was planned");
   nightly_cmd->add_option("--backends", na.backends, "cpu,cuda (cuda is skipped, and recorded, without a GPU)");
   nightly_cmd->add_option("--cells", na.cells, "variants, e.g. gru,gru-head,lstm (default: all)");
   nightly_cmd->add_option("--dtypes", na.dtypes, "f64,f32,f16,bf16 (default: f32 quick, all four otherwise)");

@@ -60,6 +60,9 @@ struct PredictedK {
   double basin = 0.0;         // C·e_0 (<= kBasin: inside the quadratic basin)
   double curvature = kCurvature;  // c used
   nlohmann::ordered_json to_json() const;
+  // One line: "4 (C*e0 = 0.384 at b=1,channel=9: memory 2.43 steps, guess error 0.633)" or
+  // "none (<reason>)": what the CLI and the report summary print after "predicted K: ".
+  std::string describe() const;
 };
 
 // One unit's prediction (the model above) from its rate s, length L, guess error e_0 and τ.

@@ -55,7 +55,7 @@ struct CampaignOptions {
   std::filesystem::path out_dir;                 // created if missing; report.json, cases/
   bool quick = false;                            // <= 60 s on 2 cores: every variant in f32
   bool kstar_only = false;                       // only the K* tasks (with their predicted K): no
-                                                 // row judged; a failed measurement exits 2
+                                                 // row judged; a failed measurement, or none, exits 2
   std::vector<std::string> backends = {"cpu"};   // cpu, cuda
   std::vector<std::string> variants;             // campaign_variants() names; empty: all
   std::vector<std::string> dtypes;               // empty: f32 (quick) or f64, f32, f16, bf16

@@ -61,7 +61,8 @@ struct LyapunovUnit {
   double stretch = 0.0;   // largest Σ g_t over its window
   // max_t |H⁽⁰⁾_t − H_t| over the unit's values: the error of the solver's App. A guess
   // H⁽⁰⁾_t = f(0, x_t) (exact at the chain's head, where it starts from h0), in the oracle's
-  // type: the e₀ of the predicted K (contracts/predicted_k.hpp).
+  // type: the e₀ of the predicted K (contracts/predicted_k.hpp); +inf where the guess is not finite
+  // (then that unit gets no predicted K; its exponent and stretch stand).
   double guess_error = 0.0;
 };
 
