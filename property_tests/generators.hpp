@@ -348,4 +348,18 @@ inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<
       rc::gen::inRange<std::uint64_t>(0, 1u << 30));
 }
 
+// Segment lengths of a packed batch (cu_seqlens), summing to N: shrinks toward few, short
+// segments; includes length 1.
+inline rc::Gen<std::vector<std::int64_t>> gen_segments() {
+  return rc::gen::nonEmpty(rc::gen::container<std::vector<std::int64_t>>(
+      rc::gen::oneOf(rc::gen::just<std::int64_t>(1), rc::gen::inRange<std::int64_t>(1, 60))));
+}
+
+// The cu_seqlens of segments of these lengths: 0 and the running sums, in an integer dtype.
+inline Tensor cu_seqlens_of(const std::vector<std::int64_t>& lengths, DType dtype) {
+  std::vector<double> values = {0.0};
+  for (auto n : lengths) values.push_back(values.back() + static_cast<double>(n));
+  return Tensor::from_values(dtype, {static_cast<std::int64_t>(values.size())}, values);
+}
+
 }  // namespace pararnn::testing

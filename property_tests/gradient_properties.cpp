@@ -7,12 +7,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
+#include "pararnn/contracts/compare.hpp"
 #include "pararnn/core/random.hpp"
 
 namespace pararnn {
@@ -102,6 +105,71 @@ RC_GTEST_PROP(Gradients, DenseAndMatrixCellAdjointsAgreeWithOracleBptt, ()) {
 // case whose W_x rows of the i and f gates round to the same value): the contract's derivative
 // is 1/2 to each side, as the oracle's; the dense backward's forward-mode VJP must split the
 // gradient in halves too, not hand it all to one gate.
+// The packing claim on the backend under test: a packed batch (cu_seqlens, one h0 row per
+// segment) equals each segment solved alone, its trajectory within τ and its ∇x and ∇h0 rows
+// within the gradient tolerance, for every segment: the forward's carry stops at a segment's
+// start and the adjoint's at its end (the reverse scan runs from the last segment into the
+// earlier ones, so the earlier segments are the ones a missing cut corrupts).
+void expect_within(const Tensor& actual, const Tensor& expected, const Tolerance& tol, const std::string& what) {
+  const ComparisonResult c = compare(actual, expected, tol);
+  if (!c.ok()) RC_FAIL(what + ": " + c.describe());
+}
+
+RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
+  const CellOptions variant =
+      testing::label_options(*rc::gen::elementOf(testing::backend_cells(testing::kPerChannelCellLabels)));
+  const DType dtype = *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f64});
+  const auto lengths = *testing::gen_segments();
+  const bool with_h0 = *rc::gen::arbitrary<bool>();
+  const std::uint64_t seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
+  RC_CLASSIFY(lengths.size() == 1, "one segment spans all");
+  RC_CLASSIFY(std::find(lengths.begin(), lengths.end(), 1) != lengths.end(), "has length-1 segment");
+  std::int64_t total = 0;
+  for (auto n : lengths) total += n;
+  testing::GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 1, .time = total, .d_in = 3,
+                     .d_h = 5, .seed = seed};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const auto segments = static_cast<std::int64_t>(lengths.size());
+  testing::GeneratedProblem h0_gen = p;
+  h0_gen.batch = segments;
+  h0_gen.with_h0 = with_h0;
+  const auto h0 = h0_gen.make_h0(cell.slots());
+  const Tensor cu = testing::cu_seqlens_of(lengths, *rc::gen::elementOf(std::vector<DType>{DType::i32, DType::i64}));
+  ApplyOptions packed{.cu_seqlens = cu.view()};
+  if (h0) packed.h0 = h0->view();
+  const Tensor g = testing::GeneratedProblem{.cell = variant.cell, .dtype = dtype, .batch = 1, .time = total,
+                                    .d_in = cell.slots() * 5, .seed = seed + 1}
+                       .make_input()
+                       .reshaped(cell.trajectory_shape(1, total));
+  const NewtonConfig config{.scan_backend = testing::kTestBackend};
+  const NewtonForward fwd = newton_forward(cell, x, config, packed);
+  const NewtonGradients grads = newton_backward(cell, x, fwd, g, config, packed);
+  const Tolerance tau = tolerance_for({.dtype = dtype, .cell = variant.cell});
+  const Tolerance grad_tol = tolerance_for(
+      {.dtype = dtype, .metric = gradient_metric(cell), .cell = variant.cell});
+  std::int64_t start = 0;
+  for (std::int64_t s = 0; s < segments; ++s) {
+    const std::int64_t end = start + lengths[static_cast<std::size_t>(s)];
+    const Tensor xs = Tensor::copy_of(x.view().slice(1, start, end));
+    const Tensor gs = Tensor::copy_of(g.view().slice(1, start, end));
+    std::optional<Tensor> h0s;
+    if (h0) h0s = Tensor::copy_of(h0->view().slice(0, s, s + 1));
+    ApplyOptions alone;
+    if (h0s) alone.h0 = h0s->view();
+    const NewtonForward f = newton_forward(cell, xs, config, alone);
+    const NewtonGradients gr = newton_backward(cell, xs, f, gs, config, alone);
+    expect_within(Tensor::copy_of(fwd.H.view().slice(1, start, end)), f.H, tau,
+                  fmt::format("H of segment {} ({})", s, p.describe()));
+    expect_within(Tensor::copy_of(grads.x.view().slice(1, start, end)), gr.x, grad_tol,
+                  fmt::format("grad x of segment {} ({})", s, p.describe()));
+    if (h0)
+      expect_within(Tensor::copy_of(grads.h0->view().slice(0, s, s + 1)), *gr.h0, grad_tol,
+                    fmt::format("grad h0 of segment {} ({})", s, p.describe()));
+    start = end;
+  }
+}
+
 TEST(Gradients, SlstmStabiliserTieSplitsTheGradientInHalves) {
   for (const char* mix : {"head", "dense"}) {
     Cell cell = Cell::initialise({.cell = "slstm", .mix = mix, .d_in = 2, .d_h = 4,

@@ -116,25 +116,30 @@ void expect_recompute_is_bitwise(const Cell& cell, const Tensor& x, const Tensor
     EXPECT_EQ(grad.to_f64_vector(), b.parameters.at(name).to_f64_vector()) << name;
 }
 
-// Two segments packed (cu_seqlens 0, 4, 9 of x (1, 9, d_in), h0 of two rows) against the second
+// Two segments packed (cu_seqlens 0, 4, 9 of x (1, 9, d_in), h0 of two rows) against each
 // segment solved alone from its h0 row: its ∇x and its ∇h0 row, within the f64 coupled-gradient
-// tolerance.
+// tolerance. The first segment is the one an adjoint carried across the segment end corrupts
+// (the reverse scan runs from the second into it).
 void expect_packed_gradients_per_segment(const Cell& cell, const Tensor& x, const Tensor& g, const Tensor& h0) {
   const Tensor cu = Tensor::from_values(DType::i64, {3}, std::vector<double>{0, 4, 9});
   const ApplyOptions packed{.h0 = h0.view(), .cu_seqlens = cu.view()};
   const auto all = newton_backward(cell, x, newton_forward(cell, x, on_backend(), packed), g, on_backend(), packed);
-  const Tensor x2 = Tensor::copy_of(x.view().slice(1, 4, 9));
-  const Tensor g2 = Tensor::copy_of(g.view().slice(1, 4, 9));
-  const Tensor h02 = Tensor::copy_of(h0.view().slice(0, 1, 2));
-  const ApplyOptions alone{.h0 = h02.view()};
-  const auto second = newton_backward(cell, x2, newton_forward(cell, x2, on_backend(), alone), g2, on_backend(), alone);
   const Tolerance tol = tolerance_for({.dtype = DType::f64, .metric = Metric::gradient_coupled});
-  const auto a = Tensor::copy_of(all.x.view().slice(1, 4, 9)).to_f64_vector();
-  const auto b = second.x.to_f64_vector();
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
-  const auto c = Tensor::copy_of(all.h0->view().slice(0, 1, 2)).to_f64_vector();
-  const auto d = second.h0->to_f64_vector();
-  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+  const std::int64_t bounds[] = {0, 4, 9};
+  for (std::int64_t s = 0; s < 2; ++s) {
+    SCOPED_TRACE("segment " + std::to_string(s));
+    const Tensor xs = Tensor::copy_of(x.view().slice(1, bounds[s], bounds[s + 1]));
+    const Tensor gs = Tensor::copy_of(g.view().slice(1, bounds[s], bounds[s + 1]));
+    const Tensor h0s = Tensor::copy_of(h0.view().slice(0, s, s + 1));
+    const ApplyOptions alone{.h0 = h0s.view()};
+    const auto one = newton_backward(cell, xs, newton_forward(cell, xs, on_backend(), alone), gs, on_backend(), alone);
+    const auto a = Tensor::copy_of(all.x.view().slice(1, bounds[s], bounds[s + 1])).to_f64_vector();
+    const auto b = one.x.to_f64_vector();
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol.atol + tol.rtol * std::abs(b[i]));
+    const auto c = Tensor::copy_of(all.h0->view().slice(0, s, s + 1)).to_f64_vector();
+    const auto d = one.h0->to_f64_vector();
+    for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], d[i], tol.atol + tol.rtol * std::abs(d[i]));
+  }
 }
 
 TEST_P(EveryCell, AdjointEqualsCentralFiniteDifferences) {
@@ -170,7 +175,7 @@ TEST_P(EveryCell, InitialStateGradientExistsExactlyWhenGiven) {
 }
 
 TEST_P(EveryCell, PackedGradientsArePerSegment) {
-  // Two segments packed ≡ each alone: ∇x of the second segment and its ∇h0 row.
+  // Two segments packed ≡ each alone: their ∇x and ∇h0 rows.
   const Cell cell = Cell::initialise(labelled({.d_in = 2, .d_h = 4}), DType::f64, 1);
   const Tensor x = normal(DType::f64, {1, 9, 2}, 2);
   const Tensor g = normal(DType::f64, cell.trajectory_shape(1, 9), 3);
@@ -229,7 +234,7 @@ TEST_P(EveryDenseCell, RecomputeIsBitwiseEqual) {
 class EveryPackingDenseCell : public EveryDenseCell {};
 
 TEST_P(EveryPackingDenseCell, PackedGradientsArePerSegment) {
-  // Two segments packed ≡ the second alone: its ∇x and its ∇h0 row.
+  // Two segments packed ≡ each alone: their ∇x and ∇h0 rows.
   const Cell cell = Cell::initialise(options(2), DType::f64, 1);
   const std::int64_t d_h = GetParam().d_h;
   const Tensor x = normal(DType::f64, {1, 9, 2}, 2);

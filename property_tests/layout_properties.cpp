@@ -1,5 +1,6 @@
-// The layout contract: packed sequences (cu_seqlens) ≡ each sequence alone, forward and
-// gradients; strided and permuted views ≡ the contiguous copy bitwise; every malformed
+// The layout contract (packed ≡ each sequence alone, forward and gradients, is a claim of every
+// backend: Packing.PackedEqualsEachSequenceSolvedAlone in gradient_properties.cpp): strided and
+// permuted views ≡ the contiguous copy bitwise; every malformed
 // cu_seqlens is refused with its rule named; windowed Newton (window_len) is reported honestly;
 // the *_into entry points write into strided caller views exactly the bits the returning ones
 // return, and refuse an output of the wrong shape or dtype, with repeated addresses, or sharing
@@ -20,79 +21,9 @@ namespace {
 
 using testing::gen_problem;
 using testing::GeneratedProblem;
+using testing::gen_segments;
 
 const std::vector<std::string>& kCells = testing::kPerChannelCellLabels;
-
-// Segment lengths summing to N: shrinks toward few, short segments; includes length 1.
-rc::Gen<std::vector<std::int64_t>> gen_segments() {
-  return rc::gen::nonEmpty(rc::gen::container<std::vector<std::int64_t>>(
-      rc::gen::oneOf(rc::gen::just<std::int64_t>(1), rc::gen::inRange<std::int64_t>(1, 60))));
-}
-
-Tensor cu_seqlens_of(const std::vector<std::int64_t>& lengths, DType dtype) {
-  std::vector<double> values = {0.0};
-  for (auto n : lengths) values.push_back(values.back() + static_cast<double>(n));
-  return Tensor::from_values(dtype, {static_cast<std::int64_t>(values.size())}, values);
-}
-
-void expect_within(const Tensor& actual, const Tensor& expected, const Tolerance& tol,
-                   const std::string& what) {
-  const ComparisonResult c = compare(actual, expected, tol);
-  if (!c.ok()) RC_FAIL(what + ": " + c.describe());
-}
-
-RC_GTEST_PROP(Packing, PackedEqualsEachSequenceSolvedAlone, ()) {
-  const CellOptions variant = testing::label_options(*rc::gen::elementOf(kCells));
-  const DType dtype = *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f64});
-  const auto lengths = *gen_segments();
-  const bool with_h0 = *rc::gen::arbitrary<bool>();
-  const std::uint64_t seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
-  RC_CLASSIFY(lengths.size() == 1, "one segment spans all");
-  RC_CLASSIFY(std::find(lengths.begin(), lengths.end(), 1) != lengths.end(), "has length-1 segment");
-  std::int64_t total = 0;
-  for (auto n : lengths) total += n;
-  GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 1, .time = total, .d_in = 3,
-                     .d_h = 5, .seed = seed};
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto segments = static_cast<std::int64_t>(lengths.size());
-  GeneratedProblem h0_gen = p;
-  h0_gen.batch = segments;
-  h0_gen.with_h0 = with_h0;
-  const auto h0 = h0_gen.make_h0(cell.slots());
-  const Tensor cu = cu_seqlens_of(lengths, *rc::gen::elementOf(std::vector<DType>{DType::i32, DType::i64}));
-  ApplyOptions packed{.cu_seqlens = cu.view()};
-  if (h0) packed.h0 = h0->view();
-  const Tensor g = GeneratedProblem{.cell = variant.cell, .dtype = dtype, .batch = 1, .time = total,
-                                    .d_in = cell.slots() * 5, .seed = seed + 1}
-                       .make_input()
-                       .reshaped(cell.trajectory_shape(1, total));
-  const NewtonForward fwd = newton_forward(cell, x, {}, packed);
-  const NewtonGradients grads = newton_backward(cell, x, fwd, g, {}, packed);
-  const Tolerance tau = tolerance_for({.dtype = dtype, .cell = variant.cell});
-  const Tolerance grad_tol = tolerance_for(
-      {.dtype = dtype, .metric = gradient_metric(cell), .cell = variant.cell});
-  std::int64_t start = 0;
-  for (std::int64_t s = 0; s < segments; ++s) {
-    const std::int64_t end = start + lengths[static_cast<std::size_t>(s)];
-    const Tensor xs = Tensor::copy_of(x.view().slice(1, start, end));
-    const Tensor gs = Tensor::copy_of(g.view().slice(1, start, end));
-    std::optional<Tensor> h0s;
-    if (h0) h0s = Tensor::copy_of(h0->view().slice(0, s, s + 1));
-    ApplyOptions alone;
-    if (h0s) alone.h0 = h0s->view();
-    const NewtonForward f = newton_forward(cell, xs, {}, alone);
-    const NewtonGradients gr = newton_backward(cell, xs, f, gs, {}, alone);
-    expect_within(Tensor::copy_of(fwd.H.view().slice(1, start, end)), f.H, tau,
-                  fmt::format("H of segment {} ({})", s, p.describe()));
-    expect_within(Tensor::copy_of(grads.x.view().slice(1, start, end)), gr.x, grad_tol,
-                  fmt::format("grad x of segment {} ({})", s, p.describe()));
-    if (h0)
-      expect_within(Tensor::copy_of(grads.h0->view().slice(0, s, s + 1)), *gr.h0, grad_tol,
-                    fmt::format("grad h0 of segment {} ({})", s, p.describe()));
-    start = end;
-  }
-}
 
 RC_GTEST_PROP(Packing, MalformedCuSeqlensNameTheirRule, ()) {
   const auto lengths = *gen_segments();

@@ -12,6 +12,7 @@ one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
   scripts/fault-catalog.py --build build-faults-cuda --fault missing_scan_barrier \
       --merge --out docs/faults/catalog.json          # a GPU fault, into the committed catalog
   scripts/fault-catalog.py --render docs/faults/catalog.json > docs/faults/README.md
+  … --logs DIR keeps each suite run's whole output (the catalog keeps only the failure's excerpt).
 A GPU fault ("gpu_only") whose suites cannot run here (no device: exit 77, or not a CUDA build)
 is recorded as not run (detected null), never as detected. Every entry records where it ran
 (PARARNN_GIT_SHA names the commit where the tree is a copy without its git history).
@@ -75,7 +76,7 @@ def shrunk_size(out, test):
     return {"B": int(found["B"][0]) if found["B"] else 1, "T": int(found["T"][0]), "channels": int(found["channels"][0])}
 
 
-def run_fault(build, entry, timeout):
+def run_fault(build, entry, timeout, logs=None):
     name = entry["name"]
     result = {"name": name, "models": entry["models"], "where": entry["where"], "detected": False,
               "caught_by": None, "shrunk": None, "repro": None, "seconds": 0.0, "injected": False}
@@ -87,6 +88,10 @@ def run_fault(build, entry, timeout):
             continue
         code, out, seconds = run_suite(build, name, exe, gtest_filter, timeout)
         total += seconds
+        if logs is not None:  # every suite run's whole output, for a verdict that needs reading
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / f"{name}.{len(list(logs.glob(name + '.*.log')))}.{pathlib.Path(exe).name}.log").write_text(
+                f"$ PARARNN_FAULT={name} {exe} --gtest_filter={gtest_filter}\nexit {code}\n{out}")
         if code == SKIPPED:  # a GPU suite on a machine without a device
             skipped += 1
             continue
@@ -163,6 +168,8 @@ def main():
     which.add_argument("--all", action="store_true", help="every fault")
     parser.add_argument("--out", required=True, type=pathlib.Path)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per suite run")
+    parser.add_argument("--logs", type=pathlib.Path,
+                        help="a folder that receives each suite run's output (<fault>.<n>.<exe>.log)")
     parser.add_argument("--merge", action="store_true",
                         help="--out is an existing catalog: replace only the entries of the faults run")
     args = parser.parse_args()
@@ -173,7 +180,7 @@ def main():
         sys.exit(f"fault-catalog: no fault named {args.fault!r} in {SPEC}")
     results = []
     for entry in entries:
-        r = run_fault(build, entry, args.timeout)
+        r = run_fault(build, entry, args.timeout, args.logs)
         print(f"{r['name']}: detected={r['detected']} by {r['caught_by']} shrunk={r['shrunk']} "
               f"{r['seconds']} s", flush=True)
         results.append(r)

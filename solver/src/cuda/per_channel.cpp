@@ -110,7 +110,7 @@ class CudaPerChannelFamily {
                                                         ? nullptr
                                                         : static_cast<const ComputeT*>(p_.h0),
                                               .h0_row = p_.h0_row,
-                                              .head = p_.head,
+                                              .head = PARARNN_FAULT_POINT("cuda_scan_heads_dropped") ? nullptr : p_.head,
                                               .H_in = guess_pending_ ? nullptr : H_,
                                               .H_out = next,
                                               .max_abs_residual = ws_.max_abs.as<ComputeT>(),
@@ -209,7 +209,7 @@ class CudaPerChannelFamily {
     result_known_ = false;
     kernels::ScanArgs<ComputeT> s{.jac = ws_.jacobian.as<ComputeT>(),
                                   .delta = residual(),
-                                  .head = PARARNN_FAULT_POINT("cuda_scan_heads_dropped") ? nullptr : p_.head,
+                                  .head = p_.head,
                                   .batch = p_.batch,
                                   .time = p_.time,
                                   .channels = p_.channels,
