@@ -123,8 +123,20 @@ def run_fault(build, entry, timeout, logs=None):
     return result
 
 
+def gpu_name():
+    """The first GPU nvidia-smi lists, or None (no driver or no device here)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    return names[0].strip() if names else None
+
+
 def run_context(build):
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return {"gpu": gpu_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "git_sha": os.environ.get("PARARNN_GIT_SHA")  # a copied tree without its history
                        or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                                          capture_output=True, text=True).stdout.strip() or None,
@@ -153,7 +165,8 @@ def render(report):
     if merged:
         lines += ["", "Run separately and merged into this catalog (`--merge`):", ""]
         lines += [f"- `{f['name']}`: {f['run']['date']}, commit `{(f['run']['git_sha'] or '?')[:12]}`, "
-                  f"build `{f['run']['build']}`" for f in merged]
+                  f"build `{f['run']['build']}`" + (f", {f['run']['gpu']}" if f["run"].get("gpu") else "")
+                  for f in merged]
     return "\n".join(lines) + "\n"
 
 
