@@ -141,6 +141,20 @@ void estimate_lyapunov(AgreementReport& r, const Cell& cell, const Case& problem
   r.predicted_k = predict_k(e, r.atol);
 }
 
+// AgreementReport::predicted_k_iterate from the judged trajectory H (in the cell's dtype, as the
+// solver would hold it); what the cheap form refuses becomes its reason, never the report's failure.
+void predict_from_iterate(AgreementReport& r, const Cell& cell, const TensorView& x, const ApplyOptions& apply,
+                          const TensorView& H) {
+  try {
+    const Tensor h = Tensor::converted(H, cell.dtype());
+    r.predicted_k_iterate = predict_k_from_iterate(cell, x, h.view(), apply, r.atol);
+  } catch (const Error& e) {
+    PredictedK p;
+    p.reason = std::string("not computed: ") + e.what();
+    r.predicted_k_iterate = p;
+  }
+}
+
 // What the ill-conditioned reason says of its cause (issue 45): λ̂ of the report (estimated on
 // at most 16 chains without the budget here, when the report has none), so that a chaotic case
 // is named as such. λ̂ > 0: a rounding error grows like e^(λ̂ t); λ̂ <= 0: the floor has another
@@ -448,6 +462,7 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   phase("lyapunov");
   start = Clock::now();
   estimate_lyapunov(r, cell, problem, oracle, hooks.poll);
+  predict_from_iterate(r, cell, x, apply, H);
   r.timings_ms["lyapunov"] = ms_since(start);
   apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   if (options.gradients) {
@@ -498,6 +513,7 @@ AgreementReport compare_trajectory(const Case& problem, const TensorView& trajec
   if (hooks.progress) hooks.progress("lyapunov");
   start = Clock::now();
   estimate_lyapunov(r, cell, problem, oracle, hooks.poll);
+  predict_from_iterate(r, cell, problem.x, apply, trajectory);
   r.timings_ms["lyapunov"] = ms_since(start);
   apply_ill_conditioned_rule(r, H_seq, problem, oracle, tau, hooks.poll);
   r.newton_iters = 0;
@@ -598,6 +614,7 @@ nlohmann::ordered_json AgreementReport::to_json() const {
     j["lyapunov"] = {{"reason", lyapunov_reason}};
   }
   if (predicted_k) j["predicted_k"] = predicted_k->to_json();
+  if (predicted_k_iterate) j["predicted_k_iterate"] = predicted_k_iterate->to_json();
   j["schema_version"] = kReportSchemaVersion;
   return j;
 }
@@ -647,7 +664,7 @@ std::string AgreementReport::summary() const {
 }
 
 std::string AgreementReport::lyapunov_line() const {
-  if (!lyapunov) return "\nlambda-hat: " + lyapunov_reason;
+  if (!lyapunov) return "\nlambda-hat: " + lyapunov_reason + predicted_k_iterate_line();
   return fmt::format("\nlambda-hat: max {:.3g}, median {:.3g}, positive in {:.0f}% of {} unit(s); stretch x{:.3g} over "
                      "{} steps ({} of {} chains; {})",
                      lyapunov->max, lyapunov->median, 100.0 * lyapunov->fraction_positive, lyapunov->units,
@@ -658,7 +675,12 @@ std::string AgreementReport::lyapunov_line() const {
 std::string AgreementReport::predicted_k_line() const {
   if (!predicted_k) return "";
   const std::string used = path == "external" ? "" : fmt::format("; the solve ran {} Newton iterations", newton_iters);
-  return "\npredicted K: " + predicted_k->describe() + used;
+  return "\npredicted K: " + predicted_k->describe() + used + predicted_k_iterate_line();
+}
+
+std::string AgreementReport::predicted_k_iterate_line() const {
+  if (!predicted_k_iterate) return "";
+  return "\npredicted K from the trajectory itself (no oracle): " + predicted_k_iterate->describe();
 }
 
 std::string AgreementReport::gradient_summary() const {

@@ -71,6 +71,13 @@ KstarTable measure_kstar(const KstarOptions& options) {
         row.default_picard_iters = stats.picard_iters;
         row.default_updates = stats.updates;
         row.default_max_abs = compare(H, oracle.H, tau).max_abs;
+        if (spec.jacobian == JacobianClass::per_channel) {
+          const IterateGrowth g = iterate_growth(cell, x, H);
+          if (g.finite) row.lambda_max_iterate = g.max_exponent;
+        }
+        const PredictedK cheap = predict_k_from_iterate(cell, x, H, {}, tau.atol);
+        row.predicted_k_iterate = cheap.k;
+        row.iterate_reason = cheap.reason;
       }
       for (std::int64_t k = 0; k <= options.k_limit; ++k) {
         const Tensor H = newton_apply(cell, x, {.max_iters = k, .residual_atol = std::nullopt,
@@ -134,6 +141,10 @@ nlohmann::ordered_json KstarTable::to_json() const {
                     {"lambda_max", r.lambda_max}, {"max_stretch", r.max_stretch}, {"guess_error", r.guess_error},
                     {"predicted_k", r.predicted_k ? nlohmann::ordered_json(*r.predicted_k) : nlohmann::ordered_json(nullptr)}});
     if (!r.predicted_k) rows.back()["predicted_reason"] = r.predicted_reason;
+    rows.back()["lambda_max_iterate"] = r.lambda_max_iterate;
+    rows.back()["predicted_k_iterate"] =
+        r.predicted_k_iterate ? nlohmann::ordered_json(*r.predicted_k_iterate) : nlohmann::ordered_json(nullptr);
+    if (!r.predicted_k_iterate) rows.back()["iterate_reason"] = r.iterate_reason;
   }
   j["rows"] = rows;
   nlohmann::ordered_json table = nlohmann::ordered_json::array();

@@ -70,6 +70,31 @@ PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, do
   return *worst;
 }
 
+PredictedK predict_k_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
+                                  const ApplyOptions& options, double tau, double curvature) {
+  if (cell.spec().jacobian != JacobianClass::per_channel || x.device() != Device::cpu || H.device() != Device::cpu) {
+    PredictedK p;
+    p.curvature = curvature;
+    p.reason = cell.spec().jacobian != JacobianClass::per_channel
+                   ? fmt::format("not computed: the cheap form covers the per-channel cells ('{}' is not one)", cell.name())
+                   : "not computed: the cheap form reads host tensors";
+    return p;
+  }
+  const IterateGrowth g = iterate_growth(cell, x, H, options);
+  // The oracle estimate's shape, so that one function (predict_k) ranks the units.
+  reference::LyapunovEstimate e;
+  e.method = g.method;
+  e.block = g.block;
+  e.window = g.window;
+  e.finite = g.finite;
+  e.reason = g.reason;
+  e.units.reserve(g.units.size());
+  for (const IterateGrowthUnit& u : g.units)
+    e.units.push_back({.chain = u.chain, .steps = u.steps, .exponent = u.exponent, .stretch = u.stretch,
+                       .guess_error = u.guess_error});
+  return predict_k(e, tau, curvature);
+}
+
 namespace {
 // A number, "inf" for an overflowed memory, null for what is not a number.
 nlohmann::ordered_json number_or_text(double v) {

@@ -52,13 +52,15 @@ void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
     for (std::size_t i = 0; i < table.max_kstar_by_t.size(); ++i) {
       const std::int64_t t = table.max_kstar_by_t[i].first;
       Json by_seed = Json::array(), predicted_by_seed = Json::array(), lambda_by_seed = Json::array(),
-           outcome_by_seed = Json::array();
+           outcome_by_seed = Json::array(), iterate_by_seed = Json::array(), lambda_iterate_by_seed = Json::array();
       double floor = 0.0;
       for (const KstarRow& r : table.rows)
         if (r.time == t) {
           by_seed.push_back(r.kstar);
           predicted_by_seed.push_back(r.predicted_k ? Json(*r.predicted_k) : Json(nullptr));
           lambda_by_seed.push_back(r.lambda_max);
+          iterate_by_seed.push_back(r.predicted_k_iterate ? Json(*r.predicted_k_iterate) : Json(nullptr));
+          lambda_iterate_by_seed.push_back(r.lambda_max_iterate);
           outcome_by_seed.push_back(prediction_outcome(r.kstar, r.predicted_k, ko.k_limit));
           floor = std::max(floor, r.sequential_max_abs);
         }
@@ -71,7 +73,9 @@ void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
                                 {"predicted_k_by_seed", predicted_by_seed},
                                 {"max_predicted_k", predicted >= 0 ? Json(predicted) : Json(nullptr)},
                                 {"prediction_by_seed", outcome_by_seed},
-                                {"lambda_max_by_seed", lambda_by_seed}});
+                                {"lambda_max_by_seed", lambda_by_seed},
+                                {"predicted_k_iterate_by_seed", iterate_by_seed},
+                                {"lambda_max_iterate_by_seed", lambda_iterate_by_seed}});
     }
   } catch (const std::exception& e) {
     out.skipped.push_back({{"what", fmt::format("kstar {} {} {}", v.name, dtype, spec.key.cls)},

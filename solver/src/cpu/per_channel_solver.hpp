@@ -244,6 +244,81 @@ class CpuSolver {
     return storage_trajectory<StorageT>(H, cell_.trajectory_shape(L_.batch, L_.time));
   }
 
+  // iterate_growth.hpp's quantities along a trajectory H (compute type), one entry per (row,
+  // chain, channel) in that order (a row's chains are its segments, split at the heads): the
+  // steps, the exponent, the stretch over min(window, steps), the guess error, and `bad` naming
+  // the first step whose growth or guess error is not finite (empty when all are).
+  struct UnitGrowth {
+    std::int64_t steps = 0;
+    double exponent = 0.0, stretch = 0.0, guess_error = 0.0;
+    std::string bad;
+  };
+  std::vector<UnitGrowth> growth(const std::vector<ComputeT>& H, std::int64_t window) const {
+    const std::int64_t D = L_.d_h, T = L_.time;
+    std::vector<std::int64_t> starts;
+    for (std::int64_t t = 0; t < T; ++t)
+      if (L_.heads[static_cast<std::size_t>(t)]) starts.push_back(t);
+    starts.push_back(T);
+    const auto chains = static_cast<std::int64_t>(starts.size()) - 1;
+    std::vector<UnitGrowth> out(static_cast<std::size_t>(L_.batch * chains * D));
+    parallel_tiles([&](std::int64_t b, std::int64_t c0, std::int64_t c1) {
+      const ComputeT* H_row = H.data() + b * row_elems();
+      std::vector<double> g;
+      for (std::int64_t k = 0; k < chains; ++k) {
+        const std::int64_t t0 = starts[static_cast<std::size_t>(k)], t1 = starts[static_cast<std::size_t>(k + 1)];
+        for (std::int64_t c = c0; c < c1; ++c) {
+          UnitGrowth& u = out[static_cast<std::size_t>((b * chains + k) * D + c)];
+          u.steps = t1 - t0;
+          g.assign(static_cast<std::size_t>(u.steps), 0.0);
+          double v[S];
+          for (int s = 0; s < S; ++s) v[s] = 1.0 / std::sqrt(static_cast<double>(S));
+          for (std::int64_t t = t0; t < t1; ++t) {
+            ComputeT hp[S], hn[S], jac[S * S], gp[S], gn[S];
+            for (int s = 0; s < S; ++s) {
+              hp[s] = prev_state(H_row, b, t, s, c);
+              gp[s] = prev_state(nullptr, b, t, s, c);
+            }
+            step_at(b, t, c, hp, hn, jac);
+            step_at(b, t, c, gp, gn, nullptr);
+            for (int s = 0; s < S; ++s)
+              u.guess_error = nan_max(u.guess_error, std::abs(static_cast<double>(gn[s]) -
+                                                              static_cast<double>(H_row[(t * S + s) * D + c])));
+            double growth = 0.0;
+            if constexpr (S == 1) {
+              growth = std::log(std::abs(static_cast<double>(jac[0])));
+            } else {
+              double w[S], norm = 0.0;
+              for (int o = 0; o < S; ++o) {
+                w[o] = 0.0;
+                for (int i = 0; i < S; ++i) w[o] += static_cast<double>(jac[o * S + i]) * v[i];
+                norm += w[o] * w[o];
+              }
+              norm = std::sqrt(norm);
+              growth = std::log(norm);
+              for (int o = 0; o < S; ++o) v[o] = w[o] / norm;
+            }
+            g[static_cast<std::size_t>(t - t0)] = growth;
+            if (u.bad.empty() && !(std::isfinite(growth) && std::isfinite(u.guess_error)))
+              u.bad = fmt::format("step {}: log growth {}, guess error {}", t, growth, u.guess_error);
+          }
+          long double sum = 0.0L;
+          for (double x : g) sum += x;
+          u.exponent = static_cast<double>(sum / static_cast<long double>(u.steps));
+          const std::int64_t W = std::min(window, u.steps);
+          long double in_window = 0.0L;
+          for (std::int64_t j = 0; j < W; ++j) in_window += g[static_cast<std::size_t>(j)];
+          long double best = in_window;
+          for (std::int64_t j = W; j < u.steps; ++j) {
+            in_window += g[static_cast<std::size_t>(j)] - g[static_cast<std::size_t>(j - W)];
+            best = std::max(best, in_window);
+          }
+          u.stretch = static_cast<double>(best);
+        }
+      }
+    });
+    return out;
+  }
+
   // The Newton solve (newton/driver.hpp), H* in the compute type.
   std::vector<ComputeT> newton_trajectory(const NewtonConfig& config, NewtonStats& stats) const {
     if constexpr (std::is_same_v<CellMath, cells::SlstmDiagMath>)

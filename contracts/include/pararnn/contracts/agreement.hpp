@@ -138,6 +138,11 @@ struct AgreementReport {
   // the K the solve used (newton_iters); absent with lyapunov. Its `k` is empty, with a reason,
   // outside the model's basin.
   std::optional<PredictedK> predicted_k;
+  // The cheap form of the prediction (predict_k_from_iterate): from the judged trajectory itself
+  // (verify: the solver's own answer; compare: the other solver's), no oracle, every unit. Always
+  // set once the trajectory is judged; its `k` is empty with a reason where the cheap form does not
+  // apply or finds no number. predicted_k beside it says how far the cheap form is from the oracle's.
+  std::optional<PredictedK> predicted_k_iterate;
   // Gradient section (VerifyOptions::gradients): one comparison per tensor ("x", "h0", each
   // parameter), with the gradient tolerance of the cell class.
   struct GradientCheck {
@@ -164,6 +169,7 @@ struct AgreementReport {
   std::string lyapunov_line() const;    // "\nlambda-hat: …" (the estimate, or why there is none)
                                         // and predicted_k_line()
   std::string predicted_k_line() const; // "\npredicted K: …" (empty without a prediction)
+  std::string predicted_k_iterate_line() const;  // "\npredicted K from the trajectory itself …"
 };
 
 // The state layout of an oracle trajectory is the solver's; `compare_to_oracle` is the one

@@ -56,6 +56,11 @@ struct KstarRow {
   double lambda_max = 0.0, max_stretch = 0.0, guess_error = 0.0;
   std::optional<std::int64_t> predicted_k;
   std::string predicted_reason;  // why no number (empty when there is one)
+  // The cheap form (predict_k_from_iterate): the same model along the default solve's own
+  // trajectory (no oracle); its λ̂ max (0 when not finite) and K (empty: iterate_reason says why).
+  double lambda_max_iterate = 0.0;
+  std::optional<std::int64_t> predicted_k_iterate;
+  std::string iterate_reason;
 };
 
 struct KstarTable {

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "pararnn/reference/lyapunov.hpp"
+#include "pararnn/solver/iterate_growth.hpp"
 
 namespace pararnn {
 
@@ -71,5 +72,15 @@ PredictedK predict_unit_k(double rate, std::int64_t length, double guess_error, 
 
 // The case's: the max over the estimate's units. Requires a finite estimate (else no number).
 PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, double curvature = kCurvature);
+
+// The cheap form (no oracle, for production use): the same model over iterate_growth's units,
+// the rate, the memory and the guess error measured along a trajectory H the solver produced
+// (solver/iterate_growth.hpp) instead of the oracle's. Its error against the oracle-based
+// prediction over the nightly plan's K* tasks is in docs/kstar.md ("The cheap form"). Where
+// iterate_growth does not apply (a cell outside the per-channel family, device tensors) the
+// result has no number and its reason says why; what it refuses (H's shape or dtype, x, h0)
+// propagates.
+PredictedK predict_k_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
+                                  const ApplyOptions& options, double tau, double curvature = kCurvature);
 
 }  // namespace pararnn
