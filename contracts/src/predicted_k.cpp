@@ -70,29 +70,40 @@ PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, do
   return *worst;
 }
 
-PredictedK predict_k_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
-                                  const ApplyOptions& options, double tau, double curvature) {
-  if (cell.spec().jacobian != JacobianClass::per_channel || x.device() != Device::cpu || H.device() != Device::cpu) {
-    PredictedK p;
-    p.curvature = curvature;
-    p.reason = cell.spec().jacobian != JacobianClass::per_channel
-                   ? fmt::format("not computed: the cheap form covers the per-channel cells ('{}' is not one)", cell.name())
-                   : "not computed: the cheap form reads host tensors";
-    return p;
+IteratePrediction predict_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
+                                       const ApplyOptions& options, double tau, std::int64_t window,
+                                       double curvature) {
+  IteratePrediction out;
+  out.tau = tau;
+  out.predicted.curvature = curvature;
+  if (cell.spec().jacobian != JacobianClass::per_channel) {
+    out.predicted.reason =
+        fmt::format("not computed: the cheap form covers the per-channel cells ('{}' is not one)", cell.name());
+    return out;
   }
-  const IterateGrowth g = iterate_growth(cell, x, H, options);
+  if (x.device() != Device::cpu || H.device() != Device::cpu) {
+    out.predicted.reason = "not computed: the cheap form reads host tensors";
+    return out;
+  }
+  out.growth = iterate_growth(cell, x, H, options, window);
   // The oracle estimate's shape, so that one function (predict_k) ranks the units.
   reference::LyapunovEstimate e;
-  e.method = g.method;
-  e.block = g.block;
-  e.window = g.window;
-  e.finite = g.finite;
-  e.reason = g.reason;
-  e.units.reserve(g.units.size());
-  for (const IterateGrowthUnit& u : g.units)
+  e.method = out.growth->method;
+  e.block = out.growth->block;
+  e.window = out.growth->window;
+  e.finite = out.growth->finite;
+  e.reason = out.growth->reason;
+  e.units.reserve(out.growth->units.size());
+  for (const IterateGrowthUnit& u : out.growth->units)
     e.units.push_back({.chain = u.chain, .steps = u.steps, .exponent = u.exponent, .stretch = u.stretch,
                        .guess_error = u.guess_error});
-  return predict_k(e, tau, curvature);
+  out.predicted = predict_k(e, tau, curvature);
+  return out;
+}
+
+PredictedK predict_k_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
+                                  const ApplyOptions& options, double tau, double curvature) {
+  return predict_from_iterate(cell, x, H, options, tau, 64, curvature).predicted;
 }
 
 namespace {
@@ -107,6 +118,26 @@ std::string PredictedK::describe() const {
   if (!k) return fmt::format("none ({})", reason);
   return fmt::format("{} (C*e0 = {:.3g} at {}: memory {:.3g} steps, guess error {:.3g})", *k, basin, unit, memory,
                      guess_error);
+}
+
+nlohmann::ordered_json IteratePrediction::to_json() const {
+  nlohmann::ordered_json j;
+  if (growth) {
+    j["method"] = growth->method;
+    j["window"] = growth->window;
+    j["finite"] = growth->finite;
+    if (!growth->finite) j["reason"] = growth->reason;
+    j["units"] = growth->units.size();
+    j["max_exponent"] = growth->finite ? nlohmann::ordered_json(growth->max_exponent) : nlohmann::ordered_json(nullptr);
+    j["max_stretch"] = growth->finite ? nlohmann::ordered_json(growth->max_stretch) : nlohmann::ordered_json(nullptr);
+    j["max_stretch_chain"] = growth->max_stretch_chain;
+    j["max_guess_error"] = growth->finite ? nlohmann::ordered_json(growth->max_guess_error) : nlohmann::ordered_json(nullptr);
+  } else {
+    j["method"] = nullptr;
+  }
+  j["tau"] = tau;
+  j["predicted_k"] = predicted.to_json();
+  return j;
 }
 
 nlohmann::ordered_json PredictedK::to_json() const {

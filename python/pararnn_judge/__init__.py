@@ -27,7 +27,7 @@ from ._pararnn import (AgreementError, AgreementReport, CaseFileError, Certifica
                        cuda_backend_built)
 
 __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
-           "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "diagnose", "read_case", "write_case", "Error", "ContractViolation",
+           "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "diagnose", "predicted_k_from_trajectory", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
            "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory"]
 
@@ -353,6 +353,20 @@ def diagnose(cell, x, *, h0=None, cu_seqlens=None, window=64, chains=64, seed=0,
     (as `pararnn diagnose` exits 2), ContractViolation for a refused input."""
     text = _pararnn._diagnose(_native(cell), _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                               _dlpack_source(cu_seqlens, "cu_seqlens"), window, chains, seed, certify_budget)
+    return _json.loads(text)
+
+
+def predicted_k_from_trajectory(cell, x, H, *, h0=None, cu_seqlens=None, tau=None, window=64):
+    """The cheap predicted K (contracts/predicted_k.hpp, docs/kstar.md "The cheap form"): the
+    Newton iterations the recurrence needs, predicted from a trajectory H the solver produced
+    (e.g. the previous training step's), with no oracle. A dict: method, window, finite, units,
+    max_exponent, max_stretch, max_guess_error, tau (default: the contract's τ of the cell's
+    dtype) and predicted_k ({"k": int or None, "reason", "unit", ...}). Host arrays; a cell
+    outside the per-channel family, or device tensors, give "k": None with the reason.
+    ContractViolation for a refused input (H's shape or dtype, x, h0, window < 1, tau <= 0)."""
+    text = _pararnn._predict_k_from_trajectory(_native(cell), _dlpack_source(x, "x"), _dlpack_source(H, "H"),
+                                               _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
+                                               tau, window)
     return _json.loads(text)
 
 

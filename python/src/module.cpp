@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -522,6 +523,23 @@ NB_MODULE(_pararnn, m) {
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "window"_a, "chains"_a, "seed"_a,
         "certify_budget"_a.none());
+  m.def("_predict_k_from_trajectory",
+        [](const PyCell& c, const AnyArray& x, const AnyArray& H, std::optional<AnyArray> h0,
+           std::optional<AnyArray> cu_seqlens, std::optional<double> tau, std::int64_t window) {
+          const TensorView xv = view_of(x, "x");
+          const TensorView Hv = view_of(H, "H");
+          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          const double t = tau ? *tau : tolerance_for({.dtype = c.cell.dtype(), .cell = std::string(c.cell.name())}).atol;
+          if (!(t > 0.0) || !std::isfinite(t))
+            throw ContractViolation("tau", "must be finite and > 0", fmt::format("{}", t));
+          IteratePrediction p;
+          {
+            nb::gil_scoped_release release;
+            p = predict_from_iterate(c.cell, xv, Hv, apply, t, window);
+          }
+          return p.to_json().dump();
+        },
+        "cell"_a, "x"_a, "H"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "tau"_a.none(), "window"_a);
   m.def("_last_views", []() {
     std::lock_guard lock(last_views_mutex);
     nb::dict d;

@@ -360,5 +360,34 @@ class ErrorsNameTheArgument(unittest.TestCase):
             pararnn.cuda_release_cached_memory(-1)
 
 
+class CheapPredictedK(unittest.TestCase):
+    def test_the_solvers_own_answer_gives_the_reports_cheap_prediction(self):
+        cell = gru()
+        x = normal_input((2, 64, 8))
+        report = pararnn.verify_agreement(cell, x, seed=SEED).to_dict()
+        p = pararnn.predicted_k_from_trajectory(cell, x, pararnn.newton_apply(cell, x), tau=report["atol"])
+        self.assertEqual(p["predicted_k"], report["predicted_k_iterate"])
+        self.assertEqual(p["method"], "exact log|J| per channel")
+        self.assertEqual(p["units"], 2 * 16)
+        self.assertTrue(p["finite"])
+        self.assertLess(p["max_exponent"], 0.0)
+
+    def test_a_nan_gives_no_number_and_refusals_name_their_argument(self):
+        cell = gru()
+        x = normal_input((1, 32, 8))
+        H = pararnn.newton_apply(cell, x).copy()
+        H[0, 5, 1] = np.nan
+        p = pararnn.predicted_k_from_trajectory(cell, x, H)
+        self.assertFalse(p["finite"])
+        self.assertIsNone(p["predicted_k"]["k"])
+        self.assertIn("b=0,channel=1", p["reason"])
+        with self.assertRaisesRegex(pararnn.ContractViolation, "window: must be >= 1"):
+            pararnn.predicted_k_from_trajectory(cell, x, H, window=0)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "^H: "):
+            pararnn.predicted_k_from_trajectory(cell, x, H[:, :10].copy())
+        with self.assertRaisesRegex(pararnn.ContractViolation, "tau: must be finite and > 0"):
+            pararnn.predicted_k_from_trajectory(cell, x, H, tau=0.0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -83,4 +83,18 @@ PredictedK predict_k(const reference::LyapunovEstimate& estimate, double tau, do
 PredictedK predict_k_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
                                   const ApplyOptions& options, double tau, double curvature = kCurvature);
 
+// The same with what it was computed from: iterate_growth's result (empty where the cheap form
+// does not apply, `predicted.reason` saying why) and τ. Its JSON (the Python module's
+// predicted_k_from_trajectory): method, window, finite, reason, units (count), max_exponent,
+// max_stretch, max_stretch_chain, max_guess_error, tau, predicted_k (PredictedK::to_json).
+struct IteratePrediction {
+  std::optional<IterateGrowth> growth;
+  PredictedK predicted;
+  double tau = 0.0;
+  nlohmann::ordered_json to_json() const;
+};
+IteratePrediction predict_from_iterate(const Cell& cell, const TensorView& x, const TensorView& H,
+                                       const ApplyOptions& options, double tau, std::int64_t window = 64,
+                                       double curvature = kCurvature);
+
 }  // namespace pararnn
