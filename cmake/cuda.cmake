@@ -20,7 +20,22 @@ if(NOT PARARNN_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+    # The kernels as one shared library, <build>/lib/libpararnn_kernels.so, that every GPU test,
+    # benchmark, the CLI and the Python module link instead of each holding its own copy of all
+    # kernels, with the shared CUDA runtime (one runtime in the process). OFF, and always in a
+    # wheel build (SKBUILD: a wheel carries one extension, not a library beside it): the static
+    # library and the static runtime.
+    option(PARARNN_SHARED_KERNELS "CUDA kernels as a shared library (libpararnn_kernels.so)" ON)
+    if(SKBUILD)
+      set(PARARNN_SHARED_KERNELS OFF)
+    endif()
+    if(PARARNN_SHARED_KERNELS)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+      set(PARARNN_CUDART CUDA::cudart)
+    else()
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+      set(PARARNN_CUDART CUDA::cudart_static)
+    endif()
     find_package(CUDAToolkit REQUIRED)
     set(PARARNN_HAVE_CUDA ON)
   elseif(PARARNN_CUDA STREQUAL "ON")

@@ -12,8 +12,9 @@
 # Writes build-carry/part-<i>.tar.xz (i = 1 … n, usually 1) and build-carry/parts.txt (each part's
 # size and executables). Every part holds whole stripped executables under DIR's relative path; part 1 also
 # holds the ctest files (CTestTestfile.cmake and the discovered-test includes), the non-system
-# shared libraries in DIR/lib (the GPU machine is Ubuntu 24.04 without Debian's fmt/spdlog) and
-# the Python module where DIR has one.
+# shared libraries in DIR/lib (the GPU machine is Ubuntu 24.04 without Debian's fmt/spdlog; and
+# libpararnn_kernels.so, which every GPU executable links by default) and the Python module where
+# DIR has one.
 # Objects and archives stay here. Exits 1 when an executable alone is over the limit.
 #
 # On the GPU machine, one call per part (carry ["build-carry/part-<i>.tar.xz"]):
@@ -80,6 +81,9 @@ for t in "${targets[@]}"; do
   ldd "$build/${p#./}" | awk '/=> \// {print $3}' | grep -E 'lib(fmt|spdlog|gomp|quadmath|mpfr|gmp)' \
     | xargs -r -I{} cp -Lu {} "$common/lib/" || true
 done
+
+# The shared kernels library (PARARNN_SHARED_KERNELS, cmake/cuda.cmake) the executables link.
+find "$build/lib" -maxdepth 1 -name 'libpararnn_kernels.so*' -exec cp -a {} "$common/lib/" \; 2>/dev/null || true
 
 # Each executable stripped, into its own staging folder.
 for t in "${targets[@]}"; do
