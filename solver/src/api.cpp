@@ -245,13 +245,22 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
   return H;
 }
 
+// The plan of a solve whose trajectory is returned (out null) or written into *out, the caller's
+// view named `argument`, checked before any work (shape, dtype, no memory shared with an input).
+Plan plan_with_trajectory_output(const Cell& cell, const TensorView& x, const NewtonConfig& config,
+                                 const ApplyOptions& options, const TensorView* out, const char* argument,
+                                 const char* who) {
+  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
+  if (out)
+    check_output(*out, argument, cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
+                 {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  return plan;
+}
+
 Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config, const ApplyOptions& options,
                   NewtonStats* stats, const TensorView* out) {
   const char* who = out ? "newton_apply_into" : "newton_apply";
-  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
-  if (out)
-    check_output(*out, "out", cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
-                 {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  Plan plan = plan_with_trajectory_output(cell, x, config, options, out, "out", who);
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   if (config.window_len && *config.window_len < plan.layout.time) {
@@ -311,10 +320,7 @@ namespace {
 NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonConfig& config,
                            const ApplyOptions& options, const TensorView* H_out) {
   const char* who = H_out ? "newton_forward_into" : "newton_forward";
-  Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
-  if (H_out)
-    check_output(*H_out, "H_out", cell.trajectory_shape(plan.layout.batch, plan.layout.time), cell.dtype(),
-                 {{"x", &x}, {"h0", optional_ptr(options.h0)}, {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  Plan plan = plan_with_trajectory_output(cell, x, config, options, H_out, "H_out", who);
   NewtonForward forward;
   if (config.window_len && *config.window_len < plan.layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
