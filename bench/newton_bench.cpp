@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
             : token_channels * (32.0 + 48.0 * static_cast<double>(stats.updates) + 20.0 * (evaluations_without_update + 1));
     out[name] = {{"ms", ms},
                  {"k", stats.k.k},
-                 {"k_source", stats.k.source},
+                 {"k_source", std::string(k_source_name(stats.k.source))},
                  {"iters", stats.iters},
                  {"updates", stats.updates},
                  {"converged", stats.converged},
@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
           if (i > 0) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
         row["newton_apply_into_device_end_to_end"] = {
-            {"ms", median(times)}, {"clock", "host steady_clock"}, {"strategy", stats.strategy},
+            {"ms", median(times)}, {"clock", "host steady_clock"}, {"strategy", std::string(solve_strategy_name(stats.strategy))},
             {"iters", stats.iters}, {"max_residual", stats.max_residual},
             {"equals_the_launchers_H_bitwise", download(d_H_into) == H_window}};
       }

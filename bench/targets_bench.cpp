@@ -107,7 +107,7 @@ struct DeviceCase {
 };
 
 nlohmann::ordered_json stats_json(const NewtonStats& s) {
-  return {{"strategy", s.strategy}, {"k", s.k.k}, {"iters", s.iters}, {"updates", s.updates},
+  return {{"strategy", std::string(solve_strategy_name(s.strategy))}, {"k", s.k.k}, {"iters", s.iters}, {"updates", s.updates},
           {"converged", s.converged}, {"max_residual", s.max_residual}, {"picard_iters", s.picard_iters},
           {"fallback_tiles", s.fallback_tiles}};
 }

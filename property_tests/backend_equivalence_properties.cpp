@@ -81,7 +81,7 @@ RC_GTEST_PROP(BackendEquivalence, GpuNewtonEqualsCpuNewtonWithinTau, ()) {
   NewtonStats cpu_stats, gpu_stats;
   const Tensor H_cpu = newton_apply(cell, x, on(ScanBackend::cpu), options, &cpu_stats);
   const Tensor H_gpu = newton_apply(cell, x, on(ScanBackend::cuda), options, &gpu_stats);
-  RC_ASSERT(gpu_stats.scan_backend == "cuda");
+  RC_ASSERT(gpu_stats.scan_backend == SolveBackend::cuda);
   RC_ASSERT(gpu_stats.k.k == cpu_stats.k.k);
   RC_ASSERT(gpu_stats.k.source == cpu_stats.k.source);
   RC_ASSERT(gpu_stats.iters == static_cast<std::int64_t>(gpu_stats.residual_history.size()));
@@ -557,7 +557,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
         NewtonStats cpu, gpu;
         const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, config), options, &cpu);
         const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, config), options, &gpu);
-        EXPECT_EQ(gpu.strategy, "fused_windowed");
+        EXPECT_EQ(gpu.strategy, SolveStrategy::fused_windowed);
         EXPECT_EQ(gpu.iters, cpu.iters);
         EXPECT_EQ(gpu.updates, cpu.updates);
         EXPECT_EQ(gpu.residual_history.size(), cpu.residual_history.size());
@@ -592,7 +592,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   NewtonStats cpu, gpu;
   const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, converging), {}, &cpu);
   const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, converging), {}, &gpu);
-  EXPECT_NE(gpu.strategy, "fused_windowed");
+  EXPECT_NE(gpu.strategy, SolveStrategy::fused_windowed);
   EXPECT_TRUE(gpu.converged);
   EXPECT_EQ(gpu.iters, cpu.iters);
   const ComparisonResult c = compare(H_gpu, H_cpu, cuda_tau(DType::f64, "gru"));
@@ -604,7 +604,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
     NewtonStats c1, g1;
     const Tensor H1_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, one), {}, &c1);
     const Tensor H1_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, one), {}, &g1);
-    EXPECT_EQ(g1.strategy, "fused_windowed");
+    EXPECT_EQ(g1.strategy, SolveStrategy::fused_windowed);
     EXPECT_EQ(g1.residual_history.size(), c1.residual_history.size());
     const ComparisonResult c1_ok = compare(H1_gpu, H1_cpu, cuda_tau(DType::f64, "gru"));
     EXPECT_TRUE(c1_ok.ok()) << c1_ok.describe();
@@ -624,7 +624,7 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   ungated.residual_fail = std::nullopt;
   NewtonStats nan_stats;
   (void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, ungated), {}, &nan_stats);
-  EXPECT_EQ(nan_stats.strategy, "fused_windowed");
+  EXPECT_EQ(nan_stats.strategy, SolveStrategy::fused_windowed);
   EXPECT_FALSE(std::isfinite(nan_stats.max_residual)) << nan_stats.max_residual;
 }
 
@@ -649,13 +649,13 @@ TEST(CudaBackend, WindowedIntoDeviceAndHostViewsIsTheLaunchBitwise) {
                                  .window_len = 128});
       NewtonStats returned_stats;
       const Tensor H = newton_apply(cell, x_device.view_like(x), fixed, options, &returned_stats);
-      EXPECT_EQ(returned_stats.strategy, "fused_windowed");
+      EXPECT_EQ(returned_stats.strategy, SolveStrategy::fused_windowed);
       for (const bool strided : {false, true}) {
         SCOPED_TRACE(strided ? "strided device out" : "contiguous device out");
         const DeviceOutput out(dtype, trajectory, strided);
         NewtonStats stats;
         newton_apply_into(cell, x_device.view_like(x), out.view, fixed, options, &stats);
-        EXPECT_EQ(stats.strategy, "fused_windowed");
+        EXPECT_EQ(stats.strategy, SolveStrategy::fused_windowed);
         EXPECT_TRUE(same_bits(out.downloaded(), H));
         EXPECT_EQ(stats.residual_history, returned_stats.residual_history);
         EXPECT_EQ(stats.max_residual, returned_stats.max_residual);
@@ -668,7 +668,7 @@ TEST(CudaBackend, WindowedIntoDeviceAndHostViewsIsTheLaunchBitwise) {
       const NewtonConfig converging = on(ScanBackend::cuda, {.max_iters = 30, .window_len = 128});
       NewtonStats loop_stats, into_stats;
       const Tensor H_loop = newton_apply(cell, x_device.view_like(x), converging, options, &loop_stats);
-      EXPECT_NE(loop_stats.strategy, "fused_windowed");
+      EXPECT_NE(loop_stats.strategy, SolveStrategy::fused_windowed);
       const DeviceOutput out(dtype, trajectory, false);
       newton_apply_into(cell, x_device.view_like(x), out.view, converging, options, &into_stats);
       EXPECT_EQ(into_stats.strategy, loop_stats.strategy);
@@ -697,18 +697,18 @@ TEST(CudaBackend, AutoRuleIsTheSequentialSolveFromItsThresholdOn) {
     const Tensor x = p.make_input();
     NewtonStats at, newton, fixed, below;
     const Tensor H_auto = newton_apply(cell, x, on(ScanBackend::cuda), {}, &at);
-    EXPECT_EQ(at.strategy, "sequential");
+    EXPECT_EQ(at.strategy, SolveStrategy::sequential);
     EXPECT_EQ(at.iters, 0);
     EXPECT_TRUE(at.converged) << at.max_residual;
     const Tensor H_newton = newton_apply(cell, x, on(ScanBackend::cuda, {.allow_sequential = false}), {}, &newton);
-    EXPECT_EQ(newton.strategy, "fused");
+    EXPECT_EQ(newton.strategy, SolveStrategy::fused);
     EXPECT_GT(newton.iters, 0);
     (void)newton_apply(cell, x, on(ScanBackend::cuda, {.max_iters = 3, .residual_atol = std::nullopt}), {}, &fixed);
-    EXPECT_EQ(fixed.strategy, "fused");
+    EXPECT_EQ(fixed.strategy, SolveStrategy::fused);
     EXPECT_EQ(fixed.iters, 3);
     const Tensor x_below = Tensor::copy_of(x.view().slice(0, 0, rows - 1));
     (void)newton_apply(cell, x_below, on(ScanBackend::cuda), {}, &below);
-    EXPECT_EQ(below.strategy, "fused");
+    EXPECT_EQ(below.strategy, SolveStrategy::fused);
     const Tolerance tau = cuda_tau(DType::f32, name);
     const ComparisonResult vs_loop = compare(H_auto, sequential_apply(cell, x, ScanBackend::cpu), tau);
     EXPECT_TRUE(vs_loop.ok()) << vs_loop.describe();

@@ -462,7 +462,7 @@ TEST(DenseCells, GpuEqualsCpuWithinTau) {
     NewtonStats cpu_stats, gpu_stats;
     const Tensor cpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, apply, &cpu_stats);
     const Tensor gpu = newton_apply(cell, x, {.scan_backend = ScanBackend::cuda}, apply, &gpu_stats);
-    EXPECT_EQ(gpu_stats.scan_backend, "cuda");
+    EXPECT_EQ(gpu_stats.scan_backend, SolveBackend::cuda);
     EXPECT_EQ(gpu_stats.k.k, cpu_stats.k.k);
     EXPECT_EQ(gpu_stats.picard_iters, cpu_stats.picard_iters);
     const ComparisonResult newton = compare(gpu.view(), cpu.view(), tau);
@@ -522,7 +522,7 @@ TEST(DenseCells, DeviceInputUnderAutoIsTheCudaSolve) {
   const Tensor sequential_device = sequential_apply(cell, x_device);
   const Tensor sequential_host = sequential_apply(cell, x, ScanBackend::cuda);
   cudaFree(device);
-  EXPECT_EQ(stats.scan_backend, "cuda");
+  EXPECT_EQ(stats.scan_backend, SolveBackend::cuda);
   ASSERT_EQ(from_device.nbytes(), from_host.nbytes());
   EXPECT_EQ(std::memcmp(from_device.data(), from_host.data(), from_host.nbytes()), 0);
   EXPECT_EQ(std::memcmp(sequential_device.data(), sequential_host.data(), sequential_host.nbytes()), 0);

@@ -39,7 +39,8 @@ using cells::Rwkv7Math;
 using testing::kTestBackend;
 
 // The stats' name of the (G, U) scan on the backend under test.
-const std::string kScanBackendName = PARARNN_TEST_ON_CUDA ? "rwkv7_scan_cuda" : "rwkv7_scan";
+const SolveBackend kScanBackend = PARARNN_TEST_ON_CUDA ? SolveBackend::rwkv7_scan_cuda : SolveBackend::rwkv7_scan;
+const std::string kScanBackendName(solve_backend_name(kScanBackend));
 
 constexpr std::int64_t kCertifyBudget = 20'000;
 
@@ -352,12 +353,12 @@ TEST(Rwkv7, StatsOfASolveWithoutNewton) {
   EXPECT_EQ(stats.iters, 0);
   EXPECT_EQ(stats.updates, 0);
   EXPECT_EQ(stats.max_residual, 0.0);
-  EXPECT_EQ(stats.scan_backend, kScanBackendName);
+  EXPECT_EQ(stats.scan_backend, kScanBackend);
   EXPECT_EQ(stats.k.k, 0);
   EXPECT_TRUE(stats.residual_history.empty());
   NewtonStats eager;
   const Tensor stepped = newton_apply(cell, x, {.scan_backend = ScanBackend::eager}, {}, &eager);
-  EXPECT_EQ(eager.scan_backend, "rwkv7_sequential");
+  EXPECT_EQ(eager.scan_backend, SolveBackend::rwkv7_sequential);
   EXPECT_EQ(eager.iters, 0);
   const Tensor loop = sequential_apply(cell, x);
   EXPECT_EQ(std::memcmp(stepped.data(), loop.data(), loop.nbytes()), 0);  // eager = the step loop
@@ -391,7 +392,7 @@ TEST(Rwkv7, RefusesPackingAndWindowsButTrains) {
   // Gradients exist on both backends (the forward and its stats here; the values in
   // gradient_tests and, on cuda, GpuGradientsEqualCpuWithinTau).
   const NewtonForward forward = newton_forward(cell, x, {.scan_backend = kTestBackend});
-  EXPECT_EQ(forward.stats.scan_backend, kScanBackendName);
+  EXPECT_EQ(forward.stats.scan_backend, kScanBackend);
   EXPECT_GT(forward.saved_bytes(), 0u);
   EXPECT_THROW((void)dispatch_cell(cell.kind(), []<class CellMath>() { return 0; }), UnsupportedPath);
   EXPECT_EQ(reference::oracle_gradients(cell.make_case(x)).tensors.count("W_x.weight"), 1u);

@@ -49,7 +49,8 @@ std::string stats_difference(const NewtonStats& a, const NewtonStats& b) {
   if (a.fallback_tiles != b.fallback_tiles) return fmt::format("fallback_tiles {} vs {}", a.fallback_tiles, b.fallback_tiles);
   if (a.picard_iters != b.picard_iters || a.picard_retries != b.picard_retries) return "picard differs";
   if (a.k.k != b.k.k || a.k.source != b.k.source) return "K differs";
-  if (a.strategy != b.strategy) return fmt::format("strategy {} vs {}", a.strategy, b.strategy);
+  if (a.strategy != b.strategy)
+    return fmt::format("strategy {} vs {}", solve_strategy_name(a.strategy), solve_strategy_name(b.strategy));
   if (a.residual_history.size() != b.residual_history.size()) return "residual_history length differs";
   for (std::size_t i = 0; i < a.residual_history.size(); ++i)
     if (!same_bits(a.residual_history[i], b.residual_history[i])) return fmt::format("residual_history[{}] differs", i);
@@ -251,7 +252,7 @@ TEST(SeqParallel, PRanksEqualOneRankBitwiseOnExactCases) {
                 << compare(split.H, expected, Tolerance{}).describe();
             for (const NewtonStats& s : split.stats) {
               EXPECT_EQ(stats_difference(s, one_rank), "");
-              EXPECT_EQ(s.scan_backend, "cpu_seq_parallel");
+              EXPECT_EQ(s.scan_backend, SolveBackend::cpu_seq_parallel);
             }
           }
         }

@@ -425,12 +425,12 @@ AgreementReport verify_agreement(const Cell& cell, const TensorView& x, const Ve
   NewtonStats stats;
   const Tensor H = newton_apply(cell, x, options.config, apply, &stats);
   r.timings_ms["newton"] = ms_since(start);
-  r.backend = stats.scan_backend;
-  r.strategy = stats.strategy;
+  r.backend = std::string(solve_backend_name(stats.scan_backend));
+  r.strategy = std::string(solve_strategy_name(stats.strategy));
   r.newton_iters = stats.iters;
   r.max_residual = stats.max_residual;
   r.residual_history = stats.residual_history;
-  r.k_source = stats.k.source;
+  r.k_source = std::string(k_source_name(stats.k.source));
   r.k_min = stats.k.k;
 
   phase("sequential");

@@ -331,9 +331,9 @@ BundleResult make_bug_bundle(const BundleOptions& options) {
     NewtonStats stats;
     const Tensor H = newton_apply(cell, problem.x, options.config, apply_of(problem), &stats);
     write_safetensors(dir / "solver.safetensors", {{"H", H}},
-                      {{"producer", "pararnn solve"}, {"backend", stats.scan_backend},
+                      {{"producer", "pararnn solve"}, {"backend", std::string(solve_backend_name(stats.scan_backend))},
                        {"newton_iters", std::to_string(stats.iters)}, {"max_residual", fmt::format("{:.6e}", stats.max_residual)}});
-    add("solver.safetensors", fmt::format("the solver's trajectory H ({}, backend {})", dtype_name(H.dtype()), stats.scan_backend));
+    add("solver.safetensors", fmt::format("the solver's trajectory H ({}, backend {})", dtype_name(H.dtype()), solve_backend_name(stats.scan_backend)));
   } catch (const NewtonDivergenceError& e) {
     write_text("solver.txt", std::string("no trajectory: ") + e.what() + "\n", "why there is no solver trajectory");
   }

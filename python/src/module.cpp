@@ -163,13 +163,13 @@ nb::dict stats_dict(const NewtonStats& s) {
   d["max_residual"] = s.max_residual;
   d["iters"] = s.iters;
   d["updates"] = s.updates;
-  d["scan_backend"] = s.scan_backend;
-  d["strategy"] = s.strategy;
+  d["scan_backend"] = std::string(solve_backend_name(s.scan_backend));
+  d["strategy"] = std::string(solve_strategy_name(s.strategy));
   d["picard_iters"] = s.picard_iters;
   d["residual_history"] = s.residual_history;
   d["k"] = s.k.k;
   d["k_adaptive"] = s.k.adaptive;
-  d["k_source"] = s.k.source;
+  d["k_source"] = std::string(k_source_name(s.k.source));
   d["converged"] = s.converged;
   d["fallback_tiles"] = s.fallback_tiles;
   return d;

@@ -112,7 +112,7 @@ void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
   total.fallback_tiles += window.fallback_tiles;
   total.picard_retries += window.picard_retries;
   total.backtracks += window.backtracks;
-  if (total.strategy != window.strategy) total.strategy = "mixed";
+  if (total.strategy != window.strategy) total.strategy = SolveStrategy::mixed;
   total.picard_iters = std::max(total.picard_iters, window.picard_iters);
   total.residual_history.insert(total.residual_history.end(), window.residual_history.begin(),
                                 window.residual_history.end());

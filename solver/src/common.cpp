@@ -163,7 +163,7 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
                            {"T", time},
                            {"batch", batch},
                            {"cell", std::string(cell.name())},
-                           {"backend", stats.scan_backend},
+                           {"backend", std::string(solve_backend_name(stats.scan_backend))},
                            {"residual_history", std::vector<double>(
                                stats.residual_history.end() - std::min<std::ptrdiff_t>(8, static_cast<std::ptrdiff_t>(stats.residual_history.size())),
                                stats.residual_history.end())}};
@@ -173,7 +173,7 @@ void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonSta
         "Newton diverged: max|F(H)|={:.6e} after iters={} (residual_fail={}; T={}, batch={}, "
         "cell={}, backend={}, history={}). A residual >= residual_fail means the solver left its "
         "basin: do not step the optimizer on this batch.{}{}",
-        res, stats.iters, *config.residual_fail, time, batch, cell.name(), stats.scan_backend,
+        res, stats.iters, *config.residual_fail, time, batch, cell.name(), solve_backend_name(stats.scan_backend),
         history_tail(stats.residual_history), non_finite_input_note(cell, x, options),
         cell.spec().picard ? " For ParaSLSTM raise picard_iters." : ""));
   }

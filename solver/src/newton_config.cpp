@@ -25,6 +25,40 @@ std::string_view scan_backend_name(ScanBackend backend) {
   return "?";
 }
 
+std::string_view solve_backend_name(SolveBackend backend) {
+  switch (backend) {
+    case SolveBackend::cpu: return "cpu";
+    case SolveBackend::cuda: return "cuda";
+    case SolveBackend::cpu_seq_parallel: return "cpu_seq_parallel";
+    case SolveBackend::rwkv7_scan: return "rwkv7_scan";
+    case SolveBackend::rwkv7_sequential: return "rwkv7_sequential";
+    case SolveBackend::rwkv7_scan_cuda: return "rwkv7_scan_cuda";
+  }
+  return "?";
+}
+
+std::string_view solve_strategy_name(SolveStrategy strategy) {
+  switch (strategy) {
+    case SolveStrategy::host_driven: return "host_driven";
+    case SolveStrategy::fused: return "fused";
+    case SolveStrategy::sequential: return "sequential";
+    case SolveStrategy::fused_windowed: return "fused_windowed";
+    case SolveStrategy::mixed: return "mixed";
+  }
+  return "?";
+}
+
+std::string_view k_source_name(KSource source) {
+  switch (source) {
+    case KSource::max_iters: return "max_iters";
+    case KSource::newton_iters_by_t: return "newton_iters_by_t";
+    case KSource::table: return "table";
+    case KSource::table_f64: return "table+2(f64)";
+    case KSource::exact_scan: return "rwkv7 (linear: exact (G, U) scan, no Newton)";
+  }
+  return "?";
+}
+
 Coords parse_coords(std::string_view name) {
   if (name == "native") return Coords::native;
   if (name == "log") return Coords::log;
@@ -102,14 +136,14 @@ bool picard_adapt_enabled(const NewtonConfig& config, const CellSpec& cell) {
 KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,
                                  std::int64_t time) {
   if (cell.jacobian == JacobianClass::linear_gu)  // RWKV-7: exact scan, no Newton (spec §1.10)
-    return {0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
-  if (config.max_iters) return {*config.max_iters, false, "max_iters"};
+    return {0, false, KSource::exact_scan};
+  if (config.max_iters) return {*config.max_iters, false, KSource::max_iters};
   if (!config.newton_iters_by_t.empty()) {
     // Left-step: the value at the largest key <= T; below every key, the smallest key's value.
     auto it = config.newton_iters_by_t.upper_bound(time);
     const std::int64_t k =
         it == config.newton_iters_by_t.begin() ? it->second : std::prev(it)->second;
-    return {k, true, "newton_iters_by_t"};
+    return {k, true, KSource::newton_iters_by_t};
   }
   std::int64_t table = cell.library_newton_iters;
   if (!cell.library_newton_table.empty()) {  // left-step, like newton_iters_by_t
@@ -117,8 +151,8 @@ KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cel
     for (const auto& [t, k] : cell.library_newton_table)
       if (t <= time) table = k;
   }
-  if (dtype == DType::f64) return {table + 2, true, "table+2(f64)"};
-  return {table, true, "table"};
+  if (dtype == DType::f64) return {table + 2, true, KSource::table_f64};
+  return {table, true, KSource::table};
 }
 
 }  // namespace pararnn

@@ -164,7 +164,7 @@ TEST(KSchedule, AdaptiveKIsAMinimumAndStopsOnTheResidual) {
   const Tensor x = random_input(DType::f32, 2, 200, 3, 10);
   NewtonStats stats;
   (void)newton_apply(cell, x, {}, {}, &stats);
-  EXPECT_EQ(stats.k.source, "table");
+  EXPECT_EQ(stats.k.source, KSource::table);
   EXPECT_GE(stats.updates, stats.k.k);
   EXPECT_TRUE(stats.converged);
   EXPECT_LT(stats.residual_history.back(), default_residual_atol(DType::f32));

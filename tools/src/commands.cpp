@@ -590,14 +590,15 @@ int solve(const SolveArgs& args) {
   tensors.emplace("H", H);
   write_safetensors(args.out, tensors,
                     {{"producer", "pararnn solve"},
-                     {"backend", stats.scan_backend},
-                     {"strategy", stats.strategy},
+                     {"backend", std::string(solve_backend_name(stats.scan_backend))},
+                     {"strategy", std::string(solve_strategy_name(stats.strategy))},
                      {"newton_iters", std::to_string(stats.iters)},
                      {"max_residual", fmt::format("{:.6e}", stats.max_residual)},
-                     {"k_source", stats.k.source}});
+                     {"k_source", std::string(k_source_name(stats.k.source))}});
   std::cout << fmt::format("wrote {}: H {} {}, backend {} ({}), iters {}, max_residual {:.3e}\n",
                            args.out, shape_string(H.shape()), dtype_name(H.dtype()),
-                           stats.scan_backend, stats.strategy, stats.iters, stats.max_residual);
+                           solve_backend_name(stats.scan_backend), solve_strategy_name(stats.strategy), stats.iters,
+                           stats.max_residual);
   return 0;
 }
 

@@ -222,8 +222,8 @@ Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const TensorView* out,
                    const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   const bool use_scan = config.scan_backend != ScanBackend::eager;
   stats = NewtonStats{};
-  stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
-  stats.scan_backend = use_scan ? "rwkv7_scan" : "rwkv7_sequential";
+  stats.k = KResolution{0, false, KSource::exact_scan};
+  stats.scan_backend = use_scan ? SolveBackend::rwkv7_scan : SolveBackend::rwkv7_sequential;
   stats.converged = true;
   Tensor H = dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));
@@ -236,9 +236,9 @@ Tensor rwkv7_apply(const Cell& cell, const TensorView& x, const TensorView* out,
 NewtonForward rwkv7_newton_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,
     const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   NewtonForward forward;
-  forward.stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
+  forward.stats.k = KResolution{0, false, KSource::exact_scan};
   const bool use_scan = config.scan_backend != ScanBackend::eager;
-  forward.stats.scan_backend = use_scan ? "rwkv7_scan" : "rwkv7_sequential";
+  forward.stats.scan_backend = use_scan ? SolveBackend::rwkv7_scan : SolveBackend::rwkv7_sequential;
   forward.stats.converged = true;
   dispatch_float_dtype(cell.dtype(), [&]<class StorageT>() {
     const Rwkv7Solver<StorageT> solver(cell, x, options, std::move(layout));

@@ -57,7 +57,7 @@ class LogCoordsIterate {
       : native_(native), log_(log), bounds_(bounds), F_(state_size), F_native_(state_size), J_(jacobian_size),
         d_h_(d_h), unit_(std::move(unit)) {}
 
-  const char* backend_name() const { return "cpu"; }
+  SolveBackend backend() const { return SolveBackend::cpu; }
   const std::string& fallback_unit() const { return unit_; }
   // sLSTM always starts from its Picard guess; the App. A operations do not exist here.
   void zero_iterate() { throw Error("coords=log: the App. A guess is not used (sLSTM starts from its Picard guess)"); }

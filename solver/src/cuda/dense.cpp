@@ -125,7 +125,7 @@ class CudaDenseFamily {
     return static_cast<double>(max_abs);
   }
 
-  const char* backend_name() const { return "cuda"; }
+  SolveBackend backend() const { return SolveBackend::cuda; }
   std::string fallback_unit() const { return fmt::format("chain(s) of {} values", in_.n); }
   void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
   void iterate_from_residual() {

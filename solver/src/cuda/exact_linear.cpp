@@ -34,8 +34,8 @@ namespace {
 
 void rwkv7_stats(NewtonStats& stats) {
   stats = NewtonStats{};
-  stats.k = KResolution{0, false, "rwkv7 (linear: exact (G, U) scan, no Newton)"};
-  stats.scan_backend = "rwkv7_scan_cuda";
+  stats.k = KResolution{0, false, KSource::exact_scan};
+  stats.scan_backend = SolveBackend::rwkv7_scan_cuda;
   stats.converged = true;
 }
 

@@ -75,7 +75,7 @@ class M2rnnDeviceSolve {
   }
 
   // The family operations (newton/family.hpp); the "Jacobian" is the gains G.
-  const char* backend_name() const { return "cuda"; }
+  SolveBackend backend() const { return SolveBackend::cuda; }
   std::string fallback_unit() const { return fmt::format("batch row(s) of {}x{} states", in_.k, in_.v); }
   void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
   void iterate_from_residual() {

@@ -163,9 +163,9 @@ class CudaPerChannelFamily {
     if (PARARNN_FAULT_POINT("cuda_sequential_flag_dropped")) non_finite = 0;
     return non_finite != 0 ? std::numeric_limits<double>::infinity() : 0.0;
   }
-  const char* strategy_name() const { return ws_.fused ? "fused" : "host_driven"; }
+  SolveStrategy strategy() const { return ws_.fused ? SolveStrategy::fused : SolveStrategy::host_driven; }
 
-  const char* backend_name() const { return "cuda"; }
+  SolveBackend backend() const { return SolveBackend::cuda; }
   std::string fallback_unit() const {
     return fmt::format("chain tile(s) of {} channels", kFallbackTileChannels);
   }

@@ -73,9 +73,9 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       s.k = k;
       // The window loop pins the table's K per window with a one-entry newton_iters_by_t
       // (api.cpp window_config), so its stats name that source.
-      if (!config.max_iters) s.k.source = "newton_iters_by_t";
-      s.scan_backend = "cuda";
-      s.strategy = "fused_windowed";
+      if (!config.max_iters) s.k.source = KSource::newton_iters_by_t;
+      s.scan_backend = SolveBackend::cuda;
+      s.strategy = SolveStrategy::fused_windowed;
       s.iters = s.updates = K;
       // The final residual is the worst window's; a NaN in any window stays a NaN.
       double worst = 0.0;

@@ -28,11 +28,11 @@
 //   last one already saw it). The residual gate (common.cpp) then judges it.
 // - Strategy: an adaptive solve (config.allow_sequential) on a family whose auto rule prefers
 //   the sequential solve (`prefer_sequential()`, the CUDA per-channel family) is that solve:
-//   no guess, no iteration (iters = updates = 0), `stats.strategy` "sequential", and as
+//   no guess, no iteration (iters = updates = 0), `stats.strategy` sequential, and as
 //   max_residual what `solve_sequential()` returns: 0 (the solution is the recurrence evaluated
 //   step by step in the compute type, so nothing is left to converge) or +inf when a state is
 //   not finite, which the residual gate then raises, as for RWKV-7's exact scan; otherwise
-//   `stats.strategy` is the family's `strategy_name()`.
+//   `stats.strategy` is the family's `strategy()`.
 // Example:
 //   CpuPerChannelFamily<GruMath, float> family(cell, x, options, layout);
 //   solve_newton(family, cell.spec(), cell.dtype(), config, layout.time, stats);
@@ -62,7 +62,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       atol && PARARNN_FAULT_POINT("loose_early_stop") ? std::optional<double>(100.0 * *atol) : atol;
   stats = NewtonStats{};
   stats.k = k;
-  stats.scan_backend = family.backend_name();
+  stats.scan_backend = family.backend();
 
   // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
   const bool adaptive = k.adaptive && atol.has_value();
@@ -91,11 +91,11 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       return family.evaluate(false, true);
     }
   };
-  if constexpr (requires { family.strategy_name(); }) stats.strategy = family.strategy_name();
+  if constexpr (requires { family.strategy(); }) stats.strategy = family.strategy();
   if constexpr (requires { family.prefer_sequential(); }) {
     if (adaptive && config.allow_sequential && family.prefer_sequential()) {
       stats.max_residual = family.solve_sequential();
-      stats.strategy = "sequential";
+      stats.strategy = SolveStrategy::sequential;
       stats.converged = stats.max_residual < *atol;
       if constexpr (requires { family.finish(); }) family.finish();
       return;

@@ -4,7 +4,7 @@
 // cpu/matrix_state.cpp, cuda/per_channel.cpp, cuda/dense.cpp, cuda/matrix_state.cpp; RWKV-7's
 // exact linear family, cpu/exact_linear.cpp and cuda/exact_linear.cpp, has no Newton) owns its
 // iterate H, residual F and Jacobian (M2RNN: gains) and supplies:
-//   const char* backend_name();                 // "cpu" or "cuda" (NewtonStats::scan_backend)
+//   SolveBackend backend();                     // cpu or cuda (NewtonStats::scan_backend)
 //   std::string fallback_unit();                // what fallback_tiles counts, for the warning
 //   void zero_iterate();                        // H = 0
 //   double evaluate(bool jacobian, bool reduce); // F = f(prepend(H)) − H (J too); max|F| when
@@ -22,7 +22,7 @@
 //   bool defer_guess(std::int64_t updates);     // true: the App. A guess is evaluated inside
 //                                               // the first fused step (written out on demand)
 //   double residual_max();                      // max|F| without writing F (the final residual)
-//   const char* strategy_name();                // NewtonStats::strategy of its Newton solves
+//   SolveStrategy strategy();                   // NewtonStats::strategy of its Newton solves
 //   bool prefer_sequential(); double solve_sequential();
 //                                               // the auto rule: an adaptive solve is the
 //                                               // sequential solution in the compute type;
@@ -121,7 +121,7 @@ class HostIterate {
   HostIterate(const Solver& solver, std::size_t state_size, std::size_t jacobian_size, std::string unit)
       : solver_(solver), F_(state_size), J_(jacobian_size), state_size_(state_size), unit_(std::move(unit)) {}
 
-  const char* backend_name() const { return "cpu"; }
+  SolveBackend backend() const { return SolveBackend::cpu; }
   const std::string& fallback_unit() const { return unit_; }
   void zero_iterate() { H_.assign(state_size_, typename Vec::value_type(0)); }
   double evaluate(bool jacobian, bool /*reduce: free on the host*/) {

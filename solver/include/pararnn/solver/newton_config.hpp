@@ -29,6 +29,23 @@ std::string_view coords_name(Coords coords);
 ScanBackend parse_scan_backend(std::string_view name);  // "auto", "eager", "cpu", "cuda"
 std::string_view scan_backend_name(ScanBackend backend);
 
+// What ran a solve (NewtonStats::scan_backend): a backend's Newton family, the CPU
+// sequence-parallel solve, or RWKV-7's exact scan or sequential loop. Its name is the string the
+// reports and the JSON carry ("cpu", "cuda", "cpu_seq_parallel", "rwkv7_scan", "rwkv7_sequential",
+// "rwkv7_scan_cuda").
+enum class SolveBackend { cpu, cuda, cpu_seq_parallel, rwkv7_scan, rwkv7_sequential, rwkv7_scan_cuda };
+std::string_view solve_backend_name(SolveBackend backend);
+// How a per-channel solve ran (NewtonStats::strategy): "host_driven" (the CPU families, and the
+// CUDA residual-scan-axpy loop), "fused" (one fused kernel per iteration), "sequential" (the auto
+// rule's sequential kernel), "fused_windowed" (window_len windows in one launch) or "mixed" (the
+// windows of a window loop ran differently).
+enum class SolveStrategy { host_driven, fused, sequential, fused_windowed, mixed };
+std::string_view solve_strategy_name(SolveStrategy strategy);
+// Where a solve's K came from (KResolution::source): NewtonConfig::max_iters, newton_iters_by_t,
+// the contract's table, the table + 2 for f64, or none (RWKV-7's exact scan has no Newton).
+enum class KSource { max_iters, newton_iters_by_t, table, table_f64, exact_scan };
+std::string_view k_source_name(KSource source);  // "table+2(f64)", "rwkv7 (linear: …, no Newton)", ...
+
 // `residual_atol` value meaning "the default of the storage dtype" (1e-5 for f32/f16/bf16,
 // 1e-12 for f64); std::nullopt disables the early stop.
 inline constexpr double kDtypeDefaultAtol = -1.0;
@@ -95,7 +112,7 @@ void validate(const NewtonConfig& config, const CellSpec& cell);
 struct KResolution {
   std::int64_t k = 0;      // fixed K, or the adaptive minimum
   bool adaptive = false;   // true when max_iters is unset
-  std::string source;      // "max_iters", "newton_iters_by_t", "table", "table+2(f64)"
+  KSource source = KSource::table;
 };
 // K for a solve of total length `time` (packed: N).
 KResolution resolve_newton_iters(const NewtonConfig& config, const CellSpec& cell, DType dtype,
@@ -105,9 +122,8 @@ struct NewtonStats {
   double max_residual = 0.0;              // final max|F(H)|
   std::int64_t iters = 0;                 // residual evaluations inside the loop
   std::int64_t updates = 0;               // Newton updates applied
-  std::string scan_backend;               // resolved backend
-  std::string strategy = "host_driven";   // "host_driven", "fused", "sequential" (auto rule) or
-                                          // "fused_windowed" (window_len windows in one launch on CUDA)
+  SolveBackend scan_backend = SolveBackend::cpu;  // what ran it (solve_backend_name for its string)
+  SolveStrategy strategy = SolveStrategy::host_driven;
   std::int64_t picard_iters = 0;          // passes of the solve returned (after any adapt)
   std::int64_t picard_retries = 0;        // adapt retries (solves redone with more passes)
   std::int64_t backtracks = 0;            // newton_backtrack: rejected (row, step) trials
