@@ -1,8 +1,7 @@
 // windowed_newton_entry.hpp's instantiations.
 #include "windowed_newton_entry.hpp"
 
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
+#include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/windowed_newton.hpp"
 #include "windowed_newton.cuh"
 
@@ -42,9 +41,20 @@ std::int64_t windowed_newton_window(int shape) {
   }
 }
 
-template cudaError_t run_windowed_newton_at<cells::GruDiagMath, float>(int, const WindowedNewtonArgs<float>&);
-template cudaError_t run_windowed_newton_at<cells::GruDiagMath, double>(int, const WindowedNewtonArgs<double>&);
-template cudaError_t run_windowed_newton_at<cells::LstmMath, float>(int, const WindowedNewtonArgs<float>&);
-template cudaError_t run_windowed_newton_at<cells::LstmMath, double>(int, const WindowedNewtonArgs<double>&);
+// Every per-channel cell the production launcher takes (kSlots <= 2: all but sLSTM, whose solve
+// starts from a Picard guess this kernel does not run).
+#define PARARNN_WINDOWED_TEST_ENTRY(Math)                                                                 \
+  template cudaError_t run_windowed_newton_at<cells::Math, float>(int, const WindowedNewtonArgs<float>&); \
+  template cudaError_t run_windowed_newton_at<cells::Math, double>(int, const WindowedNewtonArgs<double>&);
+PARARNN_FOR_EACH_WINDOWED_TEST_CELL(PARARNN_WINDOWED_TEST_ENTRY)
+#undef PARARNN_WINDOWED_TEST_ENTRY
+
+#define PARARNN_AT_MOST_TWO_SLOTS(kind, Math, label, min_chains) +(cells::Math::kSlots <= 2 ? 1 : 0)
+#define PARARNN_ONE(Math) +1
+static_assert((0 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_AT_MOST_TWO_SLOTS)) ==
+                  (0 PARARNN_FOR_EACH_WINDOWED_TEST_CELL(PARARNN_ONE)),
+              "PARARNN_FOR_EACH_WINDOWED_TEST_CELL must list every per-channel cell of at most two slots");
+#undef PARARNN_AT_MOST_TWO_SLOTS
+#undef PARARNN_ONE
 
 }  // namespace pararnn::kernels::test

@@ -1,6 +1,7 @@
 // Host entry points to the fused windowed Newton candidate (kernels/src/windowed_newton.cuh) for
-// the kernel tests, instantiated in windowed_newton_entry.cu for GRU-diag and LSTM in f32 and f64
-// at three block shapes (channels C × warps W × steps L):
+// the kernel tests, instantiated in windowed_newton_entry.cu for every cell of
+// PARARNN_FOR_EACH_WINDOWED_TEST_CELL in f32 and f64 at three block shapes (channels C × warps W ×
+// steps L):
 //   0: 8 × 4 × 4    (4 time lanes per warp; windows of up to 64 steps)
 //   1: 32 × 32 × 8  (1 time lane per warp, 1024 threads; up to 256 steps)
 //   2: 4 × 32 × 8   (8 time lanes per warp, 1024 threads; up to 2048 steps)
@@ -11,6 +12,12 @@
 #include <cstdint>
 
 #include "pararnn/kernels/windowed_newton.hpp"
+
+// The per-channel cells the fused windowed launch runs (cells/cell_list.hpp's list without sLSTM,
+// whose 4 slots and Picard guess it does not take), as X(Math); windowed_newton_entry.cu checks
+// at compile time that it holds every listed cell of at most two slots.
+#define PARARNN_FOR_EACH_WINDOWED_TEST_CELL(X) \
+  X(GruDiagMath) X(LstmMath) X(NlruMath) X(CfcMath) X(CfcDiagHMath) X(TitansMath)
 
 namespace pararnn::kernels::test {
 

@@ -2,8 +2,9 @@
 // windowed_newton_entry.hpp) against the same algorithm on the host in double (the CPU's
 // windowed solve with a fixed K and no early stop: per window, the App. A guess from the carried
 // state, then K updates with δ by sequential substitution): H, and the residual maxima per window
-// and evaluation (left untouched, zeros, when not asked for); GRU-diag (one slot) and LSTM (two
-// slots) in f32 and f64, with and without h0, a partial last window and a partial channel group,
+// and evaluation (left untouched, zeros, when not asked for); every cell the launch takes
+// (PARARNN_FOR_EACH_WINDOWED_TEST_CELL: GRU-diag, LSTM, NLRU, CfC and its diag_h mix, Titans) in
+// f32 and f64, with and without h0, a partial last window and a partial channel group,
 // the largest window a block holds and a shorter one, K = 0, 1 and 3, a damped update (ω = 0.7),
 // three block shapes (4, 1 and 8 time lanes per warp), and the production launcher at a window
 // of each of its shapes; its window bound. The bound is the compute type's trajectory τ from the
@@ -16,12 +17,12 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "cell_test_support.hpp"
-#include "pararnn/cells/gru_diag.hpp"
-#include "pararnn/cells/lstm.hpp"
-#include "pararnn/cells/slstm_diag.hpp"
+#include "pararnn/cells/cell_list.hpp"
 #include "pararnn/kernels/windowed_newton.hpp"
 #include "windowed_newton_entry.hpp"
 
@@ -112,6 +113,13 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   std::vector<T> wx(static_cast<std::size_t>(B * Tn * G * D)), rec(static_cast<std::size_t>(RC * D)),
       h0(static_cast<std::size_t>(B * S * D));
   for (T& v : wx) v = static_cast<T>(rng.uniform(-2.0, 2.0));
+  // CfC's Δt gate as the backends form it: max(x, kCfcDtFloor).
+  if constexpr (std::is_same_v<CellMath, cells::CfcMath> || std::is_same_v<CellMath, cells::CfcDiagHMath>)
+    for (std::int64_t bt = 0; bt < B * Tn; ++bt)
+      for (std::int64_t c = 0; c < D; ++c) {
+        T& v = wx[static_cast<std::size_t>((bt * G + 2) * D + c)];
+        v = std::max(v, static_cast<T>(cells::kCfcDtFloor));
+      }
   for (T& v : rec) v = static_cast<T>(rng.uniform(-0.5, 0.5));
   for (T& v : h0) v = static_cast<T>(rng.uniform(-0.5, 0.5));
   DeviceBuffer<T> d_wx(wx.size()), d_rec(rec.size()), d_h0(h0.size()), d_H(static_cast<std::size_t>(B * Tn * S * D));
@@ -175,10 +183,21 @@ void every_case(std::uint64_t seed) {
   expect_windowed_equals_host<CellMath, T>({2, 2, 2500, 37, 0, true, 3, 1.0}, ++seed);
 }
 
-TEST(WindowedNewton, EqualsTheHostWindowedSolveGruF32) { every_case<cells::GruDiagMath, float>(test_seed(20261208)); }
-TEST(WindowedNewton, EqualsTheHostWindowedSolveGruF64) { every_case<cells::GruDiagMath, double>(test_seed(20261209)); }
-TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF32) { every_case<cells::LstmMath, float>(test_seed(20261210)); }
-TEST(WindowedNewton, EqualsTheHostWindowedSolveLstmF64) { every_case<cells::LstmMath, double>(test_seed(20261211)); }
+// One test per cell and compute type, seeded by the cell's name.
+constexpr std::uint64_t name_seed(std::string_view name) {
+  std::uint64_t h = 20261208;
+  for (char ch : name) h = h * 131 + static_cast<unsigned char>(ch);
+  return h;
+}
+#define PARARNN_WINDOWED_TESTS(Math)                                                            \
+  TEST(WindowedNewton, EqualsTheHostWindowedSolve##Math##F32) {                                 \
+    every_case<cells::Math, float>(test_seed(name_seed(#Math)));                                \
+  }                                                                                             \
+  TEST(WindowedNewton, EqualsTheHostWindowedSolve##Math##F64) {                                 \
+    every_case<cells::Math, double>(test_seed(name_seed(#Math) + 1));                           \
+  }
+PARARNN_FOR_EACH_WINDOWED_TEST_CELL(PARARNN_WINDOWED_TESTS)
+#undef PARARNN_WINDOWED_TESTS
 
 TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
   const WindowedNewtonArgs<float> a{.wx = reinterpret_cast<const float*>(16),
