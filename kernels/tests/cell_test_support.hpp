@@ -31,6 +31,11 @@ template <class ComputeT>
 inline const double kKernelVsHostTau =
     tolerance_for({.dtype = std::is_same_v<ComputeT, float> ? DType::f32 : DType::f64}).atol;
 
+// A residual F = f(h) − h computed in a compute type T from states of magnitude M differs from the
+// same residual in double by the rounding of its two terms to T, a few ulp of M: f(h) carries the
+// rounding of its last operations (up to 3 ulp of M here), h its own (1 ulp).
+inline constexpr double kResidualRoundingUlps = 4.0;
+
 // The longest T at which two f32 evaluations of the cell's sequential loop (host libm, device
 // libm) are expected to stay within τ: sLSTM's (c, n) grow with T and its long-T f32 loops
 // drift apart (docs/kstar.md: at T = 8192 the f32 sequential floor itself exceeds the band);

@@ -16,6 +16,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -151,12 +152,27 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   expect_close(want_t, got, kKernelVsHostTau<T>, "H");
   std::vector<Bits> bits;
   PARARNN_CUDA_OK(d_res.download(bits));
-  std::vector<T> got_residual(bits.size()), want_residual_t(want_residual.size());
-  for (std::size_t i = 0; i < bits.size(); ++i)
-    got_residual[i] = std::bit_cast<T>(bits[i]);
-  for (std::size_t i = 0; i < want_residual.size(); ++i)
-    want_residual_t[i] = w.with_residual ? static_cast<T>(want_residual[i]) : T(0);  // untouched without the array
-  expect_close(want_residual_t, got_residual, kKernelVsHostTau<T>, "max|F| per window and evaluation");
+  // max|F| is computed in T from states of magnitude up to max|H|: F = f(h) − h, with f(h) and h
+  // each rounded to T, resolves no finer than an ulp of that magnitude (Titans' unsquashed memory
+  // reaches 2^14 in f32, where F steps by 2^-9), so each residual is held to the table's τ plus
+  // kResidualRoundingUlps of T at max|H|. For the squashed cells (|H| <= 1) that term is below
+  // 5e-7 in f32.
+  double max_state = 0.0;
+  for (double v : want) max_state = std::max(max_state, std::fabs(v));
+  const double rounding = kResidualRoundingUlps * std::numeric_limits<T>::epsilon() * max_state;
+  ASSERT_EQ(bits.size(), want_residual.size());
+  std::int64_t beyond = 0;
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const double got_v = static_cast<double>(std::bit_cast<T>(bits[i]));
+    const double want_v = w.with_residual ? static_cast<double>(static_cast<T>(want_residual[i])) : 0.0;  // untouched without the array
+    const double allowed = w.with_residual ? kKernelVsHostTau<T> * (1.0 + std::fabs(want_v)) + rounding : 0.0;
+    if (!(std::fabs(got_v - want_v) <= allowed)) {
+      if (beyond++ == 0)
+        ADD_FAILURE() << "max|F| per window and evaluation at " << i << ": expected " << want_v << ", actual "
+                      << got_v << " (band " << allowed << ", max|H| " << max_state << ")";
+    }
+  }
+  EXPECT_EQ(beyond, 0) << "max|F| elements beyond the band";
 }
 
 template <class CellMath, class T>
