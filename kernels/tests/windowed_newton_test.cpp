@@ -165,7 +165,7 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   for (std::size_t i = 0; i < bits.size(); ++i) {
     const double got_v = static_cast<double>(std::bit_cast<T>(bits[i]));
     const double want_v = w.with_residual ? static_cast<double>(static_cast<T>(want_residual[i])) : 0.0;  // untouched without the array
-    const double allowed = w.with_residual ? kKernelVsHostTau<T> * (1.0 + std::fabs(want_v)) + rounding : 0.0;
+    const double allowed = kKernelVsHostTau<T> * (1.0 + std::fabs(want_v)) + (w.with_residual ? rounding : 0.0);
     if (!(std::fabs(got_v - want_v) <= allowed)) {
       if (beyond++ == 0)
         ADD_FAILURE() << "max|F| per window and evaluation at " << i << ": expected " << want_v << ", actual "
