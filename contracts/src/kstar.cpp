@@ -71,13 +71,11 @@ KstarTable measure_kstar(const KstarOptions& options) {
         row.default_picard_iters = stats.picard_iters;
         row.default_updates = stats.updates;
         row.default_max_abs = compare(H, oracle.H, tau).max_abs;
-        if (spec.jacobian == JacobianClass::per_channel) {
-          const IterateGrowth g = iterate_growth(cell, x, H);
-          if (g.finite) row.lambda_max_iterate = g.max_exponent;
-        }
-        const PredictedK cheap = predict_k_from_iterate(cell, x, H, {}, tau.atol);
-        row.predicted_k_iterate = cheap.k;
-        row.iterate_reason = cheap.reason;
+        // One growth pass gives both the cheap λ̂ and the cheap K.
+        const IteratePrediction cheap = predict_from_iterate(cell, x, H, {}, tau.atol);
+        if (cheap.growth && cheap.growth->finite) row.lambda_max_iterate = cheap.growth->max_exponent;
+        row.predicted_k_iterate = cheap.predicted.k;
+        row.iterate_reason = cheap.predicted.reason;
       }
       for (std::int64_t k = 0; k <= options.k_limit; ++k) {
         const Tensor H = newton_apply(cell, x, {.max_iters = k, .residual_atol = std::nullopt,
