@@ -197,6 +197,16 @@ Tolerance oracle_band(OracleBand band) {
   return {};
 }
 
+UlpBand kernel_band(KernelBand band) {
+  switch (band) {
+    case KernelBand::residual_rounding:
+      return {4.0, "F = f(h) - h rounds its two terms to T: f(h) carries its last operations' roundings (up to 3 "
+                   "ulp of max|H|), h its own (1 ulp); Titans' unsquashed f32 memory reaches 2^14, where F steps "
+                   "by 2^-9 (windowed kernel tests, 2026-12-06)"};
+  }
+  return {};
+}
+
 std::span<const ToleranceProtection> tolerance_protections() { return kProtections; }
 
 Tolerance tolerance_for(const ToleranceQuery& query) {

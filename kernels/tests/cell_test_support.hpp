@@ -32,9 +32,9 @@ inline const double kKernelVsHostTau =
     tolerance_for({.dtype = std::is_same_v<ComputeT, float> ? DType::f32 : DType::f64}).atol;
 
 // A residual F = f(h) − h computed in a compute type T from states of magnitude M differs from the
-// same residual in double by the rounding of its two terms to T, a few ulp of M: f(h) carries the
-// rounding of its last operations (up to 3 ulp of M here), h its own (1 ulp).
-inline constexpr double kResidualRoundingUlps = 4.0;
+// same residual in double by the rounding of its two terms to T: the contract table's kernel band
+// (KernelBand::residual_rounding), in ulp of M.
+inline const double kResidualRoundingUlps = kernel_band(KernelBand::residual_rounding).ulps;
 
 // The longest T at which two f32 evaluations of the cell's sequential loop (host libm, device
 // libm) are expected to stay within τ: sLSTM's (c, n) grow with T and its long-T f32 loops

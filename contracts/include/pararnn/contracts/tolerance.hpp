@@ -89,6 +89,19 @@ enum class OracleBand {
 };
 Tolerance oracle_band(OracleBand band);
 
+// The kernels' own bands: a CUDA kernel against its host twin running the same cell math
+// (kernels/tests), in units of the compute type's epsilon times the magnitude measured, so that a
+// twin is held to its own rounding rather than to the product τ. Each band's `source` says where
+// its count comes from; none is a product claim.
+enum class KernelBand {
+  residual_rounding,  // a residual F = f(h) − h in T vs in double, per unit of max|H|
+};
+struct UlpBand {
+  double ulps = 0.0;
+  std::string source;
+};
+UlpBand kernel_band(KernelBand band);
+
 // Registers an override for as long as the object lives (innermost wins); thread-safe.
 class ScopedToleranceOverride {
  public:
