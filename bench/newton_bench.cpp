@@ -5,8 +5,8 @@
 // host-driven strategy (residual, scan, axpy) and the fused step (kernels/newton_step.hpp) both.
 // Prints one JSON object on stdout.
 //
-// Method (PERFORMANCE.md "How to measure"): CUDA events on the legacy default stream (the one
-// the backend uses) around the solve only, gate pre-activations W_x x + b precomputed once and
+// Method (PERFORMANCE.md "How to measure"): CUDA events on the legacy default stream (the
+// backend's per-thread default stream is ordered with it both ways) around the solve only, gate pre-activations W_x x + b precomputed once and
 // timed separately, warm-up first, median of >= 20 runs (5 for the end-to-end call, which also
 // allocates and copies 0.5 GB to the host). Random data: x uniform in [-1, 1), the cell's App.
 // C.1 initialisation (seeded). The timed configurations' trajectories are checked in the same run
@@ -17,7 +17,8 @@
 // a residual evaluation without update 20 B).
 //
 // Then windowed Newton (window_len 256, 512, 1024; K = 3 per window) in its one fused launch, and
-// the public newton_apply_into with window_len 512 (windowed_k3).
+// the public newton_apply_into with window_len 512 (windowed_k3): K = 3, and the default adaptive
+// configuration beside the window loop it replaces.
 //
 // Then the fused strategy for LSTM at S1 (P7) and sLSTM-diag at B 8, T 4096, d 256 (P8), checked
 // against the sequential kernel (cell_figures).
@@ -352,6 +353,61 @@ int main(int argc, char** argv) {
             {"ms", median(times)}, {"clock", "host steady_clock"}, {"strategy", std::string(solve_strategy_name(stats.strategy))},
             {"iters", stats.iters}, {"max_residual", stats.max_residual},
             {"equals_the_launchers_H_bitwise", download(d_H_into) == H_window}};
+        // The default configuration (adaptive K, residual_atol) with this window_len: the one
+        // fused launch deciding each chain's K on the device; against the window loop it replaces,
+        // timed as that loop runs (newton_apply_into per window on slices of the same device x
+        // and H, each from the previous window's last state, the full length's K as the minimum);
+        // both checked against the CPU sequential loop.
+        const NewtonConfig adaptive{.window_len = window};
+        NewtonStats adaptive_stats;
+        times.clear();
+        for (int i = 0; i < 1 + runs; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          newton_apply_into(cell, x_device, H_out, adaptive, {}, &adaptive_stats);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (i > 0) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        const std::vector<float> H_adaptive_window = download(d_H_into);
+        NewtonConfig each{};
+        each.newton_iters_by_t = {{1, resolve_newton_iters(adaptive, cell.spec(), DType::f32, T).k}};
+        std::vector<double> loop_times;
+        std::int64_t loop_iters = 0;
+        std::string loop_strategy;
+        for (int i = 0; i < 1 + runs / 4; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (std::int64_t begin = 0; begin < T; begin += window) {
+            const std::int64_t end = std::min(T, begin + window);
+            ApplyOptions wo;
+            if (begin > 0) wo.h0 = H_out.select(1, begin - 1);
+            NewtonStats ws;
+            newton_apply_into(cell, x_device.slice(1, begin, end), H_out.slice(1, begin, end), each, wo, &ws);
+            loop_iters = std::max(loop_iters, ws.iters);
+            loop_strategy = std::string(solve_strategy_name(ws.strategy));
+          }
+          const auto t1 = std::chrono::steady_clock::now();
+          if (i > 0) loop_times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        const std::vector<float> H_loop = download(d_H_into);
+        double err_adaptive = 0, err_loop = 0, adaptive_vs_loop = 0;
+        pararnn::bench::walk_gru_chains<float>(wx_host, rec, B, T, D, [&](std::size_t i, double h) {
+          const double a = std::fabs(static_cast<double>(H_adaptive_window[i]) - h);
+          const double l = std::fabs(static_cast<double>(H_loop[i]) - h);
+          err_adaptive = std::isnan(a) ? INFINITY : std::max(err_adaptive, a);
+          err_loop = std::isnan(l) ? INFINITY : std::max(err_loop, l);
+        });
+        for (std::size_t i = 0; i < H_loop.size(); ++i) {
+          const double d = std::fabs(static_cast<double>(H_adaptive_window[i]) - static_cast<double>(H_loop[i]));
+          adaptive_vs_loop = std::isnan(d) ? INFINITY : std::max(adaptive_vs_loop, d);
+        }
+        row["adaptive_newton_apply_into_device_end_to_end"] = {
+            {"ms", median(times)}, {"clock", "host steady_clock"},
+            {"strategy", std::string(solve_strategy_name(adaptive_stats.strategy))},
+            {"iters", adaptive_stats.iters}, {"converged", adaptive_stats.converged},
+            {"max_residual", adaptive_stats.max_residual}, {"vs_cpu_sequential_max_abs", err_adaptive},
+            {"within_tau", err_adaptive <= tau.atol}, {"vs_window_loop_max_abs", adaptive_vs_loop},
+            {"window_loop", {{"ms", median(loop_times)}, {"runs", runs / 4}, {"strategy", loop_strategy},
+                             {"iters", loop_iters}, {"vs_cpu_sequential_max_abs", err_loop},
+                             {"within_tau", err_loop <= tau.atol}}}};
       }
       rows.push_back(row);
     }

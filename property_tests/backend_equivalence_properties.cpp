@@ -13,10 +13,12 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <span>
+#include <thread>
 #include <utility>
 
 #include "backend.hpp"
@@ -626,6 +628,119 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   (void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, ungated), {}, &nan_stats);
   EXPECT_EQ(nan_stats.strategy, SolveStrategy::fused_windowed);
   EXPECT_FALSE(std::isfinite(nan_stats.max_residual)) << nan_stats.max_residual;
+}
+
+// Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused
+// launch too: the adaptive rule decided on the device per chain (kernels/windowed_newton.hpp), so
+// strategy "fused_windowed", converged, each window at least the table's K of the whole length
+// and at most k_max evaluations, a trajectory within τ of the CPU's window loop and a final
+// residual below residual_atol that equals the host's evaluation of it within τ. A NaN in x
+// (no chain of its window stops below the threshold) keeps the window loop, whose gate raises
+// as the CPU's does; an adaptive solve the auto rule makes sequential keeps the loop of
+// sequential windows.
+TEST(CudaBackend, WindowedAdaptiveIsOneFusedLaunchWithinTauOfTheCpuWindowLoop) {
+  for (const std::string& name : kCells) {
+    if (name == "slstm") continue;  // its Picard guess keeps the window loop
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      for (const std::int64_t window : {std::int64_t{64}, std::int64_t{1000}}) {
+        SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + " window " + std::to_string(window));
+        const CellOptions variant = testing::label_options(name);
+        const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype,
+                                 .batch = 3, .time = 2300, .d_in = 5, .d_h = 37, .with_h0 = true,
+                                 .seed = static_cast<std::uint64_t>(900 + window)};
+        const auto made = p.make();
+        const ApplyOptions options = made.options();
+        const NewtonConfig config{.window_len = window};
+        NewtonStats cpu, gpu;
+        const Tensor H_cpu = newton_apply(made.cell, made.x, on(ScanBackend::cpu, config), options, &cpu);
+        const Tensor H_gpu = newton_apply(made.cell, made.x, on(ScanBackend::cuda, config), options, &gpu);
+        EXPECT_EQ(gpu.strategy, SolveStrategy::fused_windowed);
+        EXPECT_TRUE(gpu.converged);
+        const KResolution k = resolve_newton_iters(config, made.cell.spec(), dtype, p.time);
+        EXPECT_GE(gpu.iters, k.k);
+        EXPECT_LE(gpu.iters, std::max(k.k, config.k_max));
+        EXPECT_EQ(gpu.updates, gpu.iters);
+        const Tolerance tau = cuda_tau(dtype, variant.cell);
+        const ComparisonResult c = compare(H_gpu, H_cpu, tau);
+        EXPECT_TRUE(c.ok()) << c.describe();
+        const std::optional<double> atol = resolved_residual_atol(config, dtype);
+        ASSERT_TRUE(atol.has_value());
+        EXPECT_LT(gpu.max_residual, *atol);
+        const double host_residual = max_residual(made.cell, made.x, H_gpu, options);
+        const ComparisonResult r = compare(scalar(gpu.max_residual), scalar(host_residual), tau);
+        EXPECT_TRUE(r.ok()) << r.describe();
+      }
+    }
+  }
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f64, .batch = 2, .time = 512, .d_in = 5, .d_h = 37,
+                           .seed = 78};
+  const auto made = p.make();
+  Tensor x_nan = Tensor::copy_of(made.x.view());
+  x_nan.data_as<double>()[5 * 300 + 2] = std::numeric_limits<double>::quiet_NaN();
+  const NewtonConfig config{.window_len = 64};
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, config)), NewtonDivergenceError);
+  EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, config)), NewtonDivergenceError);
+  // B·d_h at the auto rule's threshold: every window the sequential kernel's answer.
+  const std::int64_t d_h = 4;
+  const Cell probe = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = d_h}, DType::f32, 1);
+  const std::int64_t rows = (cuda_sequential_min_chains(probe) + d_h - 1) / d_h;
+  const GeneratedProblem wide{.cell = "gru", .dtype = DType::f32, .batch = rows, .time = 16, .d_in = 3,
+                              .d_h = d_h, .seed = 41};
+  const auto wide_made = wide.make();
+  NewtonStats seq;
+  (void)newton_apply(wide_made.cell, wide_made.x, on(ScanBackend::cuda, {.window_len = 8}), {}, &seq);
+  EXPECT_EQ(seq.strategy, SolveStrategy::sequential);
+}
+
+// A CUDA solve runs on the caller's stream (ApplyOptions::cuda_stream): x is written on a
+// non-blocking stream after a 200 ms host function held that stream (the device x is NaN until
+// then), and the solve, the training forward and the backward given that stream read the
+// written x: their results equal those of the host x (a solve on any other stream would read
+// the NaNs, and the residual gate would raise). Unset, the solve runs on the per-thread default
+// stream, which is ordered after the legacy default stream's work: the same with x written on
+// the legacy default stream.
+void hold_stream_for_200ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+
+TEST(CudaBackend, SolvesRunOnTheCallersStream) {
+  for (const std::string name : {"gru", "lstm"}) {
+    SCOPED_TRACE(name);
+    const GeneratedProblem p{.cell = name, .dtype = DType::f32, .batch = 2, .time = 300, .d_in = 5, .d_h = 8,
+                             .seed = 55};
+    const auto made = p.make();
+    const NewtonConfig config = on(ScanBackend::cuda, {});
+    const Tensor expected = newton_apply(made.cell, made.x, config);
+    const Tensor g = Tensor::converted(expected, DType::f64);  // any cotangent
+    const NewtonGradients expected_grads =
+        newton_backward(made.cell, made.x, newton_forward(made.cell, made.x, config), g, config);
+    Tensor nan_x = Tensor::copy_of(made.x.view());
+    for (float& v : std::span(nan_x.data_as<float>(), static_cast<std::size_t>(nan_x.numel())))
+      v = std::numeric_limits<float>::quiet_NaN();
+    for (const bool caller_stream : {true, false}) {
+      SCOPED_TRACE(caller_stream ? "a non-blocking caller stream" : "unset, x written on the legacy default stream");
+      cudaStream_t stream = nullptr;
+      if (caller_stream) ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      const DeviceCopy x_device(nan_x);
+      const auto write_x_late = [&] {
+        ASSERT_EQ(cudaLaunchHostFunc(stream, hold_stream_for_200ms, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(x_device.view_like(made.x).data(), made.x.data(), made.x.nbytes(),
+                                  cudaMemcpyHostToDevice, stream),
+                  cudaSuccess);
+      };
+      ApplyOptions options;
+      if (caller_stream) options.cuda_stream = stream;
+      write_x_late();
+      const Tensor H = newton_apply(made.cell, x_device.view_like(made.x), config, options);
+      EXPECT_TRUE(same_bits(H, expected));
+      ASSERT_EQ(cudaMemcpy(x_device.view_like(made.x).data(), nan_x.data(), nan_x.nbytes(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      write_x_late();
+      const NewtonForward forward = newton_forward(made.cell, x_device.view_like(made.x), config, options);
+      EXPECT_TRUE(same_bits(forward.H, expected));
+      const NewtonGradients grads = newton_backward(made.cell, x_device.view_like(made.x), forward, g, config, options);
+      EXPECT_TRUE(same_bits(grads.x, expected_grads.x));
+      if (stream != nullptr) EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+    }
+  }
 }
 
 // newton_apply_into with window_len on CUDA: the fused windowed launch writes into the caller's

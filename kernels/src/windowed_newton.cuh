@@ -14,7 +14,11 @@
 // each time lane, then each thread's steps re-run from it and the iterate updated.
 // With residual_max, each evaluation's max|F| (bits, NaN-propagating) is reduced per warp by
 // shuffles, per block by thread 0 and over blocks by one atomicMax per block, and one more
-// evaluation (F only) after the K-th update gives the final residual.
+// evaluation (F only) after the K-th update gives the final residual. Adaptive: each evaluation's
+// max|F| is reduced per chain instead (per warp by shuffles across its time lanes, over the warps
+// by warp 0's first C lanes, one per channel of the block), those lanes decide each chain's update
+// and stop (windowed_newton.hpp) into shared memory, and the block leaves the window's loop when
+// none of its chains runs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,8 +56,10 @@ struct WindowedShape {
 template <class CellMath, class T, class Shape>
 inline constexpr bool kWindowedFits =
     sizeof(T) * (Shape::kTimeLanes * CellMath::kSlots * Shape::kChannels +
-                 (Shape::kWarps + 1) * CellMath::kSlots * Shape::kChannels + Shape::kWarps) +
-        sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kWarps * Shape::kChannels <=
+                 (Shape::kWarps + 1) * CellMath::kSlots * Shape::kChannels + Shape::kWarps +
+                 Shape::kWarps * Shape::kChannels) +
+        sizeof(cells::AffineElement<CellMath::kSlots, T>) * Shape::kWarps * Shape::kChannels +
+        2 * Shape::kChannels + sizeof(int) <=
     48 * 1024;
 
 // The bits of |v| as an unsigned integer of v's width: for non-negative values (and a NaN, whose
@@ -61,6 +67,11 @@ inline constexpr bool kWindowedFits =
 __device__ __forceinline__ unsigned int abs_bits(float v) { return __float_as_uint(fabsf(v)); }
 __device__ __forceinline__ unsigned long long abs_bits(double v) {
   return static_cast<unsigned long long>(__double_as_longlong(fabs(v)));
+}
+// The value of such bits, widened to double.
+__device__ __forceinline__ double bits_value(unsigned int b) { return static_cast<double>(__uint_as_float(b)); }
+__device__ __forceinline__ double bits_value(unsigned long long b) {
+  return __longlong_as_double(static_cast<long long>(b));
 }
 
 // e from the lane `delta` below (a lane below 0 keeps its own); every lane of the warp takes part.
@@ -88,6 +99,11 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
   __shared__ T s_carry[S][C];       // the state entering the window
   using Bits = typename WindowedNewtonArgs<T>::Bits;
   __shared__ Bits s_res[Shape::kWarps];  // each warp's max|F| bits at this evaluation
+  // Adaptive: each warp's max|F| bits per channel, each chain's state, whether this evaluation
+  // updates it, and whether any chain of the block runs on.
+  __shared__ Bits s_cres[W][C];
+  __shared__ unsigned char s_running[C], s_apply[C];
+  __shared__ int s_more;
 
   const int lane = static_cast<int>(threadIdx.x), warp = static_cast<int>(threadIdx.y);
   const int cl = lane % C;                                  // channel within the group
@@ -120,6 +136,9 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
     // Formed for every thread, dereferenced only at its valid steps (u < held, channel < D); for
     // a thread past the window's end or the last channel it may point beyond the array.
     const T* wx_at = a.wx + t0 * G * D + c;
+    // Every chain of the window runs (warp 0's first C lanes own the chains' state; a channel past
+    // the last does not run).
+    if (a.adaptive && warp == 0 && lane < C) s_running[lane] = channel ? 1 : 0;
     T wx[L][G], h[L][S], carry[S];
 #pragma unroll
     for (int s = 0; s < S; ++s) carry[s] = s_carry[s][cl];
@@ -154,6 +173,53 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
         atomicMax(a.residual_max + window_index * (a.iterations + 1) + e, block);
       }
     };
+    // Adaptive, before a block-wide barrier: the warp's max of `worst` per channel (across its P
+    // time lanes, lanes C apart) into s_cres[warp][channel].
+    const auto chain_max_to_shared = [&](Bits worst) {
+#pragma unroll
+      for (int offset = 16; offset >= C; offset /= 2) {
+        const Bits other = __shfl_xor_sync(0xffffffffu, worst, offset);
+        worst = other > worst ? other : worst;
+      }
+      if (p == 0) s_cres[warp][cl] = worst;
+    };
+    // Adaptive, after that barrier, by warp 0 (every lane): evaluation k's decision for each
+    // running chain (lane < C holds channel `lane`): updated where its max|F| is finite, stopped
+    // after the update where below stop_atol from the minimum K on, stopped without it where not
+    // finite; the running chains' max onto residual_max[window][k], k + 1 onto evaluations[window].
+    const auto decide = [&](int k) {
+      Bits m = 0;
+      bool ran = false, apply = false, more = false;
+      if (lane < C && s_running[lane]) {
+        ran = true;
+        for (int v = 0; v < W; ++v) m = s_cres[v][lane] > m ? s_cres[v][lane] : m;
+        const double value = bits_value(m);
+        if (isfinite(value)) {
+          apply = true;
+          if (value < a.stop_atol && k + 1 >= a.min_iterations)
+            s_running[lane] = 0;
+          else
+            more = true;
+        } else {
+          s_running[lane] = 0;
+        }
+      }
+      if (lane < C) s_apply[lane] = apply ? 1 : 0;
+      Bits block = m;
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const Bits other = __shfl_xor_sync(0xffffffffu, block, offset);
+        block = other > block ? other : block;
+      }
+      const bool any_ran = __any_sync(0xffffffffu, ran), any_more = __any_sync(0xffffffffu, more);
+      if (lane == 0) {
+        if (any_ran) {
+          atomicMax(a.residual_max + window_index * (a.iterations + 1) + k, block);
+          atomicMax(a.evaluations + window_index, static_cast<unsigned int>(k + 1));
+        }
+        s_more = any_more ? 1 : 0;
+      }
+    };
     for (int k = 0; k < a.iterations; ++k) {
 #pragma unroll
       for (int s = 0; s < S; ++s) s_last[q][s][cl] = h[L - 1][s];
@@ -185,7 +251,10 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
         }
         agg = u == 0 ? e[u] : cells::compose(e[u], agg);
       }
-      if (track) warp_max_to_shared(worst);
+      if (a.adaptive)
+        chain_max_to_shared(worst);
+      else if (track)
+        warp_max_to_shared(worst);
       // The δ entering each time lane (δ = 0 entering the window; its first element has J = 0
       // anyway): the lanes' elements scanned within the warp by shuffles across its P time lanes
       // (C lanes apart), the warps' totals scanned by one warp per channel by shuffles across the
@@ -200,7 +269,11 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
       const Element excl = P > 1 ? shfl_up_element(incl, C) : incl;  // used where p ≥ 1
       if (p == P - 1) s_wagg[warp][cl] = incl;
       __syncthreads();
-      if (track) block_max_to_global(k);
+      if (a.adaptive) {
+        if (warp == 0) decide(k);
+      } else if (track) {
+        block_max_to_global(k);
+      }
       for (int ch = warp; ch < C; ch += W) {  // uniform over the warp
         Element total = lane < W ? s_wagg[lane][ch] : Element::identity();
 #pragma unroll
@@ -218,6 +291,7 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
       T d[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) d[s] = s_win[warp][s][cl];
+      const bool apply = !a.adaptive || s_apply[cl] != 0;
       if (P > 1 && p > 0) {
         T out[S];
         cells::apply(excl, d, out);
@@ -231,9 +305,10 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
 #pragma unroll
         for (int s = 0; s < S; ++s) {
           d[s] = out[s];
-          h[u][s] += a.omega * out[s];
+          if (apply) h[u][s] += a.omega * out[s];
         }
       }
+      if (a.adaptive && s_more == 0) break;  // uniform over the block
     }
     if (track) {
       // The final iterate's residual (F only).
@@ -284,6 +359,9 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, Shape::kMinBlocks) windowe
 template <class CellMath, class T, class Shape>
 cudaError_t run_windowed_newton(const WindowedNewtonArgs<T>& a, cudaStream_t stream) {
   if (a.batch < 0 || a.time < 0 || a.channels < 0 || a.iterations < 0 || a.iterations > kWindowedMaxIterations)
+    return cudaErrorInvalidValue;
+  if (a.adaptive && (a.residual_max == nullptr || a.evaluations == nullptr || a.min_iterations < 0 ||
+                     a.min_iterations > a.iterations))
     return cudaErrorInvalidValue;
   if (a.batch == 0 || a.time == 0 || a.channels == 0) return cudaSuccess;
   if (a.window < 1 || a.window > Shape::kWindow || a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr)

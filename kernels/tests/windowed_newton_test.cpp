@@ -7,7 +7,11 @@
 // f32 and f64, with and without h0, a partial last window and a partial channel group,
 // the largest window a block holds and a shorter one, K = 0, 1 and 3, a damped update (ω = 0.7),
 // three block shapes (4, 1 and 8 time lanes per warp), and the production launcher at a window
-// of each of its shapes; its window bound. The bound is the compute type's trajectory τ from the
+// of each of its shapes; its window bound. The adaptive rule decided per chain (the solver's
+// default): against the host's rule with the same threshold, chosen per case so that no chain's
+// residual at a decision lies within a factor 2 of it (the two sides then decide alike) and the
+// chains stop after different numbers of evaluations; a threshold of 0 (every chain to the cap)
+// and one above every residual (every chain at the minimum K) are the fixed solves. The bound is the compute type's trajectory τ from the
 // table (kKernelVsHostTau): the two differ by the scan's association and the device's libm.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -30,16 +34,33 @@
 namespace pararnn::kernels::test {
 namespace {
 
+// The adaptive rule of kernels/windowed_newton.hpp: the minimum K and the threshold; the host's
+// record of it: each window's most evaluations over its chains, and every chain's max|F| at each
+// evaluation where it could stop (k + 1 >= the minimum), finite ones, and how many evaluations
+// chains ran (fewest and most over chains and windows).
+struct AdaptiveRule {
+  int min_iterations = 0;
+  double stop_atol = 0.0;
+};
+struct AdaptiveRecord {
+  std::vector<unsigned int> evaluations;
+  std::vector<double> decisions;
+  int fewest = std::numeric_limits<int>::max(), most = 0;
+};
+
 // The windowed solve in double: H [b][t][s][c], and in `residual` [window][K + 1] max|F| over
-// the batch and channels at each of a window's K evaluations and at its final iterate.
+// the batch and channels at each of a window's K evaluations and at its final iterate. With
+// `rule`, the adaptive solve (K the cap): residual[w][k] over the chains that ran evaluation k.
 template <class CellMath, class T>
 std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>& rec, const std::vector<T>* h0,
                                   std::int64_t B, std::int64_t Tn, std::int64_t D, std::int64_t window, int K,
-                                  double omega, std::vector<double>& residual) {
+                                  double omega, std::vector<double>& residual, const AdaptiveRule* rule = nullptr,
+                                  AdaptiveRecord* record = nullptr) {
   constexpr int S = CellMath::kSlots, G = CellMath::kGates, RC = CellMath::kRecurrent + CellMath::kConstants;
   std::vector<double> H(static_cast<std::size_t>(B * Tn * S * D));
   const std::int64_t windows = (Tn + window - 1) / window;
   residual.assign(static_cast<std::size_t>(windows * (K + 1)), 0.0);
+  if (record) record->evaluations.assign(static_cast<std::size_t>(windows), 0);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t c = 0; c < D; ++c) {
       double r[RC], carry[S];
@@ -58,20 +79,39 @@ std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>
           CellMath::step(r, &g[static_cast<std::size_t>(i * G)], from, hn, static_cast<double*>(nullptr));
           for (int s = 0; s < S; ++s) h[static_cast<std::size_t>(i * S + s)] = hn[s];
         }
+        bool stopped = false;  // adaptive: the chain stopped; its next evaluation is the final one
         for (int k = 0; k <= K; ++k) {
+          const bool final_evaluation = k == K || stopped;
           std::vector<double> F(static_cast<std::size_t>(n * S)), J(static_cast<std::size_t>(n * S * S));
-          double& worst = residual[static_cast<std::size_t>((w0 / window) * (K + 1) + k)];
+          double& worst = residual[static_cast<std::size_t>((w0 / window) * (K + 1) + (final_evaluation ? K : k))];
+          double chain = 0.0;  // this chain's max|F| over the window (a NaN stays)
           for (std::int64_t i = 0; i < n; ++i) {
             double hp[S], hn[S], jac[S * S];
             for (int s = 0; s < S; ++s) hp[s] = i == 0 ? carry[s] : h[static_cast<std::size_t>((i - 1) * S + s)];
             CellMath::step(r, &g[static_cast<std::size_t>(i * G)], hp, hn, jac);
             for (int s = 0; s < S; ++s) {
               F[static_cast<std::size_t>(i * S + s)] = hn[s] - h[static_cast<std::size_t>(i * S + s)];
-              worst = std::max(worst, std::fabs(F[static_cast<std::size_t>(i * S + s)]));
+              const double f = std::fabs(F[static_cast<std::size_t>(i * S + s)]);
+              worst = std::max(worst, f);
+              chain = std::isnan(f) || std::isnan(chain) ? f + chain : std::max(chain, f);
             }
             for (int x = 0; x < S * S; ++x) J[static_cast<std::size_t>(i * S * S + x)] = i == 0 ? 0.0 : jac[x];
           }
-          if (k == K) break;  // the final iterate's residual
+          if (final_evaluation) break;  // the final iterate's residual
+          bool update = true;
+          if (rule) {
+            unsigned int& ran = record->evaluations[static_cast<std::size_t>(w0 / window)];
+            ran = std::max(ran, static_cast<unsigned int>(k + 1));
+            const bool may_stop = k + 1 >= rule->min_iterations;
+            if (may_stop && std::isfinite(chain)) record->decisions.push_back(chain);
+            update = std::isfinite(chain);
+            stopped = !update || (may_stop && chain < rule->stop_atol);
+            if (stopped || k + 1 == K) {
+              record->fewest = std::min(record->fewest, k + 1);
+              record->most = std::max(record->most, k + 1);
+            }
+            if (!update) continue;  // no update; the final evaluation sees the same iterate
+          }
           double d[S] = {};
           for (std::int64_t i = 0; i < n; ++i) {
             double out[S];
@@ -101,7 +141,12 @@ struct WindowedCase {
   int iterations;
   double omega;
   bool with_residual = true;  // pass residual_max (false: the kernel must leave it untouched)
+  // The adaptive rule (iterations the cap); stop_atol kChooseThreshold: chosen from the data.
+  bool adaptive = false;
+  int min_iterations = 0;
+  double stop_atol = 0.0;
 };
+inline constexpr double kChooseThreshold = -1.0;
 
 template <class CellMath, class T>
 void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
@@ -131,22 +176,62 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   PARARNN_CUDA_OK(cudaMemset(d_H.get(), 0xff, d_H.bytes()));  // poison: NaN until written
   using Bits = typename WindowedNewtonArgs<T>::Bits;
   const std::int64_t windows = (Tn + window - 1) / window;
+  const double omega = static_cast<double>(static_cast<T>(w.omega));
+  std::vector<double> want_residual;
+  // The host's solve; adaptive, with the rule and its record.
+  AdaptiveRule rule{.min_iterations = w.min_iterations, .stop_atol = w.stop_atol};
+  AdaptiveRecord record;
+  const auto host = [&] {
+    record = AdaptiveRecord{};
+    return host_windowed<CellMath, T>(wx, rec, w.with_h0 ? &h0 : nullptr, B, Tn, D, window, w.iterations, omega,
+                                      want_residual, w.adaptive ? &rule : nullptr, w.adaptive ? &record : nullptr);
+  };
+  std::vector<double> want;
+  if (w.adaptive && w.stop_atol == kChooseThreshold) {
+    // The first threshold, halving from 0.1, that no chain's residual at a decision comes within a
+    // factor 2 of (against roundings of a few ulp of T at the states' size, well apart), and at
+    // which the chains stop after different numbers of evaluations.
+    bool found = false;
+    for (double atol = 0.1; atol > 1e-7 && !found; atol /= 2) {
+      rule.stop_atol = atol;
+      want = host();
+      double max_state = 0.0;
+      for (double v : want) max_state = std::max(max_state, std::fabs(v));
+      const double rounding = kResidualRoundingUlps * std::numeric_limits<T>::epsilon() * max_state;
+      const bool clear = std::none_of(record.decisions.begin(), record.decisions.end(),
+                                      [&](double m) { return m > atol / 2 && m < 2 * atol; });
+      found = clear && atol / 2 > 100 * rounding && record.fewest < record.most;
+    }
+    ASSERT_TRUE(found) << "no threshold in [1e-7, 0.1] separates this case's decisions";
+  } else {
+    want = host();
+  }
+  SCOPED_TRACE(w.adaptive ? "adaptive, minimum " + std::to_string(w.min_iterations) + ", threshold " +
+                                std::to_string(rule.stop_atol) + ", chains ran " + std::to_string(record.fewest) +
+                                " to " + std::to_string(record.most) + " evaluations"
+                          : "fixed");
   DeviceBuffer<Bits> d_res(static_cast<std::size_t>(windows * (w.iterations + 1)));
+  DeviceBuffer<unsigned int> d_ran(static_cast<std::size_t>(windows));
   PARARNN_CUDA_OK(d_res.status());
+  PARARNN_CUDA_OK(d_ran.status());
   PARARNN_CUDA_OK(cudaMemset(d_res.get(), 0, d_res.bytes()));
+  PARARNN_CUDA_OK(cudaMemset(d_ran.get(), 0, d_ran.bytes()));
   const WindowedNewtonArgs<T> a{.wx = d_wx.get(), .recurrent = d_rec.get(),
                                         .h0 = w.with_h0 ? d_h0.get() : nullptr, .H = d_H.get(),
-                                        .residual_max = w.with_residual ? d_res.get() : nullptr, .batch = B,
+                                        .residual_max = w.with_residual ? d_res.get() : nullptr,
+                                        .evaluations = w.adaptive ? d_ran.get() : nullptr, .batch = B,
                                         .time = Tn, .channels = D, .window = window, .iterations = w.iterations,
-                                        .omega = static_cast<T>(w.omega)};
+                                        .omega = static_cast<T>(w.omega), .adaptive = w.adaptive,
+                                        .min_iterations = w.min_iterations, .stop_atol = rule.stop_atol};
   PARARNN_CUDA_OK((run_windowed_newton_at<CellMath, T>(w.shape, a)));
   PARARNN_CUDA_OK(cudaDeviceSynchronize());
   std::vector<T> got;
   PARARNN_CUDA_OK(d_H.download(got));
-  std::vector<double> want_residual;
-  const std::vector<double> want = host_windowed<CellMath, T>(wx, rec, w.with_h0 ? &h0 : nullptr, B, Tn, D, window,
-                                                              w.iterations, static_cast<double>(static_cast<T>(w.omega)),
-                                                              want_residual);
+  if (w.adaptive) {
+    std::vector<unsigned int> ran;
+    PARARNN_CUDA_OK(d_ran.download(ran));
+    EXPECT_EQ(ran, record.evaluations) << "each window's most evaluations";
+  }
   std::vector<T> want_t(want.size());
   for (std::size_t i = 0; i < want.size(); ++i) want_t[i] = static_cast<T>(want[i]);
   expect_close(want_t, got, kKernelVsHostTau<T>, "H");
@@ -197,6 +282,14 @@ void every_case(std::uint64_t seed) {
   if constexpr (CellMath::kSlots == 1 || sizeof(T) == 4)
     expect_windowed_equals_host<CellMath, T>({1, 2, 600, 37, 0, true, 3, 1.0}, ++seed);
   expect_windowed_equals_host<CellMath, T>({2, 2, 2500, 37, 0, true, 3, 1.0}, ++seed);
+  // Adaptive (cap 8): a threshold the data separates, at a small window and at the production
+  // launcher; threshold 0 (every chain runs to the cap: the fixed K = 8) and one above every
+  // residual (every chain stops at the minimum, 2).
+  expect_windowed_equals_host<CellMath, T>({0, 3, 300, 37, 0, true, 8, 1.0, true, true, 1, kChooseThreshold}, ++seed);
+  expect_windowed_equals_host<CellMath, T>(
+      {kProductionLauncher, 2, 1100, 37, 200, true, 8, 1.0, true, true, 2, kChooseThreshold}, ++seed);
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 8, 1.0, true, true, 2, 0.0}, ++seed);
+  expect_windowed_equals_host<CellMath, T>({0, 2, 300, 37, 0, true, 8, 1.0, true, true, 2, 1e300}, ++seed);
 }
 
 // One test per cell and compute type, seeded by the cell's name.
@@ -234,6 +327,15 @@ TEST(WindowedNewton, RefusesAWindowTheBlockDoesNotHold) {
   beyond.window = 1;
   beyond.iterations = -1;
   EXPECT_EQ((launch_windowed_newton<cells::GruDiagMath, float>(beyond, cudaStream_t{})), cudaErrorInvalidValue);
+  // Adaptive: the residual maxima and the evaluations are required, the minimum within the cap.
+  WindowedNewtonArgs<float> adaptive = a;
+  adaptive.window = 1;
+  adaptive.adaptive = true;
+  adaptive.residual_max = reinterpret_cast<unsigned int*>(16);
+  EXPECT_EQ((launch_windowed_newton<cells::GruDiagMath, float>(adaptive, cudaStream_t{})), cudaErrorInvalidValue);
+  adaptive.evaluations = reinterpret_cast<unsigned int*>(16);
+  adaptive.min_iterations = adaptive.iterations + 1;
+  EXPECT_EQ((launch_windowed_newton<cells::GruDiagMath, float>(adaptive, cudaStream_t{})), cudaErrorInvalidValue);
 }
 
 }  // namespace

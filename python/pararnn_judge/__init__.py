@@ -164,14 +164,15 @@ def _torch_cuda(array):
     return (type(array).__module__.split(".")[0] == "torch" and getattr(array, "is_cuda", False))
 
 
-def _sync_torch_stream(*arrays):
-    """The solver works on the device's legacy default stream; torch's current stream may be a
-    non-blocking side stream with work on these arrays' memory still queued."""
+def _torch_stream(*arrays):
+    """The handle of torch's current CUDA stream on the device of the first torch CUDA array
+    (None without one): the solve runs on it (C++ ApplyOptions::cuda_stream), after the work
+    torch queued there on these arrays' memory, and the call returns when it is done."""
     for array in arrays:
         if _torch_cuda(array):
             import torch
-            torch.cuda.current_stream(array.device).synchronize()
-            return
+            return torch.cuda.current_stream(array.device).cuda_stream
+    return None
 
 
 def _torch_cuda_like(cell, x, shape):
@@ -191,13 +192,13 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
     if out is None and _torch_cuda(x) and x.dim() >= 2:
         out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     if out is not None:
-        _sync_torch_stream(out, x)
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                            backend, max_iters, coords)
+                                            backend, max_iters, coords, stream=_torch_stream(out, x))
         return (out, stats) if return_stats else out
     H, stats = _pararnn._newton_apply(native, _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
-                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords)
+                                      _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords,
+                                      stream=_torch_stream(x, h0))
     H = _like(x, H)
     return (H, stats) if return_stats else H
 
@@ -232,11 +233,9 @@ def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_ite
     native = _native(cell)
     if H_out is None and _torch_cuda(x) and x.dim() >= 2:
         H_out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
-    if H_out is not None:
-        _sync_torch_stream(H_out, x)
     H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                          backend, max_iters, bool(recompute))
+                                          backend, max_iters, bool(recompute), stream=_torch_stream(H_out, x, h0))
     return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens)
 
 
@@ -255,11 +254,11 @@ def newton_backward(forward, grad_H, *, grad_x=None):
     x = forward.x
     if grad_x is None and _torch_cuda(x):
         grad_x = _torch_cuda_like(forward.cell, x, tuple(x.shape))
-    _sync_torch_stream(grad_x, grad_H, x)
     grads = _pararnn._newton_backward(_native(forward.cell), _dlpack_source(x, "x"), forward._native,
                                       _dlpack_source(grad_H, "grad_H"), _dlpack_source(grad_x, "grad_x"),
                                       _dlpack_source(forward.h0, "h0"),
-                                      _dlpack_source(forward.cu_seqlens, "cu_seqlens"))
+                                      _dlpack_source(forward.cu_seqlens, "cu_seqlens"),
+                                      stream=_torch_stream(grad_x, grad_H, x))
     return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
             "h0": None if grads["h0"] is None else _on_device_of(x, grads["h0"]),
             "parameters": {name: _on_device_of(x, g) for name, g in grads["parameters"].items()}}

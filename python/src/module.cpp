@@ -81,6 +81,16 @@ std::optional<TensorView> optional_view(const std::optional<AnyArray>& array, co
   return view_of(*array, argument);
 }
 
+// A solve's options from the binding's arguments: `stream` is the integer handle of the CUDA
+// stream to run on (torch.cuda.current_stream().cuda_stream; 0 the legacy default stream),
+// None for the backend's default (ApplyOptions::cuda_stream).
+ApplyOptions apply_options(const std::optional<AnyArray>& h0, const std::optional<AnyArray>& cu_seqlens,
+                           std::optional<std::uintptr_t> stream) {
+  ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+  if (stream) apply.cuda_stream = reinterpret_cast<void*>(*stream);
+  return apply;
+}
+
 nb::dlpack::dtype nb_dtype(DType dtype) {
   switch (dtype) {
     case DType::f64: return nb::dtype<double>();
@@ -325,9 +335,10 @@ NB_MODULE(_pararnn, m) {
 
   m.def("_newton_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
-           const std::string& backend, std::optional<std::int64_t> max_iters, const std::string& coords) {
+           const std::string& backend, std::optional<std::int64_t> max_iters, const std::string& coords,
+           std::optional<std::uintptr_t> stream) {
           const TensorView xv = view_of(x, "x");
-          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
           NewtonStats stats;
           Tensor H;
           {
@@ -336,14 +347,15 @@ NB_MODULE(_pararnn, m) {
           }
           return nb::make_tuple(array_of(H), stats_dict(stats));
         },
-        "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a);
+        "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a,
+        "stream"_a.none() = nb::none());
   m.def("_newton_apply_into",
         [](const PyCell& c, const AnyArray& x, const OutArray& out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           const std::string& coords) {
+           const std::string& coords, std::optional<std::uintptr_t> stream) {
           const TensorView xv = view_of(x, "x");
           const TensorView ov = view_of(out, "out");
-          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
           NewtonStats stats;
           {
             nb::gil_scoped_release release;
@@ -352,17 +364,17 @@ NB_MODULE(_pararnn, m) {
           return stats_dict(stats);
         },
         "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "coords"_a);
+        "coords"_a, "stream"_a.none() = nb::none());
   nb::class_<PyForward>(m, "_Forward")
       .def_prop_ro("saved_bytes", [](const PyForward& f) { return f.forward.saved_bytes(); })
       .def_prop_ro("stats", [](const PyForward& f) { return stats_dict(f.forward.stats); });
   m.def("_newton_forward",
         [](const PyCell& c, const AnyArray& x, std::optional<OutArray> H_out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           bool recompute) {
+           bool recompute, std::optional<std::uintptr_t> stream) {
           const TensorView xv = view_of(x, "x");
           const std::optional<TensorView> ov = H_out ? std::optional(view_of(*H_out, "H_out")) : std::nullopt;
-          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
           PyForward f{.config = config_of(backend, max_iters, "native")};
           f.config.recompute = recompute;
           {
@@ -375,14 +387,15 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(H, std::move(f));
         },
         "cell"_a, "x"_a, "H_out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "recompute"_a);
+        "recompute"_a, "stream"_a.none() = nb::none());
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
-           std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens) {
+           std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
+           std::optional<std::uintptr_t> stream) {
           const TensorView xv = view_of(x, "x");
           const TensorView gv = view_of(grad_H, "grad_H");
           const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
-          const ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
           NewtonGradients grads;
           {
             nb::gil_scoped_release release;
@@ -397,7 +410,8 @@ NB_MODULE(_pararnn, m) {
           d["parameters"] = parameters;
           return d;
         },
-        "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none());
+        "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(),
+        "stream"_a.none() = nb::none());
   m.def("_cuda_release_cached_memory", [](int device) {
     nb::gil_scoped_release release;
     cuda_release_cached_memory(device);

@@ -101,6 +101,36 @@ class TorchTraining(unittest.TestCase):
             self.assertFalse(value.is_cuda, name)
 
 
+    def test_solves_run_on_torchs_current_stream(self):
+        """On a side stream, x is written after the stream sleeps (NaN until then): the solve,
+        the forward and the backward run on that stream (C++ ApplyOptions::cuda_stream), after
+        the write, with no host wait in between, and give the bits of the same calls on x
+        written before."""
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        generator = torch.Generator().manual_seed(SEED)
+        x = torch.randn(2, 300, 8, generator=generator).cuda()
+        g = torch.randn(2, 300, 16, generator=generator).cuda()
+        expected = judge.newton_apply(gru(), x)
+        expected_forward = judge.newton_forward(gru(), x)
+        expected_grads = judge.newton_backward(expected_forward, g)
+        side = torch.cuda.Stream()
+        late = torch.full_like(x, float("nan"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # about 0.1 s of the side stream's time
+            late.copy_(x)
+            H = judge.newton_apply(gru(), late)
+            forward = judge.newton_forward(gru(), late)
+            grads = judge.newton_backward(forward, g)
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(H, expected))
+        self.assertTrue(torch.equal(forward.H, expected_forward.H))
+        self.assertTrue(torch.equal(grads["x"], expected_grads["x"]))
+
+
 class TorchGradientsAreJudged(unittest.TestCase):
     """compare(..., gradients=) on torch tensors: torch autograd's gradients (of our own solver's
     forward, differentiated by torch through newton_backward's answer) in, the verdict out; and a

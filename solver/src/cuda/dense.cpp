@@ -118,7 +118,7 @@ class CudaDenseFamily {
         .jac = with_jacobian ? J_.as<ComputeT>() : nullptr,
         .max_abs_residual = reduce ? max_abs_.as<ComputeT>() : nullptr};
     PARARNN_CUDA_CHECK((kernels::launch_dense_residual<DenseMath, ComputeT>(
-        a, residual_ws_.get(), residual_ws_.bytes(), kStream)));
+        a, residual_ws_.get(), residual_ws_.bytes(), current_stream())));
     if (!reduce) return 0.0;
     ComputeT max_abs = 0;
     copy_to_host(&max_abs, max_abs_.get(), sizeof(ComputeT));
@@ -127,9 +127,9 @@ class CudaDenseFamily {
 
   SolveBackend backend() const { return SolveBackend::cuda; }
   std::string fallback_unit() const { return fmt::format("chain(s) of {} values", in_.n); }
-  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), current_stream())); }
   void iterate_from_residual() {
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   }
 
   // sLSTM: the zero-hidden pass and `passes` Picard passes (the hidden slot, elements from
@@ -142,7 +142,7 @@ class CudaDenseFamily {
   void sequential(ComputeT* out, kernels::DensePicard picard = {}) {
     const kernels::DenseSequentialArgs<ComputeT> a{
         .in = in_, .out = out, .layout = kernels::dense_chain_major_layout(in_), .picard = picard};
-    PARARNN_CUDA_CHECK((kernels::launch_dense_sequential<DenseMath, ComputeT>(a, kStream)));
+    PARARNN_CUDA_CHECK((kernels::launch_dense_sequential<DenseMath, ComputeT>(a, current_stream())));
   }
 
   // The chains still at or above atol get the sequential solution (chain-major: a chain's
@@ -155,13 +155,13 @@ class CudaDenseFamily {
         [&](std::int64_t chain, const ComputeT* scratch) {
           PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_ + chain * chain_elems, scratch + chain * chain_elems,
                                              static_cast<std::size_t>(chain_elems) * sizeof(ComputeT),
-                                             cudaMemcpyDeviceToDevice, kStream));
+                                             cudaMemcpyDeviceToDevice, current_stream()));
         });
   }
 
   // δ from (J, F) in place on F, then H += ω δ.
   void update(double omega) {
-    PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(scan_, scan_ws_.get(), scan_ws_.bytes(), kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(scan_, scan_ws_.get(), scan_ws_.bytes(), current_stream()));
     const ComputeT w = static_cast<ComputeT>(omega);
     cublasHandle_t handle = cublas_handle();
     if constexpr (std::is_same_v<ComputeT, double>) {
@@ -189,7 +189,7 @@ DeviceBuffer chain_major_to_trajectory(const DenseDeviceInputs<ComputeT>& inputs
   DeviceBuffer out(checked_bytes(in.batch * in.time * in.state_row, sizeof(ComputeT), "H"), "the trajectory H");
   PARARNN_CUDA_CHECK(kernels::launch_dense_relayout(H.as<ComputeT>(), kernels::dense_chain_major_layout(in),
                                                     out.as<ComputeT>(), kernels::dense_trajectory_layout(in), in.batch,
-                                                    in.chains_per_row, in.time, in.n, kStream));
+                                                    in.chains_per_row, in.time, in.n, current_stream()));
   return out;
 }
 
@@ -226,36 +226,36 @@ NewtonGradients dense_adjoint(const Cell& cell, const Layout& L, const DenseDevi
   DeviceBuffer F(checked_bytes(count, sizeof(double), "F (f64)"), "F (f64)");
   DeviceBuffer J(checked_bytes(count * n, sizeof(double), "J (f64)"), "J (f64)");
   const kernels::DenseResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .jac = J.as<double>()};
-  PARARNN_CUDA_CHECK((kernels::launch_dense_residual<DenseMath, double>(r, nullptr, 0, kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_dense_residual<DenseMath, double>(r, nullptr, 0, current_stream())));
   DeviceBuffer g_holder;
   const auto* g = static_cast<const double*>(on_device_as(grad_H, DType::f64, g_holder, "grad_H (f64)"));
   DeviceBuffer mu(checked_bytes(count, sizeof(double), "μ"), "the adjoint μ");
   PARARNN_CUDA_CHECK(kernels::launch_dense_relayout(g, kernels::dense_trajectory_layout(in64), mu.as<double>(),
                                                     kernels::dense_chain_major_layout(in64), L.batch, per_row, T, n,
-                                                    kStream));
+                                                    current_stream()));
   const kernels::DenseScanArgs<double> scan{
       .jac = J.as<double>(), .delta = mu.as<double>(), .head = in.head, .batch = L.batch, .groups = per_row,
       .rows = 1, .time = T, .n = n, .r_batch = per_row * T * n, .r_group = T * n, .r_row = 0, .r_time = n,
       .reverse = true};
   DeviceBuffer scan_ws(kernels::scan_dense_workspace_bytes<double>(scan), "the adjoint scan's workspace");
-  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<double>(scan, scan_ws.get(), scan_ws.bytes(), kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<double>(scan, scan_ws.get(), scan_ws.bytes(), current_stream()));
 
   // The per-step VJPs.
   const std::int64_t chunks = kernels::vjp_chunks(chains, T);
   DeviceBuffer d_wx(checked_bytes(L.batch * T * in.width, sizeof(ComputeT), "d W_x x"), "d W_x x");
-  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), kStream));
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), current_stream()));
   DeviceBuffer partials(checked_bytes(chains * chunks * P, sizeof(double), "dense parameter partials"),
                         "dense parameter partials");
   DeviceBuffer d_h0;
   if (options.h0) {
     d_h0 = DeviceBuffer(checked_bytes(inputs.h0_count(), sizeof(double), "∇h0"), "∇h0");
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), current_stream()));
   }
   const kernels::DenseVjpArgs<ComputeT> v{.in = in64, .H = H_f64, .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(),
                                           .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
                                           .d_param_partials = partials.as<double>()};
   DeviceBuffer vjp_ws(kernels::dense_vjp_workspace_bytes<DenseMath>(in64), "the dense VJP's dual slots");
-  PARARNN_CUDA_CHECK((kernels::launch_dense_vjp<DenseMath, ComputeT>(v, vjp_ws.get(), vjp_ws.bytes(), kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_dense_vjp<DenseMath, ComputeT>(v, vjp_ws.get(), vjp_ws.bytes(), current_stream())));
 
   NewtonGradients out;
   // Dense-chain parameters: per chain q of a row, Σ over batch rows and chunks on the device in a
@@ -284,7 +284,7 @@ namespace {
 Tensor dense_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                    const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "out");
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
@@ -302,7 +302,7 @@ Tensor dense_apply(const Cell& cell, const TensorView& x, const TensorView* out,
 NewtonForward dense_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                             const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "H_out");
   NewtonForward forward;
   dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
@@ -326,7 +326,7 @@ NewtonGradients dense_backward(const Cell& cell, const TensorView& x, const Newt
                                const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig& config,
                                const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_compute(cuda::compute_dtype(cell.dtype()), [&]<class ComputeT>() {
@@ -348,7 +348,7 @@ NewtonGradients dense_backward(const Cell& cell, const TensorView& x, const Newt
 Tensor dense_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
   return dispatch_dense_cell(cell.kind(), [&]<class DenseMath>() {
     return cuda::dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
@@ -359,7 +359,7 @@ Tensor dense_sequential_on_device(const Cell& cell, const TensorView& x, const A
       const kernels::DenseSequentialArgs<StorageT> a{
           .in = inputs.inputs(), .out = H.as<StorageT>(),
           .layout = kernels::dense_trajectory_layout(inputs.inputs())};
-      PARARNN_CUDA_CHECK((kernels::launch_dense_sequential<DenseMath, StorageT>(a, cuda::kStream)));
+      PARARNN_CUDA_CHECK((kernels::launch_dense_sequential<DenseMath, StorageT>(a, cuda::current_stream())));
       return cuda::download_trajectory(H, cell.dtype(), cell, shape);
     });
   });

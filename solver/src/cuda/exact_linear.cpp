@@ -51,7 +51,7 @@ kernels::Rwkv7ElementArgs<ComputeT> rwkv7_elements(const Cell& cell, const Layou
   J = cuda::DeviceBuffer(cuda::checked_bytes(count, sizeof(ComputeT), "J"), "the transitions G_tᵀ");
   const kernels::Rwkv7ElementArgs<ComputeT> a{.wx = wx, .h0 = h0, .jac = J.as<ComputeT>(), .S = S.as<ComputeT>(),
                                               .batch = L.batch, .time = L.time, .heads = heads, .d = d};
-  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_elements<ComputeT>(a, cuda::kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_elements<ComputeT>(a, cuda::current_stream()));
   return a;
 }
 
@@ -59,7 +59,7 @@ template <class ComputeT>
 void scan(kernels::DenseScanArgs<ComputeT> args, bool reverse) {
   args.reverse = reverse;
   const cuda::DeviceBuffer workspace(kernels::scan_dense_workspace_bytes<ComputeT>(args), "the dense scan workspace");
-  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(args, workspace.get(), workspace.bytes(), cuda::kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_scan_dense<ComputeT>(args, workspace.get(), workspace.bytes(), cuda::current_stream()));
 }
 
 // S on the device in the compute type, [b][t][head][d][d].
@@ -84,7 +84,7 @@ void flag_non_finite(const Cell& cell, const Layout& L, const cuda::DeviceBuffer
   cuda::DeviceBuffer maxima(cuda::checked_bytes(L.batch * kChunks, sizeof(ComputeT), "max|S|"), "max|S| per block");
   const kernels::TileMaxArgs<ComputeT> a{.F = S.as<ComputeT>(), .batch = L.batch, .rows = L.time * cell.n_heads() * d,
                                          .channels = d, .tile = d, .chunks = kChunks, .out = maxima.as<ComputeT>()};
-  PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, cuda::kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, cuda::current_stream()));
   for (const ComputeT m : cuda::download_vector<ComputeT>(maxima, L.batch * kChunks))
     if (!std::isfinite(static_cast<double>(m))) {
       stats.max_residual = std::numeric_limits<double>::infinity();
@@ -113,14 +113,14 @@ NewtonGradients rwkv7_adjoint(const Cell& cell, const Layout& L, const TensorVie
   scan<double>(kernels::rwkv7_scan_args(a), /*reverse=*/true);
   // The per-step VJPs.
   cuda::DeviceBuffer d_wx(cuda::checked_bytes(L.batch * L.time * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
-  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), cuda::kStream));
+  PARARNN_CUDA_CHECK(cudaMemsetAsync(d_wx.get(), 0, d_wx.bytes(), cuda::current_stream()));
   cuda::DeviceBuffer d_h0;
   if (options.h0) d_h0 = cuda::DeviceBuffer(cuda::checked_bytes(L.batch * heads * d * d, sizeof(double), "∇h0"), "∇h0");
   const kernels::Rwkv7VjpArgs<ComputeT> v{.wx = wx_f64, .h0 = h0_f64, .S = S_f64, .mu = mu.as<double>(),
                                           .d_wx = d_wx.as<ComputeT>(),
                                           .d_h0 = options.h0 ? d_h0.as<double>() : nullptr, .batch = L.batch,
                                           .time = L.time, .heads = heads, .d = d};
-  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_vjp<ComputeT>(v, cuda::kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_rwkv7_vjp<ComputeT>(v, cuda::current_stream()));
   NewtonGradients out;
   const cuda::DeviceBuffer dx = cuda::input_affine_backward<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), out);
   cuda::deliver_input_gradient(dx.get(), compute, cell, L, grad_x, out);
@@ -138,7 +138,7 @@ namespace {
 Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig&,
                              const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "out");
   rwkv7_stats(stats);
   const DType compute = cuda::compute_dtype(cell.dtype());
@@ -154,7 +154,7 @@ Tensor rwkv7_apply_on_device(const Cell& cell, const TensorView& x, const Tensor
 NewtonForward rwkv7_forward(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                             const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "H_out");
   NewtonForward forward;
   rwkv7_stats(forward.stats);
@@ -173,7 +173,7 @@ NewtonGradients rwkv7_backward(const Cell& cell, const TensorView& x, const Newt
                                const TensorView& grad_H, const TensorView* grad_x, const NewtonConfig&,
                                const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
@@ -191,7 +191,7 @@ NewtonGradients rwkv7_backward(const Cell& cell, const TensorView& x, const Newt
 Tensor rwkv7_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
     using ComputeT = kernels::ComputeOf<StorageT>;
@@ -203,7 +203,7 @@ Tensor rwkv7_sequential_on_device(const Cell& cell, const TensorView& x, const A
     const kernels::Rwkv7SequentialArgs<StorageT> a{
         .wx = wx.as<ComputeT>(), .h0 = options.h0 ? h0.as<ComputeT>() : nullptr, .S = S.as<StorageT>(),
         .batch = layout.batch, .time = layout.time, .heads = heads, .d = d};
-    PARARNN_CUDA_CHECK(kernels::launch_rwkv7_sequential<StorageT>(a, cuda::kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_rwkv7_sequential<StorageT>(a, cuda::current_stream()));
     return cuda::download_trajectory(S, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }

@@ -54,14 +54,14 @@ DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
   const void* h0 = on_device_as(*options.h0, compute, converted, "h0");
   if (converted.get() == h0) return converted;
   DeviceBuffer copy(checked_bytes(options.h0->numel(), dtype_size(compute), "h0"), "h0");
-  if (copy.bytes() > 0) PARARNN_CUDA_CHECK(cudaMemcpyAsync(copy.get(), h0, copy.bytes(), cudaMemcpyDeviceToDevice, kStream));
+  if (copy.bytes() > 0) PARARNN_CUDA_CHECK(cudaMemcpyAsync(copy.get(), h0, copy.bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   return copy;
 }
 
 template <class T>
 std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what) {
   DeviceBuffer sum(checked_bytes(n, sizeof(double), what), what);
-  PARARNN_CUDA_CHECK(kernels::launch_row_sum<T>({.rows = rows, .out = sum.as<double>(), .count = count, .n = n}, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_row_sum<T>({.rows = rows, .out = sum.as<double>(), .count = count, .n = n}, current_stream()));
   return download_vector<double>(sum, n);
 }
 
@@ -88,7 +88,7 @@ void split_to_bf16(const void* src, DType src_dtype, std::int64_t count, int ter
                                  .src_type = src_dtype == DType::f16 ? kernels::Bf16SplitSource::f16
                                                                      : kernels::Bf16SplitSource::f32,
                                  .dst = dst, .n = count, .terms = terms, .plane = plane};
-  PARARNN_CUDA_CHECK(kernels::launch_bf16_split(a, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_bf16_split(a, current_stream()));
 }
 
 // The bf16 terms of d_wx held at once: batch rows are taken in groups whose terms fit this.
@@ -118,7 +118,7 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
   const std::vector<AffineBlock>& blocks = cell.spec().affine;
   const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == d_in;
   if (!first_writes_all && B * T * d_in > 0)
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(B * T * d_in, sizeof(float), "∇x"), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(B * T * d_in, sizeof(float), "∇x"), current_stream()));
   struct BlockTerms {
     std::int64_t inputs, rows, column;
     DeviceBuffer W;   // the weight's bf16 terms [source_terms][rows][inputs]
@@ -208,7 +208,7 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorV
   // ∇x accumulates over the blocks; the first one overwrites it where it reads every column.
   const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == L.d_in;
   if (!first_writes_all && rows_bt * L.d_in > 0)
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), current_stream()));
   const DeviceBuffer ones = broadcast_on_device(1.0, compute, T, "a ones vector");
   for (const AffineBlock& block : blocks) {
     const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);

@@ -18,7 +18,7 @@ namespace pararnn::detail::cuda {
 void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
                   const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
                   void* wx) {
-  input_affine_on(kStream, cublas_handle(), storage, rows, d_in, width, bias_row, x, blocks, wx);
+  input_affine_on(current_stream(), cublas_handle(), storage, rows, d_in, width, bias_row, x, blocks, wx);
 }
 
 namespace {

@@ -53,7 +53,7 @@ class M2rnnDeviceSolve {
       h0_ = device_h0(options, compute);
     } else {  // the kernels read a zero h0
       h0_ = DeviceBuffer(checked_bytes(L.batch * KV, sizeof(ComputeT), "h0"), "a zero h0");
-      PARARNN_CUDA_CHECK(cudaMemsetAsync(h0_.get(), 0, h0_.bytes(), kStream));
+      PARARNN_CUDA_CHECK(cudaMemsetAsync(h0_.get(), 0, h0_.bytes(), current_stream()));
     }
     in_ = {.wx = wx_.as<ComputeT>(), .W = W_.as<ComputeT>(), .h0 = h0_.as<ComputeT>(), .batch = L.batch,
            .time = L.time, .k = static_cast<int>(cell.k_dim()), .v = static_cast<int>(cell.v_dim())};
@@ -77,9 +77,9 @@ class M2rnnDeviceSolve {
   // The family operations (newton/family.hpp); the "Jacobian" is the gains G.
   SolveBackend backend() const { return SolveBackend::cuda; }
   std::string fallback_unit() const { return fmt::format("batch row(s) of {}x{} states", in_.k, in_.v); }
-  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream)); }
+  void zero_iterate() { PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), current_stream())); }
   void iterate_from_residual() {
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, F_.get(), bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   }
   void picard_guess(std::int64_t) { throw Error("ParaM2RNN has no Picard guess"); }
   // The batch rows still at or above atol get the sequential solution (a row is contiguous).
@@ -87,17 +87,17 @@ class M2rnnDeviceSolve {
     const std::int64_t row = L_.time * in_.k * in_.v;
     return sequential_fallback_units<ComputeT>(
         F_, n_, L_.batch, atol, [&](std::int64_t i) { return i / row; }, H_,
-        [&](ComputeT* target) { PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<ComputeT>(in_, target, kStream)); },
+        [&](ComputeT* target) { PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<ComputeT>(in_, target, current_stream())); },
         [&](std::int64_t b, const ComputeT* scratch) {
           PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_ + b * row, scratch + b * row, static_cast<std::size_t>(row) * sizeof(ComputeT),
-                                             cudaMemcpyDeviceToDevice, kStream));
+                                             cudaMemcpyDeviceToDevice, current_stream()));
         });
   }
   double evaluate(bool with_gains, bool reduce) {
     const kernels::M2rnnResidualArgs<ComputeT> a{.in = in_, .H = H_, .residual = F_.as<ComputeT>(),
                                                  .gain = with_gains ? G_.as<ComputeT>() : nullptr,
                                                  .max_abs_residual = reduce ? max_abs_.as<ComputeT>() : nullptr};
-    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<ComputeT>(a, ws_.get(), ws_.bytes(), kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<ComputeT>(a, ws_.get(), ws_.bytes(), current_stream()));
     if (!reduce) return 0.0;
     ComputeT max_abs = 0;
     copy_to_host(&max_abs, max_abs_.get(), sizeof(ComputeT));
@@ -105,7 +105,7 @@ class M2rnnDeviceSolve {
   }
 
   void update(double omega) {
-    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_walk<ComputeT>(in_, G_.as<ComputeT>(), F_.as<ComputeT>(), kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_walk<ComputeT>(in_, G_.as<ComputeT>(), F_.as<ComputeT>(), current_stream()));
     const ComputeT w = static_cast<ComputeT>(omega);
     if constexpr (std::is_same_v<ComputeT, double>) {
       PARARNN_CUBLAS_CHECK(cublasDaxpy_64(cublas_handle(), n_, &w, F_.as<double>(), 1, H_, 1));
@@ -153,13 +153,13 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   DeviceBuffer F(checked_bytes(n, sizeof(double), "F (f64)"), "F (f64)");
   DeviceBuffer G(checked_bytes(n, sizeof(double), "G (f64)"), "the gains G (f64)");
   const kernels::M2rnnResidualArgs<double> r{.in = in64, .H = H_f64, .residual = F.as<double>(), .gain = G.as<double>()};
-  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<double>(r, nullptr, 0, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_residual<double>(r, nullptr, 0, current_stream()));
   DeviceBuffer mu = owned_f64_on_device(grad_H, "the adjoint μ");  // the walk runs in place
   DeviceBuffer d_h0;
   if (options.h0) d_h0 = DeviceBuffer(checked_bytes(L.batch * KV, sizeof(double), "∇h0"), "∇h0");
   const kernels::M2rnnAdjointArgs walk{.in = in64, .gain = G.as<double>(), .mu = mu.as<double>(),
                                        .d_h0 = options.h0 ? d_h0.as<double>() : nullptr};
-  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_adjoint_walk(walk, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_adjoint_walk(walk, current_stream()));
   // The per-step VJPs.
   const std::int64_t chunks = kernels::vjp_chunks(L.batch, L.time);
   DeviceBuffer d_wx(checked_bytes(L.batch * L.time * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
@@ -167,7 +167,7 @@ NewtonGradients m2rnn_adjoint(const Cell& cell, const Layout& L, const M2rnnDevi
   DeviceBuffer ws(kernels::m2rnn_vjp_workspace_bytes(in64), "the M2RNN VJP scratch");
   const kernels::M2rnnVjpArgs<ComputeT> v{.in = in64, .H = H_f64, .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(),
                                           .dW_partials = partials.as<double>()};
-  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_vjp<ComputeT>(v, ws.get(), ws.bytes(), kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_m2rnn_vjp<ComputeT>(v, ws.get(), ws.bytes(), current_stream()));
   NewtonGradients out;
   out.parameters.emplace("W", gradient_tensor(cell, cell.parameter("W").shape(),
                                               cuda::sum_rows_on_device(partials.as<double>(), L.batch * chunks, VV, "∇W")));
@@ -185,7 +185,7 @@ namespace {
 Tensor m2rnn_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                    const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "out");
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
@@ -202,7 +202,7 @@ NewtonForward m2rnn_forward(const Cell& cell, const TensorView& x, const TensorV
                             const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::require_adjoint_fits(cell, "newton_forward");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "H_out");
   const DType compute = cuda::compute_dtype(cell.dtype());
   NewtonForward forward;
@@ -223,7 +223,7 @@ NewtonGradients m2rnn_backward(const Cell& cell, const TensorView& x, const Newt
                                const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::require_adjoint_fits(cell, "newton_backward");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   const DType compute = cuda::compute_dtype(cell.dtype());
   return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
@@ -244,12 +244,12 @@ NewtonGradients m2rnn_backward(const Cell& cell, const TensorView& x, const Newt
 Tensor m2rnn_sequential_on_device(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                                    Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   return cuda::dispatch_device_storage(cell.dtype(), [&]<class StorageT>() {
     using ComputeT = kernels::ComputeOf<StorageT>;
     const cuda::M2rnnDeviceSolve<ComputeT> solve(cell, x, options, layout);
     cuda::DeviceBuffer H(cuda::checked_bytes(solve.size(), sizeof(StorageT), "H"), "H");
-    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<StorageT>(solve.inputs(), H.as<StorageT>(), cuda::kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_m2rnn_sequential<StorageT>(solve.inputs(), H.as<StorageT>(), cuda::current_stream()));
     return cuda::download_trajectory(H, cell.dtype(), cell, cell.trajectory_shape(layout.batch, layout.time));
   });
 }

@@ -65,7 +65,7 @@ void run_sequential(const DeviceProblem& p, T* H, HiddenInput<kernels::ComputeOf
                                .frozen_hidden = hidden.frozen,
                                .zero_hidden = hidden.zero,
                                .non_finite = hidden.non_finite};
-  PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_sequential_apply<CellMath, T>(a, current_stream())));
 }
 
 // The per-channel family on the device (newton/family.hpp): the residual kernel for F, J and
@@ -121,7 +121,7 @@ class CudaPerChannelFamily {
                                               .channels = p_.channels,
                                               .omega = omega};
     PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
-        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), kStream)));
+        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), current_stream())));
     candidate_ = next;
     ComputeT values[2] = {0, 0};
     copy_to_host(values, ws_.max_abs.get(), (want_result ? 2 : 1) * sizeof(ComputeT));
@@ -139,7 +139,7 @@ class CudaPerChannelFamily {
   void finish() {
     materialize_guess();
     if (H_ != out_) {
-      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out_, H_, bytes(), cudaMemcpyDeviceToDevice, kStream));
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(out_, H_, bytes(), cudaMemcpyDeviceToDevice, current_stream()));
       H_ = out_;
     }
   }
@@ -154,7 +154,7 @@ class CudaPerChannelFamily {
     result_known_ = false;
     H_ = out_;
     auto* flag = ws_.max_abs.as<unsigned int>();
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned int), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned int), current_stream()));
     DeviceProblem rows = p_;
     if (PARARNN_FAULT_POINT("cuda_auto_rule_skips_last_row") && rows.batch > 1) --rows.batch;
     run_sequential<CellMath, ComputeT>(rows, H_, {.non_finite = flag});
@@ -171,11 +171,11 @@ class CudaPerChannelFamily {
   }
   void zero_iterate() {
     result_known_ = false;
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(H_, 0, bytes(), current_stream()));
   }
   void iterate_from_residual() {
     result_known_ = false;
-    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, residual(), bytes(), cudaMemcpyDeviceToDevice, kStream));
+    PARARNN_CUDA_CHECK(cudaMemcpyAsync(H_, residual(), bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   }
 
   // F = f(prepend(H)) − H, J when asked, and max|F| read back when asked (else 0).
@@ -215,7 +215,7 @@ class CudaPerChannelFamily {
                                   .channels = p_.channels,
                                   .tiling = ws_.tiling};
     PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, ComputeT>(
-        s, ws_.scan_workspace.get(), ws_.scan_workspace.bytes(), kStream)));
+        s, ws_.scan_workspace.get(), ws_.scan_workspace.bytes(), current_stream())));
     const ComputeT w = static_cast<ComputeT>(omega);
     cublasHandle_t handle = cublas_handle();
     if constexpr (std::is_same_v<ComputeT, double>) {
@@ -243,7 +243,7 @@ class CudaPerChannelFamily {
       const kernels::TileMaxArgs<ComputeT> a{.F = residual(), .batch = p_.batch, .rows = p_.time * S, .channels = C,
                                              .tile = kFallbackTileChannels, .chunks = chunks,
                                              .out = partials.as<ComputeT>()};
-      PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, kStream));
+      PARARNN_CUDA_CHECK(kernels::launch_tile_max_abs(a, current_stream()));
       std::vector<ComputeT> host(static_cast<std::size_t>(units * chunks));
       copy_to_host(host.data(), partials.get(), partials.bytes());
       for (std::int64_t u = 0; u < units; ++u)
@@ -261,7 +261,7 @@ class CudaPerChannelFamily {
           PARARNN_CUDA_CHECK(cudaMemcpy2DAsync(H_ + b * row + c0, pitch, scratch + b * row + c0, pitch,
                                                static_cast<std::size_t>(width) * sizeof(ComputeT),
                                                static_cast<std::size_t>(p_.time * S), cudaMemcpyDeviceToDevice,
-                                               kStream));
+                                               current_stream()));
         });
   }
 
@@ -309,7 +309,7 @@ class CudaPerChannelFamily {
         .channels = p_.channels,
         .time_stride = time_stride};
     PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
-        a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), kStream)));
+        a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), current_stream())));
     return reduce ? read_max_abs() : 0.0;
   }
 
@@ -412,7 +412,7 @@ Tensor per_channel_apply(const Cell& cell, const TensorView& x, const TensorView
                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
   cuda::require_available("newton_apply on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "out");
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
@@ -433,7 +433,7 @@ Tensor per_channel_sequential(const Cell& cell, const TensorView& x, const Apply
                              Layout layout) {
   cuda::require_available("sequential_apply on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
   cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(cell.dtype()), "H"), "H");

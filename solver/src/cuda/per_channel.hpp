@@ -126,7 +126,7 @@ class DeviceInputs {
           .x = static_cast<const StorageT*>(x), .wx = wx.as<ComputeT>(), .rows = rows, .d_in = d_in,
           .channels = cell.d_h(), .gates = cell.spec().gates, .dt_gate = cell.spec().dt_gate,
           .floor = cells::kCfcDtFloor};
-      PARARNN_CUDA_CHECK(kernels::launch_time_gate(args, kStream));
+      PARARNN_CUDA_CHECK(kernels::launch_time_gate(args, current_stream()));
     });
   }
 

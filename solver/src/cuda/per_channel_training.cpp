@@ -50,7 +50,7 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
       .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
       .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H, .grad_H = g,
       .jac = J.as<double>(), .mu = mu.as<double>(), .batch = B, .time = T, .channels = D};
-  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT>(j, kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT>(j, current_stream())));
   // The single-pass scan (its association is fixed: the gradients repeat bit for bit). At S1 the
   // three launches take 5.28 ms with it against 5.56 with the three-phase scan, the same d_wx
   // bit for bit and recurrent sums within 1.2e-13 (H200, pararnn_bench_shapes --only backward).
@@ -60,7 +60,7 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
                                        .tiling = {.algorithm = kernels::ScanAlgorithm::single_pass}};
   DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D, scan.tiling),
                        "the adjoint scan's workspace");
-  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), current_stream())));
 
   // The per-element VJP.
   const std::int64_t chunks = kernels::vjp_partial_chunks(T);
@@ -70,14 +70,14 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   DeviceBuffer d_h0;
   if (options.h0) {
     d_h0 = DeviceBuffer(checked_bytes(h0_rows * S * D, sizeof(double), "∇h0"), "∇h0");
-    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), kStream));
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), current_stream()));
   }
   const kernels::CellVjpArgs<ComputeT> v{
       .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
       .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H,
       .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
       .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
-  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, kStream)));
+  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, current_stream())));
   J = DeviceBuffer();  // J and μ are not read again: back to the pool before the GEMMs' buffers
   mu = DeviceBuffer();
 
@@ -100,7 +100,7 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
     const kernels::TimeGateBackwardArgs<ComputeT> a{
         .x = xc, .d_wx = d_wx.as<ComputeT>(), .dx = dx, .rows = rows_bt,
         .d_in = L.d_in, .channels = D, .gates = G, .dt_gate = cell.spec().dt_gate, .floor = cells::kCfcDtFloor};
-    PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_time_gate_backward(a, current_stream()));
   }
   if (grad_x) {
     store_into(dx, compute, *grad_x, "grad_x");  // nothing to do in place
@@ -124,7 +124,7 @@ NewtonForward cuda::per_channel_forward(const Cell& cell, const TensorView& x, c
                                         const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_forward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (out) cuda::check_store_target(*out, "H_out");
   const cuda::DeviceInputs inputs(cell, x, options, layout);
   cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
@@ -152,7 +152,7 @@ NewtonGradients cuda::per_channel_backward(const Cell& cell, const TensorView& x
                                            const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
   cuda::require_available("newton_backward on the CUDA backend");
   cuda::require_cuda_cell(cell.kind());
-  cuda::DeviceGuard guard(cuda::solve_device(x, options));
+  cuda::SolveScope scope(x, options);
   if (grad_x) cuda::check_store_target(*grad_x, "grad_x");
   const DType compute = cuda::compute_dtype(cell.dtype());
   const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;

@@ -43,6 +43,18 @@ void check_cublas(cublasStatus_t s, const char* call, std::source_location at) {
                           cublasGetStatusString(s), where(at)));
 }
 
+namespace {
+thread_local std::optional<cudaStream_t> scoped_stream;  // the innermost StreamScope's
+}  // namespace
+
+cudaStream_t current_stream() { return scoped_stream ? *scoped_stream : cudaStreamPerThread; }
+
+StreamScope::StreamScope(std::optional<void*> stream) : previous_(scoped_stream) {
+  scoped_stream = stream ? static_cast<cudaStream_t>(*stream) : cudaStreamPerThread;
+}
+
+StreamScope::~StreamScope() { scoped_stream = previous_; }
+
 // One cuBLAS handle per (thread, device), created at first use (never during static
 // initialisation) and deliberately never destroyed: cublasDestroy at thread or process exit can
 // run after the CUDA runtime has shut down.
@@ -56,7 +68,7 @@ cublasHandle_t cublas_handle() {
     PARARNN_CUBLAS_CHECK(cublasCreate(&handle));
     it = handles.emplace(device, handle).first;
   }
-  PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, kStream));
+  PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, current_stream()));
   return it->second;
 }
 
@@ -73,13 +85,15 @@ std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0};
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  PARARNN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, current_stream()));
+  PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   bytes_to_host.fetch_add(bytes);
 }
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  PARARNN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory the source is staged before the call returns, so it may go at once.
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, current_stream()));
   bytes_to_device.fetch_add(bytes);
 }
 
@@ -105,7 +119,7 @@ DeviceBuffer gather_contiguous(const TensorView& view, const char* what) {
     args.shape[static_cast<std::size_t>(d)] = view.shape()[static_cast<std::size_t>(d)];
     args.strides[static_cast<std::size_t>(d)] = view.strides()[static_cast<std::size_t>(d)];
   }
-  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, current_stream()));
   return out;
 }
 
@@ -153,7 +167,7 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
   const kernels::StridedStoreArgs args{.src = src, .src_type = store_type(view.dtype()), .dst = holder.get(),
                                        .dst_type = store_type(dtype), .rank = 1, .shape = {view.numel()},
                                        .strides = {1}};
-  PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, current_stream()));
   return holder.get();
 }
 
@@ -165,7 +179,7 @@ DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, 
   const DeviceBuffer element = upload_new(one.data(), one.nbytes(), what);
   const kernels::StridedCopyArgs args{.src = element.get(), .dst = out.get(), .rank = 1, .shape = {count},
                                       .strides = {0}, .element_bytes = static_cast<int>(dtype_size(dtype))};
-  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, kStream));
+  PARARNN_CUDA_CHECK(kernels::launch_strided_copy(args, current_stream()));
   return out;
 }
 
@@ -219,7 +233,7 @@ void store_into(const void* src, DType src_dtype, const TensorView& out, const c
   if (out.is_contiguous() && out.dtype() == src_dtype) {
     if (out.data() != src)
       PARARNN_CUDA_CHECK(cudaMemcpyAsync(out.data(), src, checked_bytes(out.numel(), dtype_size(src_dtype), what),
-                                         cudaMemcpyDeviceToDevice, kStream));
+                                         cudaMemcpyDeviceToDevice, current_stream()));
   } else {
     kernels::StridedStoreArgs args{.src = src, .src_type = store_type(src_dtype), .dst = out.data(),
                                    .dst_type = store_type(out.dtype()), .rank = static_cast<int>(out.dim())};
@@ -227,7 +241,7 @@ void store_into(const void* src, DType src_dtype, const TensorView& out, const c
       args.shape[static_cast<std::size_t>(d)] = out.shape()[static_cast<std::size_t>(d)];
       args.strides[static_cast<std::size_t>(d)] = out.strides()[static_cast<std::size_t>(d)];
     }
-    PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, current_stream()));
   }
   synchronize();
 }
@@ -308,7 +322,7 @@ DeviceBuffer owned_f64_on_device(const TensorView& view, const char* what) {
   const void* values = on_device_as(view, DType::f64, holder, what);
   if (holder.get() != nullptr || view.numel() == 0) return holder;
   DeviceBuffer own(checked_bytes(view.numel(), sizeof(double), what), what);  // on_device_as lent the view itself
-  PARARNN_CUDA_CHECK(cudaMemcpyAsync(own.get(), values, own.bytes(), cudaMemcpyDeviceToDevice, kStream));
+  PARARNN_CUDA_CHECK(cudaMemcpyAsync(own.get(), values, own.bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   return own;
 }
 
@@ -378,7 +392,7 @@ void release_cached_memory(int device) {
   cudaMemPool_t pool = existing_pool(device);
   if (pool == nullptr) return;
   DeviceGuard guard(device);
-  PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  PARARNN_CUDA_CHECK(cudaDeviceSynchronize());  // the frees of every stream
   PARARNN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
 }
 
@@ -388,7 +402,7 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) 
   cudaMemPool_t pool = how == Allocation::stream_ordered ? backend_pool(device_) : nullptr;
   if (pool == nullptr) how_ = Allocation::synchronous;
   auto allocate = [&] {
-    return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, kStream) : cudaMalloc(&data_, bytes);
+    return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, current_stream()) : cudaMalloc(&data_, bytes);
   };
   cudaError_t e = allocate();
   if (e == cudaErrorMemoryAllocation) {
@@ -418,8 +432,8 @@ void DeviceBuffer::release() noexcept {
     // Unwinding from an error: the work queued before it may still read or write the caller's
     // memory, which the caller may free once it has caught the error. Wait for it, as the
     // device-wide cudaFree of a synchronous buffer does.
-    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(kStream);
-    (void)cudaFreeAsync(data_, kStream);
+    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(current_stream());
+    (void)cudaFreeAsync(data_, current_stream());
     if (current != device_) (void)cudaSetDevice(current);
   } else {
     (void)cudaFree(data_);
@@ -459,7 +473,7 @@ void require_device_index(int device, const char* who) {
                             std::to_string(device));
 }
 
-void synchronize() { PARARNN_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
+void synchronize() { PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
 
 }  // namespace cuda
 

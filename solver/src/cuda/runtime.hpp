@@ -5,8 +5,11 @@
 //
 // Guarantees: every CUDA and cuBLAS call is checked and a failure throws pararnn::Error naming
 // the call, the runtime's error and the source location; allocation happens here (cudaMalloc,
-// freed by DeviceBuffer), never in the kernels' launchers; all work runs on the legacy default
-// stream, so it is ordered after whatever the caller queued there (device inputs included).
+// freed by DeviceBuffer), never in the kernels' launchers; all work of a solve runs on its
+// stream (`current_stream`: the caller's ApplyOptions::cuda_stream inside the entry point's
+// SolveScope, else the per-thread default stream, never the legacy default stream implicitly),
+// so it is ordered after whatever the caller queued there (device inputs included), and every
+// entry point waits for that stream before it returns.
 // `newton_solve` is the CPU backend's algorithm step for step (App. A guess, K from
 // resolve_newton_iters, the adaptive loop with residual_atol, k_max and one more update, the
 // same NewtonStats) with the residual, the scan and H += ωδ on the device; in an adaptive solve
@@ -28,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <source_location>
 #include <type_traits>
 #include <span>
@@ -45,12 +49,14 @@ namespace pararnn::detail::cuda {
 using detail::compute_dtype;  // backends.hpp
 
 // How a DeviceBuffer is allocated and freed.
-//   stream_ordered: from the backend's own memory pool of the current device, in kStream's order
-//     (cudaMallocFromPoolAsync / cudaFreeAsync): a free does not synchronise the device and the
+//   stream_ordered: from the backend's own memory pool of the current device, in the order of the
+//     current stream (cudaMallocFromPoolAsync / cudaFreeAsync on current_stream(): a buffer that
+//     outlives its call, a saved trajectory, is freed after that call waited for its stream, so
+//     on whichever stream is current then): a free does not synchronise the device and the
 //     pool keeps what is freed for the next allocation (a solve's 2-10 GB of temporaries cost a
 //     cudaMalloc and a device-wide cudaFree each call otherwise). The pool is returned to the
 //     device by cuda_release_cached_memory (solver.hpp) and, once, when an allocation fails.
-//     Only for memory used on kStream (every solve's);
+//     Only for memory used on the solve's stream (every solve's);
 //   synchronous: cudaMalloc / cudaFree, for memory other streams use (CudaDecoder's parameters,
 //     read on the caller's stream: a free then waits for every stream's work).
 enum class Allocation : std::uint8_t { stream_ordered, synchronous };
@@ -89,14 +95,28 @@ struct DeviceMemory {
 };
 DeviceMemory device_memory();
 void reset_device_peak();  // peak = live
-// Waits for kStream on `device`, then returns what the backend's pool of `device` keeps to it;
+// Waits for `device`, then returns what the backend's pool of `device` keeps to it;
 // the bytes it keeps beyond the live buffers (solver.hpp's cuda_release_cached_memory and
 // cuda_cached_memory).
 void release_cached_memory(int device);
 std::size_t cached_memory(int device);
 
-// All work of this backend runs on the legacy default stream (see above).
-const cudaStream_t kStream = nullptr;
+// The stream this thread's CUDA work runs on: the innermost StreamScope's, else the per-thread
+// default stream (cudaStreamPerThread, which is ordered with the legacy default stream's work).
+cudaStream_t current_stream();
+
+// Makes `stream` this thread's current stream for its lifetime (unset: the per-thread default
+// stream) and restores the previous one.
+class StreamScope {
+ public:
+  explicit StreamScope(std::optional<void*> stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  std::optional<cudaStream_t> previous_;
+};
 
 // Throw pararnn::Error naming the call, the error and the place unless the call succeeded (a
 // non-sticky CUDA error is cleared first, so that later calls are not blamed).
@@ -108,7 +128,7 @@ void check_cublas(cublasStatus_t s, const char* call,
 #define PARARNN_CUDA_CHECK(expr) ::pararnn::detail::cuda::check_cuda((expr), #expr)
 #define PARARNN_CUBLAS_CHECK(expr) ::pararnn::detail::cuda::check_cublas((expr), #expr)
 
-// The cuBLAS handle of this (thread, device), bound to kStream.
+// The cuBLAS handle of this (thread, device), bound to current_stream().
 cublasHandle_t cublas_handle();
 
 // Makes `device` current for its lifetime and restores the previous one.
@@ -128,7 +148,7 @@ class DeviceGuard {
 
 // The only host<->device copies of the backend: each adds its bytes to the process's transfer
 // counters (solver.hpp's cuda_transfer_bytes). copy_to_host waits for the copy (and so for
-// everything queued before it on kStream); copy_to_device is ordered on kStream.
+// everything queued before it on current_stream()); copy_to_device is ordered on it.
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 
@@ -154,6 +174,18 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
 DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what);
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options);
+
+// What a CUDA entry point holds for its lifetime: the solve's device current (solve_device) and
+// the caller's stream (ApplyOptions::cuda_stream) as this thread's current stream.
+class SolveScope {
+ public:
+  SolveScope(const TensorView& x, const ApplyOptions& options)
+      : device_(solve_device(x, options)), stream_(options.cuda_stream) {}
+
+ private:
+  DeviceGuard device_;
+  StreamScope stream_;
+};
 // A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
 // with keep_compute).
 Tensor download_trajectory(const DeviceBuffer& H, DType dtype, const Cell& cell, const Shape& shape,
@@ -339,7 +371,7 @@ const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage,
   } else {
     if (src == nullptr) return nullptr;
     storage = DeviceBuffer(checked_bytes(count, sizeof(double), what), what);
-    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(src), storage.as<double>(), count, kStream));
+    PARARNN_CUDA_CHECK(kernels::launch_widen(static_cast<const float*>(src), storage.as<double>(), count, current_stream()));
     return storage.as<double>();
   }
 }

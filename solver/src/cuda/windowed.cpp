@@ -1,7 +1,13 @@
 // The fused windowed launch of the per-channel family (cuda::per_channel_fused_windows): every window
-// of window_len steps solved with K Newton iterations in one kernel (kernels/windowed_newton.hpp),
-// taken where its answer is the window loop's (api.cpp window_loop); std::nullopt hands the solve
-// back to that loop.
+// of window_len steps solved in one kernel (kernels/windowed_newton.hpp), taken where its answer is
+// the window loop's (api.cpp window_loop); std::nullopt hands the solve back to that loop.
+// - Fixed K (max_iters set): K Newton updates per window; taken where the loop's early stop on
+//   residual_atol cannot have fired.
+// - Adaptive (max_iters unset, residual_atol set: the default): the driver's adaptive rule decided
+//   on the device per chain and window (the table's K of the whole length as the minimum, k_max
+//   as the cap); taken where every chain stopped below residual_atol with finite residuals. A
+//   window that did not (the loop's fallback) and an adaptive solve the auto rule makes
+//   sequential (B·d_h at its threshold: each window the sequential kernel's) keep the loop.
 #include "cuda/per_channel.hpp"
 
 #include <cuda_runtime_api.h>
@@ -28,19 +34,24 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
   // A faults build injecting into the driver's loop keeps that loop (the catalog measures it).
   if (PARARNN_FAULT_POINT("dropped_last_update") || PARARNN_FAULT_POINT("loose_early_stop")) return std::nullopt;
   const KResolution k = resolve_newton_iters(config, spec, storage, layout.time);
-  if (k.adaptive && resolved_residual_atol(config, storage)) return std::nullopt;
+  const std::optional<double> stop = resolved_residual_atol(config, storage);
+  const bool adaptive = k.adaptive && stop.has_value();
+  // The adaptive loop's cap (newton/driver.hpp); the fixed K otherwise.
+  const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
   // The launch's bounds (kernels/windowed_newton.hpp): beyond them the window loop, which has none.
-  if (k.k > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
+  if (cap > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
   const std::int64_t window = *config.window_len;
   const std::int64_t windows = (layout.time + window - 1) / window;
-  const int K = static_cast<int>(k.k);
+  const int K = static_cast<int>(cap);
   cuda::require_cuda_cell(cell.kind());
   std::optional<Tensor> result;
   cuda::dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     cuda::dispatch_compute(storage, [&]<class T>() {
       if (window > kernels::windowed_newton_max_window<CellMath, T>()) return;
       cuda::require_available("newton_apply on the CUDA backend");
-      cuda::DeviceGuard guard(cuda::solve_device(x, options));
+      cuda::SolveScope scope(x, options);
+      if (adaptive && config.allow_sequential && cuda::sequential_is_faster(spec.kind, layout.batch, layout.d_h))
+        return;
       if (out) cuda::check_store_target(*out, "out");
       const cuda::DeviceInputs inputs(cell, x, options, layout);
       const cuda::DeviceProblem& p = inputs.problem();
@@ -54,21 +65,31 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       const std::int64_t maxima = windows * (K + 1);
       cuda::DeviceBuffer residual(cuda::checked_bytes(maxima, sizeof(Bits), "the windows' residual maxima"),
                                   "the windows' residual maxima");
-      PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::kStream));
+      PARARNN_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, residual.bytes(), cuda::current_stream()));
+      cuda::DeviceBuffer evaluations;
+      if (adaptive) {
+        evaluations = cuda::DeviceBuffer(cuda::checked_bytes(windows, sizeof(unsigned int), "the windows' evaluations"),
+                                         "the windows' evaluations");
+        PARARNN_CUDA_CHECK(cudaMemsetAsync(evaluations.get(), 0, evaluations.bytes(), cuda::current_stream()));
+      }
       const kernels::WindowedNewtonArgs<T> args{
           .wx = static_cast<const T*>(p.wx), .recurrent = static_cast<const T*>(p.recurrent),
           .h0 = PARARNN_FAULT_POINT("cuda_windowed_h0_dropped") ? nullptr : static_cast<const T*>(p.h0),
           .H = target, .residual_max = residual.as<Bits>(),
+          .evaluations = adaptive ? evaluations.as<unsigned int>() : nullptr,
           .batch = layout.batch, .time = layout.time, .channels = layout.d_h, .window = window,
-          .iterations = K, .omega = static_cast<T>(config.omega)};
-      PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::kStream)));
+          .iterations = K, .omega = static_cast<T>(config.omega), .adaptive = adaptive,
+          .min_iterations = adaptive ? static_cast<int>(k.k) : 0, .stop_atol = adaptive ? *stop : 0.0};
+      PARARNN_CUDA_CHECK((kernels::launch_windowed_newton<CellMath, T>(args, cuda::current_stream())));
       std::vector<Bits> bits(static_cast<std::size_t>(maxima));
       cuda::copy_to_host(bits.data(), residual.get(), residual.bytes());
+      std::vector<unsigned int> ran(adaptive ? static_cast<std::size_t>(windows) : 0);
+      if (adaptive) cuda::copy_to_host(ran.data(), evaluations.get(), evaluations.bytes());
       cuda::synchronize();
-      // The driver's fixed-K loop per window (newton/driver.hpp): evaluation k is followed by an
+      // Fixed K, the driver's loop per window (newton/driver.hpp): evaluation k is followed by an
       // update unless it is non-finite or below the early-stop threshold. Where either may have
       // happened the kernel's K updates are not that loop's answer: the caller runs the window loop.
-      const std::optional<double> stop = resolved_residual_atol(config, storage);
+      // Adaptive: the kernel applied that loop's rule per chain (kernels/windowed_newton.hpp).
       NewtonStats s;
       s.k = k;
       // The window loop pins the table's K per window with a one-entry newton_iters_by_t
@@ -76,13 +97,28 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       if (!config.max_iters) s.k.source = KSource::newton_iters_by_t;
       s.scan_backend = SolveBackend::cuda;
       s.strategy = SolveStrategy::fused_windowed;
-      s.iters = s.updates = K;
+      s.iters = s.updates = adaptive ? 0 : K;
+      s.converged = adaptive;
       // The final residual is the worst window's; a NaN in any window stays a NaN.
       double worst = 0.0;
       bool nan = false;
       for (std::int64_t w = 0; w < windows; ++w) {
-        for (int e = 0; e <= K; ++e) {
-          const double v = static_cast<double>(std::bit_cast<T>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
+        const auto at = [&](int e) {
+          return static_cast<double>(std::bit_cast<T>(bits[static_cast<std::size_t>(w * (K + 1) + e)]));
+        };
+        if (adaptive) {
+          // Every evaluation finite (each followed by its chains' updates, as the loop's), and
+          // every chain stopped below the threshold within the cap; else the loop and its fallback.
+          const int n = static_cast<int>(ran[static_cast<std::size_t>(w)]);
+          if (n < 1 || n > K || (n == K && !(at(K - 1) < *stop))) return;
+          for (int e = 0; e < n; ++e) {
+            if (!std::isfinite(at(e))) return;
+            s.residual_history.push_back(at(e));
+          }
+          s.iters = s.updates = std::max<std::int64_t>(s.iters, n);
+        }
+        for (int e = adaptive ? K : 0; e <= K; ++e) {
+          const double v = at(e);
           if (e < K) {
             // A factor of 2 above the threshold as a band: the kernel's residual and the loop's
             // differ by rounding (a few ulps of the state), so near the threshold the loop decides.

@@ -25,6 +25,12 @@ namespace pararnn {
 struct ApplyOptions {
   std::optional<TensorView> h0;          // (B, slots, d_h), or (B, d_h) for one-slot cells
   std::optional<TensorView> cu_seqlens;  // (S+1,) int32/int64; then B = 1 and h0 is (S, ...)
+  // The CUDA stream a CUDA solve runs on (a cudaStream_t: the caller's, e.g. torch's current
+  // stream; nullptr names the legacy default stream). Unset: the per-thread default stream
+  // (cudaStreamPerThread), which is ordered with work on the legacy default stream; the backend
+  // never uses the legacy default stream unless named here. Either way the call returns when its
+  // work on that stream is done. Ignored by the CPU backend.
+  std::optional<void*> cuda_stream;
 };
 
 [[nodiscard]] Tensor newton_apply(const Cell& cell, const TensorView& x,
@@ -42,7 +48,7 @@ struct ApplyOptions {
 // Same H bits, stats and residual gate as newton_apply (one exception: a NaN that reaches an
 // f16/bf16 device `out`, possible only with the gate off, is CUDA's canonical NaN, where the host
 // conversion keeps the sign and Eigen's quiet-NaN pattern); returns when H is in `out` (the CUDA
-// backend's legacy default stream is synchronised, also when an error is thrown). ContractViolation naming `out` for a wrong
+// solve's stream, ApplyOptions::cuda_stream, is synchronised, also when an error is thrown). ContractViolation naming `out` for a wrong
 // shape, dtype, overlap or aliasing, before any work; on any exception `out`'s contents are
 // unspecified. Example (a torch CUDA tensor through DLPack):
 //   newton_apply_into(cell, x_device, H_device, NewtonConfig{}, {}, &stats);
