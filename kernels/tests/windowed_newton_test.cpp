@@ -35,17 +35,15 @@ namespace pararnn::kernels::test {
 namespace {
 
 // The adaptive rule of kernels/windowed_newton.hpp: the minimum K and the threshold; the host's
-// record of it: each window's most evaluations over its chains, and every chain's max|F| at each
-// evaluation where it could stop (k + 1 >= the minimum), finite ones, and how many evaluations
-// chains ran (fewest and most over chains and windows).
+// record of it, per chain (b·D + c): its max|F| at each evaluation where it could stop (k + 1 >=
+// the minimum; finite ones), and the evaluations it ran in each window.
 struct AdaptiveRule {
   int min_iterations = 0;
   double stop_atol = 0.0;
 };
 struct AdaptiveRecord {
-  std::vector<unsigned int> evaluations;
-  std::vector<double> decisions;
-  int fewest = std::numeric_limits<int>::max(), most = 0;
+  std::vector<std::vector<double>> decisions;
+  std::vector<std::vector<int>> evaluations;
 };
 
 // The windowed solve in double: H [b][t][s][c], and in `residual` [window][K + 1] max|F| over
@@ -60,7 +58,10 @@ std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>
   std::vector<double> H(static_cast<std::size_t>(B * Tn * S * D));
   const std::int64_t windows = (Tn + window - 1) / window;
   residual.assign(static_cast<std::size_t>(windows * (K + 1)), 0.0);
-  if (record) record->evaluations.assign(static_cast<std::size_t>(windows), 0);
+  if (record) {
+    record->decisions.assign(static_cast<std::size_t>(B * D), {});
+    record->evaluations.assign(static_cast<std::size_t>(B * D), {});
+  }
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t c = 0; c < D; ++c) {
       double r[RC], carry[S];
@@ -100,16 +101,12 @@ std::vector<double> host_windowed(const std::vector<T>& wx, const std::vector<T>
           if (final_evaluation) break;  // the final iterate's residual
           bool update = true;
           if (rule) {
-            unsigned int& ran = record->evaluations[static_cast<std::size_t>(w0 / window)];
-            ran = std::max(ran, static_cast<unsigned int>(k + 1));
+            const auto unit = static_cast<std::size_t>(b * D + c);
             const bool may_stop = k + 1 >= rule->min_iterations;
-            if (may_stop && std::isfinite(chain)) record->decisions.push_back(chain);
+            if (may_stop && std::isfinite(chain)) record->decisions[unit].push_back(chain);
             update = std::isfinite(chain);
             stopped = !update || (may_stop && chain < rule->stop_atol);
-            if (stopped || k + 1 == K) {
-              record->fewest = std::min(record->fewest, k + 1);
-              record->most = std::max(record->most, k + 1);
-            }
+            if (stopped || k + 1 == K) record->evaluations[unit].push_back(k + 1);
             if (!update) continue;  // no update; the final evaluation sees the same iterate
           }
           double d[S] = {};
@@ -187,28 +184,71 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
                                       want_residual, w.adaptive ? &rule : nullptr, w.adaptive ? &record : nullptr);
   };
   std::vector<double> want;
-  if (w.adaptive && w.stop_atol == kChooseThreshold) {
-    // The first threshold, halving from 0.1, that no chain's residual at a decision comes within a
-    // factor 2 of (against roundings of a few ulp of T at the states' size, well apart), and at
-    // which the chains stop after different numbers of evaluations.
-    bool found = false;
-    for (double atol = 0.1; atol > 1e-7 && !found; atol /= 2) {
-      rule.stop_atol = atol;
-      want = host();
-      double max_state = 0.0;
-      for (double v : want) max_state = std::max(max_state, std::fabs(v));
-      const double rounding = kResidualRoundingUlps * std::numeric_limits<T>::epsilon() * max_state;
-      const bool clear = std::none_of(record.decisions.begin(), record.decisions.end(),
-                                      [&](double m) { return m > atol / 2 && m < 2 * atol; });
-      found = clear && atol / 2 > 100 * rounding && record.fewest < record.most;
+  // A chain is ambiguous at a threshold where one of its residuals at a decision lies within 10 %
+  // of it (or within 100 roundings of T at the states' size): there the device, rounding in T,
+  // may decide otherwise. Such a chain's H and counts are not compared (chains are independent).
+  std::vector<bool> ambiguous(static_cast<std::size_t>(B * D), false);
+  const auto mark_ambiguous = [&](double atol) {
+    double max_state = 0.0;
+    for (double v : want) max_state = std::max(max_state, std::fabs(v));
+    const double rounding = kResidualRoundingUlps * std::numeric_limits<T>::epsilon() * max_state;
+    std::int64_t count = 0;
+    for (std::size_t u = 0; u < ambiguous.size(); ++u) {
+      ambiguous[u] = std::any_of(record.decisions[u].begin(), record.decisions[u].end(), [&](double m) {
+        return (m > atol / 1.1 && m < atol * 1.1) || std::fabs(m - atol) <= 100 * rounding;
+      });
+      count += ambiguous[u] ? 1 : 0;
     }
-    ASSERT_TRUE(found) << "no threshold in [1e-7, 0.1] separates this case's decisions";
+    return count;
+  };
+  // Whether the unambiguous chains of some window stopped after different numbers of evaluations.
+  const auto chains_differ = [&] {
+    for (std::int64_t win = 0; win < windows; ++win) {
+      int fewest = std::numeric_limits<int>::max(), most = 0;
+      for (std::size_t u = 0; u < ambiguous.size(); ++u) {
+        if (ambiguous[u]) continue;
+        const int n = record.evaluations[u][static_cast<std::size_t>(win)];
+        fewest = std::min(fewest, n);
+        most = std::max(most, n);
+      }
+      if (fewest < most) return true;
+    }
+    return false;
+  };
+  if (w.adaptive && w.stop_atol == kChooseThreshold) {
+    // Of 60 thresholds spread over the residuals at decisions (those of the run to the cap), the
+    // one with the fewest ambiguous chains at which the others stop after different numbers of
+    // evaluations; at most half the chains ambiguous (Titans' large f32 states widen the rounding).
+    rule.stop_atol = 0.0;
+    (void)host();
+    std::vector<double> all;
+    for (const auto& chain : record.decisions)
+      for (double m : chain)
+        if (m > 0) all.push_back(std::log(m));
+    ASSERT_FALSE(all.empty());
+    std::sort(all.begin(), all.end());
+    double best = 0.0;
+    std::int64_t fewest_ambiguous = std::numeric_limits<std::int64_t>::max();
+    for (int i = 1; i < 60; ++i) {
+      rule.stop_atol = std::exp(all[all.size() * static_cast<std::size_t>(i) / 60]);
+      want = host();
+      const std::int64_t n = mark_ambiguous(rule.stop_atol);
+      if (n < fewest_ambiguous && chains_differ()) {
+        fewest_ambiguous = n;
+        best = rule.stop_atol;
+      }
+    }
+    ASSERT_LE(fewest_ambiguous, B * D / 2) << "no threshold leaves half the chains unambiguous";
+    rule.stop_atol = best;
+    want = host();
+    (void)mark_ambiguous(best);
   } else {
     want = host();
   }
+  const std::int64_t excluded = std::count(ambiguous.begin(), ambiguous.end(), true);
   SCOPED_TRACE(w.adaptive ? "adaptive, minimum " + std::to_string(w.min_iterations) + ", threshold " +
-                                std::to_string(rule.stop_atol) + ", chains ran " + std::to_string(record.fewest) +
-                                " to " + std::to_string(record.most) + " evaluations"
+                                std::to_string(rule.stop_atol) + ", " + std::to_string(excluded) +
+                                " ambiguous chains not compared"
                           : "fixed");
   DeviceBuffer<Bits> d_res(static_cast<std::size_t>(windows * (w.iterations + 1)));
   DeviceBuffer<unsigned int> d_ran(static_cast<std::size_t>(windows));
@@ -228,13 +268,37 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
   std::vector<T> got;
   PARARNN_CUDA_OK(d_H.download(got));
   if (w.adaptive) {
+    // Each window's most evaluations: the host's over its chains where none is ambiguous; else at
+    // least the unambiguous chains' most and at most one beyond every chain's.
     std::vector<unsigned int> ran;
     PARARNN_CUDA_OK(d_ran.download(ran));
-    EXPECT_EQ(ran, record.evaluations) << "each window's most evaluations";
+    ASSERT_EQ(ran.size(), static_cast<std::size_t>(windows));
+    for (std::int64_t win = 0; win < windows; ++win) {
+      int sure = 0, any = 0;
+      for (std::size_t u = 0; u < ambiguous.size(); ++u) {
+        const int n = record.evaluations[u][static_cast<std::size_t>(win)];
+        any = std::max(any, n);
+        if (!ambiguous[u]) sure = std::max(sure, n);
+      }
+      const int got_n = static_cast<int>(ran[static_cast<std::size_t>(win)]);
+      if (excluded == 0) {
+        EXPECT_EQ(got_n, any) << "window " << win << "'s most evaluations";
+      } else {
+        EXPECT_GE(got_n, sure) << "window " << win;
+        EXPECT_LE(got_n, any + 1) << "window " << win;
+      }
+    }
   }
-  std::vector<T> want_t(want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) want_t[i] = static_cast<T>(want[i]);
-  expect_close(want_t, got, kKernelVsHostTau<T>, "H");
+  std::vector<T> want_t, got_t;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const auto unit = static_cast<std::size_t>((static_cast<std::int64_t>(i) / (Tn * S * D)) * D +
+                                               static_cast<std::int64_t>(i) % D);
+    if (ambiguous[unit]) continue;
+    want_t.push_back(static_cast<T>(want[i]));
+    got_t.push_back(got[i]);
+  }
+  expect_close(want_t, got_t, kKernelVsHostTau<T>, "H");
+  if (excluded > 0) return;  // the residual maxima mix the ambiguous chains' evaluations
   std::vector<Bits> bits;
   PARARNN_CUDA_OK(d_res.download(bits));
   // max|F| is computed in T from states of magnitude up to max|H|: F = f(h) − h, with f(h) and h
