@@ -51,10 +51,7 @@ class DenseSolver {
     const std::vector<double> p = cell.dense_chain_parameters();
     params_.assign(p.begin(), p.end());
     wx_ = input_affine<ComputeT>(cell, x, L_);
-    if (options.h0) {
-      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
-      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
-    }
+    h0_ = h0_values<ComputeT>(options);
     offsets_.resize(static_cast<std::size_t>(per_row_ * n_));
     for (std::int64_t q = 0; q < per_row_; ++q)
       for (std::int64_t i = 0; i < n_; ++i)

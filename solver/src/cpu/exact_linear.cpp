@@ -49,10 +49,7 @@ class Rwkv7Solver {
       : cell_(cell), L_(std::move(layout)), heads_(cell.n_heads()), d_(cell.head_dim()) {
     width_ = gate_width(cell);
     wx_ = input_affine<ComputeT>(cell, x, L_);
-    if (options.h0) {
-      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
-      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
-    }
+    h0_ = h0_values<ComputeT>(options);
   }
 
   std::int64_t head_elems() const { return d_ * d_; }

@@ -20,6 +20,15 @@ namespace pararnn::detail {
 // rank, in place (empty: one rank, nothing to do).
 using SumOverRanks = std::function<void(std::span<double>)>;
 
+// The caller's h0 (any strides and floating dtype) as contiguous values in the compute type, in
+// its own element order; empty without one.
+template <class ComputeT>
+std::vector<ComputeT> h0_values(const ApplyOptions& options) {
+  if (!options.h0) return {};
+  const Tensor h0 = Tensor::converted(*options.h0, StorageTraits<ComputeT>::dtype);
+  return std::vector<ComputeT>(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
+}
+
 // W_x x + b of every affine block, [b][t][gate_width(cell)] in the compute type: one GEMM per
 // block and batch row. Blocks land at first_gate times their block width.
 template <class ComputeT>

@@ -43,10 +43,7 @@ class M2rnnSolver {
     const Tensor W = Tensor::converted(cell.parameter("W"), kComputeDType);
     W_.assign(W.data_as<ComputeT>(), W.data_as<ComputeT>() + W.numel());
     wx_ = input_affine<ComputeT>(cell, x, L_);
-    if (options.h0) {
-      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
-      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
-    }
+    h0_ = h0_values<ComputeT>(options);
   }
 
   std::int64_t row_elems() const { return L_.time * L_.d_h; }

@@ -65,10 +65,7 @@ class CpuSolver {
         }
     }
     // Initial states at heads, [row][s][c].
-    if (options.h0) {
-      const Tensor h0 = Tensor::converted(*options.h0, kComputeDType);
-      h0_.assign(h0.data_as<ComputeT>(), h0.data_as<ComputeT>() + h0.numel());
-    }
+    h0_ = h0_values<ComputeT>(options);
   }
 
   // The same inputs (clamped recurrent values, input affines, layout) under another cell math

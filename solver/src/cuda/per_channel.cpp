@@ -410,19 +410,14 @@ namespace {
 // the solve's device (f32 and f64 storage); otherwise into a buffer, stored into `out` after.
 Tensor per_channel_apply(const Cell& cell, const TensorView& x, const TensorView* out, const NewtonConfig& config,
                          const ApplyOptions& options, Layout layout, NewtonStats& stats) {
-  cuda::require_available("newton_apply on the CUDA backend");
-  cuda::require_cuda_cell(cell.kind());
-  cuda::SolveScope scope(x, options);
-  if (out) cuda::check_store_target(*out, "out");
-  const cuda::DeviceInputs inputs(cell, x, options, layout);
-  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
-  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
+  cuda::PerChannelSolve solve(cell, x, options, layout, out, "newton_apply on the CUDA backend", "out");
+  const cuda::DeviceInputs& inputs = solve.inputs();
   const bool in_place =
       out && out->device() == Device::cuda && out->is_contiguous() && out->dtype() == inputs.compute();
   cuda::DeviceBuffer H;
-  if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(solve.elements(), dtype_size(inputs.compute()), "H"), "H");
   void* target = in_place ? out->data() : H.get();
-  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, target, workspace, stats);
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, target, solve.workspace(), stats);
   if (out == nullptr)
     return cuda::download_trajectory(H, inputs.compute(), cell, cell.trajectory_shape(layout.batch, layout.time));
   cuda::store_into(target, inputs.compute(), *out, "out");

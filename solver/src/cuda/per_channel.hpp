@@ -137,6 +137,41 @@ class DeviceInputs {
   DeviceProblem problem_;
 };
 
+// What a per-channel solve on the device sets up first, in this order: the backend and the cell
+// checked (`who` names the entry point), the solve's device and stream for the call (SolveScope),
+// the caller's output view checked (`out`, named `out_name`; null: none), the inputs on the device
+// and a Newton workspace for them.
+class PerChannelSolve {
+ public:
+  PerChannelSolve(const Cell& cell, const TensorView& x, const ApplyOptions& options, const Layout& layout,
+                  const TensorView* out, const char* who, const char* out_name)
+      : checked_(check(cell, who)), scope_(x, options), target_checked_(check_target(out, out_name)),
+        inputs_(cell, x, options, layout),
+        workspace_(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h),
+        elements_(layout.batch * layout.time * cell.slots() * layout.d_h) {}
+
+  const DeviceInputs& inputs() const { return inputs_; }
+  NewtonWorkspace& workspace() { return workspace_; }
+  std::int64_t elements() const { return elements_; }  // B·T·slots·d_h, the trajectory's
+
+ private:
+  static bool check(const Cell& cell, const char* who) {
+    require_available(who);
+    require_cuda_cell(cell.kind());
+    return true;
+  }
+  static bool check_target(const TensorView* out, const char* name) {
+    if (out) check_store_target(*out, name);
+    return true;
+  }
+  bool checked_;
+  SolveScope scope_;
+  bool target_checked_;
+  DeviceInputs inputs_;
+  NewtonWorkspace workspace_;
+  std::int64_t elements_;
+};
+
 // The per-channel row's training (per_channel_training.cpp) and fused windowed launch
 // (windowed.cpp), as backends.hpp's FamilyBackend forward, backward and fused_windows.
 NewtonForward per_channel_forward(const Cell& cell, const TensorView& x, const TensorView* H_out,

@@ -122,16 +122,11 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 // The forward's solve; H returned as a new host tensor (out null) or stored into *out.
 NewtonForward cuda::per_channel_forward(const Cell& cell, const TensorView& x, const TensorView* out,
                                         const NewtonConfig& config, const ApplyOptions& options, Layout layout) {
-  cuda::require_available("newton_forward on the CUDA backend");
-  cuda::require_cuda_cell(cell.kind());
-  cuda::SolveScope scope(x, options);
-  if (out) cuda::check_store_target(*out, "H_out");
-  const cuda::DeviceInputs inputs(cell, x, options, layout);
-  cuda::NewtonWorkspace workspace(cell.kind(), cell.dtype(), layout.batch, layout.time, layout.d_h);
-  const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
-  cuda::DeviceBuffer H(cuda::checked_bytes(n, dtype_size(inputs.compute()), "H"), "H");
+  cuda::PerChannelSolve solve(cell, x, options, layout, out, "newton_forward on the CUDA backend", "H_out");
+  const cuda::DeviceInputs& inputs = solve.inputs();
+  cuda::DeviceBuffer H(cuda::checked_bytes(solve.elements(), dtype_size(inputs.compute()), "H"), "H");
   NewtonForward forward;
-  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, forward.stats);
+  cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), solve.workspace(), forward.stats);
   const Shape shape = cell.trajectory_shape(layout.batch, layout.time);
   if (out)
     cuda::store_into(H.get(), inputs.compute(), *out, "H_out");
