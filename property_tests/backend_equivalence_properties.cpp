@@ -636,8 +636,8 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
 // and at most k_max evaluations, a trajectory within τ of the CPU's window loop and a final
 // residual below residual_atol that equals the host's evaluation of it within τ. A NaN in x
 // (no chain of its window stops below the threshold) keeps the window loop, whose gate raises
-// as the CPU's does; an adaptive solve the auto rule makes sequential keeps the loop of
-// sequential windows.
+// as the CPU's does; an adaptive solve the auto rule makes sequential is the sequential kernel
+// over the whole sequence, bit for bit the unwindowed solve.
 TEST(CudaBackend, WindowedAdaptiveIsOneFusedLaunchWithinTauOfTheCpuWindowLoop) {
   for (const std::string& name : kCells) {
     if (name == "slstm") continue;  // its Picard guess keeps the window loop
@@ -680,7 +680,8 @@ TEST(CudaBackend, WindowedAdaptiveIsOneFusedLaunchWithinTauOfTheCpuWindowLoop) {
   const NewtonConfig config{.window_len = 64};
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, config)), NewtonDivergenceError);
   EXPECT_THROW((void)newton_apply(made.cell, x_nan, on(ScanBackend::cpu, config)), NewtonDivergenceError);
-  // B·d_h at the auto rule's threshold: every window the sequential kernel's answer.
+  // B·d_h at the auto rule's threshold: every window the sequential kernel's answer, which is
+  // that kernel over the whole sequence (one launch), bit for bit the unwindowed solve's.
   const std::int64_t d_h = 4;
   const Cell probe = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = d_h}, DType::f32, 1);
   const std::int64_t rows = (cuda_sequential_min_chains(probe) + d_h - 1) / d_h;
@@ -688,8 +689,9 @@ TEST(CudaBackend, WindowedAdaptiveIsOneFusedLaunchWithinTauOfTheCpuWindowLoop) {
                               .d_h = d_h, .seed = 41};
   const auto wide_made = wide.make();
   NewtonStats seq;
-  (void)newton_apply(wide_made.cell, wide_made.x, on(ScanBackend::cuda, {.window_len = 8}), {}, &seq);
+  const Tensor H_windowed = newton_apply(wide_made.cell, wide_made.x, on(ScanBackend::cuda, {.window_len = 8}), {}, &seq);
   EXPECT_EQ(seq.strategy, SolveStrategy::sequential);
+  EXPECT_TRUE(same_bits(H_windowed, newton_apply(wide_made.cell, wide_made.x, on(ScanBackend::cuda, {}))));
 }
 
 // A CUDA solve runs on the caller's stream (ApplyOptions::cuda_stream): x is written on a

@@ -5,9 +5,10 @@
 //   residual_atol cannot have fired.
 // - Adaptive (max_iters unset, residual_atol set: the default): the driver's adaptive rule decided
 //   on the device per chain and window (the table's K of the whole length as the minimum, k_max
-//   as the cap); taken where every chain stopped below residual_atol with finite residuals. A
-//   window that did not (the loop's fallback) and an adaptive solve the auto rule makes
-//   sequential (B·d_h at its threshold: each window the sequential kernel's) keep the loop.
+//   as the cap); taken where every chain stopped below residual_atol with finite residuals; a
+//   window that did not keeps the loop (its fallback). An adaptive solve the auto rule makes
+//   sequential (B·d_h at its threshold) is the sequential kernel over the whole sequence, the
+//   loop's sequential windows bit for bit.
 #include "cuda/per_channel.hpp"
 
 #include <cuda_runtime_api.h>
@@ -48,20 +49,36 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
   cuda::dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     cuda::dispatch_compute(storage, [&]<class T>() {
       if (window > kernels::windowed_newton_max_window<CellMath, T>()) return;
-      cuda::require_available("newton_apply on the CUDA backend");
-      cuda::SolveScope scope(x, options);
-      if (adaptive && config.allow_sequential && cuda::sequential_is_faster(spec.kind, layout.batch, layout.d_h))
-        return;
-      if (out) cuda::check_store_target(*out, "out");
-      const cuda::DeviceInputs inputs(cell, x, options, layout);
-      const cuda::DeviceProblem& p = inputs.problem();
+      cuda::PerChannelSolve solve(cell, x, options, layout, out, "newton_apply on the CUDA backend", "out");
+      const cuda::DeviceProblem& p = solve.inputs().problem();
       using Bits = typename kernels::WindowedNewtonArgs<T>::Bits;
-      const std::int64_t n = layout.batch * layout.time * cell.slots() * layout.d_h;
       // The launch writes into `out` itself where it can (as cuda_newton_apply_into).
       const bool in_place = out && out->device() == Device::cuda && out->is_contiguous() && out->dtype() == storage;
       cuda::DeviceBuffer H;
-      if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(n, sizeof(T), "H"), "H");
+      if (!in_place) H = cuda::DeviceBuffer(cuda::checked_bytes(solve.elements(), sizeof(T), "H"), "H");
       T* const target = in_place ? static_cast<T*>(out->data()) : H.as<T>();
+      // H into `out` or returned, with the stats.
+      const auto finish = [&](NewtonStats&& s) {
+        stats = std::move(s);
+        if (out) {
+          cuda::store_into(target, storage, *out, "out");
+          result = Tensor();
+        } else {
+          result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
+        }
+      };
+      if (adaptive && config.allow_sequential && cuda::sequential_is_faster(spec.kind, layout.batch, layout.d_h)) {
+        // The auto rule makes every window the sequential kernel's from the previous window's
+        // last state (f32/f64: nothing rounds between windows), which is that kernel over the
+        // whole sequence: one launch, the loop's answer bit for bit.
+        NewtonConfig whole = config;
+        whole.window_len.reset();
+        NewtonStats s;
+        cuda::newton_solve(spec, storage, p, whole, target, solve.workspace(), s);
+        s.k.source = KSource::newton_iters_by_t;  // the loop's per-window K, as below
+        finish(std::move(s));
+        return;
+      }
       const std::int64_t maxima = windows * (K + 1);
       cuda::DeviceBuffer residual(cuda::checked_bytes(maxima, sizeof(Bits), "the windows' residual maxima"),
                                   "the windows' residual maxima");
@@ -132,13 +149,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
         }
       }
       s.max_residual = nan ? std::numeric_limits<double>::quiet_NaN() : worst;
-      stats = std::move(s);
-      if (out) {
-        cuda::store_into(target, storage, *out, "out");
-        result = Tensor();
-      } else {
-        result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
-      }
+      finish(std::move(s));
     });
   });
   return result;
