@@ -334,6 +334,45 @@ int main(int argc, char** argv) {
                                     {"vs_cpu_sequential_max_abs", err},
                                     {"tau_atol", tau.atol},
                                     {"within_tau", err <= tau.atol}};
+      // The same launch with the default configuration's adaptive rule (kernels/windowed_newton.hpp:
+      // the table's K of the whole length the minimum, k_max 16 the cap, residual_atol 1e-5 per
+      // chain), gates precomputed as above; its evaluations per window read back with the maxima.
+      {
+        const NewtonConfig defaults{};
+        const int minimum = static_cast<int>(resolve_newton_iters(defaults, cell.spec(), DType::f32, T).k);
+        const int cap = static_cast<int>(std::max<std::int64_t>(minimum, defaults.k_max));
+        DeviceBuffer d_res_a(static_cast<std::size_t>(windows * (cap + 1)) * sizeof(unsigned int));
+        DeviceBuffer d_ran(static_cast<std::size_t>(windows) * sizeof(unsigned int));
+        std::vector<unsigned int> ran(static_cast<std::size_t>(windows));
+        kernels::WindowedNewtonArgs<float> adaptive_args = args;
+        adaptive_args.residual_max = static_cast<unsigned int*>(d_res_a.get());
+        adaptive_args.evaluations = static_cast<unsigned int*>(d_ran.get());
+        adaptive_args.iterations = cap;
+        adaptive_args.adaptive = true;
+        adaptive_args.min_iterations = minimum;
+        adaptive_args.stop_atol = *resolved_residual_atol(defaults, DType::f32);
+        const double adaptive_ms = median_ms(warmup, runs, [&] {
+          check(cudaMemsetAsync(d_res_a.get(), 0, d_res_a.bytes(), nullptr), "zero the residual maxima");
+          check(cudaMemsetAsync(d_ran.get(), 0, d_ran.bytes(), nullptr), "zero the evaluations");
+          check(kernels::launch_windowed_newton<Gru, float>(adaptive_args, nullptr), "adaptive windowed Newton");
+          check(cudaMemcpyAsync(ran.data(), d_ran.get(), d_ran.bytes(), cudaMemcpyDeviceToHost, nullptr),
+                "read the evaluations");
+        });
+        check(cudaDeviceSynchronize(), "adaptive windowed Newton");
+        const std::vector<float> H_adaptive_launch = download(d_H_window);
+        double adaptive_err = 0;
+        pararnn::bench::walk_gru_chains<float>(wx_host, rec, B, T, D, [&](std::size_t i, double h) {
+          const double d = std::fabs(static_cast<double>(H_adaptive_launch[i]) - h);
+          adaptive_err = std::isnan(d) ? INFINITY : std::max(adaptive_err, d);
+        });
+        row["adaptive_launch"] = {{"ms", adaptive_ms},
+                                  {"minimum_k", minimum},
+                                  {"k_max", cap},
+                                  {"most_evaluations", *std::max_element(ran.begin(), ran.end())},
+                                  {"fewest_evaluations", *std::min_element(ran.begin(), ran.end())},
+                                  {"vs_cpu_sequential_max_abs", adaptive_err},
+                                  {"within_tau", adaptive_err <= tau.atol}};
+      }
       if (window == 512) {
         // The public entry point on device x with this window_len: input GEMM, the launch, the
         // residual gate, H into a device view.
