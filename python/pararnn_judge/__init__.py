@@ -164,10 +164,17 @@ def _torch_cuda(array):
     return (type(array).__module__.split(".")[0] == "torch" and getattr(array, "is_cuda", False))
 
 
-def _torch_stream(*arrays):
-    """The handle of torch's current CUDA stream on the device of the first torch CUDA array
-    (None without one): the solve runs on it (C++ ApplyOptions::cuda_stream), after the work
-    torch queued there on these arrays' memory, and the call returns when it is done."""
+def _cuda_stream(stream, *arrays):
+    """The CUDA stream a call runs on (C++ ApplyOptions::cuda_stream), as an integer handle: the
+    caller's `stream` (e.g. cupy.cuda.get_current_stream().ptr; 0 the legacy default stream),
+    else torch's current stream on the device of the first torch CUDA array, else None (the
+    backend's per-thread default stream). The solve is queued after the work already on it, and
+    the call returns when it is done."""
+    if stream is not None:
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+            raise ContractViolation(f"stream: must be a CUDA stream's integer handle (>= 0; e.g. torch's "
+                                    f".cuda_stream, CuPy's .ptr) or None (got {stream!r})")
+        return stream
     for array in arrays:
         if _torch_cuda(array):
             import torch
@@ -182,23 +189,26 @@ def _torch_cuda_like(cell, x, shape):
 
 
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
-                 return_stats=False, coords="native", out=None):
+                 return_stats=False, coords="native", out=None, stream=None):
     """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
     A torch CUDA x gives a CUDA H on x's device, solved into it without a host copy (the C++
     newton_apply_into); `out` (any array speaking DLPack, the trajectory's shape and the cell's
     dtype, host or the solve's device) is written instead and returned. coords="log": ParaSLSTM
-    (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way."""
+    (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way.
+    `stream`: the CUDA stream's integer handle to run on (default: torch's current stream for
+    torch CUDA arrays)."""
     native = _native(cell)
+    stream = _cuda_stream(stream, out, x, h0)
     if out is None and _torch_cuda(x) and x.dim() >= 2:
         out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     if out is not None:
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                            backend, max_iters, coords, stream=_torch_stream(out, x))
+                                            backend, max_iters, coords, stream=stream)
         return (out, stats) if return_stats else out
     H, stats = _pararnn._newton_apply(native, _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords,
-                                      stream=_torch_stream(x, h0))
+                                      stream=stream)
     H = _like(x, H)
     return (H, stats) if return_stats else H
 
@@ -224,22 +234,24 @@ class Forward:
 
 
 def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
-                   H_out=None):
+                   H_out=None, stream=None):
     """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
     stats) that keeps what newton_backward reads, unless recompute=True (then the backward
     solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
     it (newton_forward_into); `H_out` (any DLPack array, the trajectory's shape and the cell's
-    dtype; C++ newton_forward_into's name) is written instead. Returns a Forward."""
+    dtype; C++ newton_forward_into's name) is written instead; `stream` as newton_apply's.
+    Returns a Forward."""
     native = _native(cell)
+    stream = _cuda_stream(stream, H_out, x, h0)
     if H_out is None and _torch_cuda(x) and x.dim() >= 2:
         H_out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                          backend, max_iters, bool(recompute), stream=_torch_stream(H_out, x, h0))
+                                          backend, max_iters, bool(recompute), stream=stream)
     return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens)
 
 
-def newton_backward(forward, grad_H, *, grad_x=None):
+def newton_backward(forward, grad_H, *, grad_x=None, stream=None):
     """The gradients of L = sum(grad_H * H) at the forward's converged trajectory (C++
     newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
     "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
@@ -247,7 +259,7 @@ def newton_backward(forward, grad_H, *, grad_x=None):
     device, computed into it, and "h0" and "parameters" on x's device too (what an optimizer of
     the module's CUDA parameters expects; they cross as O(parameters) bytes); `grad_x` (any
     DLPack array of x's shape and the cell's dtype) is written instead and returned as "x".
-    grad_H may have any floating dtype and strides."""
+    grad_H may have any floating dtype and strides; `stream` as newton_apply's."""
     if not isinstance(forward, Forward):
         raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
                                 f"(got {type(forward).__name__})")
@@ -258,7 +270,7 @@ def newton_backward(forward, grad_H, *, grad_x=None):
                                       _dlpack_source(grad_H, "grad_H"), _dlpack_source(grad_x, "grad_x"),
                                       _dlpack_source(forward.h0, "h0"),
                                       _dlpack_source(forward.cu_seqlens, "cu_seqlens"),
-                                      stream=_torch_stream(grad_x, grad_H, x))
+                                      stream=_cuda_stream(stream, grad_x, grad_H, x))
     return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
             "h0": None if grads["h0"] is None else _on_device_of(x, grads["h0"]),
             "parameters": {name: _on_device_of(x, g) for name, g in grads["parameters"].items()}}

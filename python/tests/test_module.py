@@ -148,6 +148,17 @@ class Training(unittest.TestCase):
             pararnn.newton_backward(forward, self.g, grad_x=np.zeros(self.x.shape, dtype=np.float64))
         with self.assertRaisesRegex(pararnn.ContractViolation, "^H_out: must have the shape"):
             pararnn.newton_forward(self.cell, self.x, H_out=np.zeros((2, 47, 16), dtype=np.float32))
+        # A stream is a CUDA stream's integer handle, refused otherwise before any work; on host
+        # arrays and the CPU backend a valid one changes nothing.
+        for stream in (-1, 1.5, "0", True):
+            with self.assertRaisesRegex(pararnn.ContractViolation, "^stream: must be a CUDA stream's integer handle"):
+                pararnn.newton_apply(self.cell, self.x, stream=stream)
+            with self.assertRaisesRegex(pararnn.ContractViolation, "^stream: must be a CUDA stream's integer handle"):
+                pararnn.newton_forward(self.cell, self.x, stream=stream)
+            with self.assertRaisesRegex(pararnn.ContractViolation, "^stream: must be a CUDA stream's integer handle"):
+                pararnn.newton_backward(forward, self.g, stream=stream)
+        self.assertTrue(np.array_equal(pararnn.newton_apply(self.cell, self.x, backend="cpu", stream=0),
+                                       pararnn.newton_apply(self.cell, self.x, backend="cpu")))
 
 
 class VerdictsAreTheCLIs(unittest.TestCase):

@@ -129,6 +129,16 @@ class TorchTraining(unittest.TestCase):
         self.assertTrue(torch.equal(H, expected))
         self.assertTrue(torch.equal(forward.H, expected_forward.H))
         self.assertTrue(torch.equal(grads["x"], expected_grads["x"]))
+        # Named by `stream` (as a CuPy user passes cupy.cuda.get_current_stream().ptr) while torch's
+        # current stream is the default one: the same.
+        late.fill_(float("nan"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)
+            late.copy_(x)
+        H_named = judge.newton_apply(gru(), late, stream=side.cuda_stream)
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(H_named, expected))
 
 
 class TorchGradientsAreJudged(unittest.TestCase):
