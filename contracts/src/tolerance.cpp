@@ -200,9 +200,14 @@ Tolerance oracle_band(OracleBand band) {
 UlpBand kernel_band(KernelBand band) {
   switch (band) {
     case KernelBand::residual_rounding:
-      return {4.0, "F = f(h) - h rounds its two terms to T: f(h) carries its last operations' roundings (up to 3 "
+      return {4.0, 0.0, "F = f(h) - h rounds its two terms to T: f(h) carries its last operations' roundings (up to 3 "
                    "ulp of max|H|), h its own (1 ulp); Titans' unsquashed f32 memory reaches 2^14, where F steps "
                    "by 2^-9 (windowed kernel tests, 2026-12-06)"};
+    case KernelBand::stop_decision:
+      return {100.0, 0.1,
+              "a chain's max|F| over a window in T and in double differ by the residual's rounding and the "
+              "trajectories' own gap (both far below 100 ulp of max|H| and 10 % of a threshold above them), so "
+              "a value outside that distance of the threshold is decided alike on both sides"};
   }
   return {};
 }

@@ -35,6 +35,9 @@ inline const double kKernelVsHostTau =
 // same residual in double by the rounding of its two terms to T: the contract table's kernel band
 // (KernelBand::residual_rounding), in ulp of M.
 inline const double kResidualRoundingUlps = kernel_band(KernelBand::residual_rounding).ulps;
+// How near the adaptive stop's threshold a chain's residual leaves its decision open (the
+// contract table's KernelBand::stop_decision): within `relative` of it or `ulps` of T at max|H|.
+inline const UlpBand kStopDecisionBand = kernel_band(KernelBand::stop_decision);
 
 // The longest T at which two f32 evaluations of the cell's sequential loop (host libm, device
 // libm) are expected to stay within τ: sLSTM's (c, n) grow with T and its long-T f32 loops

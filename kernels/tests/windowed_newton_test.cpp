@@ -184,18 +184,19 @@ void expect_windowed_equals_host(const WindowedCase& w, std::uint64_t seed) {
                                       want_residual, w.adaptive ? &rule : nullptr, w.adaptive ? &record : nullptr);
   };
   std::vector<double> want;
-  // A chain is ambiguous at a threshold where one of its residuals at a decision lies within 10 %
-  // of it (or within 100 roundings of T at the states' size): there the device, rounding in T,
-  // may decide otherwise. Such a chain's H and counts are not compared (chains are independent).
+  // A chain is ambiguous at a threshold where one of its residuals at a decision lies within the
+  // contract table's stop_decision band of it (a fraction of it, or ulps of T at the states'
+  // size): there the device, rounding in T, may decide otherwise. Such a chain's H and counts are
+  // not compared (chains are independent).
   std::vector<bool> ambiguous(static_cast<std::size_t>(B * D), false);
   const auto mark_ambiguous = [&](double atol) {
     double max_state = 0.0;
     for (double v : want) max_state = std::max(max_state, std::fabs(v));
-    const double rounding = kResidualRoundingUlps * std::numeric_limits<T>::epsilon() * max_state;
+    const double rounding = kStopDecisionBand.ulps * std::numeric_limits<T>::epsilon() * max_state;
     std::int64_t count = 0;
     for (std::size_t u = 0; u < ambiguous.size(); ++u) {
       ambiguous[u] = std::any_of(record.decisions[u].begin(), record.decisions[u].end(), [&](double m) {
-        return (m > atol / 1.1 && m < atol * 1.1) || std::fabs(m - atol) <= 100 * rounding;
+        return std::fabs(m - atol) <= std::max(kStopDecisionBand.relative * atol, rounding);
       });
       count += ambiguous[u] ? 1 : 0;
     }

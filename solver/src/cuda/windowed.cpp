@@ -67,7 +67,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
           result = cuda::download_trajectory(H, storage, cell, cell.trajectory_shape(layout.batch, layout.time));
         }
       };
-      if (adaptive && config.allow_sequential && cuda::sequential_is_faster(spec.kind, layout.batch, layout.d_h)) {
+      if (adaptive && config.allow_sequential && solve.workspace().sequential) {  // the auto rule's answer
         // The auto rule makes every window the sequential kernel's from the previous window's
         // last state (f32/f64: nothing rounds between windows), which is that kernel over the
         // whole sequence: one launch, the loop's answer bit for bit.

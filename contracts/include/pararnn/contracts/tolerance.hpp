@@ -95,9 +95,11 @@ Tolerance oracle_band(OracleBand band);
 // its count comes from; none is a product claim.
 enum class KernelBand {
   residual_rounding,  // a residual F = f(h) − h in T vs in double, per unit of max|H|
+  stop_decision,      // how near the adaptive stop's threshold a residual in T may decide otherwise
 };
 struct UlpBand {
-  double ulps = 0.0;
+  double ulps = 0.0;      // ulp of T at the magnitude measured
+  double relative = 0.0;  // and a fraction of the value compared against, where the band has one
   std::string source;
 };
 UlpBand kernel_band(KernelBand band);
