@@ -400,6 +400,108 @@ TEST(CudaBackend, SolvesKeepTheirTemporariesPooledUntilReleased) {
   EXPECT_THROW((void)cuda_cached_memory(-1), ContractViolation);
 }
 
+// A caller's DeviceAllocator (ApplyOptions::cuda_allocator, torch's caching allocator from
+// Python) serves every device buffer of a solve and of a training step: the backend's pool
+// grows by nothing, the allocator's live bytes are what the forward keeps for its backward
+// (NewtonForward::saved_bytes) between the calls and nothing after the forward is dropped, and
+// the results are bit for bit those of the backend's own pool. For every family: the per-channel
+// cells, a dense one, RWKV-7 and M²RNN.
+struct CountingAllocator {
+  std::int64_t allocations = 0, frees = 0;
+  std::int64_t live = 0;  // bytes
+  std::shared_ptr<const DeviceAllocator> make() {
+    auto a = std::make_shared<DeviceAllocator>();
+    a->name = "counting cudaMallocAsync";
+    a->allocate = [this](std::size_t bytes, int, void* stream) -> void* {
+      void* p = nullptr;
+      if (cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)) != cudaSuccess) return nullptr;
+      ++allocations;
+      live += static_cast<std::int64_t>(bytes);
+      return p;
+    };
+    a->deallocate = [this](void* p, std::size_t bytes, int, void* stream) {
+      (void)cudaFreeAsync(p, static_cast<cudaStream_t>(stream));
+      ++frees;
+      live -= static_cast<std::int64_t>(bytes);
+    };
+    return a;
+  }
+};
+
+void expect_every_buffer_from_the_callers_allocator(const Cell& cell, const Tensor& x) {
+  const DeviceCopy x_device(x);
+  const NewtonConfig config = on(ScanBackend::cuda, {});
+  const Tensor expected = newton_apply(cell, x_device.view_like(x), config);
+  const Tensor g = Tensor::converted(expected, DType::f64);
+  const NewtonGradients expected_grads =
+      newton_backward(cell, x_device.view_like(x), newton_forward(cell, x_device.view_like(x), config), g, config);
+  cuda_release_cached_memory(0);
+  CountingAllocator counting;
+  const ApplyOptions options{.cuda_allocator = counting.make()};
+  EXPECT_TRUE(same_bits(newton_apply(cell, x_device.view_like(x), config, options), expected));
+  EXPECT_GT(counting.allocations, 0);
+  EXPECT_EQ(counting.live, 0) << "a solve's temporaries are all freed through the allocator";
+  {
+    const NewtonForward forward = newton_forward(cell, x_device.view_like(x), config, options);
+    EXPECT_TRUE(same_bits(forward.H, expected));
+    EXPECT_EQ(static_cast<std::size_t>(counting.live), forward.saved_bytes())
+        << "between forward and backward the allocator holds what the forward keeps";
+    const NewtonGradients grads = newton_backward(cell, x_device.view_like(x), forward, g, config, options);
+    EXPECT_TRUE(same_bits(grads.x, expected_grads.x));
+    for (const auto& [name, grad] : expected_grads.parameters)
+      EXPECT_TRUE(same_bits(grads.parameters.at(name), grad)) << name;
+  }
+  EXPECT_EQ(counting.live, 0) << "the forward's saved trajectory went back through the allocator";
+  EXPECT_EQ(counting.allocations, counting.frees);
+  EXPECT_EQ(cuda_cached_memory(0), 0u) << "the backend's own pool took nothing";
+}
+
+TEST(CudaBackend, EveryBufferOfATrainingStepComesFromTheCallersAllocator) {
+  for (const std::string& label : testing::kPerChannelCellLabels) {
+    SCOPED_TRACE(label);
+    const CellOptions variant = testing::label_options(label);
+    const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = DType::f32, .batch = 2,
+                             .time = 300, .d_in = 5, .d_h = 8, .seed = 57};
+    expect_every_buffer_from_the_callers_allocator(p.make_cell(), p.make_input());
+  }
+  for (const testing::DenseVariant& variant : testing::kDenseVariants) {
+    SCOPED_TRACE(variant.name);
+    const Cell cell = Cell::initialise(testing::dense_variant_options(variant, 5), DType::f32, 57);
+    const Tensor x =
+        GeneratedProblem{.cell = variant.cell, .dtype = DType::f32, .batch = 2, .time = 300, .d_in = 5, .seed = 57}
+            .make_input();
+    expect_every_buffer_from_the_callers_allocator(cell, x);
+  }
+}
+
+// An allocator that cannot allocate is named, with the bytes and what they were for, and the
+// solve throws (never a result); the next solve without it runs.
+TEST(CudaBackend, AnAllocatorThatFailsIsNamedWithTheBytes) {
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 64, .d_in = 5, .d_h = 8, .seed = 58};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const DeviceCopy x_device(x);
+  for (const bool throws : {false, true}) {
+    auto failing = std::make_shared<DeviceAllocator>();
+    failing->name = "an empty allocator";
+    failing->allocate = [throws](std::size_t, int, void*) -> void* {
+      if (throws) throw std::runtime_error("out of memory (simulated)");
+      return nullptr;
+    };
+    failing->deallocate = [](void*, std::size_t, int, void*) { ADD_FAILURE() << "nothing was allocated"; };
+    try {
+      (void)newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda), {.cuda_allocator = failing});
+      ADD_FAILURE() << "a solve without memory returned";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'an empty allocator'"), std::string::npos) << what;
+      EXPECT_NE(what.find(" bytes for "), std::string::npos) << what;
+      if (throws) EXPECT_NE(what.find("simulated"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW((void)newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda)));
+}
+
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡
 // contiguous is bitwise only if a solve repeats). The H200 nightly of 2026-12-02 found cfc,
 // cfc diag_h and slstm repeating only within τ: the single-pass scan's look-back then composed

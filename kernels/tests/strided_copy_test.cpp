@@ -153,6 +153,24 @@ TEST(StridedStoreKernel, ScattersIntoEveryViewRoundingAsTheHost) {
   }
 }
 
+// A row-major contiguous destination (the launcher's path without index arithmetic): the same
+// bits as the host scatter, at sizes that end inside a tile and over many tiles,
+// with unit dimensions of any stride (they do not make a view strided).
+TEST(StridedStoreKernel, ContiguousDestinationsRoundAsTheHost) {
+  const std::uint64_t seed = test_seed(20261206);
+  const View one{1, {1}, {1}, 0};
+  const View partial_tile{3, {2, 7, 73}, {7 * 73, 73, 1}, 3};
+  const View unit_dims{4, {3, 1, 1000, 1}, {1000, 5, 1, 9}, 0};
+  const View many_tiles{2, {9, 4099}, {4099, 1}, 0};
+  for (const View& v : {one, partial_tile, unit_dims, many_tiles}) {
+    const std::size_t elements = static_cast<std::size_t>(v.origin + v.shape[0] * v.strides[0]) + 8;
+    expect_store_matches_host<float>(StoreType::f32, v, elements, seed);
+    expect_store_matches_host<double>(StoreType::f64, v, elements, seed + 1);
+    expect_store_matches_host<__half>(StoreType::f16, v, elements, seed + 2);
+    expect_store_matches_host<__nv_bfloat16>(StoreType::bf16, v, elements, seed + 3);
+  }
+}
+
 TEST(StridedStoreLauncher, RefusesDoubleRoundingAndBadArguments) {
   float src = 1.0f;
   double dst64 = 0.0;

@@ -29,7 +29,8 @@ from ._pararnn import (AgreementError, AgreementReport, CaseFileError, Certifica
 __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_apply",
            "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "diagnose", "predicted_k_from_trajectory", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
-           "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory"]
+           "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory",
+           "cuda_transfers", "torch_allocator"]
 
 
 def _argument_string(value):
@@ -89,6 +90,23 @@ def _on_device_of(reference, array):
     if _torch_cuda(reference):
         return result.to(reference.device)
     return result
+
+
+def _all_on_device_of(reference, arrays):
+    """{key: small result} like _on_device_of, the results of one dtype crossing to a torch CUDA
+    reference's device in one packed copy (one transfer instead of one per array)."""
+    results = {key: _like(reference, array) for key, array in arrays.items()}
+    if not _torch_cuda(reference) or not results:
+        return results
+    import torch
+    by_dtype = {}
+    for key, value in results.items():
+        by_dtype.setdefault(value.dtype, []).append(key)
+    for keys in by_dtype.values():
+        flat = torch.cat([results[k].reshape(-1) for k in keys]).to(reference.device)
+        for key, part in zip(keys, flat.split([results[k].numel() for k in keys])):
+            results[key] = part.view(results[key].shape)
+    return results
 
 
 class Cell:
@@ -182,6 +200,46 @@ def _cuda_stream(stream, *arrays):
     return None
 
 
+_TORCH_ALLOCATOR = None
+
+
+def torch_allocator():
+    """The CUDA backend's device memory from torch's caching allocator (C++ DeviceAllocator):
+    every buffer of a solve, forward or backward is a block of torch's cache, allocated on the
+    solve's stream, so the two never starve each other and torch.cuda.memory_allocated() counts
+    ours. Made once, when first asked for."""
+    global _TORCH_ALLOCATOR
+    if _TORCH_ALLOCATOR is None:
+        import torch
+        # The backend has made the solve's device current; torch's raw entry points take the
+        # stream as an integer handle (the public caching_allocator_alloc is the same call
+        # behind a device guard and argument checks).
+        raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+        raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+        if raw_alloc is None or raw_delete is None:
+            def raw_alloc(nbytes, stream):
+                return torch.cuda.caching_allocator_alloc(nbytes, torch.cuda.current_device(), stream)
+            raw_delete = torch.cuda.caching_allocator_delete
+        _TORCH_ALLOCATOR = _pararnn._python_allocator(
+            "torch.cuda.caching_allocator", lambda nbytes, device, stream: raw_alloc(nbytes, stream), raw_delete)
+    return _TORCH_ALLOCATOR
+
+
+def _allocator(allocator, *arrays):
+    """The device memory of a call: "torch" (torch_allocator), "backend" (the CUDA backend's own
+    pool), "auto": torch's where any array is a torch CUDA tensor, else the backend's; or an
+    allocator made by _pararnn._python_allocator(name, allocate, free)."""
+    if isinstance(allocator, _pararnn._Allocator):
+        return allocator
+    if allocator == "auto":
+        allocator = "torch" if any(_torch_cuda(a) for a in arrays) else "backend"
+    if allocator == "torch":
+        return torch_allocator()
+    if allocator == "backend":
+        return None
+    raise ContractViolation(f"allocator: must be 'auto', 'torch' or 'backend' (got {allocator!r})")
+
+
 def _torch_cuda_like(cell, x, shape):
     """A new torch CUDA tensor of `shape` and the cell's dtype on x's device."""
     import torch
@@ -189,26 +247,28 @@ def _torch_cuda_like(cell, x, shape):
 
 
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
-                 return_stats=False, coords="native", out=None, stream=None):
+                 return_stats=False, coords="native", out=None, stream=None, allocator="auto"):
     """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
     A torch CUDA x gives a CUDA H on x's device, solved into it without a host copy (the C++
     newton_apply_into); `out` (any array speaking DLPack, the trajectory's shape and the cell's
     dtype, host or the solve's device) is written instead and returned. coords="log": ParaSLSTM
     (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way.
     `stream`: the CUDA stream's integer handle to run on (default: torch's current stream for
-    torch CUDA arrays)."""
+    torch CUDA arrays); `allocator`: where its device memory comes from ("auto": torch's caching
+    allocator for torch CUDA arrays, else the backend's pool; "torch"; "backend")."""
     native = _native(cell)
     stream = _cuda_stream(stream, out, x, h0)
+    memory = _allocator(allocator, out, x, h0)
     if out is None and _torch_cuda(x) and x.dim() >= 2:
         out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     if out is not None:
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                            backend, max_iters, coords, stream=stream)
+                                            backend, max_iters, coords, stream=stream, allocator=memory)
         return (out, stats) if return_stats else out
     H, stats = _pararnn._newton_apply(native, _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords,
-                                      stream=stream)
+                                      stream=stream, allocator=memory)
     H = _like(x, H)
     return (H, stats) if return_stats else H
 
@@ -221,10 +281,11 @@ class Forward:
     cell, x, h0 and cu_seqlens it was called with, by reference (the backward reads them again;
     changing their values in place between the two calls is not detected)."""
 
-    def __init__(self, native, H, cell, x, h0, cu_seqlens):
+    def __init__(self, native, H, cell, x, h0, cu_seqlens, allocator=None):
         self._native = native
         self.H = H
         self.cell, self.x, self.h0, self.cu_seqlens = cell, x, h0, cu_seqlens
+        self._allocator = allocator  # the forward's device memory, the backward's default
 
     stats = property(lambda self: self._native.stats)
     saved_bytes = property(lambda self: self._native.saved_bytes)
@@ -234,24 +295,27 @@ class Forward:
 
 
 def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
-                   H_out=None, stream=None):
+                   H_out=None, stream=None, allocator="auto"):
     """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
     stats) that keeps what newton_backward reads, unless recompute=True (then the backward
     solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
     it (newton_forward_into); `H_out` (any DLPack array, the trajectory's shape and the cell's
-    dtype; C++ newton_forward_into's name) is written instead; `stream` as newton_apply's.
+    dtype; C++ newton_forward_into's name) is written instead; `stream` and `allocator` as
+    newton_apply's (what the forward keeps for the backward comes from that allocator too).
     Returns a Forward."""
     native = _native(cell)
     stream = _cuda_stream(stream, H_out, x, h0)
+    memory = _allocator(allocator, H_out, x, h0)
     if H_out is None and _torch_cuda(x) and x.dim() >= 2:
         H_out = _torch_cuda_like(cell, x, native._trajectory_shape(x.shape[0], x.shape[1]))
     H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                          backend, max_iters, bool(recompute), stream=stream)
-    return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens)
+                                          backend, max_iters, bool(recompute), stream=stream,
+                                          allocator=memory)
+    return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens, memory)
 
 
-def newton_backward(forward, grad_H, *, grad_x=None, stream=None):
+def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None):
     """The gradients of L = sum(grad_H * H) at the forward's converged trajectory (C++
     newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
     "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
@@ -259,7 +323,8 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None):
     device, computed into it, and "h0" and "parameters" on x's device too (what an optimizer of
     the module's CUDA parameters expects; they cross as O(parameters) bytes); `grad_x` (any
     DLPack array of x's shape and the cell's dtype) is written instead and returned as "x".
-    grad_H may have any floating dtype and strides; `stream` as newton_apply's."""
+    grad_H may have any floating dtype and strides; `stream` as newton_apply's; `allocator` as
+    newton_apply's, default (None) the forward's."""
     if not isinstance(forward, Forward):
         raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
                                 f"(got {type(forward).__name__})")
@@ -270,10 +335,16 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None):
                                       _dlpack_source(grad_H, "grad_H"), _dlpack_source(grad_x, "grad_x"),
                                       _dlpack_source(forward.h0, "h0"),
                                       _dlpack_source(forward.cu_seqlens, "cu_seqlens"),
-                                      stream=_cuda_stream(stream, grad_x, grad_H, x))
+                                      stream=_cuda_stream(stream, grad_x, grad_H, x),
+                                      allocator=forward._allocator if allocator is None
+                                      else _allocator(allocator, grad_x, grad_H, x))
+    small = dict(grads["parameters"])
+    if grads["h0"] is not None:
+        small[None] = grads["h0"]
+    small = _all_on_device_of(x, small)
     return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
-            "h0": None if grads["h0"] is None else _on_device_of(x, grads["h0"]),
-            "parameters": {name: _on_device_of(x, g) for name, g in grads["parameters"].items()}}
+            "h0": small.pop(None, None),
+            "parameters": small}
 
 
 def cuda_release_cached_memory(device=0):
@@ -285,6 +356,14 @@ def cuda_release_cached_memory(device=0):
 def cuda_cached_memory(device=0):
     """The bytes the CUDA backend's pool keeps on `device` beyond its live buffers."""
     return _pararnn._cuda_cached_memory(device)
+
+
+def cuda_transfers():
+    """The CUDA backend's counters since the process started (C++ cuda_transfer_bytes), a dict:
+    "to_device" and "to_host" (bytes), "host_reads" (device-to-host copies, each a wait) and
+    "stream_syncs" (every wait of the host for a stream, host reads included). Compare two
+    readings around a call to count what it moved and how often it waited."""
+    return _pararnn._cuda_transfers()
 
 
 def sequential_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto"):

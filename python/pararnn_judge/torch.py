@@ -9,7 +9,8 @@ cell in one call, reading it exactly as the case file would be read (``case_from
 carries n_heads); ``compare_training(cell, x, **kw)`` runs the cell's own forward and torch
 autograd and judges both H and the gradients. ``newton_apply(cell, x, h0=, cu_seqlens=, **config)``
 trains a live cell with our solver: H carries an autograd node whose backward is our implicit
-adjoint. torch is imported only when a function here runs.
+adjoint; its device memory comes from torch's caching allocator (pararnn_judge.torch_allocator).
+torch is imported only when a function here runs.
 
 Guarantees: the same cell gives the same problem through ``dump_case`` + ``pararnn verify`` and
 through ``verify`` (both build one metadata map, ``case_metadata``); a constructor argument that
@@ -130,6 +131,58 @@ def cell_of(cell, **constructor_args):
     return _pararnn.Cell.from_state_dict(name, cell.state_dict(), **meta)
 
 
+# The structure of each live module read so far (weak: it goes with the module): the key its
+# state_dict had then (names, storage, shapes, dtypes, devices, constructor arguments) and the
+# Cell read from it.
+_STRUCTURES = None
+
+
+def _structure_key(items, constructor_args):
+    return (tuple((name, t.data_ptr(), tuple(t.shape), t.dtype, str(t.device)) for name, t in items),
+            tuple(sorted((k, repr(v)) for k, v in constructor_args.items())))
+
+
+def live_cell(cell, **constructor_args):
+    """The pararnn_judge.Cell of a live module with its parameters' values as they are now, for a
+    solve on every call (newton_apply). The first call (and any call after the module's
+    state_dict changed structure: a tensor replaced, reshaped, moved or retyped, or other
+    constructor arguments) reads the module as ``cell_of`` does, checks included; the others keep
+    that reading and take the values alone: every tensor of the state_dict, whatever changed it
+    (an optimizer step, ``p.data`` writes), crosses to the host in one packed copy (O(parameters)
+    bytes, one wait for the stream; the parameters' per-channel values and the clamp are computed
+    on the host), so a value is never stale."""
+    global _STRUCTURES
+    import weakref
+    if _STRUCTURES is None:
+        _STRUCTURES = weakref.WeakKeyDictionary()
+    items = list(cell.state_dict(keep_vars=True).items())
+    key = _structure_key(items, constructor_args)
+    known = _STRUCTURES.get(cell)
+    if known is None or known[0] != key:
+        judge_cell = cell_of(cell, **constructor_args)
+        _STRUCTURES[cell] = (key, judge_cell)
+        return judge_cell
+    return _pararnn.Cell(_pararnn._pararnn._cell_with_parameters(known[1]._native, _host_values(items)))
+
+
+def _host_values(items):
+    """{name: host tensor} of (name, tensor) pairs: the tensors of one dtype and device packed into
+    one contiguous copy to the host, then split (one transfer, not one per tensor)."""
+    import torch
+    out, groups = {}, {}
+    for name, t in items:
+        t = t.detach()
+        if t.is_cuda:
+            groups.setdefault((t.dtype, t.device), []).append((name, t))
+        else:
+            out[name] = t.contiguous()
+    for members in groups.values():
+        flat = torch.cat([t.reshape(-1) for _, t in members]).cpu()
+        for (name, t), part in zip(members, flat.split([t.numel() for _, t in members])):
+            out[name] = part.view(t.shape)
+    return out
+
+
 _CONSTRUCTOR_KEYS = {key for keys in ARGUMENTS.values() for key in keys}
 
 
@@ -183,16 +236,18 @@ def compare_training(cell, x, *, h0=None, cu_seqlens=None, grad_H=None, config=N
                             gradients=gradients, grad_H=None if grad_H is None else _host(grad_H), **options)
 
 
-_SOLVE_KEYS = ("backend", "max_iters", "recompute")
+_SOLVE_KEYS = ("backend", "max_iters", "recompute", "allocator")
 
 
 def newton_apply(cell, x, h0=None, cu_seqlens=None, **kw):
     """The parallel Newton trajectory H of a live pararnn-torch cell on x, differentiable like any
     torch op: H.backward() (or any loss of H) runs our implicit adjoint (pararnn_judge.newton_forward
     / newton_backward on x's device) and accumulates into the module's parameters' ``.grad`` and
-    into x and h0 where they require grad, each on its own device and dtype. The cell is read
-    (``cell_of``: its state_dict as a case) at every call, so an optimizer's update is seen by the
-    next call. Keywords: ``backend``, ``max_iters``, ``recompute`` (newton_forward's) and the
+    into x and h0 where they require grad, each on its own device and dtype. The cell's values are
+    read at every call (``live_cell``: its structure once, its values in one packed copy), so an
+    optimizer's update is seen by the next call. Device memory comes from torch's caching
+    allocator for CUDA tensors (``allocator="torch"``), so torch.cuda.memory_allocated() counts it
+    and the two never starve each other. Keywords: ``backend``, ``max_iters``, ``recompute`` (newton_forward's) and the
     cell's constructor arguments (``max_recurrent_norm=...``, as ``cell_of`` takes them);
     anything else is refused by name. Example::
 
@@ -225,7 +280,7 @@ def _newton_apply_function(torch):
     class NewtonApply(torch.autograd.Function):
         @staticmethod
         def forward(ctx, cell, constructor, options, names, x, h0, cu_seqlens, *parameters):
-            judge_cell = cell_of(cell, **constructor)
+            judge_cell = live_cell(cell, **constructor)
             forward = _pararnn.newton_forward(judge_cell, x.detach(), h0=None if h0 is None else h0.detach(),
                                               cu_seqlens=cu_seqlens, **options)
             ctx.forward, ctx.names = forward, names

@@ -81,13 +81,66 @@ std::optional<TensorView> optional_view(const std::optional<AnyArray>& array, co
   return view_of(*array, argument);
 }
 
+// A DeviceAllocator whose memory comes from two Python callables: `allocate(bytes, device,
+// stream) -> int` (the address) and `free(address)`, e.g. torch's caching allocator
+// (pararnn_judge.torch passes torch.cuda.caching_allocator_alloc / _delete). They are called with
+// the GIL held (the solve releases it while it runs); a Python exception in `allocate` (torch's
+// OutOfMemoryError) becomes the backend's Error naming the allocator and the bytes; one in `free`
+// is reported as unraisable. After the interpreter has finalised, memory is left to the process.
+struct PyAllocator {
+  std::shared_ptr<const DeviceAllocator> allocator;
+};
+
+PyAllocator python_allocator(const std::string& name, nb::callable allocate, nb::callable free) {
+  // The callables are released with the GIL held, whichever thread drops the last share.
+  struct Callables {
+    nb::object allocate, free;
+    ~Callables() {
+      if (!Py_IsInitialized()) {
+        (void)allocate.release();
+        (void)free.release();
+        return;
+      }
+      nb::gil_scoped_acquire gil;
+      allocate.reset();
+      free.reset();
+    }
+  };
+  auto callables = std::make_shared<Callables>(Callables{std::move(allocate), std::move(free)});
+  auto a = std::make_shared<DeviceAllocator>();
+  a->name = name;
+  a->allocate = [callables](std::size_t bytes, int device, void* stream) -> void* {
+    nb::gil_scoped_acquire gil;
+    try {
+      const nb::object address = callables->allocate(bytes, device, reinterpret_cast<std::uintptr_t>(stream));
+      return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(address));
+    } catch (const nb::python_error& e) {
+      throw std::runtime_error(e.what());
+    } catch (const nb::cast_error&) {
+      throw std::runtime_error("its allocate function did not return an integer address");
+    }
+  };
+  a->deallocate = [callables](void* data, std::size_t, int, void*) {
+    if (!Py_IsInitialized()) return;
+    nb::gil_scoped_acquire gil;
+    try {
+      callables->free(reinterpret_cast<std::uintptr_t>(data));
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("pararnn_judge: freeing device memory through the Python allocator");
+    }
+  };
+  return PyAllocator{std::move(a)};
+}
+
 // A solve's options from the binding's arguments: `stream` is the integer handle of the CUDA
 // stream to run on (torch.cuda.current_stream().cuda_stream; 0 the legacy default stream),
-// None for the backend's default (ApplyOptions::cuda_stream).
+// None for the backend's default (ApplyOptions::cuda_stream); `allocator` the device memory's
+// (ApplyOptions::cuda_allocator), None for the backend's pool.
 ApplyOptions apply_options(const std::optional<AnyArray>& h0, const std::optional<AnyArray>& cu_seqlens,
-                           std::optional<std::uintptr_t> stream) {
+                           std::optional<std::uintptr_t> stream, const PyAllocator* allocator = nullptr) {
   ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
   if (stream) apply.cuda_stream = reinterpret_cast<void*>(*stream);
+  if (allocator) apply.cuda_allocator = allocator->allocator;
   return apply;
 }
 
@@ -290,6 +343,16 @@ NB_MODULE(_pararnn, m) {
         "v_dim"_a.none(), "weight_std"_a.none());
   m.def("_cell_from_case", [](const std::string& path) { return cell_from_case(read_case(path)); }, "path"_a);
   m.def("_cell_from_state_dict", &cell_from_state_dict, "name"_a, "state_dict"_a, "arguments"_a);
+  m.def("_cell_with_parameters",
+        [](const PyCell& c, const std::map<std::string, AnyArray>& values) {
+          // The same cell with new parameter values (a live module after an optimizer step): each
+          // named parameter replaced by a host copy of its array, which must keep its shape and
+          // dtype (Cell::set_parameter); the structure and the metadata are the cell's.
+          PyCell out = c;
+          for (const auto& [name, array] : values) out.cell.set_parameter(name, Tensor::copy_of(view_of(array, name)));
+          return out;
+        },
+        "cell"_a, "values"_a);
   m.def("_read_case", [](const std::string& path) {
     const Case problem = read_case(path);
     nb::dict d;
@@ -336,9 +399,9 @@ NB_MODULE(_pararnn, m) {
   m.def("_newton_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            const std::string& backend, std::optional<std::int64_t> max_iters, const std::string& coords,
-           std::optional<std::uintptr_t> stream) {
+           std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
           const TensorView xv = view_of(x, "x");
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
           NewtonStats stats;
           Tensor H;
           {
@@ -348,14 +411,14 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(array_of(H), stats_dict(stats));
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a,
-        "stream"_a.none() = nb::none());
+        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
   m.def("_newton_apply_into",
         [](const PyCell& c, const AnyArray& x, const OutArray& out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           const std::string& coords, std::optional<std::uintptr_t> stream) {
+           const std::string& coords, std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
           const TensorView xv = view_of(x, "x");
           const TensorView ov = view_of(out, "out");
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
           NewtonStats stats;
           {
             nb::gil_scoped_release release;
@@ -364,17 +427,17 @@ NB_MODULE(_pararnn, m) {
           return stats_dict(stats);
         },
         "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "coords"_a, "stream"_a.none() = nb::none());
+        "coords"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
   nb::class_<PyForward>(m, "_Forward")
       .def_prop_ro("saved_bytes", [](const PyForward& f) { return f.forward.saved_bytes(); })
       .def_prop_ro("stats", [](const PyForward& f) { return stats_dict(f.forward.stats); });
   m.def("_newton_forward",
         [](const PyCell& c, const AnyArray& x, std::optional<OutArray> H_out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           bool recompute, std::optional<std::uintptr_t> stream) {
+           bool recompute, std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
           const TensorView xv = view_of(x, "x");
           const std::optional<TensorView> ov = H_out ? std::optional(view_of(*H_out, "H_out")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
           PyForward f{.config = config_of(backend, max_iters, "native")};
           f.config.recompute = recompute;
           {
@@ -387,15 +450,15 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(H, std::move(f));
         },
         "cell"_a, "x"_a, "H_out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "recompute"_a, "stream"_a.none() = nb::none());
+        "recompute"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
            std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
-           std::optional<std::uintptr_t> stream) {
+           std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
           const TensorView xv = view_of(x, "x");
           const TensorView gv = view_of(grad_H, "grad_H");
           const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
           NewtonGradients grads;
           {
             nb::gil_scoped_release release;
@@ -411,7 +474,21 @@ NB_MODULE(_pararnn, m) {
           return d;
         },
         "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(),
-        "stream"_a.none() = nb::none());
+        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
+  nb::class_<PyAllocator>(m, "_Allocator")
+      .def_prop_ro("name", [](const PyAllocator& a) { return a.allocator->name; });
+  m.def("_python_allocator", &python_allocator, "name"_a, "allocate"_a, "free"_a,
+        "A device allocator for the CUDA backend from two Python callables: allocate(bytes, device, stream) "
+        "-> address and free(address).");
+  m.def("_cuda_transfers", []() {
+    const CudaTransferBytes t = cuda_transfer_bytes();
+    nb::dict d;
+    d["to_device"] = t.to_device;
+    d["to_host"] = t.to_host;
+    d["host_reads"] = t.host_reads;
+    d["stream_syncs"] = t.stream_syncs;
+    return d;
+  }, "The CUDA backend's transfer and synchronisation counters since the process started (cuda_transfer_bytes).");
   m.def("_cuda_release_cached_memory", [](int device) {
     nb::gil_scoped_release release;
     cuda_release_cached_memory(device);

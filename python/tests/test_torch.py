@@ -291,6 +291,85 @@ class TrainingThroughOurSolver(unittest.TestCase):
                 moved = [not torch.equal(a, b) for a, b in zip(ours.parameters(), initial.parameters())]
                 self.assertTrue(any(moved), "the optimizer did not move the module")  # the loop trained
 
+    def test_a_value_written_behind_autograds_back_is_seen_by_the_next_call(self):
+        # live_cell keeps the module's structure and reads its values at every call: a write
+        # through .data (which no version counter sees) is not served stale.
+        import pararnn as P
+        for device in _devices():
+            with self.subTest(device=device):
+                generator = torch.Generator().manual_seed(SEED)
+                cell = P.ParaGRU(input_size=8, hidden_size=16).to(device)
+                x = torch.randn(2, 64, 8, generator=generator).to(device)
+                before = pt.newton_apply(cell, x).detach()
+                with torch.no_grad():
+                    next(cell.parameters()).data.mul_(0.5)
+                after = pt.newton_apply(cell, x).detach()
+                fresh = judge.newton_apply(pt.cell_of(cell), x)
+                self.assertFalse(torch.equal(before, after))
+                self.assertTrue(torch.equal(after, fresh))
+
+    def test_a_cuda_step_moves_no_bytes_and_waits_no_more_as_T_grows(self):
+        # The training step from Python on CUDA tensors, fixed K: the bytes host<->device, the
+        # host reads and the stream waits of the backend (pararnn_judge.cuda_transfers) are the
+        # same at T and 4T, and the bytes are fewer than one trajectory's. The counts are printed:
+        # they are the step's record (docs/python.md).
+        import pararnn as P
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for dtype in (torch.float32, torch.bfloat16):
+            counts = []
+            for T in (256, 1024):
+                torch.manual_seed(SEED)
+                cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
+                x = torch.randn(2, T, 8, device="cuda", dtype=dtype, requires_grad=True)
+                pt.newton_apply(cell, x, max_iters=3).float().sum().backward()  # warm
+                torch.cuda.synchronize()
+                before = judge.cuda_transfers()
+                pt.newton_apply(cell, x, max_iters=3).float().sum().backward()
+                torch.cuda.synchronize()
+                after = judge.cuda_transfers()
+                counts.append({k: after[k] - before[k] for k in after})
+            print(f"\n{dtype} step counts at T 256 and 1024: {counts}", flush=True)
+            self.assertEqual(counts[0], counts[1], dtype)
+            self.assertLess(counts[1]["to_device"] + counts[1]["to_host"], 2 * 1024 * 16 * x.element_size())
+
+    def test_cuda_memory_comes_from_torchs_caching_allocator(self):
+        # After torch's own steps filled its cache, an LSTM f32 K 3 step runs in torch's memory:
+        # what the forward keeps for the backward is counted by torch.cuda.memory_allocated(), the
+        # backend's own pool takes nothing, and an allocation torch cannot serve is an error that
+        # names torch's allocator and the bytes (never a result).
+        import pararnn as P
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        judge.cuda_release_cached_memory()
+        torch.manual_seed(SEED)
+        cell = P.ParaLSTM(input_size=64, hidden_size=256).cuda()
+        x = torch.randn(4, 8192, 64, device="cuda", requires_grad=True)
+        for _ in range(2):  # torch's own steps: its cache now holds their memory
+            P.newton_apply(cell, x, P.NewtonConfig(max_iters=3)).sum().backward()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        H = pt.newton_apply(cell, x, max_iters=3)
+        held = torch.cuda.memory_allocated() - base - H.numel() * H.element_size()
+        self.assertGreaterEqual(held, H.numel() * 4, "H* (f32) for the backward is in torch's memory")
+        H.sum().backward()
+        del H
+        torch.cuda.synchronize()
+        self.assertLessEqual(torch.cuda.memory_allocated(), base, "everything went back to torch's cache")
+        self.assertEqual(judge.cuda_cached_memory(), 0, "the backend's own pool took nothing")
+        too_long = torch.zeros(1, 1 << 22, 1, device="cuda")
+        huge = judge.Cell.initialise("gru", d_in=1, d_h=4096, dtype="f32", seed=SEED)
+        with self.assertRaises(judge.Error) as raised:
+            judge.newton_apply(huge, too_long, max_iters=1)
+        message = str(raised.exception)
+        self.assertIn("torch.cuda.caching_allocator", message)
+        self.assertIn("bytes for", message)
+        torch.cuda.empty_cache()
+
     def test_unknown_keywords_are_refused_by_name(self):
         import pararnn as P
         cell = P.ParaGRU(input_size=8, hidden_size=16)

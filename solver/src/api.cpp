@@ -155,7 +155,7 @@ NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const N
         for (std::int64_t i = 0; i < state; ++i)
           g[(b * tw + tw - 1) * state + i] += add[static_cast<std::size_t>(b * state + i)];
     }
-    ApplyOptions wo;
+    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator};
     if (h0_w) wo.h0 = h0_w->view();
     const TensorView x_w = x.slice(1, win.begin, win.end);
     const NewtonForward fw = newton_forward(cell, x_w, w, wo);
@@ -224,7 +224,7 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
   std::optional<Tensor> host_h0;  // a contiguous copy of the last state, where the output is on the host
   bool first = true;
   for (const Window& win : windows_of(plan.layout.time, *config.window_len)) {
-    ApplyOptions wo;
+    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator};
     if (win.begin == 0) {
       wo.h0 = options.h0;
     } else if (target.device() == Device::cuda) {

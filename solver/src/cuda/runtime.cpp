@@ -49,6 +49,17 @@ thread_local std::optional<cudaStream_t> scoped_stream;  // the innermost Stream
 
 cudaStream_t current_stream() { return scoped_stream ? *scoped_stream : cudaStreamPerThread; }
 
+namespace {
+thread_local std::shared_ptr<const DeviceAllocator> scoped_allocator;  // the innermost AllocatorScope's
+}  // namespace
+
+const std::shared_ptr<const DeviceAllocator>& current_allocator() { return scoped_allocator; }
+
+AllocatorScope::AllocatorScope(std::shared_ptr<const DeviceAllocator> allocator)
+    : previous_(std::exchange(scoped_allocator, std::move(allocator))) {}
+
+AllocatorScope::~AllocatorScope() { scoped_allocator = std::move(previous_); }
+
 StreamScope::StreamScope(std::optional<void*> stream) : previous_(scoped_stream) {
   scoped_stream = stream ? static_cast<cudaStream_t>(*stream) : cudaStreamPerThread;
 }
@@ -80,7 +91,7 @@ std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const c
 }
 
 namespace {
-std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0};
+std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0}, host_reads{0}, stream_syncs{0};
 }  // namespace
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
@@ -88,6 +99,8 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   PARARNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, current_stream()));
   PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   bytes_to_host.fetch_add(bytes);
+  host_reads.fetch_add(1);
+  stream_syncs.fetch_add(1);
 }
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes) {
@@ -399,6 +412,26 @@ void release_cached_memory(int device) {
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) : bytes_(bytes), how_(how) {
   if (bytes == 0) return;
   PARARNN_CUDA_CHECK(cudaGetDevice(&device_));
+  if (how == Allocation::stream_ordered && current_allocator()) {
+    // The caller's allocator (torch's caching allocator, say): its failure is named with it.
+    const std::shared_ptr<const DeviceAllocator>& allocator = current_allocator();
+    std::string why = "it returned no memory";
+    try {
+      if (allocator->allocate) data_ = allocator->allocate(bytes, device_, current_stream());
+      else why = "it has no allocate function";
+    } catch (const std::exception& e) {
+      data_ = nullptr;
+      why = e.what();
+    }
+    if (data_ == nullptr) {
+      bytes_ = 0;
+      throw Error(fmt::format("CUDA backend: the allocator '{}' could not allocate {} bytes for {} on device {}: {}",
+                              allocator->name, bytes, what, device_, why));
+    }
+    allocator_ = allocator;
+    count_allocation(bytes);
+    return;
+  }
   cudaMemPool_t pool = how == Allocation::stream_ordered ? backend_pool(device_) : nullptr;
   if (pool == nullptr) how_ = Allocation::synchronous;
   auto allocate = [&] {
@@ -425,7 +458,15 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) 
 
 void DeviceBuffer::release() noexcept {
   if (data_ == nullptr) return;
-  if (how_ == Allocation::stream_ordered) {
+  if (allocator_) {
+    // As below: while unwinding from an error, the queued work may still use the memory.
+    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(current_stream());
+    try {
+      if (allocator_->deallocate) allocator_->deallocate(data_, bytes_, device_, current_stream());
+    } catch (...) {  // a destructor cannot throw: the memory stays with the allocator
+    }
+    allocator_.reset();
+  } else if (how_ == Allocation::stream_ordered) {
     int current = device_;
     (void)cudaGetDevice(&current);
     if (current != device_) (void)cudaSetDevice(device_);
@@ -446,7 +487,7 @@ DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
-      device_(other.device_), how_(other.how_) {}
+      device_(other.device_), how_(other.how_), allocator_(std::move(other.allocator_)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -455,6 +496,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     device_ = other.device_;
     how_ = other.how_;
+    allocator_ = std::move(other.allocator_);
   }
   return *this;
 }
@@ -473,7 +515,10 @@ void require_device_index(int device, const char* who) {
                             std::to_string(device));
 }
 
-void synchronize() { PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
+void synchronize() {
+  PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  stream_syncs.fetch_add(1);
+}
 
 }  // namespace cuda
 
@@ -506,7 +551,8 @@ void cuda_write_view(const TensorView& out, const Tensor& value, const char* arg
 namespace pararnn {
 
 CudaTransferBytes cuda_transfer_bytes() {
-  return {.to_device = detail::cuda::bytes_to_device.load(), .to_host = detail::cuda::bytes_to_host.load()};
+  return {.to_device = detail::cuda::bytes_to_device.load(), .to_host = detail::cuda::bytes_to_host.load(),
+          .host_reads = detail::cuda::host_reads.load(), .stream_syncs = detail::cuda::stream_syncs.load()};
 }
 
 void cuda_release_cached_memory(int device) {

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <type_traits>
@@ -61,8 +62,10 @@ using detail::compute_dtype;  // backends.hpp
 //     read on the caller's stream: a free then waits for every stream's work).
 enum class Allocation : std::uint8_t { stream_ordered, synchronous };
 
-// An owning device allocation on the current device. Every DeviceBuffer of the process is
-// counted (device_memory below).
+// An owning device allocation on the current device: a stream-ordered one comes from the
+// caller's DeviceAllocator where one is current (AllocatorScope; solver.hpp's
+// ApplyOptions::cuda_allocator) and is freed through it, else from the backend's pool. Every
+// DeviceBuffer of the process is counted (device_memory below).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -85,6 +88,24 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
   int device_ = 0;
   Allocation how_ = Allocation::stream_ordered;
+  std::shared_ptr<const DeviceAllocator> allocator_;  // the caller's, or null: the backend's pool
+};
+
+// The caller's allocator of this thread's stream-ordered DeviceBuffers (null: the backend's
+// pool): the innermost AllocatorScope's.
+const std::shared_ptr<const DeviceAllocator>& current_allocator();
+
+// Makes `allocator` this thread's current allocator for its lifetime (null: the backend's pool)
+// and restores the previous one.
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(std::shared_ptr<const DeviceAllocator> allocator);
+  ~AllocatorScope();
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  std::shared_ptr<const DeviceAllocator> previous_;
 };
 
 // Bytes held by DeviceBuffers of this process (all devices together): now, and the most at any
@@ -175,16 +196,18 @@ DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, 
 // The device of a solve: x's, or h0's, or the current one for host inputs.
 int solve_device(const TensorView& x, const ApplyOptions& options);
 
-// What a CUDA entry point holds for its lifetime: the solve's device current (solve_device) and
-// the caller's stream (ApplyOptions::cuda_stream) as this thread's current stream.
+// What a CUDA entry point holds for its lifetime: the solve's device current (solve_device), the
+// caller's stream (ApplyOptions::cuda_stream) as this thread's current stream and the caller's
+// allocator (ApplyOptions::cuda_allocator) as its current allocator.
 class SolveScope {
  public:
   SolveScope(const TensorView& x, const ApplyOptions& options)
-      : device_(solve_device(x, options)), stream_(options.cuda_stream) {}
+      : device_(solve_device(x, options)), stream_(options.cuda_stream), allocator_(options.cuda_allocator) {}
 
  private:
   DeviceGuard device_;
   StreamScope stream_;
+  AllocatorScope allocator_;
 };
 // A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
 // with keep_compute).

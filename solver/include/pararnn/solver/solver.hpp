@@ -14,13 +14,39 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "pararnn/cells/cell.hpp"
 #include "pararnn/core/tensor.hpp"
 #include "pararnn/solver/newton_config.hpp"
 
 namespace pararnn {
+
+// Where the CUDA backend takes its device memory from: the caller's allocator (torch's caching
+// allocator, say), so that two libraries in one process never starve each other. Every device
+// buffer of a CUDA solve, forward or backward (workspaces, W_x x, the iterates, the saved
+// trajectory a NewtonForward keeps, outputs the backend allocates) comes from `allocate` and goes
+// back through `deallocate`, on the stream that is current for the solve (ApplyOptions::
+// cuda_stream, else the per-thread default stream): memory freed on that stream may be reused
+// there at once, as stream-ordered allocators do. A buffer that outlives its call (the saved
+// trajectory) holds a share of the allocator and is freed through it. `allocate` returns the
+// memory, or throws / returns null when it cannot (the backend then throws pararnn::Error naming
+// `name`, the bytes and what they were for). Unset (ApplyOptions::cuda_allocator null): the
+// backend's own stream-ordered pool (cuda_release_cached_memory). Not used: cuBLAS's and
+// cuBLASLt's own per-thread workspaces (made once, freed by cuda_shutdown) and CudaDecoder's
+// parameters. Example (a counting cudaMalloc):
+//   auto a = std::make_shared<DeviceAllocator>(DeviceAllocator{.name = "mine",
+//       .allocate = [](std::size_t n, int, void*) { void* p; return cudaMalloc(&p, n) ? nullptr : p; },
+//       .deallocate = [](void* p, std::size_t, int, void*) { cudaFree(p); }});
+//   newton_apply_into(cell, x, out, {}, {.cuda_allocator = a});
+struct DeviceAllocator {
+  std::string name;
+  std::function<void*(std::size_t bytes, int device, void* stream)> allocate;
+  std::function<void(void* data, std::size_t bytes, int device, void* stream)> deallocate;
+};
 
 struct ApplyOptions {
   std::optional<TensorView> h0;          // (B, slots, d_h), or (B, d_h) for one-slot cells
@@ -31,6 +57,8 @@ struct ApplyOptions {
   // never uses the legacy default stream unless named here. Either way the call returns when its
   // work on that stream is done. Ignored by the CPU backend.
   std::optional<void*> cuda_stream;
+  // The CUDA backend's device memory (DeviceAllocator); null: its own stream-ordered pool.
+  std::shared_ptr<const DeviceAllocator> cuda_allocator;
 };
 
 [[nodiscard]] Tensor newton_apply(const Cell& cell, const TensorView& x,
@@ -86,8 +114,12 @@ std::size_t cuda_cached_memory(int device = 0);
 // solve or training step on device tensors moves O(parameters + B·d_h) bytes (weights, per-channel
 // values, h0, the per-iteration residual maxima and the parameter gradients), never
 // O(B·T·d_h), in every dtype. Zeros without the CUDA backend in the build.
+// `host_reads` counts the device-to-host copies (each waits for the stream) and `stream_syncs`
+// every wait of the host for a stream of the backend (host reads included): a step's count of
+// both is what tests and benchmarks compare before and after.
 struct CudaTransferBytes {
   std::uint64_t to_device = 0, to_host = 0;
+  std::uint64_t host_reads = 0, stream_syncs = 0;
 };
 CudaTransferBytes cuda_transfer_bytes();
 
