@@ -502,6 +502,23 @@ TEST(CudaBackend, AnAllocatorThatFailsIsNamedWithTheBytes) {
   EXPECT_NO_THROW((void)newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda)));
 }
 
+// cuda_shutdown releases what the backend keeps (handles, workspaces, pools: the process-exit
+// release that compute-sanitizer's leak check sees) and the next solve makes them again: the
+// same bits before and after, twice in a row, and nothing left cached.
+TEST(CudaBackend, ShutdownReleasesWhatTheBackendKeepsAndTheNextSolveRunsAgain) {
+  const GeneratedProblem p{.cell = "lstm", .dtype = DType::f32, .batch = 2, .time = 512, .d_in = 5, .d_h = 8,
+                           .seed = 59};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const DeviceCopy x_device(x);
+  const Tensor before = newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda));
+  for (int round = 0; round < 2; ++round) {
+    cuda_shutdown();
+    EXPECT_EQ(cuda_cached_memory(0), 0u);
+    EXPECT_TRUE(same_bits(newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda)), before)) << round;
+  }
+}
+
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡
 // contiguous is bitwise only if a solve repeats). The H200 nightly of 2026-12-02 found cfc,
 // cfc diag_h and slstm repeating only within τ: the single-pass scan's look-back then composed

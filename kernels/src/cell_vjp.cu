@@ -19,8 +19,8 @@ using std::int64_t;
 constexpr int kVjpThreads = 128;
 constexpr int kJacobianThreads = 256;
 
-template <class CellMath, class T>
-__global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel(CellAdjointJacobianArgs<T> a) {
+template <class CellMath, class T, class A>
+__global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel(CellAdjointJacobianArgs<T, A> a) {
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
   constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;
@@ -47,14 +47,14 @@ __global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel
     }
     CellMath::step(rec, wx, h_prev, h_new, jac);
 #pragma unroll
-    for (int q = 0; q < S * S; ++q) a.jac[(bt * S * S + q) * D + c] = jac[q];
+    for (int q = 0; q < S * S; ++q) a.jac[(bt * S * S + q) * D + c] = static_cast<A>(jac[q]);
 #pragma unroll
-    for (int s = 0; s < S; ++s) a.mu[(bt * S + s) * D + c] = static_cast<double>(a.grad_H[(bt * S + s) * D + c]);
+    for (int s = 0; s < S; ++s) a.mu[(bt * S + s) * D + c] = static_cast<A>(a.grad_H[(bt * S + s) * D + c]);
   }
 }
 
-template <class CellMath, class T>
-__global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T> a) {
+template <class CellMath, class T, class A>
+__global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A> a) {
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
   constexpr int R = CellMath::kRecurrent;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T> a)
     for (int s = 0; s < S; ++s) {
       hp[s] = head ? (a.h0 != nullptr ? static_cast<double>(a.h0[(row * S + s) * D + c]) : 0.0)
                    : static_cast<double>(a.H[((bt - 1) * S + s) * D + c]);
-      cot[s] = a.mu[(bt * S + s) * D + c];
+      cot[s] = static_cast<double>(a.mu[(bt * S + s) * D + c]);
     }
 #pragma unroll
     for (int k = 0; k < RC; ++k) d_rec[k] = 0.0;
@@ -110,8 +110,8 @@ __global__ void widen_kernel(const float* src, double* dst, int64_t n) {
 
 }  // namespace
 
-template <class CellMath, class T>
-cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T>& a, cudaStream_t stream) {
+template <class CellMath, class T, class A>
+cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T, A>& a, cudaStream_t stream) {
   if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
   const int64_t n = a.batch * a.time * a.channels;
   if (n == 0) return cudaSuccess;
@@ -120,12 +120,12 @@ cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T>& a, cu
     return cudaErrorInvalidValue;
   const int64_t wanted = (n + kJacobianThreads - 1) / kJacobianThreads;
   const unsigned blocks = static_cast<unsigned>(wanted < 65536 ? wanted : 65536);
-  cell_adjoint_jacobian_kernel<CellMath, T><<<blocks, kJacobianThreads, 0, stream>>>(a);
+  cell_adjoint_jacobian_kernel<CellMath, T, A><<<blocks, kJacobianThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <class CellMath, class T>
-cudaError_t launch_cell_vjp(const CellVjpArgs<T>& a, cudaStream_t stream) {
+template <class CellMath, class T, class A>
+cudaError_t launch_cell_vjp(const CellVjpArgs<T, A>& a, cudaStream_t stream) {
   if (a.batch < 0 || a.time < 0 || a.channels < 0) return cudaErrorInvalidValue;
   const int64_t threads = a.batch * vjp_partial_chunks(a.time) * a.channels;
   if (threads == 0) return cudaSuccess;
@@ -134,7 +134,7 @@ cudaError_t launch_cell_vjp(const CellVjpArgs<T>& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  cell_vjp_kernel<CellMath, T><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(a);
+  cell_vjp_kernel<CellMath, T, A><<<static_cast<unsigned>(blocks), kVjpThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -151,7 +151,10 @@ cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStre
   template cudaError_t launch_cell_adjoint_jacobian<CELL, float>(const CellAdjointJacobianArgs<float>&, cudaStream_t);  \
   template cudaError_t launch_cell_adjoint_jacobian<CELL, double>(const CellAdjointJacobianArgs<double>&, cudaStream_t); \
   template cudaError_t launch_cell_vjp<CELL, float>(const CellVjpArgs<float>&, cudaStream_t);                       \
-  template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);
+  template cudaError_t launch_cell_vjp<CELL, double>(const CellVjpArgs<double>&, cudaStream_t);                     \
+  template cudaError_t launch_cell_adjoint_jacobian<CELL, float, float>(const CellAdjointJacobianArgs<float, float>&,  \
+                                                                      cudaStream_t);                                 \
+  template cudaError_t launch_cell_vjp<CELL, float, float>(const CellVjpArgs<float, float>&, cudaStream_t);
 #define PARARNN_INSTANTIATE_CELL_VJP_CELL(kind, Math, label, min_chains) PARARNN_INSTANTIATE_CELL_VJP(cells::Math)
 PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_INSTANTIATE_CELL_VJP_CELL)
 #undef PARARNN_INSTANTIATE_CELL_VJP_CELL

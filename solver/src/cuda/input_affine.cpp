@@ -32,8 +32,8 @@ std::uint32_t alignment_of(const void* p) {
   return align;
 }
 
-// One cuBLASLt handle and workspace per (thread, device), made at first use and never destroyed
-// (as cublas_handle, for the same reason).
+// One cuBLASLt handle and workspace per (thread, device), made at first use and released by
+// shutdown_backend (as cublas_handle, for the same reason).
 struct LtContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -43,11 +43,24 @@ LtContext& lt_context() {
   int device = 0;
   PARARNN_CUDA_CHECK(cudaGetDevice(&device));
   thread_local std::map<int, LtContext> contexts;
+  thread_local std::uint64_t made_in = 0;
+  if (made_in != resource_generation()) {
+    contexts.clear();  // released by a shutdown since
+    made_in = resource_generation();
+  }
   auto it = contexts.find(device);
   if (it == contexts.end()) {
     LtContext c;
     PARARNN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
-    PARARNN_CUDA_CHECK(cudaMalloc(&c.workspace, LtContext::kWorkspaceBytes));
+    if (const cudaError_t e = cudaMalloc(&c.workspace, LtContext::kWorkspaceBytes); e != cudaSuccess) {
+      (void)cublasLtDestroy(c.handle);
+      check_cuda(e, "cudaMalloc(the cuBLASLt workspace)");
+    }
+    keep_until_shutdown([c, device] {
+      if (cudaSetDevice(device) != cudaSuccess) return;
+      (void)cudaFree(c.workspace);
+      (void)cublasLtDestroy(c.handle);
+    });
     it = contexts.emplace(device, c).first;
   }
   return it->second;

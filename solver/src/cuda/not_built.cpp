@@ -10,6 +10,7 @@ std::int64_t cuda_sequential_min_chains(const Cell&, int) {
 }
 
 CudaTransferBytes cuda_transfer_bytes() { return {}; }
+void cuda_shutdown() {}
 
 void cuda_release_cached_memory(int) {
   throw UnsupportedPath("cuda_release_cached_memory: the CUDA backend is not in this build");

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "pararnn/core/fault.hpp"
@@ -22,13 +23,14 @@ namespace {
 
 // The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
 // its reverse walk replaced by a parallel reverse scan), in double, every input read in the
-// compute type and widened in registers (kernels/cell_vjp.hpp): J at H* and the seed μ = grad_H
+// compute type and widened in registers (kernels/cell_vjp.hpp), J and μ stored in AdjointT (double;
+// float for f16/bf16 storage): J at H* and the seed μ = grad_H
 // (rounded to the compute type first, on the device, as the CPU backend rounds it) in one pass, μ by the reverse
 // scan, the per-element VJP (d_wx, ∇h0 at heads, recurrent partial sums); then Σ over batch rows
 // in double, and the input affines' gradients by cuBLAS in the compute type, one GEMM per batch
 // row as the CPU does. ∇x is written straight into grad_x when that is a contiguous compute-type
 // view on the device.
-template <class CellMath, class ComputeT>
+template <class CellMath, class ComputeT, class AdjointT>
 NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const DeviceProblem& p,
                                  const ComputeT* H, const TensorView& x, const TensorView& grad_H,
                                  const ApplyOptions& options, const TensorView* grad_x) {
@@ -43,24 +45,24 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   const auto* g = static_cast<const ComputeT*>(
       on_device_as(grad_H, compute, grad_H_holder, "grad_H (compute type)"));
 
-  // J at H* and the seed, then μ by the reverse scan (in place).
-  DeviceBuffer J(checked_bytes(n * S, sizeof(double), "J (f64)"), "J (f64)");
-  DeviceBuffer mu(checked_bytes(n, sizeof(double), "the adjoint μ"), "the adjoint μ");
-  const kernels::CellAdjointJacobianArgs<ComputeT> j{
+  // J at H* and the seed, then μ by the reverse scan (in place), stored in AdjointT.
+  DeviceBuffer J(checked_bytes(n * S, sizeof(AdjointT), "J"), "J");
+  DeviceBuffer mu(checked_bytes(n, sizeof(AdjointT), "the adjoint μ"), "the adjoint μ");
+  const kernels::CellAdjointJacobianArgs<ComputeT, AdjointT> j{
       .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
       .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H, .grad_H = g,
-      .jac = J.as<double>(), .mu = mu.as<double>(), .batch = B, .time = T, .channels = D};
-  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT>(j, current_stream())));
+      .jac = J.as<AdjointT>(), .mu = mu.as<AdjointT>(), .batch = B, .time = T, .channels = D};
+  PARARNN_CUDA_CHECK((kernels::launch_cell_adjoint_jacobian<CellMath, ComputeT, AdjointT>(j, current_stream())));
   // The single-pass scan (its association is fixed: the gradients repeat bit for bit). At S1 the
   // three launches take 5.28 ms with it against 5.56 with the three-phase scan, the same d_wx
   // bit for bit and recurrent sums within 1.2e-13 (H200, pararnn_bench_shapes --only backward).
-  const kernels::ScanArgs<double> scan{.jac = J.as<double>(), .delta = mu.as<double>(),
+  const kernels::ScanArgs<AdjointT> scan{.jac = J.as<AdjointT>(), .delta = mu.as<AdjointT>(),
                                        .head = PARARNN_FAULT_POINT("cuda_adjoint_not_cut_at_segment_end") ? nullptr : p.head,
                                        .batch = B, .time = T, .channels = D, .reverse = true,
                                        .tiling = {.algorithm = kernels::ScanAlgorithm::single_pass}};
-  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, double>(B, T, D, scan.tiling),
+  DeviceBuffer scan_ws(kernels::scan_affine_workspace_bytes<S, AdjointT>(B, T, D, scan.tiling),
                        "the adjoint scan's workspace");
-  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, double>(scan, scan_ws.get(), scan_ws.bytes(), current_stream())));
+  PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, AdjointT>(scan, scan_ws.get(), scan_ws.bytes(), current_stream())));
 
   // The per-element VJP.
   const std::int64_t chunks = kernels::vjp_partial_chunks(T);
@@ -72,12 +74,12 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
     d_h0 = DeviceBuffer(checked_bytes(h0_rows * S * D, sizeof(double), "∇h0"), "∇h0");
     PARARNN_CUDA_CHECK(cudaMemsetAsync(d_h0.get(), 0, d_h0.bytes(), current_stream()));
   }
-  const kernels::CellVjpArgs<ComputeT> v{
+  const kernels::CellVjpArgs<ComputeT, AdjointT> v{
       .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
       .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H,
-      .mu = mu.as<double>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
+      .mu = mu.as<AdjointT>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
       .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
-  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT>(v, current_stream())));
+  PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT, AdjointT>(v, current_stream())));
   J = DeviceBuffer();  // J and μ are not read again: back to the pool before the GEMMs' buffers
   mu = DeviceBuffer();
 
@@ -170,11 +172,20 @@ NewtonGradients cuda::per_channel_backward(const Cell& cell, const TensorView& x
     cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
     H_star = H.get();
   }
+  // f16 and bf16 storage keep J and μ in f32 (kernels/cell_vjp.hpp: half the bytes of the two
+  // largest arrays; their gradient τ is far above f32's rounding); f32 and f64 in f64.
+  const bool half_storage = cell.dtype() == DType::f16 || cell.dtype() == DType::bf16;
   return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
     return cuda::dispatch_compute(compute, [&]<class ComputeT>() {
-      return cuda::adjoint_backward<CellMath, ComputeT>(cell, layout, inputs.problem(),
-                                                        static_cast<const ComputeT*>(H_star), x, grad_H, options,
-                                                        grad_x);
+      const auto backward = [&]<class AdjointT>() {
+        return cuda::adjoint_backward<CellMath, ComputeT, AdjointT>(cell, layout, inputs.problem(),
+                                                                    static_cast<const ComputeT*>(H_star), x, grad_H,
+                                                                    options, grad_x);
+      };
+      if constexpr (std::is_same_v<ComputeT, float>) {
+        if (half_storage) return backward.template operator()<float>();
+      }
+      return backward.template operator()<double>();
     });
   });
 }

@@ -66,17 +66,79 @@ StreamScope::StreamScope(std::optional<void*> stream) : previous_(scoped_stream)
 
 StreamScope::~StreamScope() { scoped_stream = previous_; }
 
+namespace {
+std::mutex kept_mutex;
+// Leaked on purpose: read by the atexit hook, after static destructors may have run.
+std::vector<std::function<void()>>& kept_releases() {
+  static auto* releases = new std::vector<std::function<void()>>();
+  return *releases;
+}
+std::atomic<std::uint64_t> generation{1};
+bool exit_hook = false;
+
+void release_kept() {
+  std::vector<std::function<void()>> releases;
+  {
+    std::lock_guard lock(kept_mutex);
+    releases.swap(kept_releases());
+    generation.fetch_add(1);
+  }
+  for (auto it = releases.rbegin(); it != releases.rend(); ++it) (*it)();
+}
+
+void release_pools();  // below, with the pools
+}  // namespace
+
+void keep_until_shutdown(std::function<void()> release) {
+  std::lock_guard lock(kept_mutex);
+  if (!exit_hook) {
+    // Registered after the CUDA runtime initialised (a resource is made with it), so it runs
+    // before the runtime's own exit teardown.
+    std::atexit([] { shutdown_backend(); });
+    exit_hook = true;
+  }
+  kept_releases().push_back(std::move(release));
+}
+
+std::uint64_t resource_generation() { return generation.load(); }
+
+void shutdown_backend() noexcept {
+  int current = 0;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess;
+  // The devices' queued work first: a handle or pool still in use is not released under it.
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess)
+    for (int d = 0; d < count; ++d)
+      if (cudaSetDevice(d) == cudaSuccess) (void)cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  try {
+    release_kept();
+    release_pools();
+  } catch (...) {  // at exit nothing can be reported; what could not be released stays
+  }
+  if (restore) (void)cudaSetDevice(current);
+  (void)cudaGetLastError();
+}
+
 // One cuBLAS handle per (thread, device), created at first use (never during static
-// initialisation) and deliberately never destroyed: cublasDestroy at thread or process exit can
-// run after the CUDA runtime has shut down.
+// initialisation) and released by shutdown_backend (cuda_shutdown, or process exit before the
+// CUDA runtime's teardown: a destructor of the thread_local itself could run after it).
 cublasHandle_t cublas_handle() {
   int device = 0;
   PARARNN_CUDA_CHECK(cudaGetDevice(&device));
   thread_local std::map<int, cublasHandle_t> handles;
+  thread_local std::uint64_t made_in = 0;
+  if (made_in != resource_generation()) {
+    handles.clear();  // released by a shutdown since
+    made_in = resource_generation();
+  }
   auto it = handles.find(device);
   if (it == handles.end()) {
     cublasHandle_t handle = nullptr;
     PARARNN_CUBLAS_CHECK(cublasCreate(&handle));
+    keep_until_shutdown([handle, device] {
+      if (cudaSetDevice(device) == cudaSuccess) (void)cublasDestroy(handle);
+    });
     it = handles.emplace(device, handle).first;
   }
   PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, current_stream()));
@@ -383,6 +445,21 @@ cudaMemPool_t backend_pool(int device) {
   return pool;
 }
 
+// Every pool back to its device (shutdown_backend): destroyed once its buffers are freed (a
+// buffer still alive keeps its memory until then, as cudaMemPoolDestroy allows).
+void release_pools() {
+  std::map<int, cudaMemPool_t> released;
+  {
+    std::lock_guard lock(pools_mutex);
+    released.swap(pools);
+  }
+  for (const auto& [device, pool] : released) {
+    if (pool == nullptr || cudaSetDevice(device) != cudaSuccess) continue;
+    (void)cudaMemPoolTrimTo(pool, 0);
+    (void)cudaMemPoolDestroy(pool);
+  }
+}
+
 // The backend's pool of `device` if it has one already (null: never used, or no pools there).
 cudaMemPool_t existing_pool(int device) {
   std::lock_guard lock(pools_mutex);
@@ -554,6 +631,8 @@ CudaTransferBytes cuda_transfer_bytes() {
   return {.to_device = detail::cuda::bytes_to_device.load(), .to_host = detail::cuda::bytes_to_host.load(),
           .host_reads = detail::cuda::host_reads.load(), .stream_syncs = detail::cuda::stream_syncs.load()};
 }
+
+void cuda_shutdown() { detail::cuda::shutdown_backend(); }
 
 void cuda_release_cached_memory(int device) {
   detail::cuda::require_device_index(device, "cuda_release_cached_memory");

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <source_location>
@@ -151,6 +152,19 @@ void check_cublas(cublasStatus_t s, const char* call,
 
 // The cuBLAS handle of this (thread, device), bound to current_stream().
 cublasHandle_t cublas_handle();
+
+// What the backend makes once and keeps (the cuBLAS and cuBLASLt handles of each thread and
+// device, their workspaces, the memory pools): each registers its release here when made;
+// cuda_shutdown (solver.hpp) and process exit (an atexit hook, registered with the first one,
+// so it runs before the CUDA runtime's own teardown) release them all, newest first, after the
+// devices' work is done. `resource_generation()` changes at every release: a per-thread cache of
+// such resources made in an older generation holds released ones and is dropped (a later use
+// makes them again).
+void keep_until_shutdown(std::function<void()> release);
+std::uint64_t resource_generation();
+// Waits for every device, then releases what keep_until_shutdown holds and the pools (solver.hpp's
+// cuda_shutdown). Never throws; the calling thread's current device is kept.
+void shutdown_backend() noexcept;
 
 // Makes `device` current for its lifetime and restores the previous one.
 class DeviceGuard {

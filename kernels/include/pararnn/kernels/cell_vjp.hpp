@@ -23,6 +23,12 @@
 // [b][t][out][in][c]); the partials are [b][chunk][k][c] with chunk = t / steps_per_partial and
 // vjp_partial_chunks(time) = ceil(T / kVjpStepsPerPartial) chunks.
 //
+// The adjoint's storage type A (J and μ in memory, the reverse scan's type) is double by default;
+// A = float stores J and μ in float (half the bytes of the two largest arrays of a backward; each
+// element still computed in double in registers and rounded once when stored, the scan in float):
+// the production backward takes it for f16 and bf16 storage, whose gradient τ is orders of
+// magnitude above f32's rounding (docs/cuda.md "Training on the device").
+//
 // Guarantees: deterministic (every partial is one thread's fixed-order sum); never allocates;
 // returns cudaErrorInvalidValue for null required arrays or negative sizes, else the launch's
 // error. Example:
@@ -49,7 +55,7 @@ constexpr std::int64_t vjp_partial_chunks(std::int64_t time) {
   return (time + kVjpStepsPerPartial - 1) / kVjpStepsPerPartial;
 }
 
-template <class T>
+template <class T, class A = double>
 struct CellAdjointJacobianArgs {
   const T* wx = nullptr;
   const T* recurrent = nullptr;
@@ -58,14 +64,14 @@ struct CellAdjointJacobianArgs {
   const std::uint8_t* head = nullptr;    // optional (packed)
   const T* H = nullptr;                  // H*
   const T* grad_H = nullptr;             // the loss's cotangent of H
-  double* jac = nullptr;                 // J at H*
-  double* mu = nullptr;                  // grad_H widened (the reverse scan's input)
+  A* jac = nullptr;                      // J at H*
+  A* mu = nullptr;                       // grad_H widened (the reverse scan's input)
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
 };
 
-template <class T>
+template <class T, class A = double>
 struct CellVjpArgs {
   const T* wx = nullptr;
   const T* recurrent = nullptr;
@@ -73,7 +79,7 @@ struct CellVjpArgs {
   const std::int64_t* h0_row = nullptr;    // optional (packed)
   const std::uint8_t* head = nullptr;      // optional (packed)
   const T* H = nullptr;                    // H*
-  const double* mu = nullptr;              // the adjoint trajectory
+  const A* mu = nullptr;                   // the adjoint trajectory
   T* d_wx = nullptr;
   double* d_h0 = nullptr;                  // optional
   double* d_rec_partials = nullptr;
@@ -83,10 +89,11 @@ struct CellVjpArgs {
 };
 
 // Both instantiated for the cell maths of kHasNewtonKernels × T ∈ {float, double}.
-template <class CellMath, class T>
-cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T>& args, cudaStream_t stream);
-template <class CellMath, class T>
-cudaError_t launch_cell_vjp(const CellVjpArgs<T>& args, cudaStream_t stream);
+// Instantiated for (T, A) = (float, double), (double, double) and (float, float).
+template <class CellMath, class T, class A = double>
+cudaError_t launch_cell_adjoint_jacobian(const CellAdjointJacobianArgs<T, A>& args, cudaStream_t stream);
+template <class CellMath, class T, class A = double>
+cudaError_t launch_cell_vjp(const CellVjpArgs<T, A>& args, cudaStream_t stream);
 
 // dst[i] = src[i] for i < n, float to double (exact). Never allocates.
 cudaError_t launch_widen(const float* src, double* dst, std::int64_t n, cudaStream_t stream);

@@ -109,6 +109,14 @@ void cuda_release_cached_memory(int device = 0);
 // has not used); the same errors.
 std::size_t cuda_cached_memory(int device = 0);
 
+// Releases what the CUDA backend keeps for the process's life (the cuBLAS and cuBLASLt handles
+// and workspaces of every thread, the memory pools), after every device's work is done; a later
+// solve makes them again. Process exit does the same (before the CUDA runtime's teardown), so a
+// program embedding the library leaves no device allocation behind (compute-sanitizer's leak
+// check). Call it where no solve runs on another thread. Never throws; nothing to do without the
+// CUDA backend.
+void cuda_shutdown();
+
 // The bytes the CUDA backend has moved between host and device since the process started
 // (every host<->device copy of this backend is counted, in both directions, on every device): a
 // solve or training step on device tensors moves O(parameters + B·d_h) bytes (weights, per-channel
