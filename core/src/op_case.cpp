@@ -228,6 +228,8 @@ OpCase generate_op_case(const OpGenerateOptions& o) {
   if (!is_floating(o.dtype)) throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(o.dtype));
   if (o.decay != "normal" && o.decay != "hard" && o.decay != "none")
     throw ContractViolation("decay", "must be normal, hard or none", o.decay);
+  if (o.qk_l2norm && !spec.takes_l2norm)
+    throw ContractViolation("use_qk_l2norm_in_kernel", fmt::format("is not an argument of op {}", o.op), "True");
   if (!(o.key_scale > 0.0) || !std::isfinite(o.key_scale))
     throw ContractViolation("key_scale", "must be a finite positive number", fmt::format("{}", o.key_scale));
   const Shape key{o.batch, o.time, o.heads, o.k_dim}, val{o.batch, o.time, o.heads, o.v_dim},

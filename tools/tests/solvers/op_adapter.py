@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""A chunked external op solver for the CI tests of op cases (issue 56), standard library only.
+
+usage: op_adapter.py CASE OUT [--mode exact|drop-carry|nan|no-final-state] [--chunk C]
+
+It computes the op of CASE (metadata "op": gla, simple_gla, delta_rule, gated_delta_rule,
+dplr_delta_rule, rwkv7) the way a chunked kernel walks the sequence: chunks of C steps (default
+16), the state carried from one chunk to the next, in Python floats (double), written in the
+case's dtype. It is written from docs/ops/README.md's equations, independently of the C++ oracle.
+  exact           the carry kept: a correct answer (every op case must Agree with it)
+  drop-carry      the state restarts from the initial state at every chunk boundary: the bug of a
+                  chunked kernel that loses its inter-chunk carry (must be Disagree)
+  nan             o[0, T // 2, 0, 0] = NaN (must never Agree)
+  no-final-state  final_state left out (must never Agree)
+"""
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_tool as st  # noqa: E402
+
+
+def arg(argv, name, default):
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write(__doc__)
+        return 2
+    case, out = argv[1], argv[2]
+    mode = arg(argv, "--mode", "exact")
+    chunk = int(arg(argv, "--chunk", "16"))
+    tensors, meta = st.read(case)
+    op = meta["op"]
+    qname = "r" if op == "rwkv7" else "q"
+    dtype, (B, T, H, K), _ = tensors[qname]
+    V = tensors["v"][1][3]
+    get = lambda name: tensors[name][2]  # noqa: E731
+    default = 1.0 if op == "rwkv7" else K ** -0.5  # fla's chunk_rwkv7 defaults to scale 1
+    scale = float(meta["scale"]) if meta.get("scale", "None") not in ("None", "none", "") else default
+    l2 = meta.get("use_qk_l2norm_in_kernel", "False") in ("True", "true", "1")
+    if "cu_seqlens" in tensors:
+        cu = [int(x) for x in get("cu_seqlens")]
+        seqs = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+    else:
+        seqs = [(b, 0, T) for b in range(B)]
+    h0 = get("initial_state") if "initial_state" in tensors else None
+    o = [0.0] * (B * T * H * V)
+    final = [0.0] * (len(seqs) * H * K * V)
+    for n, (b, t0, t1) in enumerate(seqs):
+        for h in range(H):
+            start = [h0[((n * H + h) * K + i) * V + j] if h0 else 0.0 for i in range(K) for j in range(V)]
+            S = list(start)
+            for t in range(t0, t1):
+                if mode == "drop-carry" and (t - t0) % chunk == 0:
+                    S = list(start)
+                row = (b * T + t) * H + h
+                q = get(qname)[row * K:(row + 1) * K]
+                k = get("k")[row * K:(row + 1) * K]
+                v = get("v")[row * V:(row + 1) * V]
+                if l2:
+                    q = [x / math.sqrt(sum(y * y for y in q) + 1e-6) for x in q]
+                    k = [x / math.sqrt(sum(y * y for y in k) + 1e-6) for x in k]
+                if op in ("gla", "simple_gla"):
+                    d = [math.exp(x) for x in get("g")[row * K:(row + 1) * K]] if op == "gla" else [math.exp(get("g")[row])] * K
+                    S = [d[i] * S[i * V + j] + k[i] * v[j] for i in range(K) for j in range(V)]
+                elif op in ("delta_rule", "gated_delta_rule"):
+                    beta = get("beta")[row]
+                    decay = math.exp(get("g")[row]) if op == "gated_delta_rule" else 1.0
+                    S = [decay * x for x in S]
+                    err = [v[j] - sum(S[i * V + j] * k[i] for i in range(K)) for j in range(V)]
+                    S = [S[i * V + j] + beta * k[i] * err[j] for i in range(K) for j in range(V)]
+                else:
+                    w = get("w" if op == "rwkv7" else "gk")[row * K:(row + 1) * K]
+                    a = get("a")[row * K:(row + 1) * K]
+                    bb = get("b")[row * K:(row + 1) * K]
+                    u = [sum(a[i] * S[i * V + j] for i in range(K)) for j in range(V)]
+                    S = [math.exp(w[i]) * S[i * V + j] + bb[i] * u[j] + k[i] * v[j] for i in range(K) for j in range(V)]
+                for j in range(V):
+                    o[row * V + j] = sum(scale * q[i] * S[i * V + j] for i in range(K))
+            final[(n * H + h) * K * V:(n * H + h + 1) * K * V] = S
+    if mode == "nan":
+        o[((0 * T + T // 2) * H) * V] = math.nan
+    answer = {"o": (dtype, [B, T, H, V], o)}
+    if mode != "no-final-state":
+        answer["final_state"] = (dtype, [len(seqs), H, K, V], final)
+    sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
+    st.write(out, answer, {"producer": "op_adapter.py " + mode})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
