@@ -157,6 +157,21 @@ for meta_bad, headers_bad, needle in [
         assert needle in str(e), (needle, str(e))
 PY
   ;;
+campaign_reference_agrees_faulty_is_kept)
+  # scripts/ops-campaign.sh: the plan with the reference adapter, every row Agree (exit 0, nothing
+  # kept); with the carry-dropping adapter, every row not Agree, its case, answer and judgement kept.
+  campaign="$source_dir/scripts/ops-campaign.sh"
+  plan=(--quick --ops gla,gated_delta_rule,rwkv7 --modes chunk --dtypes bf16,f32 --T 64)
+  expect_rc 0 "$campaign" "$pararnn" "$work/ref" "$pararnn solve {case} --out {out}" "${plan[@]}"
+  [ "$(grep -c $'\tAgree\t' "$work/ref/summary.tsv")" -eq 30 ] || fail "reference rows: $(cat "$work/ref/summary.tsv")"
+  [ -z "$(ls -A "$work/ref/rows")" ] || fail "an Agree row was kept"
+  expect_rc 1 "$campaign" "$pararnn" "$work/bad" "python3 $adapter {case} {out} --mode drop-carry --chunk 8" "${plan[@]}"
+  grep -q $'\tAgree\t' "$work/bad/summary.tsv" && fail "a dropped carry Agreed: $(cat "$work/bad/summary.tsv")"
+  row="$work/bad/rows/gla.chunk.bf16.T64.d16.init"
+  for f in case.safetensors answer.safetensors compare.json stderr.txt; do [ -f "$row/$f" ] || fail "row keeps no $f"; done
+  [ "$(json_get "$row/compare.json" "['verdict']")" = Disagree ] || fail "kept row's verdict"
+  [ -z "$(find "$work" -name '.row-*')" ] || fail "a scratch folder was left"
+  ;;
 *) fail "unknown claim" ;;
 esac
 echo "PASS [$claim]"
