@@ -28,13 +28,14 @@ void check_answer(const OpCase& problem, const std::map<std::string, Tensor>& an
                               shape_string(tensor.shape()));
     if (!is_floating(tensor.dtype()))
       throw ContractViolation(fmt::format("answer: tensor '{}'", name), "must be floating", dtype_name(tensor.dtype()));
-    const Shape want = name == "o" ? problem.o_shape() : problem.final_state_shape();
+    const Shape want = name == names.front() ? problem.o_shape() : problem.final_state_shape();
     if (tensor.shape() != want)
       throw ContractViolation(fmt::format("answer: tensor '{}'", name),
                               fmt::format("must have shape {}", shape_string(want)), shape_string(tensor.shape()));
   }
-  if (!answer.contains("o"))
-    throw ContractViolation("answer: tensor 'o'", fmt::format("is required (op {})", problem.op), "absent");
+  if (!answer.contains(names.front()))
+    throw ContractViolation(fmt::format("answer: tensor '{}'", names.front()), fmt::format("is required (op {})", problem.op),
+                            "absent");
 }
 
 nlohmann::json comparison_json(const ComparisonResult& c) {
@@ -91,7 +92,7 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
   const DType dtype = problem.dtype();
   r.dtype = std::string(dtype_name(dtype));
   check_answer(problem, answer, r);
-  r.answer_dtype = std::string(dtype_name(answer.at("o").dtype()));
+  r.answer_dtype = std::string(dtype_name(answer.at(op_output_names(problem).front()).dtype()));
   r.tau = tolerance_for({.dtype = dtype, .metric = Metric::op_output, .cell = problem.op});
   r.quality_bound = tolerance_for({.dtype = dtype, .metric = Metric::quality_ratio, .cell = problem.op}).atol;
   r.seed = options.seed;

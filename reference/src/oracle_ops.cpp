@@ -36,6 +36,25 @@ LiftedOp lift(const OpCase& c) {
   return l;
 }
 
+// Where element (b, t, h, j) of the output and (n, h, i, j) of the state (i: key / state index,
+// j: value index) live in the op's own layouts.
+std::int64_t o_index(const OpCase& c, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t j) {
+  if (c.kind == OpKind::selective_scan) return (b * c.heads + h) * c.time + t;
+  return ((b * c.time + t) * c.heads + h) * c.v_dim + j;
+}
+std::int64_t state_index(const OpCase& c, std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j) {
+  if (c.kind == OpKind::ssd) return ((n * c.heads + h) * c.v_dim + j) * c.k_dim + i;
+  return ((n * c.heads + h) * c.k_dim + i) * c.v_dim + j;
+}
+
+// mamba's softplus: x above 20 is x (torch's threshold, and the kernels').
+template <class Real>
+Real softplus(const Real& x) {
+  using std::exp;
+  using std::log;
+  return x > Real(20) ? x : Real(log(Real(1) + exp(x)));
+}
+
 // One chain: sequence n, head h, its first `steps` steps. o (steps·V) and the state after the
 // last of them (K·V), each rounded once to double.
 struct ChainAnswer {
@@ -53,11 +72,17 @@ ChainAnswer run_chain(const LiftedOp& l, std::int64_t n, std::int64_t h, std::in
   const OpCase::Sequence seq = l.sequences[static_cast<std::size_t>(n)];
   std::vector<Real> S(static_cast<std::size_t>(K * V), Real(0));
   if (!l.h0.empty())
-    for (std::int64_t e = 0; e < K * V; ++e) S[e] = Real(l.h0[static_cast<std::size_t>((n * H + h) * K * V + e)]);
+    for (std::int64_t i = 0; i < K; ++i)
+      for (std::int64_t j = 0; j < V; ++j)
+        S[i * V + j] = Real(l.h0[static_cast<std::size_t>(state_index(c, n, h, i, j))]);
   std::vector<Real> q(K), k(K), d(K), a(K), b(K), vv(V), u(V);
   const Real scale = Real(c.scale);
   const Real l2_eps = Real(1e-6);
   const auto get = [&](const char* name) -> const std::vector<double>& { return l.in.at(name); };
+  const auto has = [&](const char* name) { return l.in.contains(name); };
+  const bool mamba = c.kind == OpKind::selective_scan || c.kind == OpKind::ssd;
+  const std::int64_t G = c.groups, group = h / (H / G);
+  std::vector<Real> skip(V, Real(0)), gate(V, Real(1));
   const bool low_rank = c.kind == OpKind::delta_rule || c.kind == OpKind::gated_delta_rule ||
                         c.kind == OpKind::dplr_delta_rule || c.kind == OpKind::rwkv7;
   ChainAnswer out;
@@ -70,10 +95,37 @@ ChainAnswer run_chain(const LiftedOp& l, std::int64_t n, std::int64_t h, std::in
       const std::vector<double>& src = get(name);
       for (std::int64_t i = 0; i < K; ++i) dst[i] = Real(src[static_cast<std::size_t>(row * K + i)]);
     };
-    const std::vector<double>& vsrc = get("v");
-    for (std::int64_t j = 0; j < V; ++j) vv[j] = Real(vsrc[static_cast<std::size_t>(row * V + j)]);
-    key(c.kind == OpKind::rwkv7 ? "r" : "q", q);
-    key("k", k);
+    if (mamba) {
+      // selective_scan: channel h; ssd: head h (docs/ops/README.md). Δ = softplus(raw + bias).
+      const bool ss = c.kind == OpKind::selective_scan;
+      const std::size_t dt_at = static_cast<std::size_t>(ss ? (seq.b * H + h) * T + t : row);
+      Real dt = Real(get(ss ? "delta" : "dt")[dt_at]);
+      if (has(ss ? "delta_bias" : "dt_bias")) dt += Real(get(ss ? "delta_bias" : "dt_bias")[static_cast<std::size_t>(h)]);
+      if (c.softplus) dt = softplus(dt);
+      const std::vector<double>& A = get("A");
+      for (std::int64_t i = 0; i < K; ++i) {
+        d[i] = exp(dt * Real(A[static_cast<std::size_t>(ss ? h * K + i : h)]));
+        const std::size_t bc = static_cast<std::size_t>(ss ? ((seq.b * G + group) * K + i) * T + t
+                                                           : ((seq.b * T + t) * G + group) * K + i);
+        k[i] = Real(get("B")[bc]);
+        q[i] = Real(get("C")[bc]);
+      }
+      for (std::int64_t j = 0; j < V; ++j) {
+        const std::size_t at = static_cast<std::size_t>(ss ? dt_at : row * V + j);
+        const Real x = Real(get(ss ? "u" : "x")[at]);
+        vv[j] = dt * x;
+        skip[j] = has("D") ? Real(get("D")[static_cast<std::size_t>(h)]) * x : Real(0);
+        if (has("z")) {
+          const Real z = Real(get("z")[at]);
+          gate[j] = z / (Real(1) + exp(-z));
+        }
+      }
+    } else {
+      const std::vector<double>& vsrc = get("v");
+      for (std::int64_t j = 0; j < V; ++j) vv[j] = Real(vsrc[static_cast<std::size_t>(row * V + j)]);
+      key(c.kind == OpKind::rwkv7 ? "r" : "q", q);
+      key("k", k);
+    }
     if (c.qk_l2norm) {
       for (std::vector<Real>* x : {&q, &k}) {
         Real sum(0);
@@ -112,6 +164,8 @@ ChainAnswer run_chain(const LiftedOp& l, std::int64_t n, std::int64_t h, std::in
         key("a", a);
         key("b", b);
         break;
+      case OpKind::selective_scan:
+      case OpKind::ssd: break;
     }
     if (low_rank) {
       std::fill(u.begin(), u.end(), Real(0));
@@ -127,6 +181,7 @@ ChainAnswer run_chain(const LiftedOp& l, std::int64_t n, std::int64_t h, std::in
     for (std::int64_t j = 0; j < V; ++j) {
       Real acc(0);
       for (std::int64_t i = 0; i < K; ++i) acc += (scale * q[i]) * S[i * V + j];
+      if (mamba) acc = (acc + skip[j]) * gate[j];
       out.o[static_cast<std::size_t>(s * V + j)] = static_cast<double>(acc);
     }
   }
@@ -141,6 +196,7 @@ std::map<std::string, std::vector<double>> run_all(const LiftedOp& l, const std:
   const OpCase& c = *l.problem;
   const std::int64_t H = c.heads, V = c.v_dim, KV = c.k_dim * c.v_dim;
   const std::int64_t N = static_cast<std::int64_t>(l.sequences.size());
+  const std::int64_t K = c.k_dim;
   std::vector<double> o(static_cast<std::size_t>(c.batch * c.time * H * V), 0.0);
   std::vector<double> state(static_cast<std::size_t>(N * H * KV), 0.0);
   detail::parallel_for(N * H, [&](std::int64_t chain) {
@@ -148,8 +204,11 @@ std::map<std::string, std::vector<double>> run_all(const LiftedOp& l, const std:
     const OpCase::Sequence& seq = l.sequences[static_cast<std::size_t>(n)];
     const ChainAnswer a = run_chain<Real>(l, n, h, seq.t_end - seq.t_begin, poll);
     for (std::int64_t s = 0; s < seq.t_end - seq.t_begin; ++s)
-      std::copy_n(a.o.begin() + s * V, V, o.begin() + ((seq.b * c.time + seq.t_begin + s) * H + h) * V);
-    std::copy(a.state.begin(), a.state.end(), state.begin() + (n * H + h) * KV);
+      for (std::int64_t j = 0; j < V; ++j)
+        o[static_cast<std::size_t>(o_index(c, seq.b, seq.t_begin + s, h, j))] = a.o[static_cast<std::size_t>(s * V + j)];
+    for (std::int64_t i = 0; i < K; ++i)
+      for (std::int64_t j = 0; j < V; ++j)
+        state[static_cast<std::size_t>(state_index(c, n, h, i, j))] = a.state[static_cast<std::size_t>(i * V + j)];
   });
   return {{"o", std::move(o)}, {"final_state", std::move(state)}};
 }
@@ -213,7 +272,7 @@ OpOracleResult oracle_in(const OpCase& c, const OracleOptions& options) {
   bool all = false;
   const auto picked = certified_selection(l, options, all);
   r.certified_all_chains = all;
-  const std::int64_t H = c.heads, V = c.v_dim, KV = c.k_dim * c.v_dim;
+  const std::int64_t H = c.heads, V = c.v_dim;
   std::vector<double> deltas(picked.size(), 0.0);
   detail::parallel_for(static_cast<std::int64_t>(picked.size()), [&](std::int64_t p) {
     const auto [chain, steps] = picked[static_cast<std::size_t>(p)];
@@ -227,9 +286,11 @@ OpOracleResult oracle_in(const OpCase& c, const OracleOptions& options) {
     };
     for (std::int64_t s = 0; s < steps; ++s)
       for (std::int64_t j = 0; j < V; ++j)
-        worse(a.o[static_cast<std::size_t>(s * V + j)], o[static_cast<std::size_t>(((seq.b * c.time + seq.t_begin + s) * H + h) * V + j)]);
+        worse(a.o[static_cast<std::size_t>(s * V + j)], o[static_cast<std::size_t>(o_index(c, seq.b, seq.t_begin + s, h, j))]);
     if (steps == seq.t_end - seq.t_begin)
-      for (std::int64_t e = 0; e < KV; ++e) worse(a.state[static_cast<std::size_t>(e)], state[static_cast<std::size_t>((n * H + h) * KV + e)]);
+      for (std::int64_t i = 0; i < c.k_dim; ++i)
+        for (std::int64_t j = 0; j < V; ++j)
+          worse(a.state[static_cast<std::size_t>(i * V + j)], state[static_cast<std::size_t>(state_index(c, n, h, i, j))]);
     deltas[static_cast<std::size_t>(p)] = delta;
   });
   for (std::size_t p = 0; p < picked.size(); ++p) {
@@ -242,8 +303,9 @@ OpOracleResult oracle_in(const OpCase& c, const OracleOptions& options) {
     r.certified_chain_steps += steps;
     r.self_check_delta = std::max(r.self_check_delta, deltas[p]);
   }
-  r.outputs.emplace("o", Tensor::from_values(DType::f64, c.o_shape(), o));
-  r.outputs.emplace("final_state", Tensor::from_values(DType::f64, c.final_state_shape(), state));
+  const OpSpec& spec = op_spec(c.op);
+  r.outputs.emplace(std::string(spec.out_name), Tensor::from_values(DType::f64, c.o_shape(), o));
+  r.outputs.emplace(std::string(spec.state_name), Tensor::from_values(DType::f64, c.final_state_shape(), state));
   return r;
 }
 
@@ -260,9 +322,10 @@ std::map<std::string, Tensor> op_sequential_in_dtype(const OpCase& problem) {
   const LiftedOp l = lift(problem);
   auto outputs = problem.dtype() == DType::f64 ? run_all<double>(l, {}) : run_all<float>(l, {});
   std::map<std::string, Tensor> result;
-  result.emplace("o", Tensor::from_values(problem.dtype(), problem.o_shape(), outputs.at("o")));
+  const OpSpec& spec = op_spec(problem.op);
+  result.emplace(std::string(spec.out_name), Tensor::from_values(problem.dtype(), problem.o_shape(), outputs.at("o")));
   if (problem.output_final_state)
-    result.emplace("final_state",
+    result.emplace(std::string(spec.state_name),
                    Tensor::from_values(problem.dtype(), problem.final_state_shape(), outputs.at("final_state")));
   return result;
 }

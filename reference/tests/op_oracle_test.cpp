@@ -154,6 +154,46 @@ TEST(OpOracle, DplrLowRankReadsThePreviousStateAndRwkv7IsTheSameOp) {
   expect_values(oracle_op(rwkv).outputs.at("o"), {4});
 }
 
+// Mamba's selective scan: x_t = exp(Δ A) x_{t-1} + Δ B_t u_t per channel, out = C_tᵀ x_t + D u,
+// times silu(z); Δ = softplus(delta + delta_bias) with delta_softplus; layout [B, D, L].
+TEST(OpOracle, SelectiveScanDeltaScalesDecayAndInputAndDSkipsTheInput) {
+  const double ln2 = std::log(2.0);
+  const std::vector<Input> common = {{"u", {1, 1, 2}, {2, 4}},
+                                     {"A", {1, 2}, {-1, -2}},
+                                     {"B", {1, 1, 2, 2}, {1, 1, 1, 0}},  // [B, G, N, L]: B[n=0] = (1, 1), B[n=1] = (1, 0)
+                                     {"C", {1, 1, 2, 2}, {1, 0, 0, 1}},
+                                     {"D", {1}, {0.5}}};
+  std::vector<Input> plain = common;
+  plain.push_back({"delta", {1, 1, 2}, {ln2, ln2}});
+  const OpOracleResult r = oracle_op(make_case("selective_scan", plain));
+  // x0 = ln2·(1,1)·2, out0 = 2 ln2 + 0.5·2; x1 = (0.5, 0.25)⊙x0 + ln2·(1,0)·4 = (5 ln2, 0.5 ln2), out1 = 0.5 ln2 + 2.
+  expect_values(r.outputs.at("out"), {2 * ln2 + 1, 0.5 * ln2 + 2});
+  expect_values(r.outputs.at("last_state"), {5 * ln2, 0.5 * ln2});
+  std::vector<Input> gated = common;  // softplus(0 + 0) = ln 2: the same Δ; z = (0, 2) gates by silu
+  gated.push_back({"delta", {1, 1, 2}, {0, 0}});
+  gated.push_back({"delta_bias", {1}, {0}});
+  gated.push_back({"z", {1, 1, 2}, {0, 2}});
+  const OpOracleResult g = oracle_op(make_case("selective_scan", gated, {{"delta_softplus", "True"}}));
+  expect_values(g.outputs.at("out"), {0, (0.5 * ln2 + 2) * 2 / (1 + std::exp(-2.0))});
+}
+
+// Mamba-2's SSD: per head S (P x N) = exp(Δ A_h) S + Δ x_t B_tᵀ, out = S C_t (+ D x); the state is
+// read and written as [N, H, P, N_state] (initial_states, final_states).
+TEST(OpOracle, SsdDecaysPerHeadAndKeepsTheStateAsHeadDimByStateSize) {
+  const double ln2 = std::log(2.0);
+  const OpCase c = make_case("ssd", {{"x", {1, 2, 1, 2}, {2, 4, 0, 2}},
+                                     {"dt", {1, 2, 1}, {0, 0}},
+                                     {"A", {1}, {-1}},
+                                     {"B", {1, 2, 1, 1}, {1, 1}},
+                                     {"C", {1, 2, 1, 1}, {1, 2}},
+                                     {"initial_states", {1, 1, 2, 1}, {8, 0}}},
+                             {{"dt_softplus", "True"}});
+  const OpOracleResult r = oracle_op(c);
+  // S1 = 0.5 (8, 0) + ln2 (2, 4) ; S2 = 0.5 S1 + ln2 (0, 2) = (2 + ln2, 4 ln2); out_t = S_t C_t.
+  expect_values(r.outputs.at("out"), {4 + 2 * ln2, 4 * ln2, 4 + 2 * ln2, 8 * ln2});
+  expect_values(r.outputs.at("final_states"), {2 + ln2, 4 * ln2});
+}
+
 // Certification: all chains of a small case; none with budget 0 (which the judge refuses); a
 // seeded prefix when one chain is over the budget.
 TEST(OpOracle, CertificationCoversChainsWithinTheBudget) {
@@ -217,6 +257,15 @@ TEST(OpCase, BadInputsAreRefusedByName) {
   refused("gla", {q, k, v, g, {"cu_seqlens", {2}, {0, 3}}}, {}, "must end at the packed length T = 2");
   refused("gla", {q, k, v, g, {"initial_state", {2, 1, 2, 2}, std::vector<double>(8, 0)}}, {}, "tensor 'initial_state'");
   refused("gla", {q, k, v, g}, {{"variant", "naive"}}, "metadata 'variant'");
+  const std::vector<Input> ss = {{"u", {1, 1, 2}, {1, 1}}, {"delta", {1, 1, 2}, {1, 1}}, {"A", {1, 2}, {-1, -1}},
+                                 {"B", {1, 2, 2}, {1, 1, 1, 1}}, {"C", {1, 2, 2}, {1, 1, 1, 1}}};
+  std::vector<Input> packed = ss;
+  packed.push_back({"cu_seqlens", {2}, {0, 2}});
+  refused("selective_scan", packed, {}, "tensor 'cu_seqlens': is not an input of op selective_scan");
+  refused("selective_scan", ss, {{"scale", "2"}}, "metadata 'scale': is not an argument of op selective_scan");
+  std::vector<Input> bad_groups = ss;
+  bad_groups[3] = {"B", {1, 2, 2, 2}, std::vector<double>(8, 1)};
+  refused("selective_scan", bad_groups, {}, "groups G must divide");
 }
 
 }  // namespace

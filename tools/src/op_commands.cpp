@@ -51,7 +51,7 @@ int make_op_case(const MakeCaseArgs& args) {
                       .time = args.time,
                       .heads = args.n_heads.value_or(2),
                       .k_dim = args.k_dim.value_or(16),
-                      .v_dim = args.v_dim.value_or(16),
+                      .v_dim = args.v_dim.value_or(args.op == "selective_scan" ? 1 : 16),
                       .seed = args.seed,
                       .decay = args.decay,
                       .key_scale = args.key_scale,
@@ -71,7 +71,8 @@ int make_op_case(const MakeCaseArgs& args) {
     // Name the flag, not the generator's field.
     const std::map<std::string, std::string> flags = {{"decay", "--decay"}, {"key_scale", "--key-scale"},
                                                       {"dtype", "--dtype"}, {"op", "--op"},
-                                                      {"use_qk_l2norm_in_kernel", "--qk-l2norm"}};
+                                                      {"use_qk_l2norm_in_kernel", "--qk-l2norm"}, {"h0_std", "--h0-std"},
+                                                      {"scale", "--scale"}, {"v_dim", "--v-dim"}};
     const auto flag = flags.find(e.argument());
     if (flag != flags.end()) throw ContractViolation(flag->second, e.rule(), e.value());
     if (e.argument().find("cu_seqlens") != std::string::npos) throw ContractViolation("--cu-seqlens", e.rule(), e.value());
@@ -106,14 +107,14 @@ int op_oracle(const SolveArgs& args) {
     std::cerr << fmt::format("pararnn: oracle: {}; {} not written\n", why, args.out);
     return kExitInconclusiveOrRefused;
   }
-  std::map<std::string, Tensor> tensors = {{"o", r.outputs.at("o")}};
-  if (problem.output_final_state) tensors.emplace("final_state", r.outputs.at("final_state"));
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : op_output_names(problem)) tensors.emplace(name, r.outputs.at(name));
   write_safetensors(args.out, tensors,
                     {{"producer", "pararnn oracle"}, {"op", problem.op}, {"oracle_type", r.type},
                      {"certifier_type", r.certifier_type}, {"self_check_delta", fmt::format("{:.6e}", r.self_check_delta)},
                      {"certified_all_chains", r.certified_all_chains ? "true" : "false"}});
-  std::cout << fmt::format("wrote {}: o {} f64, op {}, oracle {} certified by {} on {} chain(s) (self-check delta {:.3e})\n",
-                           args.out, shape_string(r.outputs.at("o").shape()), problem.op, r.type, r.certifier_type,
+  std::cout << fmt::format("wrote {}: {} {} f64, op {}, oracle {} certified by {} on {} chain(s) (self-check delta {:.3e})\n",
+                           args.out, op_output_names(problem).front(), shape_string(problem.o_shape()), problem.op, r.type, r.certifier_type,
                            r.certified_chains.size(), r.self_check_delta);
   return 0;
 }
@@ -125,8 +126,8 @@ int op_solve(const SolveArgs& args) {
     throw UnsupportedPath(fmt::format("solve --grad: op {}: op gradients are not implemented yet; nothing written", problem.op));
   const std::map<std::string, Tensor> answer = reference::op_sequential_in_dtype(problem);
   write_safetensors(args.out, answer, {{"producer", "pararnn solve (op: the sequential loop in the case's dtype)"}, {"op", problem.op}});
-  std::cout << fmt::format("wrote {}: o {} {} (op {}: sequential loop, compute {})\n", args.out,
-                           shape_string(answer.at("o").shape()), dtype_name(problem.dtype()), problem.op,
+  std::cout << fmt::format("wrote {}: {} {} {} (op {}: sequential loop, compute {})\n", args.out,
+                           op_output_names(problem).front(), shape_string(problem.o_shape()), dtype_name(problem.dtype()), problem.op,
                            problem.dtype() == DType::f64 ? "f64" : "f32");
   return 0;
 }

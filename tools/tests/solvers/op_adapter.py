@@ -4,7 +4,7 @@
 usage: op_adapter.py CASE OUT [--mode exact|drop-carry|nan|no-final-state] [--chunk C]
 
 It computes the op of CASE (metadata "op": gla, simple_gla, delta_rule, gated_delta_rule,
-dplr_delta_rule, rwkv7) the way a chunked kernel walks the sequence: chunks of C steps (default
+dplr_delta_rule, rwkv7, selective_scan, ssd) the way a chunked kernel walks the sequence: chunks of C steps (default
 16), the state carried from one chunk to the next, in Python floats (double), written in the
 case's dtype. It is written from docs/ops/README.md's equations, independently of the C++ oracle.
   exact           the carry kept: a correct answer (every op case must Agree with it)
@@ -34,6 +34,8 @@ def main(argv):
     chunk = int(arg(argv, "--chunk", "16"))
     tensors, meta = st.read(case)
     op = meta["op"]
+    if op in ("selective_scan", "ssd"):
+        return mamba(tensors, meta, op, mode, chunk, out)
     qname = "r" if op == "rwkv7" else "q"
     dtype, (B, T, H, K), _ = tensors[qname]
     V = tensors["v"][1][3]
@@ -86,6 +88,60 @@ def main(argv):
     answer = {"o": (dtype, [B, T, H, V], o)}
     if mode != "no-final-state":
         answer["final_state"] = (dtype, [len(seqs), H, K, V], final)
+    sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
+    st.write(out, answer, {"producer": "op_adapter.py " + mode})
+    return 0
+
+
+def mamba(tensors, meta, op, mode, chunk, out):
+    """selective_scan (u, delta [B, D, L], A [D, N], B, C [B, G, N, L]) and ssd (x [B, L, H, P], dt
+    [B, L, H], A [H], B, C [B, L, G, N], initial_states [B, H, P, N]); D, z and the dt bias optional."""
+    ss = op == "selective_scan"
+    get = lambda name: tensors[name][2] if name in tensors else None  # noqa: E731
+    dtype, shape, _ = tensors["u" if ss else "x"]
+    if ss:
+        Bn, H, T = shape
+        P = 1
+        G, N = tensors["B"][1][1], tensors["B"][1][2]
+    else:
+        Bn, T, H, P = shape
+        G, N = tensors["B"][1][2], tensors["B"][1][3]
+    soft = meta.get("delta_softplus" if ss else "dt_softplus", "False") in ("True", "true", "1")
+    bias, D, z, h0 = get("delta_bias" if ss else "dt_bias"), get("D"), get("z"), get("initial_states")
+    xs, dts, A, Bm, Cm = get("u" if ss else "x"), get("delta" if ss else "dt"), get("A"), get("B"), get("C")
+    out_v = [0.0] * (Bn * T * H * P)
+    final = [0.0] * (Bn * H * P * N)
+    for b in range(Bn):
+        for h in range(H):
+            g = h // (H // G)
+            start = [h0[((b * H + h) * P + j) * N + i] if h0 else 0.0 for j in range(P) for i in range(N)]
+            S = list(start)  # [P][N]
+            for t in range(T):
+                if mode == "drop-carry" and t % chunk == 0:
+                    S = list(start)
+                at = (b * H + h) * T + t if ss else (b * T + t) * H + h
+                dt = dts[at] + (bias[h] if bias else 0.0)
+                if soft:
+                    dt = dt if dt > 20 else math.log1p(math.exp(dt))
+                bc = [((b * G + g) * N + i) * T + t if ss else ((b * T + t) * G + g) * N + i for i in range(N)]
+                for j in range(P):
+                    xat = at if ss else at * P + j
+                    x = xs[xat]
+                    y = 0.0
+                    for i in range(N):
+                        decay = math.exp(dt * (A[h * N + i] if ss else A[h]))
+                        S[j * N + i] = decay * S[j * N + i] + dt * x * Bm[bc[i]]
+                        y += S[j * N + i] * Cm[bc[i]]
+                    y += (D[h] * x) if D else 0.0
+                    if z:
+                        y *= z[xat] / (1 + math.exp(-z[xat]))
+                    out_v[xat] = y
+            final[(b * H + h) * P * N:(b * H + h + 1) * P * N] = S
+    if mode == "nan":
+        out_v[T // 2] = math.nan
+    answer = {"out": (dtype, list(shape), out_v)}
+    if mode != "no-final-state":
+        answer["last_state" if ss else "final_states"] = (dtype, [Bn, H, N] if ss else [Bn, H, P, N], final)
     sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
     st.write(out, answer, {"producer": "op_adapter.py " + mode})
     return 0

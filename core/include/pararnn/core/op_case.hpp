@@ -29,14 +29,31 @@ namespace pararnn {
 
 // The op families. Each reads q-like inputs [B, T, H, K], v [B, T, H, V], per-head scalars
 // [B, T, H], and writes o [B, T, H, V] and final_state [N, H, K, V] (fla's layout, K rows).
-enum class OpKind { gla, simple_gla, delta_rule, gated_delta_rule, dplr_delta_rule, rwkv7 };
+// mamba-ssm's selective scan (Mamba) and SSD (Mamba-2) have their own layouts (docs/ops/README.md):
+// selective_scan u, delta, z [B, D, L], A [D, N], B and C [B, G, N, L] (or [B, N, L]), D and
+// delta_bias [D], out [B, D, L], last_state [B, D, N]; ssd x, z [B, L, H, P], dt [B, L, H],
+// A, dt_bias [H], D [H], B and C [B, L, G, N], initial_states and final_states [N, H, P, N_state].
+enum class OpKind { gla, simple_gla, delta_rule, gated_delta_rule, dplr_delta_rule, rwkv7, selective_scan, ssd };
 
-// How one input tensor of an op is shaped.
-enum class OpInputShape { key, value, head_scalar };
+// How one input tensor of an op is shaped (B batch, T time, H heads, K key dim, V value dim;
+// for selective_scan H is the channel count D, K the state size N, V = 1, G the groups of B and
+// C; for ssd H the heads, K the state size N, V the head dim P).
+enum class OpInputShape {
+  key,               // [B, T, H, K]
+  value,             // [B, T, H, V]
+  head_scalar,       // [B, T, H]
+  channel_time,      // [B, H, T]      (selective_scan u, delta, z)
+  channel_state,     // [H, K]         (selective_scan A)
+  per_head,          // [H]            (selective_scan D, delta_bias; ssd A, D, dt_bias)
+  group_state_time,  // [B, G, K, T]   (selective_scan B, C; [B, K, T] is G = 1)
+  time_group_state,  // [B, T, G, K]   (ssd B, C)
+};
 
 struct OpInputSpec {
   std::string_view name;  // the library's argument name
   OpInputShape shape;
+  bool optional = false;   // may be absent (mamba's D, z, delta_bias / dt_bias)
+  bool parameter = false;  // a weight the library keeps in f32: the case's dtype, f32 or f64
 };
 
 struct OpSpec {
@@ -46,6 +63,8 @@ struct OpSpec {
   std::vector<OpInputSpec> inputs;  // required, in the library's argument order
   bool takes_l2norm = false;      // use_qk_l2norm_in_kernel is an argument of the op
   bool unit_default_scale = false;  // scale None means 1 (fla's chunk_rwkv7), not K^-0.5
+  std::string_view out_name = "o", state_name = "final_state", initial_name = "initial_state";
+  bool takes_cu_seqlens = true;
 };
 
 const std::vector<OpSpec>& op_specs();
@@ -60,6 +79,8 @@ struct OpCase {
   std::optional<Tensor> initial_state;          // [N, H, K, V]
   std::optional<Tensor> cu_seqlens;             // (S + 1), int32/int64
   std::int64_t batch = 0, time = 0, heads = 0, k_dim = 0, v_dim = 0;
+  std::int64_t groups = 1;     // mamba: the groups of B and C (H % groups == 0)
+  bool softplus = false;       // mamba: delta_softplus / dt_softplus
   double scale = 0.0;          // metadata "scale", default K^-0.5 (fla's default; RWKV-7: 1)
   bool qk_l2norm = false;      // metadata "use_qk_l2norm_in_kernel"
   bool output_final_state = true;
@@ -73,7 +94,8 @@ struct OpCase {
   };
   std::vector<Sequence> sequences() const;
   std::int64_t sequence_count() const;  // N: B, or the number of packed segments
-  // Output shapes: o [B, T, H, V]; final_state [N, H, K, V].
+  // Output shapes: o [B, T, H, V]; final_state [N, H, K, V] (selective_scan: out [B, D, L],
+  // last_state [B, D, N]; ssd: out [B, L, H, P], final_states [N, H, P, N_state]).
   Shape o_shape() const;
   Shape final_state_shape() const;
 };
@@ -108,7 +130,8 @@ struct OpGenerateOptions {
 };
 OpCase generate_op_case(const OpGenerateOptions& options);
 
-// The outputs an answer to an op case must hold: "o", and "final_state" when the case asks for it.
+// The outputs an answer to an op case must hold: the output ("o"; mamba "out"), and the state
+// ("final_state"; selective_scan "last_state", ssd "final_states") when the case asks for it.
 std::vector<std::string> op_output_names(const OpCase& problem);
 
 }  // namespace pararnn
