@@ -284,7 +284,8 @@ OpCase op_case_from_file(const SafetensorsFile& file, const std::filesystem::pat
   if ((spec.kind == OpKind::selective_scan || spec.kind == OpKind::ssd) && meta(file, "scale"))
     throw ContractViolation(fmt::format("{}: metadata 'scale'", where), fmt::format("is not an argument of op {}", c.op),
                             *meta(file, "scale"));
-  c.variant = meta(file, "variant").value_or("chunk");
+  // The op's native mode by default: mamba-ssm's selective scan is one fused recurrent kernel.
+  c.variant = meta(file, "variant").value_or(spec.kind == OpKind::selective_scan ? "fused_recurrent" : "chunk");
   if (c.variant != "chunk" && c.variant != "fused_recurrent")
     throw ContractViolation(fmt::format("{}: metadata 'variant'", where), "must be chunk or fused_recurrent", c.variant);
   return c;
@@ -424,7 +425,9 @@ OpCase generate_op_case(const OpGenerateOptions& o) {
     for (double& e : h) e *= *o.h0_std;
     file.tensors.emplace(std::string(spec.initial_name), Tensor::from_values(o.dtype, shape, h));
   }
-  file.metadata = {{"op", o.op},         {"library", std::string(spec.library)}, {"variant", o.variant},
+  const std::string variant =
+      !o.variant.empty() ? o.variant : spec.kind == OpKind::selective_scan ? "fused_recurrent" : "chunk";
+  file.metadata = {{"op", o.op},         {"library", std::string(spec.library)}, {"variant", variant},
                    {"seed", std::to_string(o.seed)}, {"decay", o.decay},        {"key_scale", fmt::format("{}", o.key_scale)},
                    {"scale", o.scale ? fmt::format("{}", *o.scale) : "None"},   {"head_first", "False"},
                    {"output_final_state", "True"}};

@@ -33,7 +33,7 @@ struct MakeCaseArgs {
   // Op cases (--op, issue 56; op_commands.cpp): heads are --n-heads (default 2), K and V
   // --k-dim and --v-dim (default 16).
   std::string op;                   // empty: a cell case
-  std::string variant = "chunk";    // chunk | fused_recurrent
+  std::string variant;              // chunk | fused_recurrent (empty: the op's native mode)
   std::string decay = "normal";     // normal | hard | none
   double key_scale = 1.0;
   std::optional<double> scale;      // metadata "scale" (default None: K^-0.5)

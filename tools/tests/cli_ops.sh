@@ -161,6 +161,42 @@ for meta_bad, headers_bad, needle in [
         assert needle in str(e), (needle, str(e))
 PY
   ;;
+mamba_adapter_refuses_by_name)
+  # Without torch or mamba-ssm: f64 and the modes the library has no kernel for are refused by
+  # name (exit 4) before any import; a case it could run needs the library (3 when absent).
+  mamba="$source_dir/python/pararnn_judge/solvers/mamba.py"
+  make s64 --op selective_scan --batch 1 --time 8 --n-heads 2 --k-dim 4 --dtype f64
+  expect_rc 4 python3 "$mamba" "$work/s64.safetensors" "$work/never.safetensors"
+  says "mamba-ssm's kernels take f32, f16 or bf16 (got F64)"
+  make s --op selective_scan --batch 1 --time 8 --n-heads 2 --k-dim 4 --dtype bf16
+  expect_rc 4 python3 "$mamba" "$work/s.safetensors" "$work/never.safetensors" --mode chunk
+  says "mamba-ssm's selective_scan runs fused_recurrent only"
+  make d --op ssd --batch 1 --time 8 --n-heads 2 --k-dim 4 --v-dim 3 --dtype bf16 --variant fused_recurrent
+  expect_rc 4 python3 "$mamba" "$work/d.safetensors" "$work/never.safetensors"
+  says "mamba-ssm's ssd runs chunk only"
+  if ! python3 -c "import torch, mamba_ssm" 2>/dev/null; then
+    expect_rc 3 python3 "$mamba" "$work/d.safetensors" "$work/never.safetensors" --mode chunk
+    says "needs torch and mamba-ssm"
+  fi
+  [ ! -e "$work/never.safetensors" ] || fail "a refused adapter run left its file"
+  python3 - "$source_dir/python/pararnn_judge/solvers" "$work/d.safetensors" <<'PY' || fail "mamba plan"
+import sys
+sys.path.insert(0, sys.argv[1])
+import mamba as adapter
+headers, meta = adapter.read_header(sys.argv[2])
+p = adapter.plan(meta, headers, "chunk", 64)
+assert p["function"] == "mamba_chunk_scan_combined" and p["inputs"] == ("x", "dt", "A", "B", "C"), p
+assert p["optional"] == ("D", "z", "dt_bias"), p
+assert p["kwargs"] == {"chunk_size": 64, "dt_softplus": True, "return_final_states": True}, p
+assert p["state_name"] == "final_states" and not p["packed"]
+for bad, needle in [({"op": "gla"}, "metadata 'op'"), (dict(meta, op="ssd"), "chunk_size")]:
+    try:
+        adapter.plan(bad, headers, "chunk", 0)
+        raise SystemExit("accepted: " + needle)
+    except adapter.Refused as e:
+        assert needle in str(e), (needle, str(e))
+PY
+  ;;
 campaign_reference_agrees_faulty_is_kept)
   # scripts/ops-campaign.sh: the plan with the reference adapter, every row Agree (exit 0, nothing
   # kept); with the carry-dropping adapter, every row not Agree, its case, answer and judgement kept.

@@ -117,7 +117,7 @@ void write_op_case(const std::filesystem::path& path, const OpCase& problem);
 // N(0, h0_std²) when h0_std is set; cu_seqlens (B must be 1). Values are rounded once to dtype.
 struct OpGenerateOptions {
   std::string op = "gla";
-  std::string variant = "chunk";
+  std::string variant;  // empty: the op's native mode (chunk; selective_scan fused_recurrent)
   DType dtype = DType::f32;
   std::int64_t batch = 1, time = 64, heads = 2, k_dim = 16, v_dim = 16;
   std::uint64_t seed = 1;
