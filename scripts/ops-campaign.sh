@@ -5,6 +5,8 @@
 # the op tau and the same-dtype floor). Rows: op x mode x dtype x T x head dim x class, where class
 # is init | h0 | packed (3 sequences, h0) | hard (log decays near 0: decays near 1) | keys (large
 # keys: x8, l2-normalised in the kernel for the delta rules). Long T (>= 16384) run init and hard only.
+# Ops: fla's six and mamba-ssm's selective_scan (head dim = state size, V = 1; no h0 or packed rows)
+# and ssd (packed rows without h0).
 #
 # Usage: scripts/ops-campaign.sh PARARNN OUT 'SOLVER {case} {out}' [--quick] [--long] [--ops a,b]
 #            [--modes chunk,fused_recurrent] [--dtypes bf16,f16,f32] [--T 1024,4096] [--dims 64,128]
@@ -19,7 +21,7 @@ set -uo pipefail
 [ $# -ge 3 ] || { sed -n 2,20p "$0" >&2; exit 2; }
 cli=$1 out=$2 solver=$3
 shift 3
-ops=gla,simple_gla,delta_rule,gated_delta_rule,dplr_delta_rule,rwkv7
+ops=gla,simple_gla,delta_rule,gated_delta_rule,dplr_delta_rule,rwkv7  # --ops selective_scan,ssd for mamba-ssm
 modes=chunk,fused_recurrent dtypes=bf16,f16,f32 times=1024,4096,16384,65536 dims=64,128 heads=4 batch=1
 budget=0 timeout_s=600
 while [ $# -gt 0 ]; do
@@ -58,11 +60,16 @@ for T in "${time_list[@]}"; do
     fi
     id=$op.$mode.$dtype.T$T.d$d.$class
     work=$(mktemp -d "$out/.row-XXXXXX")
-    args=(--op "$op" --variant "$mode" --dtype "$dtype" --time "$T" --n-heads "$heads" --k-dim "$d" --v-dim "$d" --seed 1)
+    # What an op cannot take is not a row: selective_scan has no initial state and no packing
+    # (its state is K = d values a channel, V = 1); ssd's packed rows start from zeros.
+    if [ "$op" = selective_scan ] && { [ "$class" = h0 ] || [ "$class" = packed ]; }; then rm -rf "$work"; continue; fi
+    args=(--op "$op" --variant "$mode" --dtype "$dtype" --time "$T" --n-heads "$heads" --k-dim "$d" --seed 1)
+    [ "$op" = selective_scan ] || args+=(--v-dim "$d")
     [ "$class" = packed ] || args+=(--batch "$batch")
     case $class in
       h0) args+=(--h0-std 0.5) ;;
-      packed) args+=(--batch 1 --h0-std 0.5 --cu-seqlens "0,$((T / 5)),$((T / 2 + 1)),$T") ;;
+      packed) args+=(--batch 1 --cu-seqlens "0,$((T / 5)),$((T / 2 + 1)),$T")
+              [ "$op" = ssd ] || args+=(--h0-std 0.5) ;;
       hard) args+=(--decay hard) ;;
       keys) args+=(--key-scale 8); case $op in delta_rule|gated_delta_rule) args+=(--qk-l2norm) ;; esac ;;
     esac

@@ -109,15 +109,20 @@ def mamba(tensors, meta, op, mode, chunk, out):
     soft = meta.get("delta_softplus" if ss else "dt_softplus", "False") in ("True", "true", "1")
     bias, D, z, h0 = get("delta_bias" if ss else "dt_bias"), get("D"), get("z"), get("initial_states")
     xs, dts, A, Bm, Cm = get("u" if ss else "x"), get("delta" if ss else "dt"), get("A"), get("B"), get("C")
+    if "cu_seqlens" in tensors:  # ssd only: each sequence from zeros
+        cu = [int(v) for v in get("cu_seqlens")]
+        seqs = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+    else:
+        seqs = [(b, 0, T) for b in range(Bn)]
     out_v = [0.0] * (Bn * T * H * P)
-    final = [0.0] * (Bn * H * P * N)
-    for b in range(Bn):
+    final = [0.0] * (len(seqs) * H * P * N)
+    for n, (b, t0, t1) in enumerate(seqs):
         for h in range(H):
             g = h // (H // G)
-            start = [h0[((b * H + h) * P + j) * N + i] if h0 else 0.0 for j in range(P) for i in range(N)]
+            start = [h0[((n * H + h) * P + j) * N + i] if h0 else 0.0 for j in range(P) for i in range(N)]
             S = list(start)  # [P][N]
-            for t in range(T):
-                if mode == "drop-carry" and t % chunk == 0:
+            for t in range(t0, t1):
+                if mode == "drop-carry" and (t - t0) % chunk == 0:
                     S = list(start)
                 at = (b * H + h) * T + t if ss else (b * T + t) * H + h
                 dt = dts[at] + (bias[h] if bias else 0.0)
@@ -136,12 +141,12 @@ def mamba(tensors, meta, op, mode, chunk, out):
                     if z:
                         y *= z[xat] / (1 + math.exp(-z[xat]))
                     out_v[xat] = y
-            final[(b * H + h) * P * N:(b * H + h + 1) * P * N] = S
+            final[(n * H + h) * P * N:(n * H + h + 1) * P * N] = S
     if mode == "nan":
         out_v[T // 2] = math.nan
     answer = {"out": (dtype, list(shape), out_v)}
     if mode != "no-final-state":
-        answer["last_state" if ss else "final_states"] = (dtype, [Bn, H, N] if ss else [Bn, H, P, N], final)
+        answer["last_state" if ss else "final_states"] = (dtype, [Bn, H, N] if ss else [len(seqs), H, P, N], final)
     sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
     st.write(out, answer, {"producer": "op_adapter.py " + mode})
     return 0
