@@ -12,7 +12,8 @@
 // (bound: Metric::quality_ratio). The verdict is Disagree if any output disagrees, else
 // Inconclusive if any output is inconclusive or missing (final_state when the case asks for it),
 // or if the oracle is not finite or not certified (no chain certified, or its self-check above
-// Metric::oracle_self_check); only then Agree. An answer without "o", with an output of another
+// Metric::oracle_self_check); only then Agree. An answer without its output ("o"; mamba "out"),
+// with an output of another
 // shape or a non-floating dtype, or with a tensor that is no output ("grad.*" aside, which is
 // listed as not judged) is refused: ContractViolation naming the tensor, the rule and the value.
 // Example:
@@ -42,7 +43,7 @@ struct OpJudgeOptions {
 };
 
 struct OpOutputCheck {
-  std::string name;        // "o" or "final_state"
+  std::string name;        // op_output_names: "o", "final_state" (mamba "out", "last_state" / "final_states")
   bool present = false;
   std::string finding;     // "within", "worse", "ill-conditioned", "non-finite", "missing"
   std::string message;     // the sentence a person reads
@@ -56,7 +57,7 @@ struct OpReport {
   std::string reason;
   std::string op, library, variant;
   std::string dtype;         // the case's
-  std::string answer_dtype;  // of the answer's "o"
+  std::string answer_dtype;  // of the answer's output
   Tolerance tau;
   double quality_bound = 0.0;
   std::vector<OpOutputCheck> outputs;

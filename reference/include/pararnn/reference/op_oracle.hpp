@@ -1,7 +1,7 @@
 // The oracle of op cases (issue 56): the linear matrix-state recurrences of flash-linear-attention
-// (GLA, simple GLA, DeltaNet, gated DeltaNet, DPLR / RWKV-7), unrolled sequentially in higher
-// precision than the op, from the papers' and the library's equations (docs/ops/), never from a
-// library's kernels or from cells/.
+// (GLA, simple GLA, DeltaNet, gated DeltaNet, DPLR / RWKV-7) and mamba-ssm (selective scan, SSD),
+// unrolled sequentially in higher precision than the op, from the papers' and the libraries'
+// equations (docs/ops/README.md), never from a library's kernels or from cells/.
 //
 // Every op is one member of the generalized delta rule, per (sequence, head), with the state S
 // K x V (fla's layout, rows = key index):
@@ -13,6 +13,9 @@
 //   gated_delta_rule d = exp(g_t), a = k, b = −β exp(g_t) k,   v̄ = β v
 //   dplr_delta_rule  d = exp(gk),  a = a, b = b,               v̄ = v
 //   rwkv7            d = exp(w),   a = a, b = b, q = r,        v̄ = v
+//   selective_scan   d = exp(Δ A[ch]) (per state), k = B_t, q = C_t, v̄ = Δ u (V = 1), scale 1
+//   ssd              d = exp(Δ A[h]) (per head),   k = B_t, q = C_t, v̄ = Δ x (V = P), scale 1
+// (mamba: Δ = softplus(raw + bias) with the softplus flag; o ← (o + D·input) · silu(z)).
 // (use_qk_l2norm_in_kernel: q and k are first divided by sqrt(Σ x² + 1e-6)). The state starts at
 // initial_state[n] (zeros without one) at every sequence start (batch row, or packed segment),
 // and the final state of each sequence is returned.
@@ -25,6 +28,7 @@
 //   const OpCase c = read_op_case("gla.safetensors");
 //   const OpOracleResult r = oracle_op(c);
 //   // r.outputs.at("o"): f64 [B, T, H, V]; r.outputs.at("final_state"): f64 [N, H, K, V]
+//   // (mamba: "out" and "last_state" / "final_states" in the library's layouts, op_case.hpp)
 #pragma once
 
 #include <map>
@@ -37,7 +41,7 @@
 namespace pararnn::reference {
 
 struct OpOracleResult {
-  std::map<std::string, Tensor> outputs;  // "o" and "final_state", f64
+  std::map<std::string, Tensor> outputs;  // op_output_names (both always), f64
   std::string type;
   int digits = 0;
   std::string certifier_type;
