@@ -83,8 +83,9 @@ int make_op_case(const MakeCaseArgs& args) {
     if (const auto where = describe_first_non_finite(tensor, name))
       throw ContractViolation("--key-scale", fmt::format("must give finite inputs in {}", args.dtype), *where);
   write_op_case(args.out, problem);
-  std::cout << fmt::format("wrote {}: op {} ({}) dtype {} q {} seed {}\n", args.out, problem.op, problem.variant,
-                           args.dtype, shape_string(problem.inputs.begin()->second.shape()), args.seed);
+  const std::string first(op_spec(problem.op).inputs.front().name);
+  std::cout << fmt::format("wrote {}: op {} ({}) dtype {} {} {} seed {}\n", args.out, problem.op, problem.variant,
+                           args.dtype, first, shape_string(problem.input(first).shape()), args.seed);
   return 0;
 }
 

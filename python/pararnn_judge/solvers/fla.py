@@ -209,13 +209,18 @@ def solve(args):
         kwargs["cu_seqlens"] = tensors["cu_seqlens"].to(device=device, dtype=torch.long)
     if call["op"] == "gla" and call["mode"] == "fused_recurrent":
         leaves["gk"] = leaves.pop("g")  # fused_recurrent_gla names the per-key gate gk (and has gv)
+    import inspect
+    accepted = inspect.signature(function).parameters
+    if call["op"] == "rwkv7" and "w" not in accepted and "log_w" in accepted:
+        leaves["log_w"] = leaves.pop("w")  # some fla versions name fused_recurrent_rwkv7's log decay log_w
     with torch.set_grad_enabled(gradients):
         o, final_state = function(**leaves, **kwargs)
     out = {"o": o.detach(), "final_state": final_state.detach()}
     if gradients:
         (o.float().sum() + final_state.float().sum()).backward()
         for name, leaf in list(leaves.items()) + ([("initial_state", kwargs["initial_state"])] if "initial_state" in kwargs else []):
-            out["grad." + ("g" if name == "gk" and call["op"] == "gla" else name)] = (
+            case_name = {"gk": "g", "log_w": "w"}.get(name, name) if call["op"] in ("gla", "rwkv7") else name
+            out["grad." + case_name] = (
                 leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
     write_tensors(torch, out_path, out)
 
