@@ -51,20 +51,30 @@ OpOutputCheck judge_output(const std::string& name, const Tensor& answer, const 
   OpOutputCheck o;
   o.name = name;
   o.present = true;
-  o.vs_oracle = compare(answer, oracle, tau);
-  o.floor_vs_oracle = compare(floor, oracle, tau);
+  // Elements whose true value is beyond the storage dtype's range (f16 above 65504) and that an
+  // answer holds as that same infinity are left out and counted, as for gradients (compare.hpp).
+  const Unrepresentable beyond = split_unrepresentable(answer, oracle);
+  o.unrepresentable = beyond.count;
+  o.vs_oracle = beyond.count == 0 ? compare(answer, oracle, tau) : compare(beyond.actual, beyond.expected, tau);
+  const Unrepresentable floor_beyond = split_unrepresentable(floor, oracle);
+  o.floor_vs_oracle =
+      floor_beyond.count == 0 ? compare(floor, oracle, tau) : compare(floor_beyond.actual, floor_beyond.expected, tau);
   const double err = o.vs_oracle.max_abs, fl = o.floor_vs_oracle.max_abs;
   o.ratio = fl > 0.0 ? err / fl : 0.0;
   const std::string figures = fmt::format(
       "error {:.3e} at {} (allowed {:.3e}; tau atol {:g} rtol {:g}), the {} sequential loop {:.3e} from the oracle",
       err, shape_string(o.vs_oracle.worst_abs_index), o.vs_oracle.worst_allowed, tau.atol, tau.rtol, dtype, fl);
+  const std::string left_out =
+      beyond.count == 0 ? ""
+                        : fmt::format(" ({} values beyond {}'s range, up to {:.3e}, held as that infinity: left out)",
+                                      beyond.count, dtype_name(answer.dtype()), beyond.largest);
   if (o.vs_oracle.nan_count > 0 || o.vs_oracle.inf_count > 0) {
     o.finding = "non-finite";
     o.message = fmt::format("{}: {} NaN and {} infinite values: never within what {} allows", name, o.vs_oracle.nan_count,
                             o.vs_oracle.inf_count, dtype);
   } else if (o.vs_oracle.ok()) {
     o.finding = "within";
-    o.message = fmt::format("{}: within what {} allows: {} ({:.2f}x that floor)", name, dtype, figures, o.ratio);
+    o.message = fmt::format("{}: within what {} allows: {} ({:.2f}x that floor){}", name, dtype, figures, o.ratio, left_out);
   } else if (o.floor_vs_oracle.ok()) {
     o.finding = "worse";
     o.message = fmt::format("{}: worse than {} allows: {} (within tau, so {} can meet it); {} of {} values outside tau",
@@ -161,6 +171,7 @@ nlohmann::json OpReport::to_json() const {
       j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
       j["floor_within_tau"] = c.floor_vs_oracle.ok();
       j["quality_ratio"] = c.ratio;
+      j["unrepresentable"] = c.unrepresentable;
     }
     outs.push_back(std::move(j));
   }

@@ -64,6 +64,26 @@ TEST(OpJudge, IllConditionedCasesAreInconclusiveWithinTheQualityBound) {
   EXPECT_NE(r.reason.find("worse than bf16 allows"), std::string::npos) << r.reason;
 }
 
+// An f16 output whose true value is beyond 65504: the floor and an answer hold it as the same
+// infinity, which is counted and left out, never a NaN-like failure; any other value there is judged.
+TEST(OpJudge, ValuesBeyondF16AreLeftOutWhenHeldAsThatInfinity) {
+  // K = V = 1, k = v = 256, no decay: the state after t steps is 65536·t (beyond f16 from t = 1),
+  // o_t = 2^-8 · 65536 t = 256 t (representable).
+  SafetensorsFile f;
+  const Shape one{1, 4, 1, 1};
+  f.tensors.emplace("q", Tensor::from_values(DType::f16, one, std::vector<double>(4, 0x1p-8)));
+  f.tensors.emplace("k", Tensor::from_values(DType::f16, one, std::vector<double>(4, 256)));
+  f.tensors.emplace("v", Tensor::from_values(DType::f16, one, std::vector<double>(4, 256)));
+  f.tensors.emplace("g", Tensor::from_values(DType::f16, {1, 4, 1}, std::vector<double>(4, 0)));
+  f.metadata = {{"op", "simple_gla"}, {"scale", "1"}};
+  const OpCase c = op_case_from_file(f, "f16 overflow");
+  const OpReport r = judge_op(c, reference::op_sequential_in_dtype(c));
+  ASSERT_EQ(r.outputs.at(1).unrepresentable, 1) << r.summary();
+  EXPECT_EQ(r.verdict, Verdict::agree) << r.summary();
+  EXPECT_NE(r.reason.find("beyond f16's range"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.to_json().at("outputs").at(1).at("unrepresentable"), r.outputs.at(1).unrepresentable);
+}
+
 TEST(OpJudge, GradientsAreListedNotJudgedAndJunkIsRefused) {
   const OpCase c = small_case(DType::f32);
   auto answer = reference::op_sequential_in_dtype(c);

@@ -50,6 +50,7 @@ struct OpOutputCheck {
   ComparisonResult vs_oracle;        // the answer
   ComparisonResult floor_vs_oracle;  // the same-dtype sequential loop
   double ratio = 0.0;                // answer max_abs / floor max_abs (0 when the floor is exact)
+  std::int64_t unrepresentable = 0;  // values beyond the answer dtype's range held as that infinity (left out)
 };
 
 struct OpReport {
