@@ -10,8 +10,10 @@
 #
 # Usage: scripts/ops-campaign.sh PARARNN OUT 'SOLVER {case} {out}' [--quick] [--long] [--ops a,b]
 #            [--modes chunk,fused_recurrent] [--dtypes bf16,f16,f32] [--T 1024,4096] [--dims 64,128]
-#            [--budget SECONDS] [--solver-timeout SECONDS]
+#            [--budget SECONDS] [--solver-timeout SECONDS] [--certify-budget N]
 #   --quick: T 64,256, dims 16, H 2 (a CPU check of the plan with the reference adapter)
+#   --certify-budget: passed to pararnn compare (the float128 certification's chain-steps, a step
+#            counting K·V/64; default 4e6 = all chains of a small case, a prefix of one at T 65536)
 #   --long:  adds T 131072 to the ladder (memory: the oracle lifts the inputs to f64, ~1.3 GB per
 #            65536 steps at H 4, K = V = 128)
 # Writes OUT/summary.tsv (one line per row: id, verdict or Error, exit code, seconds, reason) and,
@@ -23,7 +25,7 @@ cli=$1 out=$2 solver=$3
 shift 3
 ops=gla,simple_gla,delta_rule,gated_delta_rule,dplr_delta_rule,rwkv7  # --ops selective_scan,ssd for mamba-ssm
 modes=chunk,fused_recurrent dtypes=bf16,f16,f32 times=1024,4096,16384,65536 dims=64,128 heads=4 batch=1
-budget=0 timeout_s=600
+budget=0 timeout_s=600 certify=()
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) times=64,256 dims=16 heads=2 batch=2; shift ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --dims) dims=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --solver-timeout) timeout_s=$2; shift 2 ;;
+    --certify-budget) certify=(--certify-budget "$2"); shift 2 ;;
     *) echo "ops-campaign: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -89,7 +92,7 @@ for T in "${time_list[@]}"; do
         reason="solver wrote no answer"
       else
         "$cli" compare "$work/case.safetensors" --trajectory "$work/answer.safetensors" --json "$work/compare.json" \
-          > "$work/compare.txt" 2>&1
+          "${certify[@]}" > "$work/compare.txt" 2>&1
         code=$?
         verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/compare.json" 2>/dev/null || echo Error)
         reason=$(head -c 600 "$work/compare.txt" | tr '\t\n' '  ')
