@@ -345,6 +345,7 @@ int seqpar(const SeqparArgs& args) {
 }
 
 int make_case(const MakeCaseArgs& args) {
+  if (!args.op.empty()) return make_op_case(args);
   check_outputs({{"--out", &args.out}});
   const DType dtype = parse_dtype(args.dtype, "--dtype");
   if (!is_floating(dtype))
@@ -469,6 +470,7 @@ int kstar(const KstarArgs& args) {
 }
 
 int oracle(const SolveArgs& args) {
+  if (is_op_case_file(args.case_path)) return op_oracle(args);
   check_outputs({{"--out", &args.out}});
   const Case problem = read_case(args.case_path);
   (void)checked_case(problem);
@@ -561,6 +563,7 @@ int diagnose(const DiagnoseArgs& args) {
 }
 
 int solve(const SolveArgs& args) {
+  if (is_op_case_file(args.case_path)) return op_solve(args);
   check_outputs({{"--out", &args.out}});
   const Case problem = read_case(args.case_path);
   const Cell cell = checked_case(problem);
@@ -641,6 +644,11 @@ int verify(const SolveArgs& args) {
 }
 
 int compare(const SolveArgs& args, const std::string& trajectory_path, const std::string& gradients_path) {
+  if (is_op_case_file(args.case_path)) {
+    if (!gradients_path.empty())
+      throw UnsupportedPath("compare --gradients: op cases have no gradient oracle yet (docs/ops/README.md)");
+    return op_compare(args, trajectory_path);
+  }
   check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
   const SafetensorsFile theirs = read_safetensors(trajectory_path);

@@ -30,7 +30,24 @@ struct MakeCaseArgs {
   std::optional<double> h0_std;
   std::string cu_seqlens;  // "0,5,12" (packed case; batch must be 1)
   std::string out;
+  // Op cases (--op, issue 56; op_commands.cpp): heads are --n-heads (default 2), K and V
+  // --k-dim and --v-dim (default 16).
+  std::string op;                   // empty: a cell case
+  std::string variant;              // chunk | fused_recurrent (empty: the op's native mode)
+  std::string decay = "normal";     // normal | hard | none
+  double key_scale = 1.0;
+  std::optional<double> scale;      // metadata "scale" (default None: K^-0.5)
+  bool qk_l2norm = false;           // use_qk_l2norm_in_kernel
 };
+
+// Op cases (op_commands.cpp): make-case --op, and oracle / solve / compare of a file whose
+// metadata names an "op" (compare's trajectory file holds o and final_state).
+struct SolveArgs;
+bool is_op_case_file(const std::string& path);
+int make_op_case(const MakeCaseArgs& args);
+int op_oracle(const SolveArgs& args);
+int op_solve(const SolveArgs& args);
+int op_compare(const SolveArgs& args, const std::string& answer_path);
 
 struct SolveArgs {
   std::string case_path, backend = "auto", max_iters = "none", out, json;

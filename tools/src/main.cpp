@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
   make->add_option("--h0-std", mk.h0_std, "add a random h0 with this std")->check(magnitude);
   make->add_option("--cu-seqlens", mk.cu_seqlens, "packed case: 0,n1,...,N (needs --batch 1)");
   make->add_option("--out", mk.out)->required();
+  make->add_option("--op", mk.op, "an op case instead of a cell: gla | simple_gla | delta_rule | gated_delta_rule | "
+                                  "dplr_delta_rule | rwkv7 (docs/ops/README.md)");
+  make->add_option("--variant", mk.variant, "op: chunk | fused_recurrent (the mode an adapter runs)");
+  make->add_option("--decay", mk.decay, "op: log gates normal | hard (decays near 1) | none");
+  make->add_option("--key-scale", mk.key_scale, "op: keys times this (large keys)")->check(positive);
+  make->add_option("--scale", mk.scale, "op: the op's scale (default K^-0.5)")->check(positive);
+  make->add_flag("--qk-l2norm", mk.qk_l2norm, "op: use_qk_l2norm_in_kernel (delta rules)");
 
   SolveArgs sa;
   std::string trajectory, gradients;

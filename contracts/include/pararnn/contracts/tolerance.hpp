@@ -27,6 +27,8 @@ enum class Metric {
   linear_scan,        // an exact scan (no Newton: RWKV-7's (G, U)) vs its sequential unroll
   quality_ratio,      // solver error / same-dtype sequential error allowed on ill-conditioned
                       // cases (atol holds the ratio)
+  op_output,          // an op case's outputs (o, final_state) vs the oracle (issue 56): τ of ops,
+                      // rtol relative to max(|expected|, RMS of the tensor)
 };
 std::string_view metric_name(Metric metric);
 

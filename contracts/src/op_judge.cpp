@@ -1,0 +1,211 @@
+// The judge of op cases (op_judge.hpp).
+#include "pararnn/contracts/op_judge.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "pararnn/core/errors.hpp"
+#include "pararnn/reference/op_oracle.hpp"
+
+namespace pararnn {
+namespace {
+
+void check_answer(const OpCase& problem, const std::map<std::string, Tensor>& answer, OpReport& r) {
+  const std::vector<std::string> names = op_output_names(problem);
+  const std::set<std::string> outputs(names.begin(), names.end());
+  for (const auto& [name, tensor] : answer) {
+    if (name.starts_with("grad.")) {
+      r.gradients_not_judged.push_back(name);
+      continue;
+    }
+    if (!outputs.contains(name))
+      throw ContractViolation(fmt::format("answer: tensor '{}'", name),
+                              fmt::format("is not an output of op {} (outputs: {})", problem.op, fmt::join(names, ", ")),
+                              shape_string(tensor.shape()));
+    if (!is_floating(tensor.dtype()))
+      throw ContractViolation(fmt::format("answer: tensor '{}'", name), "must be floating", dtype_name(tensor.dtype()));
+    const Shape want = name == names.front() ? problem.o_shape() : problem.final_state_shape();
+    if (tensor.shape() != want)
+      throw ContractViolation(fmt::format("answer: tensor '{}'", name),
+                              fmt::format("must have shape {}", shape_string(want)), shape_string(tensor.shape()));
+  }
+  if (!answer.contains(names.front()))
+    throw ContractViolation(fmt::format("answer: tensor '{}'", names.front()), fmt::format("is required (op {})", problem.op),
+                            "absent");
+}
+
+nlohmann::json comparison_json(const ComparisonResult& c) {
+  return {{"max_abs", c.max_abs},     {"max_rel", c.max_rel},     {"mean_abs", c.mean_abs},
+          {"mismatches", c.mismatches}, {"count", c.count},       {"nan_count", c.nan_count},
+          {"inf_count", c.inf_count}, {"worst_index", c.worst_abs_index}, {"actual", c.worst_actual},
+          {"expected", c.worst_expected}, {"allowed", c.worst_allowed}};
+}
+
+// One output: the answer and the floor against the oracle, and what that says.
+OpOutputCheck judge_output(const std::string& name, const Tensor& answer, const Tensor& floor, const Tensor& oracle,
+                           const Tolerance& tau, double bound, const std::string& dtype) {
+  OpOutputCheck o;
+  o.name = name;
+  o.present = true;
+  // Elements whose true value is beyond the storage dtype's range (f16 above 65504) and that an
+  // answer holds as that same infinity are left out and counted, as for gradients (compare.hpp).
+  const Unrepresentable beyond = split_unrepresentable(answer, oracle);
+  o.unrepresentable = beyond.count;
+  o.vs_oracle = beyond.count == 0 ? compare(answer, oracle, tau) : compare(beyond.actual, beyond.expected, tau);
+  const Unrepresentable floor_beyond = split_unrepresentable(floor, oracle);
+  o.floor_vs_oracle =
+      floor_beyond.count == 0 ? compare(floor, oracle, tau) : compare(floor_beyond.actual, floor_beyond.expected, tau);
+  const double err = o.vs_oracle.max_abs, fl = o.floor_vs_oracle.max_abs;
+  o.ratio = fl > 0.0 ? err / fl : 0.0;
+  const std::string figures = fmt::format(
+      "error {:.3e} at {} (allowed {:.3e}; tau atol {:g} rtol {:g}), the {} sequential loop {:.3e} from the oracle",
+      err, shape_string(o.vs_oracle.worst_abs_index), o.vs_oracle.worst_allowed, tau.atol, tau.rtol, dtype, fl);
+  const std::string left_out =
+      beyond.count == 0 ? ""
+                        : fmt::format(" ({} values beyond {}'s range, up to {:.3e}, held as that infinity: left out)",
+                                      beyond.count, dtype_name(answer.dtype()), beyond.largest);
+  if (o.vs_oracle.nan_count > 0 || o.vs_oracle.inf_count > 0) {
+    o.finding = "non-finite";
+    o.message = fmt::format("{}: {} NaN and {} infinite values: never within what {} allows", name, o.vs_oracle.nan_count,
+                            o.vs_oracle.inf_count, dtype);
+  } else if (o.vs_oracle.ok()) {
+    o.finding = "within";
+    o.message = fmt::format("{}: within what {} allows: {} ({:.2f}x that floor){}", name, dtype, figures, o.ratio, left_out);
+  } else if (o.floor_vs_oracle.ok()) {
+    o.finding = "worse";
+    o.message = fmt::format("{}: worse than {} allows: {} (within tau, so {} can meet it); {} of {} values outside tau",
+                            name, dtype, figures, dtype, o.vs_oracle.mismatches, o.vs_oracle.count);
+  } else if (o.ratio <= bound) {
+    o.finding = "ill-conditioned";
+    o.message = fmt::format("{}: ill-conditioned in {}: {}, itself outside tau; the answer is {:.2f}x that floor "
+                            "(quality bound {:g}x), within what {} allows but no {} answer can meet tau",
+                            name, dtype, figures, o.ratio, bound, dtype, dtype);
+  } else {
+    o.finding = "worse";
+    o.message = fmt::format("{}: worse than {} allows: {}, itself outside tau, and the answer is {:.2f}x that floor "
+                            "(quality bound {:g}x)", name, dtype, figures, o.ratio, bound);
+  }
+  return o;
+}
+
+}  // namespace
+
+OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& answer, const OpJudgeOptions& options) {
+  OpReport r;
+  r.op = problem.op;
+  r.library = std::string(op_spec(problem.op).library);
+  r.variant = problem.variant;
+  const DType dtype = problem.dtype();
+  r.dtype = std::string(dtype_name(dtype));
+  check_answer(problem, answer, r);
+  r.answer_dtype = std::string(dtype_name(answer.at(op_output_names(problem).front()).dtype()));
+  r.tau = tolerance_for({.dtype = dtype, .metric = Metric::op_output, .cell = problem.op});
+  r.quality_bound = tolerance_for({.dtype = dtype, .metric = Metric::quality_ratio, .cell = problem.op}).atol;
+  r.seed = options.seed;
+  r.certify_budget = options.certify_budget.value_or(default_certify_budget(dtype));
+  const reference::OpOracleResult oracle = reference::oracle_op(
+      problem, {.certify = r.certify_budget > 0, .certify_budget = r.certify_budget, .seed = options.seed, .poll = options.poll});
+  r.oracle_type = oracle.type;
+  r.oracle_digits = oracle.digits;
+  r.certifier_type = oracle.certifier_type;
+  r.certifier_digits = oracle.certifier_digits;
+  r.self_check_delta = oracle.self_check_delta;
+  r.self_check_band = tolerance_for({.dtype = dtype, .metric = Metric::oracle_self_check, .cell = problem.op}).atol;
+  r.certified_all_chains = oracle.certified_all_chains;
+  r.certified_chains = oracle.certified_chains;
+  r.certified_chain_steps = oracle.certified_chain_steps;
+  const std::map<std::string, Tensor> floor = reference::op_sequential_in_dtype(problem);
+  std::vector<std::string> problems;
+  bool disagree = false;
+  for (const std::string& name : op_output_names(problem)) {
+    const auto it = answer.find(name);
+    if (it == answer.end()) {
+      OpOutputCheck missing;
+      missing.name = name;
+      missing.finding = "missing";
+      missing.message = fmt::format("{}: missing from the answer (the case asks for it): never Agree", name);
+      problems.push_back(missing.message);
+      r.outputs.push_back(std::move(missing));
+      continue;
+    }
+    OpOutputCheck check = judge_output(name, it->second, floor.at(name), oracle.outputs.at(name), r.tau, r.quality_bound, r.dtype);
+    if (check.finding == "worse" || check.finding == "non-finite") disagree = true;
+    if (check.finding != "within") problems.push_back(check.message);
+    r.outputs.push_back(std::move(check));
+  }
+  std::vector<std::string> oracle_problems;
+  if (!oracle.finite) oracle_problems.push_back("the oracle's outputs are not finite (a harness failure, never a verdict)");
+  if (oracle.certified_chains.empty())
+    oracle_problems.push_back(fmt::format("the oracle is not certified (certify budget {})", r.certify_budget));
+  else if (!(oracle.self_check_delta <= r.self_check_band))
+    oracle_problems.push_back(fmt::format("the oracle's self-check {:.3e} ({} vs {}) is above its band {:g}",
+                                          oracle.self_check_delta, oracle.type, oracle.certifier_type, r.self_check_band));
+  if (!oracle_problems.empty()) {
+    r.verdict = Verdict::inconclusive;
+    r.reason = fmt::format("{}", fmt::join(oracle_problems, "; "));
+  } else if (disagree) {
+    r.verdict = Verdict::disagree;
+    r.reason = fmt::format("{}", fmt::join(problems, "; "));
+  } else if (!problems.empty()) {
+    r.verdict = Verdict::inconclusive;
+    r.reason = fmt::format("{}", fmt::join(problems, "; "));
+  } else {
+    r.verdict = Verdict::agree;
+    std::vector<std::string> messages;
+    for (const OpOutputCheck& c : r.outputs) messages.push_back(c.message);
+    r.reason = fmt::format("{}", fmt::join(messages, "; "));
+  }
+  return r;
+}
+
+nlohmann::json OpReport::to_json() const {
+  nlohmann::json outs = nlohmann::json::array();
+  for (const OpOutputCheck& c : outputs) {
+    nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
+    if (c.present) {
+      j["vs_oracle"] = comparison_json(c.vs_oracle);
+      j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
+      j["floor_within_tau"] = c.floor_vs_oracle.ok();
+      j["quality_ratio"] = c.ratio;
+      j["unrepresentable"] = c.unrepresentable;
+    }
+    outs.push_back(std::move(j));
+  }
+  return {{"schema_version", kReportSchemaVersion},
+          {"kind", "op"},
+          {"op", op},
+          {"library", library},
+          {"variant", variant},
+          {"dtype", dtype},
+          {"answer_dtype", answer_dtype},
+          {"verdict", std::string(verdict_name(verdict))},
+          {"ok", verdict == Verdict::agree},
+          {"reason", reason},
+          {"tau", {{"atol", tau.atol}, {"rtol", tau.rtol}, {"relative_to", tau.relative_to_rms ? "max(|expected|, rms)" : "|expected|"},
+                   {"source", tau.source}, {"metric", "op_output"}}},
+          {"quality_bound", quality_bound},
+          {"outputs", outs},
+          {"gradients_not_judged", gradients_not_judged},
+          {"oracle", {{"type", oracle_type}, {"digits", oracle_digits}, {"certifier_type", certifier_type},
+                      {"certifier_digits", certifier_digits}, {"self_check_delta", self_check_delta},
+                      {"self_check_band", self_check_band}, {"certified_all_chains", certified_all_chains},
+                      {"certified_chains", certified_chains}, {"certified_chain_steps", certified_chain_steps}}},
+          {"seed", seed},
+          {"certify_budget", certify_budget}};
+}
+
+std::string OpReport::summary() const {
+  std::string s = fmt::format("{} op {} ({}, {}, case {}, answer {}): {}", verdict_name(verdict), op, library, variant, dtype,
+                              answer_dtype, reason);
+  if (!gradients_not_judged.empty())
+    s += fmt::format("; gradients not judged (op gradients are not in the oracle yet): {}", fmt::join(gradients_not_judged, ", "));
+  s += fmt::format("; oracle {} certified by {} on {} chain(s), self-check {:.3e}", oracle_type, certifier_type,
+                   certified_chains.size(), self_check_delta);
+  return s;
+}
+
+}  // namespace pararnn

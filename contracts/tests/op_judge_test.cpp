@@ -1,0 +1,103 @@
+// judge_op: the verdicts of op cases (docs/ops/README.md, "Verdicts"). Tolerances come from the
+// contract table; where a test needs the floor outside τ, it scopes an override at a quarter of
+// the floor it measured (a figure of the case, not a literal band).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pararnn/contracts/op_judge.hpp"
+#include "pararnn/core/errors.hpp"
+#include "pararnn/reference/op_oracle.hpp"
+
+namespace pararnn {
+namespace {
+
+OpCase small_case(DType dtype, const std::string& op = "gla") {
+  return generate_op_case({.op = op, .dtype = dtype, .batch = 2, .time = 24, .heads = 2, .k_dim = 4, .v_dim = 3,
+                           .seed = 7, .h0_std = 0.5});
+}
+
+TEST(OpJudge, TheOraclesOwnAnswerAndTheFloorAgree) {
+  for (const std::string op : {"gla", "simple_gla", "delta_rule", "gated_delta_rule", "dplr_delta_rule", "rwkv7"}) {
+    const OpCase c = small_case(DType::bf16, op);
+    const OpReport floor = judge_op(c, reference::op_sequential_in_dtype(c));
+    EXPECT_EQ(floor.verdict, Verdict::agree) << op << ": " << floor.summary();
+    const OpReport exact = judge_op(c, reference::oracle_op(c).outputs);
+    EXPECT_EQ(exact.verdict, Verdict::agree) << op << ": " << exact.summary();
+    EXPECT_EQ(exact.outputs.at(0).finding, "within");
+    EXPECT_EQ(exact.to_json().at("tau").at("source"), "default");
+  }
+}
+
+// An f32 case answered in bf16 is judged at f32's τ: worse than f32 allows, never "close enough".
+TEST(OpJudge, ANarrowerAnswerIsJudgedAtTheCasesTau) {
+  const OpCase c = small_case(DType::f32);
+  std::map<std::string, Tensor> answer;
+  for (const auto& [name, t] : reference::oracle_op(c).outputs) answer.emplace(name, Tensor::converted(t, DType::bf16));
+  const OpReport r = judge_op(c, answer);
+  EXPECT_EQ(r.verdict, Verdict::disagree) << r.summary();
+  EXPECT_EQ(r.answer_dtype, "bf16");
+  EXPECT_NE(r.reason.find("worse than f32 allows"), std::string::npos) << r.reason;
+}
+
+// Where the same-dtype loop itself is outside τ: an answer as good as the floor is Inconclusive
+// (ill-conditioned, within what the dtype allows), one far worse than the floor is Disagree.
+TEST(OpJudge, IllConditionedCasesAreInconclusiveWithinTheQualityBound) {
+  const OpCase c = small_case(DType::bf16);
+  const auto floor = reference::op_sequential_in_dtype(c);
+  const reference::OpOracleResult oracle = reference::oracle_op(c);
+  const Tolerance tau = tolerance_for({.dtype = DType::bf16, .metric = Metric::op_output});
+  const double floor_error = compare(floor.at("o"), oracle.outputs.at("o"), tau).max_abs;
+  ASSERT_GT(floor_error, 0.0);
+  ScopedToleranceOverride tight({.metric = Metric::op_output}, {.atol = floor_error / 4, .rtol = 0.0},
+                                "test: tau below this case's bf16 floor");
+  const OpReport same = judge_op(c, floor);
+  EXPECT_EQ(same.verdict, Verdict::inconclusive) << same.summary();
+  EXPECT_EQ(same.outputs.at(0).finding, "ill-conditioned");
+  const double bound = tolerance_for({.dtype = DType::bf16, .metric = Metric::quality_ratio}).atol;
+  std::map<std::string, Tensor> worse = floor;
+  Tensor o = Tensor::copy_of(floor.at("o"));
+  o.store({0, 12, 1, 2}, oracle.outputs.at("o").load({0, 12, 1, 2}) + 2 * bound * floor_error);
+  worse["o"] = o;
+  const OpReport r = judge_op(c, worse);
+  EXPECT_EQ(r.verdict, Verdict::disagree) << r.summary();
+  EXPECT_NE(r.reason.find("worse than bf16 allows"), std::string::npos) << r.reason;
+}
+
+// An f16 output whose true value is beyond 65504: the floor and an answer hold it as the same
+// infinity, which is counted and left out, never a NaN-like failure; any other value there is judged.
+TEST(OpJudge, ValuesBeyondF16AreLeftOutWhenHeldAsThatInfinity) {
+  // K = V = 1, k = v = 256, no decay: the state after t steps is 65536·t (beyond f16 from t = 1),
+  // o_t = 2^-8 · 65536 t = 256 t (representable).
+  SafetensorsFile f;
+  const Shape one{1, 4, 1, 1};
+  f.tensors.emplace("q", Tensor::from_values(DType::f16, one, std::vector<double>(4, 0x1p-8)));
+  f.tensors.emplace("k", Tensor::from_values(DType::f16, one, std::vector<double>(4, 256)));
+  f.tensors.emplace("v", Tensor::from_values(DType::f16, one, std::vector<double>(4, 256)));
+  f.tensors.emplace("g", Tensor::from_values(DType::f16, {1, 4, 1}, std::vector<double>(4, 0)));
+  f.metadata = {{"op", "simple_gla"}, {"scale", "1"}};
+  const OpCase c = op_case_from_file(f, "f16 overflow");
+  const OpReport r = judge_op(c, reference::op_sequential_in_dtype(c));
+  ASSERT_EQ(r.outputs.at(1).unrepresentable, 1) << r.summary();
+  EXPECT_EQ(r.verdict, Verdict::agree) << r.summary();
+  EXPECT_NE(r.reason.find("beyond f16's range"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.to_json().at("outputs").at(1).at("unrepresentable"), r.outputs.at(1).unrepresentable);
+}
+
+TEST(OpJudge, GradientsAreListedNotJudgedAndJunkIsRefused) {
+  const OpCase c = small_case(DType::f32);
+  auto answer = reference::op_sequential_in_dtype(c);
+  answer.emplace("grad.q", Tensor(DType::f32, {2, 24, 2, 4}));
+  const OpReport r = judge_op(c, answer);
+  EXPECT_EQ(r.verdict, Verdict::agree);
+  ASSERT_EQ(r.gradients_not_judged.size(), 1u);
+  EXPECT_NE(r.summary().find("gradients not judged"), std::string::npos);
+  answer.emplace("H", Tensor(DType::f32, {1}));
+  EXPECT_THROW((void)judge_op(c, answer), ContractViolation);
+  auto integer = reference::op_sequential_in_dtype(c);
+  integer["o"] = Tensor(DType::i32, c.o_shape());
+  EXPECT_THROW((void)judge_op(c, integer), ContractViolation);
+}
+
+}  // namespace
+}  // namespace pararnn

@@ -1,0 +1,241 @@
+"""flash-linear-attention (fla) ops as an external solver of op cases (docs/ops/README.md).
+
+usage: python -m pararnn_judge.solvers.fla CASE OUT [--mode chunk|fused_recurrent] [--device cuda|cpu]
+       python -m pararnn_judge.solvers.fla --version
+       (or python3 python/pararnn_judge/solvers/fla.py ...: it imports only torch and fla)
+
+Reads an op case (metadata "op": gla, simple_gla, delta_rule, gated_delta_rule, dplr_delta_rule,
+rwkv7; the op's tensors under fla's argument names, [B, T, H, ...] layout, initial_state
+[N, H, K, V], cu_seqlens) and calls fla's op in the case's mode (metadata "variant", or --mode):
+chunk_<op> or fused_recurrent_<op>, every argument passed explicitly by name (scale, initial_state,
+output_final_state=True, cu_seqlens, use_qk_l2norm_in_kernel), inputs in the case's dtype on the
+device. Writes OUT with "o" [B, T, H, V] and "final_state" [N, H, K, V] in the dtypes fla returns;
+with PARARNN_GRADIENTS=1 also grad.<input> of L = sum(o) + sum(final_state) (torch autograd
+through fla's backward), which `pararnn compare` lists as not judged until the op oracle has
+gradients.
+
+What fla cannot do is refused by name before any work (exit 4, the message names the case's
+argument, the rule and the value): f64 cases (fla's Triton kernels run f32, f16, bf16), a mode
+other than chunk or fused_recurrent, an op fla has no such function for.
+Exit status: 0 with OUT written atomically; 2 bad usage; 3 torch or fla not importable; 4 refused.
+"""
+import json
+import os
+import struct
+import sys
+
+EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
+ABSENT = ("None", "none", "")
+DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
+
+# op -> (fla module, its inputs in fla's positional order, the op's default scale rule,
+#        whether use_qk_l2norm_in_kernel is an argument)
+OPS = {
+    "gla": ("fla.ops.gla", ("q", "k", "v", "g"), "inverse_sqrt_k", False),
+    "simple_gla": ("fla.ops.simple_gla", ("q", "k", "v", "g"), "inverse_sqrt_k", False),
+    "delta_rule": ("fla.ops.delta_rule", ("q", "k", "v", "beta"), "inverse_sqrt_k", True),
+    "gated_delta_rule": ("fla.ops.gated_delta_rule", ("q", "k", "v", "g", "beta"), "inverse_sqrt_k", True),
+    "dplr_delta_rule": ("fla.ops.generalized_delta_rule", ("q", "k", "v", "a", "b", "gk"), "inverse_sqrt_k", False),
+    "rwkv7": ("fla.ops.rwkv7", ("r", "w", "k", "v", "a", "b"), "one", False),
+}
+MODES = ("chunk", "fused_recurrent")
+
+
+class Refused(Exception):
+    """What fla cannot do, named: the case's argument, the rule, the value."""
+
+
+def fail(code, message):
+    sys.stderr.write(f"pararnn_judge.solvers.fla: {message}\n")
+    sys.exit(code)
+
+
+def plan(metadata, headers, mode=None):
+    """The call an op case asks of fla, without importing it (tested on the CPU without fla).
+
+    metadata: the case's string metadata; headers: tensor name -> (safetensors dtype, shape);
+    mode: --mode, or None for the case's "variant". Returns a dict: module, function, inputs
+    (fla's positional order), kwargs (besides the tensors), mode. Raises Refused.
+    """
+    op = metadata.get("op")
+    if op not in OPS:
+        raise Refused(f"metadata 'op': must be one of {', '.join(OPS)} for fla (got {op!r})")
+    module, inputs, default_scale, takes_l2 = OPS[op]
+    dtypes = {name: h[0] for name, h in headers.items()}
+    mode = mode or metadata.get("variant", "chunk")
+    if mode in ABSENT:
+        mode = "chunk"
+    if mode not in MODES:
+        raise Refused(f"mode: must be chunk or fused_recurrent (got {mode!r})")
+    for name in inputs:
+        if name not in dtypes:
+            raise Refused(f"tensor '{name}': required by fla's {mode}_{op} (absent)")
+    dtype = dtypes[inputs[0]]
+    if dtype not in ("F32", "F16", "BF16"):
+        raise Refused(f"tensor '{inputs[0]}': fla's Triton kernels take f32, f16 or bf16 (got {dtype}); "
+                      "judge f64 with the reference adapter")
+    if metadata.get("head_first", "False") in ("True", "true", "1"):
+        raise Refused("metadata 'head_first': op cases are [B, T, H, ...] (got True)")
+    kwargs = {"output_final_state": True}
+    # The scale is always passed: the case's, or the op's default as the oracle reads it (K^-0.5;
+    # RWKV-7: 1), so that a library default that differs is a finding, not a silent change.
+    scale = metadata.get("scale", "None")
+    if scale not in ABSENT:
+        try:
+            kwargs["scale"] = float(scale)
+        except ValueError:
+            raise Refused(f"metadata 'scale': must be a number or None (got {scale!r})")
+    else:
+        kwargs["scale"] = 1.0 if default_scale == "one" else headers[inputs[0]][1][-1] ** -0.5
+    l2 = metadata.get("use_qk_l2norm_in_kernel", "False") in ("True", "true", "1")
+    if l2 and not takes_l2:
+        raise Refused(f"metadata 'use_qk_l2norm_in_kernel': fla's {op} takes no such argument (got True)")
+    if takes_l2:
+        kwargs["use_qk_l2norm_in_kernel"] = l2
+    return {"module": module, "function": f"{mode}_{op}" if op != "dplr_delta_rule" else f"{mode}_dplr_delta_rule",
+            "inputs": inputs, "kwargs": kwargs, "mode": mode, "op": op}
+
+
+def parse(argv):
+    args = {"mode": None, "device": None, "paths": []}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--mode", "--device"):
+            if i + 1 >= len(argv):
+                fail(EXIT_USAGE, f"{a}: needs a value")
+            args[a[2:]] = argv[i + 1]
+            i += 2
+        elif a.startswith("--"):
+            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --mode chunk|fused_recurrent, --device cuda|cpu, --version)")
+        else:
+            args["paths"].append(a)
+            i += 1
+    if len(args["paths"]) != 2:
+        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
+    if args["mode"] not in (None,) + MODES:
+        fail(EXIT_USAGE, f"--mode: must be chunk or fused_recurrent (got {args['mode']!r})")
+    if args["device"] not in (None, "cuda", "cpu"):
+        fail(EXIT_USAGE, f"--device: must be cuda or cpu (got {args['device']!r})")
+    return args
+
+
+def read_header(path):
+    """(tensor name -> (dtype, shape), metadata) of a safetensors file, standard library only."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise Refused(f"{path}: not a safetensors file (shorter than its header length)")
+        header = json.loads(f.read(struct.unpack("<Q", head)[0]))
+    metadata = header.pop("__metadata__", {}) or {}
+    return {name: (entry["dtype"], list(entry["shape"])) for name, entry in header.items()}, metadata
+
+
+def read_tensors(torch, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = memoryview(data)[8 + n:]
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        dtype = getattr(torch, DTYPES[entry["dtype"]])
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(entry["shape"]).clone()
+    return tensors
+
+
+def write_tensors(torch, path, tensors):
+    names = {v: k for k, v in DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text.encode())
+            for raw in chunks:
+                f.write(raw)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def import_libraries(module):
+    try:
+        import importlib
+        import torch
+        ops = importlib.import_module(module)
+    except ImportError as e:
+        fail(EXIT_MISSING, f"needs torch and flash-linear-attention (pip install flash-linear-attention): {e}")
+    return torch, ops
+
+
+def version_line():
+    try:
+        import importlib.metadata as metadata
+        return f"fla {metadata.version('flash-linear-attention')}"
+    except Exception as e:  # noqa: BLE001 (any failure: not installed)
+        fail(EXIT_MISSING, f"flash-linear-attention is not installed: {e}")
+
+
+def solve(args):
+    case_path, out_path = args["paths"]
+    headers, metadata = read_header(case_path)
+    call = plan(metadata, headers, args["mode"])
+    torch, ops = import_libraries(call["module"])
+    function = getattr(ops, call["function"], None)
+    if function is None:
+        raise Refused(f"op {call['op']}: this fla has no {call['module']}.{call['function']} (mode {call['mode']})")
+    device = args["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    tensors = read_tensors(torch, case_path)
+    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    leaves = {name: tensors[name].to(device).requires_grad_(gradients) for name in call["inputs"]}
+    kwargs = dict(call["kwargs"])
+    if "initial_state" in tensors:
+        kwargs["initial_state"] = tensors["initial_state"].to(device=device, dtype=torch.float32).requires_grad_(gradients)
+    if "cu_seqlens" in tensors:
+        kwargs["cu_seqlens"] = tensors["cu_seqlens"].to(device=device, dtype=torch.long)
+    if call["op"] == "gla" and call["mode"] == "fused_recurrent":
+        leaves["gk"] = leaves.pop("g")  # fused_recurrent_gla names the per-key gate gk (and has gv)
+    import inspect
+    accepted = inspect.signature(function).parameters
+    if call["op"] == "rwkv7" and "w" not in accepted and "log_w" in accepted:
+        leaves["log_w"] = leaves.pop("w")  # some fla versions name fused_recurrent_rwkv7's log decay log_w
+    with torch.set_grad_enabled(gradients):
+        o, final_state = function(**leaves, **kwargs)
+    out = {"o": o.detach(), "final_state": final_state.detach()}
+    if gradients:
+        (o.float().sum() + final_state.float().sum()).backward()
+        for name, leaf in list(leaves.items()) + ([("initial_state", kwargs["initial_state"])] if "initial_state" in kwargs else []):
+            case_name = {"gk": "g", "log_w": "w"}.get(name, name) if call["op"] in ("gla", "rwkv7") else name
+            out["grad." + case_name] = (
+                leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
+    write_tensors(torch, out_path, out)
+
+
+def main(argv):
+    if argv == ["--version"]:
+        print(version_line())
+        return 0
+    args = parse(argv)
+    try:
+        solve(args)
+    except Refused as e:
+        fail(EXIT_REFUSED, str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,221 @@
+"""mamba-ssm's scans as an external solver of op cases (docs/ops/README.md).
+
+usage: python -m pararnn_judge.solvers.mamba CASE OUT [--mode chunk|fused_recurrent] [--chunk-size N]
+       python -m pararnn_judge.solvers.mamba --version
+       (or python3 python/pararnn_judge/solvers/mamba.py ...: it imports only torch and mamba_ssm)
+
+Reads an op case (metadata "op": selective_scan or ssd, tensors under mamba-ssm's argument names)
+and calls the library on the GPU:
+  selective_scan, mode fused_recurrent: mamba_ssm.ops.selective_scan_interface.selective_scan_fn(
+      u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state=True) -> out, last_state
+  ssd, mode chunk: mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined(x, dt, A, B, C,
+      chunk_size, D, z, dt_bias, initial_states, dt_softplus, return_final_states=True) -> out,
+      final_states (packed: seq_idx and cu_seqlens, return_varlen_states=True, the per-sequence
+      states written as final_states)
+Every argument is passed by name; A, D and the dt bias as the case stores them (f32). Writes OUT
+with out and last_state / final_states; with PARARNN_GRADIENTS=1 also grad.<input> of
+L = sum(out) (selective_scan_fn does not differentiate its last state), listed as not judged.
+
+Refused by name before any import (exit 4): an op other than selective_scan or ssd, f64 cases
+(mamba's kernels run f32, f16, bf16), selective_scan in chunk mode (the library's selective scan
+is one fused recurrent kernel), ssd in fused_recurrent mode (its step kernel is decoding,
+selective_state_update, not a sequence op), a chunk size below 1.
+Exit status: 0 with OUT written atomically; 2 bad usage; 3 torch or mamba_ssm not importable;
+4 refused.
+"""
+import json
+import os
+import struct
+import sys
+
+EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
+ABSENT = ("None", "none", "")
+TRUE = ("True", "true", "1")
+DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
+OPS = {
+    "selective_scan": ("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn", "fused_recurrent",
+                       ("u", "delta", "A", "B", "C"), ("D", "z", "delta_bias"), "last_state"),
+    "ssd": ("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "chunk",
+            ("x", "dt", "A", "B", "C"), ("D", "z", "dt_bias"), "final_states"),
+}
+
+
+class Refused(Exception):
+    """What mamba-ssm cannot do, named: the case's argument, the rule, the value."""
+
+
+def fail(code, message):
+    sys.stderr.write(f"pararnn_judge.solvers.mamba: {message}\n")
+    sys.exit(code)
+
+
+def plan(metadata, headers, mode=None, chunk_size=256):
+    """The call an op case asks of mamba-ssm, without importing it (tested without the library).
+
+    headers: tensor name -> (safetensors dtype, shape). Returns a dict: module, function, inputs,
+    optional (those present), kwargs, state_name, packed. Raises Refused.
+    """
+    op = metadata.get("op")
+    if op not in OPS:
+        raise Refused(f"metadata 'op': must be one of {', '.join(OPS)} for mamba-ssm (got {op!r})")
+    module, function, native_mode, inputs, optional, state_name = OPS[op]
+    mode = mode or metadata.get("variant", native_mode)
+    if mode in ABSENT:
+        mode = native_mode
+    if mode != native_mode:
+        raise Refused(f"mode: mamba-ssm's {op} runs {native_mode} only ({function}) (got {mode!r})")
+    for name in inputs:
+        if name not in headers:
+            raise Refused(f"tensor '{name}': required by {function} (absent)")
+    dtype = headers[inputs[0]][0]
+    if dtype not in ("F32", "F16", "BF16"):
+        raise Refused(f"tensor '{inputs[0]}': mamba-ssm's kernels take f32, f16 or bf16 (got {dtype}); "
+                      "judge f64 with the reference adapter")
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise Refused(f"chunk_size: must be a positive integer (got {chunk_size!r})")
+    kwargs = {}
+    packed = "cu_seqlens" in headers
+    if op == "selective_scan":
+        kwargs.update(delta_softplus=metadata.get("delta_softplus", "False") in TRUE, return_last_state=True)
+    else:
+        kwargs.update(chunk_size=chunk_size, dt_softplus=metadata.get("dt_softplus", "False") in TRUE,
+                      return_final_states=True)
+        if packed:
+            kwargs["return_varlen_states"] = True
+    return {"module": module, "function": function, "inputs": inputs,
+            "optional": tuple(n for n in optional if n in headers), "kwargs": kwargs, "state_name": state_name,
+            "packed": packed, "op": op, "mode": mode}
+
+
+def parse(argv):
+    args = {"mode": None, "chunk_size": "256", "paths": []}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--mode", "--chunk-size"):
+            if i + 1 >= len(argv):
+                fail(EXIT_USAGE, f"{a}: needs a value")
+            args[a[2:].replace("-", "_")] = argv[i + 1]
+            i += 2
+        elif a.startswith("--"):
+            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --mode chunk|fused_recurrent, --chunk-size N, --version)")
+        else:
+            args["paths"].append(a)
+            i += 1
+    if len(args["paths"]) != 2:
+        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
+    if args["mode"] not in (None, "chunk", "fused_recurrent"):
+        fail(EXIT_USAGE, f"--mode: must be chunk or fused_recurrent (got {args['mode']!r})")
+    try:
+        args["chunk_size"] = int(args["chunk_size"])
+    except ValueError:
+        fail(EXIT_USAGE, f"--chunk-size: must be an integer (got {args['chunk_size']!r})")
+    return args
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise Refused(f"{path}: not a safetensors file (shorter than its header length)")
+        header = json.loads(f.read(struct.unpack("<Q", head)[0]))
+    metadata = header.pop("__metadata__", {}) or {}
+    return {name: (entry["dtype"], list(entry["shape"])) for name, entry in header.items()}, metadata
+
+
+def read_tensors(torch, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = memoryview(data)[8 + n:]
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        dtype = getattr(torch, DTYPES[entry["dtype"]])
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(entry["shape"]).clone()
+    return tensors
+
+
+def write_tensors(torch, path, tensors):
+    names = {v: k for k, v in DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text.encode())
+            for raw in chunks:
+                f.write(raw)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def version_line():
+    try:
+        import importlib.metadata as metadata
+        return f"mamba-ssm {metadata.version('mamba_ssm')}"
+    except Exception as e:  # noqa: BLE001 (any failure: not installed)
+        fail(EXIT_MISSING, f"mamba-ssm is not installed: {e}")
+
+
+def solve(args):
+    case_path, out_path = args["paths"]
+    headers, metadata = read_header(case_path)
+    call = plan(metadata, headers, args["mode"], args["chunk_size"])
+    try:
+        import importlib
+        import torch
+        function = getattr(importlib.import_module(call["module"]), call["function"])
+    except (ImportError, AttributeError) as e:
+        fail(EXIT_MISSING, f"needs torch and mamba-ssm (pip install mamba-ssm): {e}")
+    tensors = read_tensors(torch, case_path)
+    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    leaves = {n: tensors[n].to("cuda").requires_grad_(gradients) for n in call["inputs"] + call["optional"]}
+    kwargs = dict(call["kwargs"])
+    if "initial_states" in tensors:
+        kwargs["initial_states"] = tensors["initial_states"].to(device="cuda", dtype=torch.float32)
+    if call["packed"]:
+        cu = tensors["cu_seqlens"].to(device="cuda", dtype=torch.int32)
+        lengths = (cu[1:] - cu[:-1]).long()
+        kwargs["cu_seqlens"] = cu
+        kwargs["seq_idx"] = torch.repeat_interleave(torch.arange(len(lengths), device="cuda", dtype=torch.int32),
+                                                    lengths).unsqueeze(0)
+    with torch.set_grad_enabled(gradients):
+        result = function(**leaves, **kwargs)
+    out, state = result[0], result[-1]  # packed ssd: (out, last state, per-sequence states)
+    answer = {"out": out.detach(), call["state_name"]: state.detach()}
+    if gradients:
+        out.float().sum().backward()
+        for name, leaf in leaves.items():
+            answer["grad." + name] = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    write_tensors(torch, out_path, answer)
+
+
+def main(argv):
+    if argv == ["--version"]:
+        print(version_line())
+        return 0
+    args = parse(argv)
+    try:
+        solve(args)
+    except Refused as e:
+        fail(EXIT_REFUSED, str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
