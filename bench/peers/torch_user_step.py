@@ -22,7 +22,9 @@ judged by the oracle (pararnn_judge.compare with gradients=..., the verdict must
 
 Usage (GPU machine, pararnn-torch installed, PYTHONPATH with pararnn_judge):
   python3 bench/peers/torch_user_step.py --out $OUT/torch_user_step.json [--runs 5] [--warmup 2]
-  [--small]   a CPU-sized stand-in of every row (B 2, T 512, d 32), for trying the script
+  [--small]   a small stand-in of every row (B 2, T 512, d 32), for trying the script
+  [--profile] torch.profiler's kernel table of one GRU bf16 step of each library (ours, torch)
+  [--only RE] only the rows whose name matches RE
 Prints one line per row; writes JSON (schema_version 1) with the context and the U targets.
 """
 import argparse
@@ -105,6 +107,11 @@ def row(out, ident, entry):
     print(ident, json.dumps({k: v for k, v in entry.items() if k != "ms_all"}), flush=True)
 
 
+def wanted(args, ident):
+    import re
+    return args.only is None or re.search(args.only, ident) is not None
+
+
 def run(args):
     B, T, d = (2, 512, 32) if args.small else (8, 65536, 256)
     out = {"schema_version": 1, "context": context(args, B, T, d), "rows": {}}
@@ -117,6 +124,8 @@ def run(args):
                     if kind == "lstm" and config == "default" and solver == "torch":
                         continue  # the issue's table keeps torch K 3 for LSTM; its default is slower
                     ident = f"step.{kind}.{dname}.{solver}.{config}"
+                    if not wanted(args, ident):
+                        continue
                     try:
                         cell = make(kind, d, dtype)
                         torch.manual_seed(1)
@@ -152,6 +161,8 @@ def run(args):
     for solver in ("ours", "torch"):
         for config in ("k3", "default"):
             ident = f"forward.gru.bf16.{solver}.{config}"
+            if not wanted(args, ident):
+                continue
             try:
                 cell = make("gru", d, torch.bfloat16)
                 torch.manual_seed(1)
@@ -169,6 +180,41 @@ def run(args):
     print("oracle_check", json.dumps(out["oracle_check"]), flush=True)
     out["targets"] = targets(out["rows"])
     return out
+
+
+def profile(args):
+    """torch.profiler's CUDA kernel table of one step of ours and of pararnn-torch (GRU bf16, K 3
+    and default), after warm-up: where the step's device time goes (names, counts, total ms)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    B, T, d = (2, 512, 32) if args.small else (8, 65536, 256)
+    tables = {}
+    for solver in ("ours", "torch"):
+        for config in ("k3", "default"):
+            cell = make("gru", d, torch.bfloat16)
+            torch.manual_seed(1)
+            x = torch.randn(B, T, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            fn = step_fn(SOLVERS[solver](config), cell, x)
+            fn()
+            fn()
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            rows = []
+            for e in prof.key_averages():
+                device_us = getattr(e, "device_time_total", None)
+                if device_us is None:
+                    device_us = getattr(e, "cuda_time_total", 0)
+                if device_us > 0 and e.key and not e.key.startswith("ProfilerStep"):
+                    rows.append({"name": e.key[:120], "count": e.count, "device_ms": device_us / 1000})
+            rows.sort(key=lambda r: -r["device_ms"])
+            tables[f"{solver}.{config}"] = rows[:25]
+            print(f"profile {solver}.{config}:", flush=True)
+            for r in rows[:25]:
+                print(f"  {r['device_ms']:8.3f} ms  x{r['count']:<4d} {r['name']}", flush=True)
+            del cell, x, fn
+            torch.cuda.empty_cache()
+    return tables
 
 
 def oracle_check():
@@ -238,8 +284,12 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also torch.profiler's kernel table of one GRU bf16 step")
+    ap.add_argument("--only", default=None, help="a regular expression: only the rows whose name matches")
     args = ap.parse_args()
     out = run(args)
+    if args.profile:
+        out["profile"] = profile(args)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f, indent=1)
