@@ -309,10 +309,11 @@ class TrainingThroughOurSolver(unittest.TestCase):
                 self.assertTrue(torch.equal(after, fresh))
 
     def test_a_cuda_step_moves_no_bytes_and_waits_no_more_as_T_grows(self):
-        # The training step from Python on CUDA tensors, fixed K: the bytes host<->device, the
-        # host reads and the stream waits of the backend (pararnn_judge.cuda_transfers) are the
-        # same at T and 4T, and the bytes are fewer than one trajectory's. The counts are printed:
-        # they are the step's record (docs/python.md).
+        # The training step from Python on CUDA tensors, K = 3: the bytes to the device are the
+        # same at T and 16T; the bytes to the host, the host reads and the stream waits of the
+        # backend (pararnn_judge.cuda_transfers) differ at most by what the seed's early stop can
+        # skip (one residual read per iteration, K of them), and the bytes are fewer than one
+        # trajectory's. The counts are printed: they are the step's record (docs/python.md).
         import pararnn as P
         if not HAVE_GPU:
             if REQUIRE_CUDA:
@@ -320,7 +321,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
             self.skipTest("no GPU, or the module was built without the CUDA backend")
         for dtype in (torch.float32, torch.bfloat16):
             counts = []
-            for T in (256, 1024):
+            for T in (256, 4096):
                 torch.manual_seed(SEED)
                 cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
                 x = torch.randn(2, T, 8, device="cuda", dtype=dtype, requires_grad=True)
@@ -331,9 +332,13 @@ class TrainingThroughOurSolver(unittest.TestCase):
                 torch.cuda.synchronize()
                 after = judge.cuda_transfers()
                 counts.append({k: after[k] - before[k] for k in after})
-            print(f"\n{dtype} step counts at T 256 and 1024: {counts}", flush=True)
-            self.assertEqual(counts[0], counts[1], dtype)
-            self.assertLess(counts[1]["to_device"] + counts[1]["to_host"], 2 * 1024 * 16 * x.element_size())
+            print(f"\n{dtype} step counts at T 256 and 4096: {counts}", flush=True)
+            K = 3
+            self.assertEqual(counts[0]["to_device"], counts[1]["to_device"], dtype)
+            for key in ("host_reads", "stream_syncs"):
+                self.assertLessEqual(abs(counts[0][key] - counts[1][key]), K, (dtype, key, counts))
+            self.assertLessEqual(abs(counts[0]["to_host"] - counts[1]["to_host"]), K * 2 * 8, (dtype, counts))
+            self.assertLess(counts[1]["to_device"] + counts[1]["to_host"], 2 * 4096 * 16 * x.element_size())
 
     def test_cuda_memory_comes_from_torchs_caching_allocator(self):
         # After torch's own steps filled its cache, an LSTM f32 K 3 step runs in torch's memory:
