@@ -283,11 +283,15 @@ def _newton_apply_function(torch):
             judge_cell = live_cell(cell, **constructor)
             forward = _pararnn.newton_forward(judge_cell, x.detach(), h0=None if h0 is None else h0.detach(),
                                               cu_seqlens=cu_seqlens, **options)
+            H = forward.H
+            # ctx keeps the forward (H* and W_x x for the backward) but not its output H: an
+            # output held by ctx is a reference cycle (H -> grad_fn -> ctx -> H) that keeps a
+            # step's saved memory until Python's cycle collector runs (the step's memory test).
+            forward.H = None
             ctx.forward, ctx.names = forward, names
             ctx.x_like = (x.device, x.dtype)
             ctx.h0_like = None if h0 is None else (h0.device, h0.dtype)
             ctx.parameters_like = [(p.device, p.dtype) for p in parameters]
-            H = forward.H
             return H if isinstance(H, torch.Tensor) else torch.as_tensor(H)
 
         @staticmethod

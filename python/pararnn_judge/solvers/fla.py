@@ -24,6 +24,12 @@ import os
 import struct
 import sys
 
+if __name__ == "__main__":
+    # Run as a script, this file's folder leads sys.path, and "import fla" would import this
+    # adapter (fla.py) instead of flash-linear-attention: take the folder out first.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
 EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
 ABSENT = ("None", "none", "")
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
