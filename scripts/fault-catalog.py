@@ -32,6 +32,7 @@ here, 1 otherwise.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import pathlib
@@ -92,19 +93,24 @@ SOURCE_SUFFIXES = {".hpp", ".cpp", ".cuh", ".cu", ".h"}
 SOURCE_ROOTS = ("core", "cells", "reference", "kernels", "solver", "contracts", "nightly", "reports", "tools", "python")
 
 
-def point_files(name, where="", root=ROOT):
-    """The files of a fault's point: those that call PARARNN_FAULT_POINT("<name>") outside a
-    comment, and the existing files its catalog `where` names (e.g. the fault model it calls)."""
-    files = set()
+@functools.lru_cache(maxsize=None)
+def _points_by_file(root):
+    """Every fault point of the source tree: {name: {files that call it outside a comment}}."""
+    found = {}
     for top in SOURCE_ROOTS:
         for path in (root / top).rglob("*"):
             if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
                 continue
             for line in path.read_text(errors="replace").splitlines():
-                code = line.split("//", 1)[0]
-                if name in POINT.findall(code):
-                    files.add(path.relative_to(root).as_posix())
-                    break
+                for name in POINT.findall(line.split("//", 1)[0]):
+                    found.setdefault(name, set()).add(path.relative_to(root).as_posix())
+    return found
+
+
+def point_files(name, where="", root=ROOT):
+    """The files of a fault's point: those that call PARARNN_FAULT_POINT("<name>") outside a
+    comment, and the existing files its catalog `where` names (e.g. the fault model it calls)."""
+    files = set(_points_by_file(pathlib.Path(root)).get(name, ()))
     for word in re.findall(r"[\w./-]+\.(?:hpp|cpp|cuh|cu|h)\b", where):
         if (root / word).is_file():
             files.add(word)
@@ -119,7 +125,9 @@ def git(*args, root=ROOT):
 
 
 def files_dirty(files, root=ROOT):
-    """Whether the tree holds uncommitted changes to these files (None: no git here)."""
+    """Whether the tree holds uncommitted changes to these files (None: no git here, or no file)."""
+    if not files:
+        return None
     done = git("diff", "--quiet", "HEAD", "--", *files, root=root)
     if done is None or done.returncode not in (0, 1):
         return None
