@@ -328,8 +328,11 @@ def render(report, statuses=None):
     counts = status_counts(statuses)
     ran = [f for f in report["faults"] if f["detected"] is not None]
     lines = ["# Fault catalog: the last run", "",
-             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render) of commit "
-             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}. "
+             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render): a run of every fault at commit "
+             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}"
+             + (f", and {len(_merges(report['context']))} later runs merged in, the last at "
+                f"{max(m.get('date', '') for m in _merges(report['context']))}" if _merges(report["context"]) else "")
+             + " (each fault's own commit and date are in catalog.json). "
              f"Detected when last run: {sum(1 for f in ran if f['detected'])} of {len(ran)} faults run. "
              f"Against this tree: **{caught_text(counts)}** of {counts['faults']} "
              f"(CPU {caught_text(counts['cpu'])} of {counts['cpu']['faults']}, "
