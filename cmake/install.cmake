@@ -58,11 +58,12 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pararnnConfig.cmake ${CMAKE_CURRENT_BI
 
 if(PARARNN_BUILD_TESTS)
   # Installs this build into a fresh prefix and builds + runs docs/cmake.md's consumer (its
-  # fenced CMakeLists.txt with examples/quickstart.cpp) against it; no GPU needed.
+  # fenced CMakeLists.txt with examples/quickstart.cpp) against it, then the installed CLI with a
+  # clean environment (make-case + verify); no GPU needed.
   add_test(NAME cmake_package_consumer
            COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
                    -DWORK_DIR=${CMAKE_BINARY_DIR}/cmake-consumer -DGENERATOR=${CMAKE_GENERATOR}
-                   -DCXX_COMPILER=${CMAKE_CXX_COMPILER}
+                   -DCXX_COMPILER=${CMAKE_CXX_COMPILER} -DREADELF=${CMAKE_READELF}
                    -P ${PROJECT_SOURCE_DIR}/cmake/tests/consumer_test.cmake)
   set_tests_properties(cmake_package_consumer PROPERTIES LABELS "host;golden;fast" TIMEOUT 300)
 endif()

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cstdio>
+
 #include "backend.hpp"
 #include "generators.hpp"
 #include "pararnn/contracts/agreement.hpp"
@@ -170,31 +172,51 @@ TEST(ToleranceProtection, EveryDtypesTrajectoryBandNamesAWrongAnswerItRefuses) {
 // updates plus the margin (no early stop, no fallback: the raw iterate measure_kstar times) agrees
 // with the oracle at τ.
 // A case whose same-dtype sequential loop is itself outside τ has no K* and makes no claim.
-RC_GTEST_PROP(PredictedK, NeverBelowTheMeasuredKstarOnInitAndHardCases, ()) {
-  auto p = *gen_problem(1000, kCells, {DType::f32, DType::bf16});
-  p.condition(testing::conditioning_class(*rc::gen::element<std::string>("easy", "hard")));
-  const Cell cell = p.make_cell();
-  const Tensor x = p.make_input();
-  const auto h0 = p.make_h0(cell.slots());
-  const Case problem = cell.make_case(x, h0);
-  const auto oracle = reference::oracle_sequential(problem, {.certify = false});
-  const reference::LyapunovEstimate e = reference::oracle_lyapunov(problem, oracle, {.chains = p.batch});
-  const Tolerance tau = tolerance_for({.dtype = p.dtype, .cell = p.cell});
-  const PredictedK predicted = predict_k(e, tau.atol);
-  RC_CLASSIFY(predicted.k.has_value(), "a number");
-  RC_CLASSIFY(p.conditioning == "hard", "hard");
-  if (!predicted.k) return;
-  ApplyOptions apply;
-  if (h0) apply.h0 = h0->view();
-  if (!compare(sequential_apply(cell, x, apply), oracle.H, tau).ok()) return;
-  const QuietWarnings quiet;  // a fixed K leaves a residual above the warning level on purpose
-  const Tensor H = newton_apply(cell, x, {.max_iters = *predicted.k + kPredictedKMargin, .residual_atol = std::nullopt,
-                                          .residual_fail = std::nullopt, .allow_sequential = false}, apply);
-  const ComparisonResult c = compare(H, oracle.H, tau);
-  if (!c.ok())
-    RC_FAIL(fmt::format("predicted K {} + margin {} (unit {}, C*e0 {:.3g}, memory {:.3g}, guess error {:.3g}) leaves {:.3e} > tau on {}",
-                        *predicted.k, kPredictedKMargin, predicted.unit, predicted.basin, predicted.memory, predicted.guess_error,
-                        c.max_abs, p.describe()));
+// Not vacuous (issue 58 item 5): a case without a number makes no claim, so the test also asserts
+// that at least kMinShareWithANumber of its cases got one, and prints the shares.
+// kMinShareWithANumber: the share measured 2026-12-06 is 39 % (789 of 2000 cases,
+// docs/kstar/predicted_k_property.log; 38 to 44 % in five runs of 100), so 20 % is about 4 standard
+// deviations of a 100-case run below it: a model that stops giving numbers fails, a seed does not.
+constexpr double kMinShareWithANumber = 0.2;
+
+TEST(PredictedK, NeverBelowTheMeasuredKstarOnInitAndHardCases) {
+  int cases = 0, with_a_number = 0, judged = 0;
+  const bool held = rc::check("predicted K + margin agrees with the oracle where the model gives a number", [&] {
+    auto p = *gen_problem(1000, kCells, {DType::f32, DType::bf16});
+    p.condition(testing::conditioning_class(*rc::gen::element<std::string>("easy", "hard")));
+    const Cell cell = p.make_cell();
+    const Tensor x = p.make_input();
+    const auto h0 = p.make_h0(cell.slots());
+    const Case problem = cell.make_case(x, h0);
+    const auto oracle = reference::oracle_sequential(problem, {.certify = false});
+    const reference::LyapunovEstimate e = reference::oracle_lyapunov(problem, oracle, {.chains = p.batch});
+    const Tolerance tau = tolerance_for({.dtype = p.dtype, .cell = p.cell});
+    const PredictedK predicted = predict_k(e, tau.atol);
+    RC_CLASSIFY(predicted.k.has_value(), "a number");
+    RC_CLASSIFY(p.conditioning == "hard", "hard");
+    ++cases;
+    if (!predicted.k) return;
+    ++with_a_number;
+    ApplyOptions apply;
+    if (h0) apply.h0 = h0->view();
+    if (!compare(sequential_apply(cell, x, apply), oracle.H, tau).ok()) return;
+    ++judged;
+    const QuietWarnings quiet;  // a fixed K leaves a residual above the warning level on purpose
+    const Tensor H = newton_apply(cell, x, {.max_iters = *predicted.k + kPredictedKMargin, .residual_atol = std::nullopt,
+                                            .residual_fail = std::nullopt, .allow_sequential = false}, apply);
+    const ComparisonResult c = compare(H, oracle.H, tau);
+    if (!c.ok())
+      RC_FAIL(fmt::format("predicted K {} + margin {} (unit {}, C*e0 {:.3g}, memory {:.3g}, guess error {:.3g}) leaves {:.3e} > tau on {}",
+                          *predicted.k, kPredictedKMargin, predicted.unit, predicted.basin, predicted.memory, predicted.guess_error,
+                          c.max_abs, p.describe()));
+  });
+  ASSERT_TRUE(held);
+  ASSERT_GT(cases, 0);
+  const double share = static_cast<double>(with_a_number) / cases;
+  std::printf("PredictedK: %d cases, %d with a number (%.0f %%; at least %.0f %% asserted), %d judged against the oracle\n",
+              cases, with_a_number, 100.0 * share, 100.0 * kMinShareWithANumber, judged);
+  EXPECT_GE(share, kMinShareWithANumber) << "the model gave a number on too few cases: the property is nearly vacuous";
+  EXPECT_GT(judged, 0) << "no case was judged against the oracle";
 }
 #endif
 

@@ -15,12 +15,24 @@ one-line repro (RapidCheck's RC_PARAMS) and the seconds to detection.
   … --logs DIR keeps each suite run's whole output (the catalog keeps only the failure's excerpt).
 A GPU fault ("gpu_only") whose suites cannot run here (no device: exit 77, or not a CUDA build)
 is recorded as not run (detected null), never as detected. Every entry records where it ran
-(PARARNN_GIT_SHA names the commit where the tree is a copy without its git history).
+(PARARNN_GIT_SHA names the commit where the tree is a copy without its git history) and the files
+of its fault point (`run.files`: every file holding PARARNN_FAULT_POINT("<name>"), and those its
+`where` names, such as solver/src/cpu/fault_models.hpp).
+
+A detection is current only while those files are as they were at its commit: a fault counts as
+caught only if its last run is newer than every change to its files (`git diff <commit> -- files`
+of the source tree is empty); otherwise it is stale, and every count says "N caught, M stale"
+(issue 58). An unknown commit, a tree without git history, or a run made on uncommitted changes
+to those files is stale too.
+
+  scripts/fault-catalog.py --status docs/faults/catalog.json   # per fault: caught, stale (why), ...
+  scripts/fault-catalog.py --summary-header OUT.hpp docs/faults/catalog.json  # the reports' counts
 Exit status: 0 when every fault run was detected, 77 when the one fault asked for could not run
 here, 1 otherwise.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import pathlib
@@ -76,6 +88,167 @@ def shrunk_size(out, test):
     return {"B": int(found["B"][0]) if found["B"] else 1, "T": int(found["T"][0]), "channels": int(found["channels"][0])}
 
 
+POINT = re.compile(r'PARARNN_FAULT_POINT\("([a-z0-9_]+)"\)')
+SOURCE_SUFFIXES = {".hpp", ".cpp", ".cuh", ".cu", ".h"}
+SOURCE_ROOTS = ("core", "cells", "reference", "kernels", "solver", "contracts", "nightly", "reports", "tools", "python")
+
+
+@functools.lru_cache(maxsize=None)
+def _points_by_file(root):
+    """Every fault point of the source tree: {name: {files that call it outside a comment}}."""
+    found = {}
+    for top in SOURCE_ROOTS:
+        for path in (root / top).rglob("*"):
+            if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                for name in POINT.findall(line.split("//", 1)[0]):
+                    found.setdefault(name, set()).add(path.relative_to(root).as_posix())
+    return found
+
+
+def point_files(name, where="", root=ROOT):
+    """The files of a fault's point: those that call PARARNN_FAULT_POINT("<name>") outside a
+    comment, and the existing files its catalog `where` names (e.g. the fault model it calls)."""
+    files = set(_points_by_file(pathlib.Path(root)).get(name, ()))
+    for word in re.findall(r"[\w./-]+\.(?:hpp|cpp|cuh|cu|h)\b", where):
+        if (root / word).is_file():
+            files.add(word)
+    return sorted(files)
+
+
+def git(*args, root=ROOT):
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def files_dirty(files, root=ROOT):
+    """Whether the tree holds uncommitted changes to these files (None: no git here, or no file)."""
+    if not files:
+        return None
+    done = git("diff", "--quiet", "HEAD", "--", *files, root=root)
+    if done is None or done.returncode not in (0, 1):
+        return None
+    return done.returncode == 1
+
+
+def last_run(fault, context):
+    """The commit and date of a fault's last run: its own `run`, else the catalog's (an --all run
+    before runs were recorded per fault)."""
+    run = fault.get("run") or {}
+    return (run.get("git_sha") or context.get("git_sha") or None, run.get("date") or context.get("date"), run)
+
+
+def fault_status(report, spec=None, root=ROOT):
+    """Per fault of a catalog: "caught", "stale" (with why), "missed" or "not run", and the files
+    judged. Caught only when detected and its files equal those of its run's commit in this tree."""
+    spec_by_name = {e["name"]: e for e in (spec if spec is not None else json.loads(SPEC.read_text())["faults"])}
+    has_git = (lambda d: d is not None and d.returncode == 0)(git("rev-parse", "--git-dir", root=root))
+    changed_since = {}  # commit -> set of changed paths (None: unknown commit)
+    out = []
+    for f in report["faults"]:
+        sha, date, run = last_run(f, report.get("context", {}))
+        where = spec_by_name.get(f["name"], {}).get("where", f.get("where", ""))
+        files = sorted(set(run.get("files") or []) | set(point_files(f["name"], where, root)))
+        entry = {"name": f["name"], "gpu_only": bool(spec_by_name.get(f["name"], {}).get("gpu_only")),
+                 "git_sha": sha, "date": date, "files": files}
+        if f["detected"] is None:
+            entry["status"] = "not run"
+        elif not f["detected"]:
+            entry["status"] = "missed"
+        elif not has_git:
+            entry.update(status="stale", why="no git history in this source tree: the run's commit cannot be compared")
+        elif not sha or sha.endswith("+dirty"):
+            entry.update(status="stale", why="its run names no clean commit")
+        elif run.get("files_dirty"):
+            entry.update(status="stale", why="it ran on uncommitted changes to its files")
+        else:
+            if sha not in changed_since:
+                known = git("cat-file", "-e", sha + "^{commit}", root=root)
+                if known is None or known.returncode != 0:
+                    changed_since[sha] = None
+                else:
+                    d = git("diff", "--name-only", sha, "--", *SOURCE_ROOTS, root=root)
+                    changed_since[sha] = set(d.stdout.split()) if d is not None and d.returncode == 0 else None
+            changed = changed_since[sha]
+            if changed is None:
+                entry.update(status="stale", why=f"its commit {sha[:12]} is not in this tree's history")
+            elif changed & set(files):
+                entry.update(status="stale", why=f"changed since its run at {sha[:12]}: " + ", ".join(sorted(changed & set(files))))
+            else:
+                entry["status"] = "caught"
+        out.append(entry)
+    return out
+
+
+def status_counts(statuses):
+    """caught / stale / missed / not run, in total and per side (cpu, gpu)."""
+    counts = {side: {"faults": 0, "run": 0, "caught": 0, "stale": 0} for side in ("cpu", "gpu")}
+    for s in statuses:
+        c = counts["gpu" if s["gpu_only"] else "cpu"]
+        c["faults"] += 1
+        c["run"] += s["status"] != "not run"
+        c["caught"] += s["status"] == "caught"
+        c["stale"] += s["status"] == "stale"
+    total = {k: counts["cpu"][k] + counts["gpu"][k] for k in counts["cpu"]}
+    return dict(total, cpu=counts["cpu"], gpu=counts["gpu"])
+
+
+def caught_text(counts):
+    text = f"{counts['caught']} caught"
+    return text + (f", {counts['stale']} stale" if counts["stale"] else "")
+
+
+def summary_header(report, statuses):
+    counts = status_counts(statuses)
+    dates = [report["context"].get("date", "")] + [m.get("date", "") for m in _merges(report["context"])]
+    side = lambda k: counts[k]
+    return "\n".join([
+        "// Generated at build time by scripts/fault-catalog.py --summary-header from docs/faults/catalog.json,",
+        "// property_tests/faults/catalog.json and the git history of the fault points' files. Do not edit.",
+        "#pragma once",
+        "namespace pararnn::reports::generated {",
+        f"inline constexpr long long kFaultCatalogFaults = {counts['faults']};  // -1: no catalog in this source tree",
+        f"inline constexpr long long kFaultCatalogCpuFaults = {side('cpu')['faults']}, kFaultCatalogCpuRun = {side('cpu')['run']},",
+        f"                           kFaultCatalogCpuCaught = {side('cpu')['caught']}, kFaultCatalogCpuStale = {side('cpu')['stale']};",
+        f"inline constexpr long long kFaultCatalogGpuFaults = {side('gpu')['faults']}, kFaultCatalogGpuRun = {side('gpu')['run']},",
+        f"                           kFaultCatalogGpuCaught = {side('gpu')['caught']}, kFaultCatalogGpuStale = {side('gpu')['stale']};",
+        f"inline constexpr const char* kFaultCatalogDate = \"{max(d for d in dates if d is not None)}\";",
+        "}  // namespace pararnn::reports::generated", ""])
+
+
+NO_CATALOG_HEADER = "\n".join([
+    "// Generated at build time by scripts/fault-catalog.py --summary-header: no catalog in this source tree.",
+    "#pragma once",
+    "namespace pararnn::reports::generated {",
+    "inline constexpr long long kFaultCatalogFaults = -1;  // -1: no catalog in this source tree",
+    "inline constexpr long long kFaultCatalogCpuFaults = 0, kFaultCatalogCpuRun = 0, kFaultCatalogCpuCaught = 0,",
+    "                           kFaultCatalogCpuStale = 0;",
+    "inline constexpr long long kFaultCatalogGpuFaults = 0, kFaultCatalogGpuRun = 0, kFaultCatalogGpuCaught = 0,",
+    "                           kFaultCatalogGpuStale = 0;",
+    "inline constexpr const char* kFaultCatalogDate = \"\";",
+    "}  // namespace pararnn::reports::generated", ""])
+
+
+def _merges(context):
+    merges = context.get("merged", [])
+    return [merges] if isinstance(merges, dict) else list(merges)
+
+
+def write_if_changed(path, text):
+    """Writes text to path atomically, and only when it differs (a build step that changes nothing
+    recompiles nothing)."""
+    path = pathlib.Path(path)
+    if path.is_file() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def run_fault(build, entry, timeout, logs=None):
     name = entry["name"]
     result = {"name": name, "models": entry["models"], "where": entry["where"], "detected": False,
@@ -120,6 +293,10 @@ def run_fault(build, entry, timeout, logs=None):
         result["detected"] = None  # not run: no device here, or not a CUDA faults build
         result["note"] = "GPU fault: run it in a CUDA faults build on the GPU machine"
     result["run"] = run_context(build)
+    files = point_files(name, entry.get("where", ""))
+    result["run"]["files"] = files
+    if files_dirty(files):
+        result["run"]["files_dirty"] = True  # the run tested uncommitted code: stale until re-run
     return result
 
 
@@ -143,22 +320,34 @@ def run_context(build):
             "build": build.name, "host": platform.node()}
 
 
-def render(report):
-    """The catalog table in Markdown, from a catalog JSON."""
+def render(report, statuses=None):
+    """The catalog table in Markdown, from a catalog JSON and the status of each fault in this
+    tree (fault_status: caught only where its files are unchanged since its run)."""
+    statuses = statuses if statuses is not None else fault_status(report)
+    by_name = {s["name"]: s for s in statuses}
+    counts = status_counts(statuses)
     ran = [f for f in report["faults"] if f["detected"] is not None]
     lines = ["# Fault catalog: the last run", "",
-             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render) of commit "
-             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}. "
-             f"Detected: {sum(1 for f in ran if f['detected'])} of {len(ran)} faults run "
-             f"({100 * report['detected_share']:.0f} %).", "",
-             "| fault | models | detected | caught by | shrunk (B, T, channels) | repro | seconds |",
-             "|---|---|---|---|---|---|---|"]
+             f"Rendered from `catalog.json` (scripts/fault-catalog.py --render): a run of every fault at commit "
+             f"`{report['context']['git_sha'][:12]}`, {report['context']['date']}"
+             + (f", and {len(_merges(report['context']))} later runs merged in, the last at "
+                f"{max(m.get('date', '') for m in _merges(report['context']))}" if _merges(report["context"]) else "")
+             + " (each fault's own commit and date are in catalog.json). "
+             f"Detected when last run: {sum(1 for f in ran if f['detected'])} of {len(ran)} faults run. "
+             f"Against this tree: **{caught_text(counts)}** of {counts['faults']} "
+             f"(CPU {caught_text(counts['cpu'])} of {counts['cpu']['faults']}, "
+             f"GPU {caught_text(counts['gpu'])} of {counts['gpu']['faults']}); a fault is caught only while the "
+             f"files of its point are unchanged since its last run (`scripts/fault-catalog.py --status`).", "",
+             "| fault | models | detected | now | caught by | shrunk (B, T, channels) | repro | seconds |",
+             "|---|---|---|---|---|---|---|---|"]
     for f in report["faults"]:
         shrunk = f["shrunk"]
         size = f"{shrunk['B']}, {shrunk['T']}, {shrunk['channels']}" if shrunk else "fixed case"
         detected = {True: "yes", False: "**no**", None: "GPU only, not run"}[f["detected"]]
+        st = by_name.get(f["name"], {})
+        now = st.get("status", "?") if st.get("status") != "stale" else f"**stale**: {st['why']}"
         repro = f"`{f['repro']}`" if f["repro"] else ""
-        lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
+        lines.append(f"| `{f['name']}` | {f['models']} | {detected} | {now} | {f['caught_by'] or ''} | {size} | {repro} | {f['seconds']} |")
     merges = report["context"].get("merged", [])
     merges = [merges] if isinstance(merges, dict) else merges
     merged = [f for f in report["faults"] if f.get("run") and f["run"].get("date") in {m.get("date") for m in merges}]
@@ -173,6 +362,24 @@ def render(report):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--render":
         sys.stdout.write(render(json.loads(pathlib.Path(sys.argv[2]).read_text())))
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--status":
+        statuses = fault_status(json.loads(pathlib.Path(sys.argv[2]).read_text()))
+        for st in statuses:
+            print(f"{st['name']}: {st['status']}" + (f" ({st['why']})" if "why" in st else "")
+                  + f" [{(st['git_sha'] or '?')[:12]}; {', '.join(st['files'])}]")
+        counts = status_counts(statuses)
+        print(f"{caught_text(counts)} of {counts['faults']} "
+              f"(cpu {caught_text(counts['cpu'])} of {counts['cpu']['faults']}, "
+              f"gpu {caught_text(counts['gpu'])} of {counts['gpu']['faults']})")
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "--summary-header":
+        record = pathlib.Path(sys.argv[3])
+        if not record.is_file() or not SPEC.is_file():
+            write_if_changed(sys.argv[2], NO_CATALOG_HEADER)
+            return
+        report = json.loads(record.read_text())
+        write_if_changed(sys.argv[2], summary_header(report, fault_status(report)))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", required=True, type=pathlib.Path, help="a PARARNN_FAULTS=ON build folder")

@@ -38,7 +38,7 @@ def main(path):
                 c["oracle only"] += 1
             else:
                 c["same" if oracle == cheap else "differ"] += 1
-            if l_oracle != 0 and l_cheap != 0:  # 0: no finite estimate on that side
+            if l_oracle is not None and l_cheap is not None:  # null: no finite estimate on that side
                 c["dl"] = max(c["dl"], abs(l_oracle - l_cheap))
             c["n"] += 1
     cols = ["n", "same", "differ", "both none", "oracle only", "cheap only",

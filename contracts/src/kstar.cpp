@@ -109,6 +109,13 @@ KstarTable measure_kstar(const KstarOptions& options) {
   return table;
 }
 
+namespace {
+// A number, or null for "no estimate" (never 0.0, which is a number).
+nlohmann::ordered_json or_null(const std::optional<double>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
 nlohmann::ordered_json KstarTable::to_json() const {
   nlohmann::ordered_json j;
   j["cell"] = options.cell;
@@ -136,10 +143,11 @@ nlohmann::ordered_json KstarTable::to_json() const {
                                  {"picard_retries", r.default_picard_retries},
                                  {"picard_iters", r.default_picard_iters}, {"updates", r.default_updates},
                                  {"max_abs", r.default_max_abs}}},
-                    {"lambda_max", r.lambda_max}, {"max_stretch", r.max_stretch}, {"guess_error", r.guess_error},
+                    {"lambda_max", or_null(r.lambda_max)}, {"max_stretch", or_null(r.max_stretch)},
+                    {"guess_error", or_null(r.guess_error)},
                     {"predicted_k", r.predicted_k ? nlohmann::ordered_json(*r.predicted_k) : nlohmann::ordered_json(nullptr)}});
     if (!r.predicted_k) rows.back()["predicted_reason"] = r.predicted_reason;
-    rows.back()["lambda_max_iterate"] = r.lambda_max_iterate;
+    rows.back()["lambda_max_iterate"] = or_null(r.lambda_max_iterate);
     rows.back()["predicted_k_iterate"] =
         r.predicted_k_iterate ? nlohmann::ordered_json(*r.predicted_k_iterate) : nlohmann::ordered_json(nullptr);
     if (!r.predicted_k_iterate) rows.back()["iterate_reason"] = r.iterate_reason;

@@ -58,9 +58,9 @@ void run_kstar(const TaskSpec& spec, const TaskContext& ctx, TaskOutput& out) {
         if (r.time == t) {
           by_seed.push_back(r.kstar);
           predicted_by_seed.push_back(r.predicted_k ? Json(*r.predicted_k) : Json(nullptr));
-          lambda_by_seed.push_back(r.lambda_max);
+          lambda_by_seed.push_back(r.lambda_max ? Json(*r.lambda_max) : Json(nullptr));  // null: no estimate
           iterate_by_seed.push_back(r.predicted_k_iterate ? Json(*r.predicted_k_iterate) : Json(nullptr));
-          lambda_iterate_by_seed.push_back(r.lambda_max_iterate);
+          lambda_iterate_by_seed.push_back(r.lambda_max_iterate ? Json(*r.lambda_max_iterate) : Json(nullptr));
           outcome_by_seed.push_back(prediction_outcome(r.kstar, r.predicted_k, ko.k_limit));
           floor = std::max(floor, r.sequential_max_abs);
         }

@@ -323,7 +323,7 @@ std::vector<Figure> report_figures(const Json& report) {
   return figures;
 }
 
-std::string render_markdown(const Json& report, bool plots) {
+std::string render_markdown(const Json& report, bool plots, const std::vector<UndrawnFigure>& undrawn) {
   const Json& ctx = report["context"];
   const Json& plan = report["plan"];
   const Json& rows = report["rows"];
@@ -342,13 +342,20 @@ std::string render_markdown(const Json& report, bool plots) {
   for (const auto& a : ctx["argv"]) argv += fmt::format("{}{}", argv.empty() ? "" : " ", str(a));
   md += fmt::format("Command: `{}`  \n", argv);
   if (const Json catalog = ctx.value("fault_catalog", Json()); catalog.is_object()) {
+    // "N caught, M stale": a detection older than a change to its fault point's files is not
+    // counted as caught (issue 58). Reports written before that have no "stale" key.
+    const auto caught = [&](const Json& s) {
+      const std::int64_t stale = s.contains("stale") ? integer(s["stale"]) : 0;
+      return stale > 0 ? fmt::format("{} caught, {} stale", integer(s["caught"]), stale)
+                       : fmt::format("{} caught", integer(s["caught"]));
+    };
     const auto side = [&](const char* key) {
       const Json& s = catalog[key];
-      return fmt::format("{} {} of {} run", key, integer(s["caught"]), integer(s["run"]));
+      return fmt::format("{} {} of {} run", key, caught(s), integer(s["run"]));
     };
-    md += fmt::format("Suites of this build: {} of the {} planted faults of the catalog caught ({}, {}; "
+    md += fmt::format("Suites of this build against the {} planted faults of the catalog: {} ({}, {}; "
                       "{}, last run {}).  \n",
-                      integer(catalog["caught"]), integer(catalog["faults"]), side("cpu"), side("gpu"),
+                      integer(catalog["faults"]), caught(catalog), side("cpu"), side("gpu"),
                       str(catalog["source"]), str(catalog["last_run"]));
   }
   md += fmt::format("Plan: {} variants × {} × backends {} × T {} × classes {} × {} seed(s); B {}, d_in {}, d_h {}; "
@@ -665,8 +672,20 @@ std::string render_markdown(const Json& report, bool plots) {
   const std::vector<Figure> figures = report_figures(report);
   if (!plots) md += "Not rendered (`--no-plots`); every number plotted is in the tables above.\n\n";
   else if (figures.empty()) md += "Nothing to plot.\n\n";
-  else
-    for (const Figure& f : figures) md += figure_links(f.name, f.title) + "\n";
+  else {
+    // Figures asked for and not drawn: named with the reason (one line per distinct reason).
+    std::map<std::string, std::vector<std::string>> by_reason;
+    std::set<std::string> missing;
+    for (const UndrawnFigure& u : undrawn) {
+      by_reason[u.reason].push_back(u.name);
+      missing.insert(u.name);
+    }
+    for (const auto& [reason, names] : by_reason)
+      md += fmt::format("**Not drawn ({} of {} plots): {}**: {}. Every number plotted is in the tables above.\n\n",
+                        names.size(), figures.size(), fmt::join(names, ", "), md_escape(reason));
+    for (const Figure& f : figures)
+      if (!missing.contains(f.name)) md += figure_links(f.name, f.title) + "\n";
+  }
 
   // Every row.
   md += "## All rows\n\n";
@@ -692,18 +711,32 @@ std::vector<std::filesystem::path> render_report(const Json& report, const std::
   validate_report(report, "report");
   std::filesystem::create_directories(out_dir);
   std::vector<std::filesystem::path> written;
+  std::vector<UndrawnFigure> undrawn;
   if (options.plots) {
     const std::filesystem::path plots = out_dir / "plots";
-    std::filesystem::create_directories(plots);
-    for (const Figure& f : report_figures(report)) {
-      render_figure(f, plots);
-      written.push_back(plots / (f.name + ".svg"));
-      written.push_back(plots / (f.name + ".png"));
+    const std::vector<Figure> figures = report_figures(report);
+    if (!figures.empty() && !plotting_available()) {
+      // No gnuplot: the Markdown needs none (every plotted number is in its tables).
+      for (const Figure& f : figures)
+        undrawn.push_back({f.name, "gnuplot is not in PATH (Debian package gnuplot-nox; scripts/install-deps.sh "
+                                   "installs it); `pararnn report render` draws them where it is"});
+    } else {
+      if (!figures.empty()) std::filesystem::create_directories(plots);
+      for (const Figure& f : figures) {
+        try {
+          render_figure(f, plots);
+          written.push_back(plots / (f.name + ".svg"));
+          written.push_back(plots / (f.name + ".png"));
+        } catch (const std::exception& e) {  // gnuplot failed on it, or its file could not be written
+          undrawn.push_back({f.name, e.what()});
+        }
+      }
     }
   }
-  const std::string md = render_markdown(report, options.plots);
+  const std::string md = render_markdown(report, options.plots, undrawn);
   write_file_atomically(out_dir / "report.md", [&](std::ostream& out) { out << md; });
   written.push_back(out_dir / "report.md");
+  if (options.undrawn) *options.undrawn = std::move(undrawn);
   return written;
 }
 

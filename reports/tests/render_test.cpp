@@ -42,10 +42,20 @@ TEST(Render, HeaderStatesTheFaultCatalogWhenTheReportCarriesIt) {
                                    {"cpu", {{"faults", 23}, {"run", 23}, {"caught", 23}}},
                                    {"gpu", {{"faults", 3}, {"run", 2}, {"caught", 1}}}};
   const std::string md = render_markdown(r, false);
-  EXPECT_NE(md.find("24 of the 26 planted faults of the catalog caught (cpu 23 of 23 run, gpu 1 of 2 run; "
-                    "docs/faults/catalog.json, last run 2026-12-05T11:14:15+00:00)"),
+  EXPECT_NE(md.find("against the 26 planted faults of the catalog: 24 caught (cpu 23 caught of 23 run, gpu 1 caught of 2 "
+                    "run; docs/faults/catalog.json, last run 2026-12-05T11:14:15+00:00)"),
             std::string::npos)
       << md.substr(0, 800);
+  // Detections older than a change to their fault point's files are stale, never caught (issue 58).
+  r["context"]["fault_catalog"]["caught"] = 7;
+  r["context"]["fault_catalog"]["stale"] = 17;
+  r["context"]["fault_catalog"]["cpu"] = {{"faults", 23}, {"run", 23}, {"caught", 6}, {"stale", 17}};
+  r["context"]["fault_catalog"]["gpu"] = {{"faults", 3}, {"run", 2}, {"caught", 1}, {"stale", 0}};
+  const std::string stale = render_markdown(r, false);
+  EXPECT_NE(stale.find("against the 26 planted faults of the catalog: 7 caught, 17 stale (cpu 6 caught, 17 stale of "
+                       "23 run, gpu 1 caught of 2 run;"),
+            std::string::npos)
+      << stale.substr(0, 800);
 }
 
 TEST(Render, FailuresComeFirstWithTheirReplayLines) {

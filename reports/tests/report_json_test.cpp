@@ -134,9 +134,11 @@ TEST(ReportJson, ContextCarriesTheFaultCatalogAsTheSourceTreeRecordsIt) {
     const auto& c = counts[side];
     EXPECT_EQ(summary[side]["faults"].get<long long>(), c[0]) << side;
     EXPECT_EQ(summary[side]["run"].get<long long>(), c[1]) << side;
-    EXPECT_EQ(summary[side]["caught"].get<long long>(), c[2]) << side;
+    // Each detection is caught or stale (issue 58: stale once the files of its fault point changed
+    // since its run; which is which is the script's rule, checked by fault_catalog_staleness).
+    EXPECT_EQ(summary[side]["caught"].get<long long>() + summary[side]["stale"].get<long long>(), c[2]) << side;
   }
-  EXPECT_EQ(summary["caught"].get<long long>(), counts["cpu"][2] + counts["gpu"][2]);
+  EXPECT_EQ(summary["caught"].get<long long>() + summary["stale"].get<long long>(), counts["cpu"][2] + counts["gpu"][2]);
   EXPECT_GT(counts["gpu"][0], 0) << "the catalog holds a GPU fault: the backend split is exercised";
 
   Json r = testing::golden_report();

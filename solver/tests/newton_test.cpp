@@ -6,6 +6,9 @@
 #include <limits>
 
 #include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
 
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/random.hpp"
@@ -169,6 +172,70 @@ TEST(KSchedule, AdaptiveKIsAMinimumAndStopsOnTheResidual) {
   EXPECT_TRUE(stats.converged);
   EXPECT_LT(stats.residual_history.back(), default_residual_atol(DType::f32));
 }
+
+// The early stop as behaviour (issue 58 item 8; CONTRACT §4): on cases whose residual history is
+// known (the CPU backend's max|F| at every evaluation of a run that never stops early), a solve with
+// the dtype's default residual_atol stops at the first evaluation whose max|F| is below it and not
+// before: the fixed-K loop there without an update (the seed's early stop), the adaptive loop at the
+// first such evaluation at or after its minimum K, with one more update. Its history is the
+// known one's prefix bit for bit. ω = 1/2 roughly halves max|F| per update near the fixed point, so
+// every history passes within a factor of about 2 above the threshold before it crosses: a threshold
+// looser by a few times or more stops earlier, and a stricter one later.
+class EarlyStop : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EarlyStop, StopsAtTheFirstEvaluationBelowTheDefaultResidualAtolAndNotBefore) {
+  const DType dtype = GetParam();
+  const double atol = default_residual_atol(dtype);
+  constexpr std::int64_t kCap = 64;   // evaluations of the known history: enough for f64's 1e-12 at ω = 1/2
+  constexpr double kOmega = 0.5;
+  int cases = 0, crossed_after_an_update = 0;
+  for (const char* name : {"gru", "lstm", "nlru"}) {
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      const Cell cell = make_cell(name, dtype, 3, 8, seed);
+      const Tensor x = random_input(dtype, 2, 48, 3, 100 + seed);
+      const std::string at = fmt::format("{} {} seed {} (default residual_atol {:g})", name, dtype_name(dtype), seed, atol);
+      NewtonStats known, fixed, adaptive;
+      (void)newton_apply(cell, x, {.max_iters = kCap, .omega = kOmega, .scan_backend = ScanBackend::cpu,
+                                   .residual_atol = std::nullopt, .residual_fail = std::nullopt}, {}, &known);
+      const std::vector<double>& h = known.residual_history;
+      ASSERT_EQ(static_cast<std::int64_t>(h.size()), kCap) << at;
+      const auto first_below = [&](std::size_t from) {
+        std::size_t i = from;
+        while (i < h.size() && !(h[i] < atol)) ++i;
+        return i;
+      };
+      // Fixed K with the default threshold: the seed's early stop.
+      (void)newton_apply(cell, x, {.max_iters = kCap, .omega = kOmega, .scan_backend = ScanBackend::cpu,
+                                   .residual_fail = std::nullopt}, {}, &fixed);
+      const std::size_t stop = first_below(0);
+      ASSERT_LT(stop, h.size()) << at << ": the known history never goes below the threshold";
+      EXPECT_EQ(fixed.residual_history, std::vector<double>(h.begin(), h.begin() + stop + 1)) << at;
+      EXPECT_EQ(fixed.iters, static_cast<std::int64_t>(stop) + 1) << at;
+      EXPECT_EQ(fixed.updates, static_cast<std::int64_t>(stop)) << at << ": no update at the stopping evaluation";
+      EXPECT_TRUE(fixed.converged) << at;
+      // Adaptive (max_iters unset, the default): the table's K is a minimum; one more update.
+      (void)newton_apply(cell, x, {.omega = kOmega, .scan_backend = ScanBackend::cpu, .residual_fail = std::nullopt,
+                                   .k_max = kCap}, {}, &adaptive);
+      ASSERT_TRUE(adaptive.k.adaptive) << at;
+      const std::size_t minimum = static_cast<std::size_t>(std::max<std::int64_t>(adaptive.k.k, 1)) - 1;
+      const std::size_t adaptive_stop = first_below(minimum);
+      ASSERT_LT(adaptive_stop, h.size()) << at;
+      EXPECT_EQ(adaptive.residual_history, std::vector<double>(h.begin(), h.begin() + adaptive_stop + 1)) << at;
+      EXPECT_EQ(adaptive.updates, static_cast<std::int64_t>(adaptive_stop) + 1) << at << ": one more update";
+      EXPECT_TRUE(adaptive.converged) << at;
+      EXPECT_EQ(adaptive.fallback_tiles, 0) << at;
+      ++cases;
+      if (stop > 0 && adaptive_stop > minimum) ++crossed_after_an_update;
+    }
+  }
+  // The claim can fail only where the threshold is crossed after some evaluations above it.
+  std::printf("EarlyStop %s: %d cases, %d cross the threshold after evaluations above it\n",
+              std::string(dtype_name(dtype)).c_str(), cases, crossed_after_an_update);
+  EXPECT_EQ(crossed_after_an_update, cases);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryDtype, EarlyStop, ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 TEST(KSchedule, NewtonItersByTIsALeftStepTable) {
   const CellSpec& gru = cell_spec("gru");

@@ -2,6 +2,7 @@
 // pararnn::reports, print, return the exit code. `report nightly` renders what `report render`
 // writes (report.md, plots/, --junit) through the same function, write_renderings.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "commands.hpp"
 #include "pararnn/core/progress.hpp"
@@ -58,7 +60,9 @@ std::vector<std::int64_t> split_ints(const std::string& text, const char* argume
 
 // The one rendering path of `report render` and `report nightly`: the JUnit XML first (when
 // asked; it needs no gnuplot), then report.md and plots/ under out_dir (when `render`). Each file
-// is written atomically. Returns the paths written.
+// is written atomically. Plots that cannot be drawn (no gnuplot) do not stop report.md, which names
+// them; they are named on stderr too, and the exit status does not change (issue 58). Returns the
+// paths written.
 std::vector<std::filesystem::path> write_renderings(const nlohmann::ordered_json& report,
                                                     const std::filesystem::path& out_dir, bool render, bool plots,
                                                     const std::string& junit) {
@@ -67,8 +71,17 @@ std::vector<std::filesystem::path> write_renderings(const nlohmann::ordered_json
     reports::write_junit(report, junit);
     written.emplace_back(junit);
   }
-  if (render)
-    for (const auto& path : reports::render_report(report, out_dir, {.plots = plots})) written.push_back(path);
+  if (render) {
+    std::vector<reports::UndrawnFigure> undrawn;
+    for (const auto& path : reports::render_report(report, out_dir, {.plots = plots, .undrawn = &undrawn}))
+      written.push_back(path);
+    std::map<std::string, std::vector<std::string>> by_reason;
+    for (const auto& u : undrawn) by_reason[u.reason].push_back(u.name);
+    for (const auto& [reason, names] : by_reason)
+      std::cerr << fmt::format("pararnn: {} plot(s) not drawn ({}): {}; report.md is written without them and "
+                               "says so\n",
+                               names.size(), fmt::join(names, ", "), reason);
+  }
   return written;
 }
 
@@ -160,7 +173,7 @@ int report_nightly(const NightlyArgs& args) {
     std::cerr << "pararnn: report.json is written but its rendering failed: " << e.what()
               << "\n  retry with: pararnn report render " << result.report_path.string() << " --out "
               << options.out_dir.string() << (args.junit.empty() ? "" : " --junit " + args.junit)
-              << " (--no-plots without gnuplot)\n";
+              << "\n";
     return result.exit_code != kExitAgree ? result.exit_code : kExitInconclusiveOrRefused;
   }
   return result.exit_code;

@@ -143,6 +143,86 @@ PY
     check_rows "$work/torch/report.json" Error SolverFailed "needs torch and pararnn-torch"
   fi
   ;;
+right_answer_through_a_failing_door_is_an_error)
+  # The protocol's doors other than exit 0 (docs/external-solvers.md), each with a right answer
+  # already on disk at {out}: a nonzero exit, a signal, the timeout. Each row is an Error naming its
+  # door, never Agree, although the answer it kept compares Agree (issue 58 item 6).
+  small=(--cells gru --dtypes f32 --T 16 --classes init --seeds 1 --jobs 1)
+  door() {  # mode, folder, error_type, text of the door, extra flags...
+    local mode=$1 dir=$work/$2 type=$3 text=$4; shift 4
+    expect_rc 1 "$pararnn" report nightly --out "$dir" "${small[@]}" --solver "$faulty --mode $mode" "$@"
+    python3 - "$dir/report.json" "$type" "$text" <<'PY' || fail "$mode: want Error $type naming '$text'"
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = r["rows"]
+assert rows, "no rows"
+for row in rows:
+    assert row["outcome"] == "Error", (row["id"], row["outcome"])
+    assert row["error_type"] == sys.argv[2] and sys.argv[3] in row["error"], (row["id"], row["error_type"], row["error"])
+    assert "faulty_adapter: answer written" in row["external"]["stderr_tail"], row["external"]
+assert r["summary"]["by_outcome"].get("Agree", 0) == 0, r["summary"]["by_outcome"]
+PY
+    # The answer it wrote was right: kept beside the case, it compares Agree (exit 0).
+    local id answer
+    id=$(json_get "$dir/report.json" "['rows'][0]['id']")
+    answer=$(json_get "$dir/report.json" "['rows'][0]['answer_file']") || fail "$mode: no answer file kept"
+    (cd "$dir" && expect_rc 0 "$pararnn" compare "cases/$id.safetensors" --trajectory "$answer") || exit 1
+    no_leftovers "$dir"
+  }
+  door right-then-exit exit SolverFailed "exited with status 5"
+  door right-then-signal signal SolverFailed "killed by signal 15"
+  start=$(date +%s)
+  door right-then-hang timeout SolverTimeout "did not finish within its timeout" --solver-timeout 5
+  [ $(( $(date +%s) - start )) -lt 60 ] || fail "the timeout did not stop the solver"
+  ;;
+gradients_are_asked_for_exactly_where_judged)
+  # PARARNN_GRADIENTS reaches the solver exactly in the rows that judge gradients, even when the
+  # harness's own environment sets it; a right H with one gradient wrong is Disagree, and one
+  # gradient missing is named and never Agree (issue 58 item 6).
+  plan_g=(--cells gru --dtypes f32 --T 16 --classes init,packed --seeds 1 --jobs 1)
+  plan_gi=(--cells gru --dtypes f32 --T 16 --classes init --seeds 1 --jobs 1)
+  expect_rc 0 env PARARNN_GRADIENTS=1 "$pararnn" report nightly --out "$work/env" "${plan_g[@]}" --solver "$faulty --mode right"
+  python3 - "$work/env/report.json" <<'PY' || fail "PARARNN_GRADIENTS in the solver's environment"
+import json, sys
+r = json.load(open(sys.argv[1]))
+seen = set()
+for row in r["rows"]:
+    assert row["outcome"] == "Agree", (row["id"], row["outcome"])
+    tail = row["external"]["stderr_tail"]
+    if row["gradients"] == "judged":
+        assert "PARARNN_GRADIENTS=1" in tail, (row["id"], tail)
+    else:
+        assert row["gradients"] == "not_requested" and "PARARNN_GRADIENTS unset" in tail, (row["id"], row["gradients"], tail)
+    seen.add(row["gradients"])
+assert seen == {"judged", "not_requested"}, seen
+PY
+  expect_rc 1 "$pararnn" report nightly --out "$work/wrong" "${plan_gi[@]}" --solver "$faulty --mode wrong-gradient"
+  python3 - "$work/wrong/report.json" <<'PY' || fail "a right H with grad.x wrong"
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = r["rows"]
+assert rows and all(row["gradients"] == "judged" for row in rows), [(x["id"], x["gradients"]) for x in rows]
+for row in rows:
+    a = row["agreement"]
+    assert row["outcome"] == "Disagree", (row["id"], row["outcome"])
+    assert a["mismatches"] == 0, (row["id"], "H itself should agree", a["mismatches"])
+    g = a["gradients"]
+    assert not g["x"]["ok"] and all(t["ok"] for name, t in g.items() if name != "x"), (row["id"], g)
+PY
+  # A missing gradient is Inconclusive (docs/choices.md: named, never Agree): exit 2.
+  expect_rc 2 "$pararnn" report nightly --out "$work/drop" "${plan_gi[@]}" --solver "$faulty --mode drop-gradient"
+  python3 - "$work/drop/report.json" <<'PY' || fail "a right H with grad.x missing"
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = r["rows"]
+assert rows
+for row in rows:
+    a = row["agreement"]
+    assert row["outcome"] == "Inconclusive" and a["gradients_missing"] == ["x"], (row["id"], row["outcome"], a.get("gradients_missing"))
+    assert a["mismatches"] == 0, (row["id"], a["mismatches"])
+PY
+  for d in env wrong drop; do no_leftovers "$work/$d"; done
+  ;;
 refusals_name_the_flag)
   expect_rc 2 "$pararnn" report nightly --out "$work/a" --solver "mysolver {case}"
   says "--solver"; says "{out}"

@@ -164,15 +164,38 @@ PY
   # --no-render: report.json alone, and the earlier run's report.md is gone; the same exit code.
   expect_rc 1 "$pararnn" report nightly "${small[@]}" --out "$work/r" --no-render
   [ ! -e "$work/r/report.md" ] || fail "--no-render left a report.md (of the earlier run) beside the new report.json"
-  # A rendering that fails (no gnuplot on PATH) never lets an all-Agree run exit 0, and never
-  # turns a Disagree's 1 into anything else; report.json and the JUnit file (written first) stand.
+  # Without gnuplot (nothing on PATH) the rendering degrades (issue 58): report.md is written and
+  # names the plots not drawn and why, links none of them, and the exit code is the campaign's
+  # (0 all-Agree, 1 on a Disagree); stderr says so too. report render does the same, exit 0.
   agree=(--cells gru --dtypes f32 --T 16 --classes init --seeds 1 --jobs 1)
   mkdir -p "$work/empty-path"
-  expect_rc 2 env PATH="$work/empty-path" "$pararnn" report nightly "${agree[@]}" --out "$work/a" --junit "$work/a.xml"
-  says "retry with: pararnn report render"
-  [ -f "$work/a/report.json" ] && [ -f "$work/a.xml" ] && [ ! -e "$work/a/report.md" ] || fail "after a failed rendering"
-  expect_rc 0 "$pararnn" report nightly "${agree[@]}" --out "$work/a" --no-render --junit "$work/a.xml"
+  expect_rc 0 env PATH="$work/empty-path" "$pararnn" report nightly "${agree[@]}" --out "$work/a" --junit "$work/a.xml"
+  says "not drawn"; says "gnuplot is not in PATH"
+  [ -f "$work/a/report.json" ] && [ -f "$work/a.xml" ] && [ -f "$work/a/report.md" ] || fail "without gnuplot: report.json, JUnit and report.md"
+  grep -q "Not drawn (" "$work/a/report.md" || fail "report.md does not say which plots were not drawn"
+  grep -q "gnuplot is not in PATH" "$work/a/report.md" || fail "report.md does not say why the plots were not drawn"
+  grep -q "](plots/" "$work/a/report.md" && fail "report.md links plots that were not drawn"
   expect_rc 1 env PATH="$work/empty-path" "$pararnn" report nightly "${small[@]}" --out "$work/r"
+  says "not drawn"
+  grep -q "Not drawn (" "$work/r/report.md" || fail "a Disagree run without gnuplot: report.md does not name the plots"
+  # Apart from its Plots section, that Markdown is the one with plots.
+  expect_rc 0 "$pararnn" report render "$work/r/report.json" --out "$work/r-plots"
+  cmp -s <(sed '/^## Plots/,/^## All rows/d' "$work/r/report.md") <(sed '/^## Plots/,/^## All rows/d' "$work/r-plots/report.md") ||
+    fail "the Markdown without gnuplot differs from the one with plots outside the Plots section"
+  expect_rc 0 env PATH="$work/empty-path" "$pararnn" report render "$work/r/report.json" --out "$work/r-render"
+  says "not drawn"
+  cmp -s "$work/r/report.md" "$work/r-render/report.md" || fail "report render without gnuplot differs from report nightly's"
+  # A rendering that does fail (report.md cannot be replaced: a folder stands in its place) never
+  # lets an all-Agree run exit 0, and never turns a Disagree's 1 into anything else; report.json
+  # stands.
+  mkdir -p "$work/a2/report.md/in-the-way"
+  expect_rc 2 "$pararnn" report nightly "${agree[@]}" --out "$work/a2" --junit "$work/a2.xml"
+  says "retry with: pararnn report render"
+  [ -f "$work/a2/report.json" ] || fail "after a failed rendering"
+  expect_rc 0 "$pararnn" report nightly "${agree[@]}" --out "$work/a" --no-render --junit "$work/a.xml"
+  mkdir -p "$work/r2/report.md/in-the-way"
+  expect_rc 1 "$pararnn" report nightly "${small[@]}" --out "$work/r2"
+  says "retry with: pararnn report render"
   # An unwritable --junit is refused before any work; a refused campaign removes an earlier file.
   expect_rc 2 "$pararnn" report nightly "${small[@]}" --out "$work/bad" --junit "$work/missing/junit.xml"
   says "--junit"

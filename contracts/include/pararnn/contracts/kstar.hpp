@@ -52,13 +52,14 @@ struct KstarRow {
   std::int64_t default_picard_iters = 0;
   double default_max_abs = 0.0;
   // Before any solve (issue 45): λ̂ and the stretch along the oracle's trajectory, the App. A
-  // guess's error, and the K the model of predicted_k.hpp predicts from them.
-  double lambda_max = 0.0, max_stretch = 0.0, guess_error = 0.0;
+  // guess's error, and the K the model of predicted_k.hpp predicts from them. nullopt: no finite
+  // estimate (predicted_reason says why), a state of its own: 0.0 is a legitimate λ̂ (issue 58).
+  std::optional<double> lambda_max, max_stretch, guess_error;
   std::optional<std::int64_t> predicted_k;
   std::string predicted_reason;  // why no number (empty when there is one)
   // The cheap form (predict_k_from_iterate): the same model along the default solve's own
-  // trajectory (no oracle); its λ̂ max (0 when not finite) and K (empty: iterate_reason says why).
-  double lambda_max_iterate = 0.0;
+  // trajectory (no oracle); its λ̂ max (nullopt when not finite) and K (empty: iterate_reason says why).
+  std::optional<double> lambda_max_iterate;
   std::optional<std::int64_t> predicted_k_iterate;
   std::string iterate_reason;
 };

@@ -31,19 +31,31 @@ inline constexpr std::size_t kMaxFailureFigures = 8;
 // The figures of a report, in the order report.md shows them (deterministic).
 std::vector<Figure> report_figures(const nlohmann::ordered_json& report);
 
+// A figure that was asked for and not drawn, and why (no gnuplot in PATH, gnuplot failed on it).
+struct UndrawnFigure {
+  std::string name, reason;
+};
+
 // report.md's text. `plots`: whether the figures are rendered beside it (the Markdown links
-// plots/<name>.png and .svg); without them it says so instead.
-std::string render_markdown(const nlohmann::ordered_json& report, bool plots = true);
+// plots/<name>.png and .svg); without them it says so instead. `undrawn`: the figures asked for
+// that could not be drawn; report.md names them with the reason instead of linking them.
+std::string render_markdown(const nlohmann::ordered_json& report, bool plots = true,
+                            const std::vector<UndrawnFigure>& undrawn = {});
 
 // The failure figure of one error profile (error_along_t) and residual history.
 Figure failure_figure(const std::string& name, const std::string& title, const nlohmann::ordered_json& profile);
 
 struct RenderOptions {
   bool plots = true;
+  // Where the figures that could not be drawn are listed (may be null). A figure that cannot be
+  // drawn (no gnuplot, gnuplot failed) never stops the Markdown: report.md is written and says
+  // which plots are missing and why (issue 58); every number they plot is in its tables.
+  std::vector<UndrawnFigure>* undrawn = nullptr;
 };
 
 // Writes <out_dir>/report.md and <out_dir>/plots/*.svg|png (each atomically); creates out_dir.
-// Returns the paths written.
+// Returns the paths written. Figures degrade (RenderOptions::undrawn); a report that is refused,
+// or report.md that cannot be written, still throws.
 std::vector<std::filesystem::path> render_report(const nlohmann::ordered_json& report,
                                                  const std::filesystem::path& out_dir,
                                                  const RenderOptions& options = {});
