@@ -5,10 +5,17 @@
 # the limit is split in two.
 #
 # Usage (here): scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N]
+#                                    [--self-contained] [--targets NAMES]
 #   NAMES a comma-separated subset of the benchmarks (e.g. pararnn_bench_targets); default all four
 #   DIR   a configured CUDA build (default build; -DPARARNN_CUDA=ON, e.g. CMAKE_CUDA_ARCHITECTURES=90);
 #         the GPU targets are built in it first (incrementally)
 #   N     the size limit of one part (default: 64 MiB less the tree's size less 1 MiB)
+#   --self-contained  every part carries the common files (ctest files, lib/, the Python module),
+#         so that each part runs in a call of its own, on a fresh machine (without it, parts after
+#         the first need part 1 unpacked by a call on the same warm machine, which is given back
+#         30 s after a call)
+#   --targets NAMES   a comma-separated subset of the GPU executables to pack (default: all of
+#         them and the benchmarks), e.g. --targets pararnn,property_tests_cuda for the Python tests
 # Writes build-carry/part-<i>.tar.xz (i = 1 … n, usually 1) and build-carry/parts.txt (each part's
 # size and executables). Every part holds whole stripped executables under DIR's relative path; part 1 also
 # holds the ctest files (CTestTestfile.cmake and the discovered-test includes), the non-system
@@ -28,13 +35,17 @@ build_rel=build
 with_bench=1
 benches="pararnn_bench_scan,pararnn_bench_newton,pararnn_bench_shapes,pararnn_bench_targets"
 budget_mib=""
+self_contained=0
+only_targets=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --self-contained) self_contained=1; shift ;;
+    --targets) only_targets=${2:?--targets needs a comma-separated list}; shift 2 ;;
     --build) build_rel=${2:?--build needs a folder}; shift 2 ;;
     --no-bench) with_bench=0; shift ;;
     --bench) benches=${2:?--bench needs a comma-separated list}; shift 2 ;;
     --budget-mib) budget_mib=${2:?--budget-mib needs a number}; shift 2 ;;
-    *) echo "gpu-bundle: unknown argument '$1' (usage: scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N])" >&2
+    *) echo "gpu-bundle: unknown argument '$1' (usage: scripts/gpu-bundle.sh [--build DIR] [--no-bench | --bench NAMES] [--budget-mib N] [--self-contained] [--targets NAMES])" >&2
        exit 2 ;;
   esac
 done
@@ -46,6 +57,14 @@ grep -Eq '^PARARNN_CUDA:[A-Z]+=(ON|TRUE|1)$' "$build/CMakeCache.txt" ||
 targets=(kernels_cuda_tests property_tests_cuda gradient_tests_cuda dense_cell_tests_cuda rwkv7_tests_cuda
          m2rnn_tests_cuda pararnn)
 [ "$with_bench" = 1 ] && IFS=, read -r -a bench_list <<< "$benches" && targets+=("${bench_list[@]}")
+if [ -n "$only_targets" ]; then
+  IFS=, read -r -a wanted <<< "$only_targets"
+  for t in "${wanted[@]}"; do
+    printf '%s\n' "${targets[@]}" | grep -qx "$t" ||
+      { echo "gpu-bundle: --targets: '$t' is not one of: ${targets[*]}" >&2; exit 2; }
+  done
+  targets=("${wanted[@]}")
+fi
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 if [ -z "$budget_mib" ]; then
@@ -100,7 +119,7 @@ n=0
 pack_group() {  # executables...; part 1 takes the common files
   local dir="$stage/group" archive="$stage/try.tar.xz" t
   rm -rf "$dir"; mkdir -p "$dir"
-  [ "$n" = 0 ] && cp -a "$stage/common/$build_rel" "$dir/"
+  { [ "$n" = 0 ] || [ "$self_contained" = 1 ]; } && cp -a "$stage/common/$build_rel" "$dir/"
   for t in "$@"; do cp -a "$stage/exe-$t/$build_rel" "$dir/"; done
   XZ_OPT="-9 --lzma2=dict=256MiB -T1" tar -C "$dir" -cJf "$archive" "$build_rel"
   local size
@@ -117,7 +136,7 @@ pack_group() {  # executables...; part 1 takes the common files
   fi
   n=$((n + 1))
   mv "$archive" "$carry/part-$n.tar.xz"
-  echo "part-$n.tar.xz $((size / 1048576)) MiB: $*$([ "$n" = 1 ] && echo ' (+ ctest files, lib/)')" | tee -a "$carry/parts.txt"
+  echo "part-$n.tar.xz $((size / 1048576)) MiB: $*$({ [ "$n" = 1 ] || [ "$self_contained" = 1 ]; } && echo ' (+ ctest files, lib/)')" | tee -a "$carry/parts.txt"
 }
 pack_group "${targets[@]}"
 echo "gpu-bundle: $n parts of at most ${budget_mib} MiB in build-carry/ (parts.txt)"
