@@ -6,6 +6,9 @@
 # package: it imports from the environment, docs/python.md's quick start runs as written
 # (python/tests/test_docs.py), and the installed CLI makes a case and verifies it (exit 0).
 # PARARNN_CUDA (default OFF here) is passed to the build, as pyproject.toml reads it.
+# PARARNN_PIP_BUILD_DIR=DIR: scikit-build-core builds in DIR (its build-dir), reusing what a build
+# of this tree there already compiled (scripts/test.sh passes its own build folder; the wheel is
+# the same, the compile is not repeated); DIR's cache is left configured as pip configured it.
 # Usage: scripts/check-pip-install.sh [python3]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +18,9 @@ trap 'rm -rf "$work"' EXIT
 "$python" -m venv "$work/venv"
 venv="$work/venv/bin"
 start=$(date +%s)
-PARARNN_CUDA=${PARARNN_CUDA:-OFF} "$venv/pip" install --disable-pip-version-check --quiet "$root"
+reuse=()
+[ -n "${PARARNN_PIP_BUILD_DIR:-}" ] && reuse=(--config-settings="build-dir=$PARARNN_PIP_BUILD_DIR")
+PARARNN_CUDA=${PARARNN_CUDA:-OFF} "$venv/pip" install --disable-pip-version-check --quiet "${reuse[@]}" "$root"
 echo "check-pip-install: pip install took $(( $(date +%s) - start )) s"
 unset PYTHONPATH
 cd "$work"
