@@ -519,6 +519,90 @@ TEST(CudaBackend, ShutdownReleasesWhatTheBackendKeepsAndTheNextSolveRunsAgain) {
   }
 }
 
+// ApplyOptions::parameters: a CUDA solve of a per-channel cell reads the caller's device views
+// of the parameters in place, forward and backward. The Cell given beside them holds other
+// values in every parameter (each scaled and shifted); the views of the true values still give
+// the true Cell's H, ∇x and every parameter gradient bit for bit, with the cap clipping some
+// recurrent entries (the clamp on the device, the mask from the views) and without a cap. Every
+// per-channel cell, f32 and bf16; then the refusals, each naming the argument.
+TEST(CudaBackend, ParameterViewsAreTheValuesTheSolveReads) {
+  for (const std::string& label : testing::kPerChannelCellLabels)
+    for (const DType dtype : {DType::f32, DType::bf16})
+      for (const bool clamped : {true, false}) {
+        SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + (clamped ? " cap 0.5" : " no cap"));
+        const CellOptions variant = testing::label_options(label);
+        const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                                 .time = 300, .d_in = 5, .d_h = 8, .weight_std = 1.0, .clamped = clamped,
+                                 .seed = 61};
+        const Cell truth = p.make_cell();
+        ASSERT_TRUE(cuda_reads_parameter_views(truth));
+        Cell other = truth;
+        std::vector<std::unique_ptr<DeviceCopy>> copies;
+        ApplyOptions views;
+        for (const auto& [name, value] : truth.parameters()) {
+          std::vector<double> shifted = value.to_f64_vector();
+          for (double& v : shifted) v = 1.5 * v + 0.25;
+          other.set_parameter(name, Tensor::from_values(dtype, value.shape(), shifted));
+          copies.push_back(std::make_unique<DeviceCopy>(value));
+          views.parameters.emplace(name, copies.back()->view_like(value));
+        }
+        const Tensor x = p.make_input();
+        const DeviceCopy x_device(x);
+        const NewtonConfig config = on(ScanBackend::cuda, {});
+        const NewtonForward expected = newton_forward(truth, x_device.view_like(x), config);
+        const Tensor g = Tensor::converted(expected.H, DType::f64);
+        const NewtonGradients expected_grads = newton_backward(truth, x_device.view_like(x), expected, g, config);
+        ASSERT_FALSE(same_bits(newton_apply(other, x_device.view_like(x), config), expected.H))
+            << "the other Cell's values must give another trajectory, or the test proves nothing";
+        EXPECT_TRUE(same_bits(newton_apply(other, x_device.view_like(x), config, views), expected.H));
+        const NewtonForward forward = newton_forward(other, x_device.view_like(x), config, views);
+        EXPECT_TRUE(same_bits(forward.H, expected.H));
+        const NewtonGradients grads = newton_backward(other, x_device.view_like(x), forward, g, config, views);
+        EXPECT_TRUE(same_bits(grads.x, expected_grads.x));
+        ASSERT_EQ(grads.parameters.size(), expected_grads.parameters.size());
+        for (const auto& [name, grad] : expected_grads.parameters)
+          EXPECT_TRUE(same_bits(grads.parameters.at(name), grad)) << name;
+      }
+  // Refusals, before any work, naming the argument.
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 64, .d_in = 5, .d_h = 8, .seed = 62};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const DeviceCopy x_device(x);
+  const Tensor& weight = cell.parameters().begin()->second;
+  const std::string name = cell.parameters().begin()->first;
+  const DeviceCopy weight_device(weight);
+  const auto refused_as = [&](const ApplyOptions& options, const std::string& argument) {
+    try {
+      (void)newton_apply(cell, x_device.view_like(x), on(ScanBackend::cuda), options);
+      ADD_FAILURE() << "accepted: " << argument;
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  refused_as({.parameters = {{"no_such_tensor", weight_device.view_like(weight)}}}, "parameters['no_such_tensor']");
+  Shape wrong = weight.shape();
+  wrong.back() += 1;
+  refused_as({.parameters = {{name, TensorView(weight_device.view_like(weight).data(), DType::f32, wrong, {},
+                                               Device::cuda, 0)}}},
+             "parameters['" + name + "']");
+  refused_as({.parameters = {{name, TensorView(weight_device.view_like(weight).data(), DType::f64, weight.shape(), {},
+                                               Device::cuda, 0)}}},
+             "parameters['" + name + "']");
+  refused_as({.parameters = {{name, weight.view()}}}, "parameters['" + name + "']");
+  // Another family's row, and the CPU backend, read no views: refused, not ignored.
+  EXPECT_THROW((void)newton_apply(cell, x, on(ScanBackend::cpu), {.parameters = {{name, weight_device.view_like(weight)}}}),
+               UnsupportedPath);
+  const testing::DenseVariant& dense = testing::kDenseVariants[0];
+  const Cell dense_cell = Cell::initialise(testing::dense_variant_options(dense, 5), DType::f32, 62);
+  EXPECT_FALSE(cuda_reads_parameter_views(dense_cell));
+  const Tensor& dense_weight = dense_cell.parameters().begin()->second;
+  const DeviceCopy dense_device(dense_weight);
+  EXPECT_THROW((void)newton_apply(dense_cell, x_device.view_like(x), on(ScanBackend::cuda),
+                                  {.parameters = {{dense_cell.parameters().begin()->first,
+                                                   dense_device.view_like(dense_weight)}}}),
+               UnsupportedPath);
+}
+
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡
 // contiguous is bitwise only if a solve repeats). The H200 nightly of 2026-12-02 found cfc,
 // cfc diag_h and slstm repeating only within τ: the single-pass scan's look-back then composed

@@ -151,6 +151,15 @@ cudaError_t launch_store_from(const StridedStoreArgs& a, int64_t n, int blocks, 
   return cudaGetLastError();
 }
 
+template <class T>
+__global__ void __launch_bounds__(kCopyThreads) clamp_abs_kernel(T* data, int64_t n, T cap) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const T v = data[i];
+    data[i] = v < -cap ? -cap : (cap < v ? cap : v);
+  }
+}
+
 // The conversions a store performs: identity, exact widening, and one rounding from f32 or f64.
 bool store_converts(StoreType from, StoreType to) {
   if (from == to) return true;
@@ -189,6 +198,23 @@ cudaError_t launch_strided_copy(const StridedCopyArgs& a, cudaStream_t stream) {
     case 2: strided_copy_kernel<std::uint16_t><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
     case 4: strided_copy_kernel<std::uint32_t><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
     default: strided_copy_kernel<std::uint64_t><<<blocks, kCopyThreads, 0, stream>>>(a, n); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_clamp_abs(StoreType type, void* data, int64_t n, double cap, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && data == nullptr) || !(cap > 0)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  switch (type) {
+    case StoreType::f64:
+      clamp_abs_kernel<double><<<copy_blocks(n), kCopyThreads, 0, stream>>>(static_cast<double*>(data), n, cap);
+      break;
+    case StoreType::f32:
+      clamp_abs_kernel<float><<<copy_blocks(n), kCopyThreads, 0, stream>>>(static_cast<float*>(data), n,
+                                                                            static_cast<float>(cap));
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

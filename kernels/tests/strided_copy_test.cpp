@@ -2,14 +2,16 @@
 // (zero stride) and reversed (negative stride) views, every element size, bit for bit. And
 // launch_strided_store against a host scatter: every conversion it performs (the host's
 // __float2half_rn / __float2bfloat16_rn as the rounding reference), the refused ones, and that it
-// writes nothing outside the view.
+// writes nothing outside the view. And launch_clamp_abs against std::clamp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -190,6 +192,39 @@ TEST(StridedStoreLauncher, RefusesDoubleRoundingAndBadArguments) {
   StridedStoreArgs empty{.rank = 2};
   empty.shape[0] = 3;  // shape[1] = 0: nothing to store, null pointers allowed
   EXPECT_EQ(launch_strided_store(empty, cudaStream_t{}), cudaSuccess);
+}
+
+// launch_clamp_abs against std::clamp: in f32 (cap rounded once to float) and f64, values on
+// both sides of the cap, at it, ±0, ±inf and NaN (kept), bit for bit; bad arguments refused.
+template <class T>
+void expect_clamp_matches_host(StoreType type, double cap) {
+  std::vector<T> values = {T(0), -T(0), T(0.25), T(-0.25), static_cast<T>(cap), static_cast<T>(-cap),
+                           static_cast<T>(cap * 1.0000001), T(3), T(-3), std::numeric_limits<T>::infinity(),
+                           -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()};
+  std::vector<T> expected = values;
+  const T c = static_cast<T>(cap);
+  for (T& v : expected) v = std::clamp(v, -c, c);
+  void* raw = nullptr;
+  ASSERT_EQ(cudaMalloc(&raw, values.size() * sizeof(T)), cudaSuccess);
+  T* device = static_cast<T*>(raw);
+  ASSERT_EQ(cudaMemcpy(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(launch_clamp_abs(type, device, static_cast<std::int64_t>(values.size()), cap, cudaStream_t{}), cudaSuccess);
+  std::vector<T> got(values.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), device, got.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(device);
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(T)), 0);
+}
+
+TEST(ClampAbsKernel, EqualsTheHostClampBitForBit) {
+  expect_clamp_matches_host<float>(StoreType::f32, 0.5);
+  expect_clamp_matches_host<float>(StoreType::f32, 0.1);  // not a float: rounded once, as the host's
+  expect_clamp_matches_host<double>(StoreType::f64, 0.1);
+  float x = 1.0f;
+  EXPECT_EQ(launch_clamp_abs(StoreType::f16, &x, 1, 0.5, cudaStream_t{}), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_clamp_abs(StoreType::f32, nullptr, 1, 0.5, cudaStream_t{}), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_clamp_abs(StoreType::f32, &x, -1, 0.5, cudaStream_t{}), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_clamp_abs(StoreType::f32, &x, 1, 0.0, cudaStream_t{}), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_clamp_abs(StoreType::f32, nullptr, 0, 0.5, cudaStream_t{}), cudaSuccess);
 }
 
 }  // namespace

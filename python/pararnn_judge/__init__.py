@@ -30,12 +30,27 @@ __all__ = ["Cell", "AgreementReport", "verify_agreement", "compare", "newton_app
            "newton_forward", "newton_backward", "Forward", "sequential_apply", "oracle", "diagnose", "predicted_k_from_trajectory", "read_case", "write_case", "Error", "ContractViolation",
            "CaseFileError", "NewtonDivergenceError", "AgreementError", "UnsupportedPath",
            "CertificationError", "cuda_backend_built", "cuda_release_cached_memory", "cuda_cached_memory",
-           "cuda_transfers", "torch_allocator"]
+           "cuda_transfers", "torch_allocator", "reads_parameter_views"]
 
 
 def _argument_string(value):
     """A constructor argument as a case file's metadata holds it: str() of the Python value."""
     return str(value)
+
+
+def _parameter_sources(parameters):
+    """ApplyOptions::parameters from {name: array} (None stays None): each viewed in place."""
+    if parameters is None:
+        return None
+    if not isinstance(parameters, dict):
+        raise ContractViolation(f"parameters: must be a dict of parameter name -> array (got {type(parameters).__name__})")
+    return {str(name): _dlpack_source(value, f"parameters['{name}']") for name, value in parameters.items()}
+
+
+def reads_parameter_views(cell):
+    """Whether a CUDA solve of `cell` reads ``parameters=`` views (the per-channel cells with CUDA
+    kernels, on a build with the CUDA backend); other cells take their values from the Cell."""
+    return bool(_pararnn._cuda_reads_parameter_views(_native(cell)))
 
 
 def _dlpack_source(value, argument):
@@ -247,7 +262,7 @@ def _torch_cuda_like(cell, x, shape):
 
 
 def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None,
-                 return_stats=False, coords="native", out=None, stream=None, allocator="auto"):
+                 return_stats=False, coords="native", out=None, stream=None, allocator="auto", parameters=None):
     """The parallel Newton trajectory H of x; with return_stats, (H, NewtonStats as a dict).
     A torch CUDA x gives a CUDA H on x's device, solved into it without a host copy (the C++
     newton_apply_into); `out` (any array speaking DLPack, the trajectory's shape and the cell's
@@ -255,7 +270,10 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
     (mix diag) iterates on (c/n, ln n, m, h) on the CPU backend; H is native either way.
     `stream`: the CUDA stream's integer handle to run on (default: torch's current stream for
     torch CUDA arrays); `allocator`: where its device memory comes from ("auto": torch's caching
-    allocator for torch CUDA arrays, else the backend's pool; "torch"; "backend")."""
+    allocator for torch CUDA arrays, else the backend's pool; "torch"; "backend").
+    `parameters`: {state_dict name: array} of the cell's parameters where they live now (e.g. a
+    module's CUDA tensors), read in place by a CUDA solve of a per-channel cell instead of the
+    cell's own values (C++ ApplyOptions::parameters; reads_parameter_views(cell))."""
     native = _native(cell)
     stream = _cuda_stream(stream, out, x, h0)
     memory = _allocator(allocator, out, x, h0)
@@ -264,11 +282,12 @@ def newton_apply(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters
     if out is not None:
         stats = _pararnn._newton_apply_into(native, _dlpack_source(x, "x"), _dlpack_source(out, "out"),
                                             _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
-                                            backend, max_iters, coords, stream=stream, allocator=memory)
+                                            backend, max_iters, coords, stream=stream, allocator=memory,
+                                            parameters=_parameter_sources(parameters))
         return (out, stats) if return_stats else out
     H, stats = _pararnn._newton_apply(native, _dlpack_source(x, "x"), _dlpack_source(h0, "h0"),
                                       _dlpack_source(cu_seqlens, "cu_seqlens"), backend, max_iters, coords,
-                                      stream=stream, allocator=memory)
+                                      stream=stream, allocator=memory, parameters=_parameter_sources(parameters))
     H = _like(x, H)
     return (H, stats) if return_stats else H
 
@@ -281,11 +300,12 @@ class Forward:
     cell, x, h0 and cu_seqlens it was called with, by reference (the backward reads them again;
     changing their values in place between the two calls is not detected)."""
 
-    def __init__(self, native, H, cell, x, h0, cu_seqlens, allocator=None):
+    def __init__(self, native, H, cell, x, h0, cu_seqlens, allocator=None, parameters=None):
         self._native = native
         self.H = H
         self.cell, self.x, self.h0, self.cu_seqlens = cell, x, h0, cu_seqlens
         self._allocator = allocator  # the forward's device memory, the backward's default
+        self.parameters = parameters  # the views the forward read, read again by the backward
 
     stats = property(lambda self: self._native.stats)
     saved_bytes = property(lambda self: self._native.saved_bytes)
@@ -295,14 +315,15 @@ class Forward:
 
 
 def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
-                   H_out=None, stream=None, allocator="auto"):
+                   H_out=None, stream=None, allocator="auto", parameters=None):
     """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
     stats) that keeps what newton_backward reads, unless recompute=True (then the backward
     solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
     it (newton_forward_into); `H_out` (any DLPack array, the trajectory's shape and the cell's
     dtype; C++ newton_forward_into's name) is written instead; `stream` and `allocator` as
-    newton_apply's (what the forward keeps for the backward comes from that allocator too).
-    Returns a Forward."""
+    newton_apply's (what the forward keeps for the backward comes from that allocator too);
+    `parameters` as newton_apply's (the backward reads the same views: keep their values until
+    it ran). Returns a Forward."""
     native = _native(cell)
     stream = _cuda_stream(stream, H_out, x, h0)
     memory = _allocator(allocator, H_out, x, h0)
@@ -311,8 +332,9 @@ def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_ite
     H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
                                           backend, max_iters, bool(recompute), stream=stream,
-                                          allocator=memory)
-    return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens, memory)
+                                          allocator=memory, parameters=_parameter_sources(parameters))
+    return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens, memory,
+                   parameters)
 
 
 def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None):
@@ -337,7 +359,8 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None
                                       _dlpack_source(forward.cu_seqlens, "cu_seqlens"),
                                       stream=_cuda_stream(stream, grad_x, grad_H, x),
                                       allocator=forward._allocator if allocator is None
-                                      else _allocator(allocator, grad_x, grad_H, x))
+                                      else _allocator(allocator, grad_x, grad_H, x),
+                                      parameters=_parameter_sources(forward.parameters))
     small = dict(grads["parameters"])
     if grads["h0"] is not None:
         small[None] = grads["h0"]

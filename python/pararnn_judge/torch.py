@@ -142,6 +142,30 @@ def _structure_key(items, constructor_args):
             tuple(sorted((k, repr(v)) for k, v in constructor_args.items())))
 
 
+def _live_cell_and_views(cell, x, constructor_args):
+    """(judge cell, parameters) for a solve on x: for a torch CUDA x and a cell whose CUDA solve
+    reads parameter views (pararnn_judge.reads_parameter_views), the module's structure read once
+    and its state_dict tensors viewed where they live (no value crosses to the host; the cached
+    Cell's own values are not read); otherwise ``live_cell`` (its values in one packed copy) and
+    None."""
+    import weakref
+    global _STRUCTURES
+    if _STRUCTURES is None:
+        _STRUCTURES = weakref.WeakKeyDictionary()
+    items = list(cell.state_dict(keep_vars=True).items())
+    if getattr(x, "is_cuda", False):
+        key = _structure_key(items, constructor_args)
+        known = _STRUCTURES.get(cell)
+        if known is None or known[0] != key:
+            _STRUCTURES[cell] = (key, cell_of(cell, **constructor_args))
+            known = _STRUCTURES[cell]
+        judge_cell = known[1]
+        if _pararnn.reads_parameter_views(judge_cell):
+            names = set(judge_cell._native._parameter_names())
+            return judge_cell, {name: t.detach() for name, t in items if name in names}
+    return live_cell(cell, **constructor_args), None
+
+
 def live_cell(cell, **constructor_args):
     """The pararnn_judge.Cell of a live module with its parameters' values as they are now, for a
     solve on every call (newton_apply). The first call (and any call after the module's
@@ -244,8 +268,9 @@ def newton_apply(cell, x, h0=None, cu_seqlens=None, **kw):
     torch op: H.backward() (or any loss of H) runs our implicit adjoint (pararnn_judge.newton_forward
     / newton_backward on x's device) and accumulates into the module's parameters' ``.grad`` and
     into x and h0 where they require grad, each on its own device and dtype. The cell's values are
-    read at every call (``live_cell``: its structure once, its values in one packed copy), so an
-    optimizer's update is seen by the next call. Device memory comes from torch's caching
+    read at every call, so an optimizer's update is seen by the next call: on CUDA, for the
+    per-channel cells, as views of the module's tensors where they live (its structure read once;
+    no value crosses to the host); otherwise ``live_cell`` (its values in one packed copy). Device memory comes from torch's caching
     allocator for CUDA tensors (``allocator="torch"``), so torch.cuda.memory_allocated() counts it
     and the two never starve each other. Keywords: ``backend``, ``max_iters``, ``recompute`` (newton_forward's) and the
     cell's constructor arguments (``max_recurrent_norm=...``, as ``cell_of`` takes them);
@@ -280,9 +305,12 @@ def _newton_apply_function(torch):
     class NewtonApply(torch.autograd.Function):
         @staticmethod
         def forward(ctx, cell, constructor, options, names, x, h0, cu_seqlens, *parameters):
-            judge_cell = live_cell(cell, **constructor)
+            judge_cell, views = _live_cell_and_views(cell, x, constructor)
             forward = _pararnn.newton_forward(judge_cell, x.detach(), h0=None if h0 is None else h0.detach(),
-                                              cu_seqlens=cu_seqlens, **options)
+                                              cu_seqlens=cu_seqlens, parameters=views, **options)
+            # The backward reads the same views: torch refuses it if one was changed in place
+            # in between (a saved tensor's version check) instead of differentiating other values.
+            ctx.save_for_backward(*parameters)
             H = forward.H
             # ctx keeps the forward (H* and W_x x for the backward) but not its output H: an
             # output held by ctx is a reference cycle (H -> grad_fn -> ctx -> H) that keeps a
@@ -296,6 +324,7 @@ def _newton_apply_function(torch):
 
         @staticmethod
         def backward(ctx, grad_H):
+            ctx.saved_tensors  # noqa: B018 (torch's check that no parameter changed since the forward)
             grads = _pararnn.newton_backward(ctx.forward, grad_H.contiguous())
 
             def moved(value, like):

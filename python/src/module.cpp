@@ -136,11 +136,18 @@ PyAllocator python_allocator(const std::string& name, nb::callable allocate, nb:
 // stream to run on (torch.cuda.current_stream().cuda_stream; 0 the legacy default stream),
 // None for the backend's default (ApplyOptions::cuda_stream); `allocator` the device memory's
 // (ApplyOptions::cuda_allocator), None for the backend's pool.
+// `parameters` (ApplyOptions::parameters): state_dict name -> an array of the parameter's current
+// value where it lives (a live module's CUDA tensor), viewed in place.
+using ParameterArrays = std::optional<std::map<std::string, AnyArray>>;
 ApplyOptions apply_options(const std::optional<AnyArray>& h0, const std::optional<AnyArray>& cu_seqlens,
-                           std::optional<std::uintptr_t> stream, const PyAllocator* allocator = nullptr) {
+                           std::optional<std::uintptr_t> stream, const PyAllocator* allocator = nullptr,
+                           const ParameterArrays& parameters = std::nullopt) {
   ApplyOptions apply{.h0 = optional_view(h0, "h0"), .cu_seqlens = optional_view(cu_seqlens, "cu_seqlens")};
   if (stream) apply.cuda_stream = reinterpret_cast<void*>(*stream);
   if (allocator) apply.cuda_allocator = allocator->allocator;
+  if (parameters)
+    for (const auto& [name, array] : *parameters)
+      apply.parameters.emplace(name, view_of(array, fmt::format("parameters['{}']", name)));
   return apply;
 }
 
@@ -319,6 +326,11 @@ NB_MODULE(_pararnn, m) {
         for (const auto& [key, value] : c.metadata) m.try_emplace(key, value);
         return m;
       })
+      .def("_parameter_names", [](const PyCell& c) {
+        std::vector<std::string> names;
+        for (const auto& [name, tensor] : c.cell.parameters()) names.push_back(name);
+        return names;
+      })
       .def("_state_dict", [](const PyCell& c) {
         nb::dict d;
         for (const auto& [name, tensor] : c.cell.parameters()) d[name.c_str()] = array_of(tensor);
@@ -399,9 +411,9 @@ NB_MODULE(_pararnn, m) {
   m.def("_newton_apply",
         [](const PyCell& c, const AnyArray& x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
            const std::string& backend, std::optional<std::int64_t> max_iters, const std::string& coords,
-           std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
+           std::optional<std::uintptr_t> stream, const PyAllocator* allocator, const ParameterArrays& parameters) {
           const TensorView xv = view_of(x, "x");
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
           NewtonStats stats;
           Tensor H;
           {
@@ -411,14 +423,15 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(array_of(H), stats_dict(stats));
         },
         "cell"_a, "x"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(), "coords"_a,
-        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
+        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(), "parameters"_a.none() = nb::none());
   m.def("_newton_apply_into",
         [](const PyCell& c, const AnyArray& x, const OutArray& out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           const std::string& coords, std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
+           const std::string& coords, std::optional<std::uintptr_t> stream, const PyAllocator* allocator,
+           const ParameterArrays& parameters) {
           const TensorView xv = view_of(x, "x");
           const TensorView ov = view_of(out, "out");
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
           NewtonStats stats;
           {
             nb::gil_scoped_release release;
@@ -427,17 +440,19 @@ NB_MODULE(_pararnn, m) {
           return stats_dict(stats);
         },
         "cell"_a, "x"_a, "out"_a, "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "coords"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
+        "coords"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(),
+        "parameters"_a.none() = nb::none());
   nb::class_<PyForward>(m, "_Forward")
       .def_prop_ro("saved_bytes", [](const PyForward& f) { return f.forward.saved_bytes(); })
       .def_prop_ro("stats", [](const PyForward& f) { return stats_dict(f.forward.stats); });
   m.def("_newton_forward",
         [](const PyCell& c, const AnyArray& x, std::optional<OutArray> H_out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
-           bool recompute, std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
+           bool recompute, std::optional<std::uintptr_t> stream, const PyAllocator* allocator,
+           const ParameterArrays& parameters) {
           const TensorView xv = view_of(x, "x");
           const std::optional<TensorView> ov = H_out ? std::optional(view_of(*H_out, "H_out")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
           PyForward f{.config = config_of(backend, max_iters, "native")};
           f.config.recompute = recompute;
           {
@@ -450,31 +465,34 @@ NB_MODULE(_pararnn, m) {
           return nb::make_tuple(H, std::move(f));
         },
         "cell"_a, "x"_a, "H_out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
-        "recompute"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
+        "recompute"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(),
+        "parameters"_a.none() = nb::none());
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
            std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
-           std::optional<std::uintptr_t> stream, const PyAllocator* allocator) {
+           std::optional<std::uintptr_t> stream, const PyAllocator* allocator, const ParameterArrays& parameters) {
           const TensorView xv = view_of(x, "x");
           const TensorView gv = view_of(grad_H, "grad_H");
           const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator);
+          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
           NewtonGradients grads;
           {
             nb::gil_scoped_release release;
             grads = dxv ? newton_backward_into(c.cell, xv, f.forward, gv, *dxv, f.config, apply)
                         : newton_backward(c.cell, xv, f.forward, gv, f.config, apply);
           }
-          nb::dict parameters;
-          for (const auto& [name, tensor] : grads.parameters) parameters[name.c_str()] = array_of(tensor);
+          nb::dict parameter_grads;
+          for (const auto& [name, tensor] : grads.parameters) parameter_grads[name.c_str()] = array_of(tensor);
           nb::dict d;
           d["x"] = dxv ? nb::none() : nb::cast(array_of(grads.x));
           d["h0"] = grads.h0 ? nb::cast(array_of(*grads.h0)) : nb::none();
-          d["parameters"] = parameters;
+          d["parameters"] = parameter_grads;
           return d;
         },
         "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(),
-        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none());
+        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(), "parameters"_a.none() = nb::none());
+  m.def("_cuda_reads_parameter_views", [](const PyCell& c) { return cuda_reads_parameter_views(c.cell); }, "cell"_a,
+        "Whether a CUDA solve of this cell reads parameters=... views (ApplyOptions::parameters).");
   nb::class_<PyAllocator>(m, "_Allocator")
       .def_prop_ro("name", [](const PyAllocator& a) { return a.allocator->name; });
   m.def("_python_allocator", &python_allocator, "name"_a, "allocate"_a, "free"_a,

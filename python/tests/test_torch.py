@@ -340,6 +340,44 @@ class TrainingThroughOurSolver(unittest.TestCase):
             self.assertLessEqual(abs(counts[0]["to_host"] - counts[1]["to_host"]), K * 2 * 8, (dtype, counts))
             self.assertLess(counts[1]["to_device"] + counts[1]["to_host"], 2 * 4096 * 16 * x.element_size())
 
+    def test_a_cuda_step_reads_the_parameters_where_they_live(self):
+        # On CUDA a per-channel cell's parameters are viewed in place (ApplyOptions::parameters):
+        # a training step copies no tensor to the host (torch.Tensor.cpu is never called), its
+        # H and gradients equal those of a Cell read from the module's values, a value written
+        # on the device before the next call is the one solved with, and a parameter changed in
+        # place between the forward and the backward is refused by torch (never differentiated
+        # at other values).
+        import pararnn as P
+        from unittest import mock
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(SEED)
+            cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
+            x = torch.randn(2, 512, 8, device="cuda", dtype=dtype)
+            self.assertTrue(judge.reads_parameter_views(pt.cell_of(cell)))
+            pt.newton_apply(cell, x, max_iters=3)  # the structure read once
+            with torch.no_grad():
+                for p in cell.parameters():
+                    p.mul_(0.9)
+            cell.zero_grad()
+            with mock.patch.object(torch.Tensor, "cpu", side_effect=AssertionError("a tensor crossed to the host")):
+                H = pt.newton_apply(cell, x, max_iters=3)
+                H.float().sum().backward()
+            reference = pt.cell_of(cell)
+            forward = judge.newton_forward(reference, x, max_iters=3)
+            self.assertTrue(torch.equal(H, forward.H), dtype)
+            grads = judge.newton_backward(forward, torch.ones_like(H, dtype=torch.float32))
+            for name, p in cell.named_parameters():
+                self.assertTrue(torch.equal(p.grad, grads["parameters"][name]), (dtype, name))
+            H = pt.newton_apply(cell, x, max_iters=3)
+            with torch.no_grad():
+                next(cell.parameters()).add_(1.0)
+            with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation"):
+                H.float().sum().backward()
+
     def test_cuda_memory_comes_from_torchs_caching_allocator(self):
         # After torch's own steps filled its cache, an LSTM f32 K 3 step runs in torch's memory:
         # what the forward keeps for the backward is counted by torch.cuda.memory_allocated(), the

@@ -65,6 +65,9 @@ Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, 
              const ApplyOptions& options, const char* who) {
   const FamilyBackend& row = detail::family_backend(cell.spec().jacobian, backend);
   if (row.supports) row.supports(cell, config, options, who);
+  detail::check_parameter_views(cell, options,
+                                backend == Backend::cuda && cell.spec().jacobian == JacobianClass::per_channel,
+                                row.name, who);
   return {backend, row, detail::check_inputs(cell, x, options, who, device_of(backend))};
 }
 
@@ -155,7 +158,8 @@ NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const N
         for (std::int64_t i = 0; i < state; ++i)
           g[(b * tw + tw - 1) * state + i] += add[static_cast<std::size_t>(b * state + i)];
     }
-    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator};
+    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator,
+                    .parameters = options.parameters};
     if (h0_w) wo.h0 = h0_w->view();
     const TensorView x_w = x.slice(1, win.begin, win.end);
     const NewtonForward fw = newton_forward(cell, x_w, w, wo);
@@ -224,7 +228,8 @@ Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& co
   std::optional<Tensor> host_h0;  // a contiguous copy of the last state, where the output is on the host
   bool first = true;
   for (const Window& win : windows_of(plan.layout.time, *config.window_len)) {
-    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator};
+    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator,
+                    .parameters = options.parameters};
     if (win.begin == 0) {
       wo.h0 = options.h0;
     } else if (target.device() == Device::cuda) {

@@ -28,6 +28,16 @@ struct Layout {
 
 Layout check_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options,
                     const char* who, Device required = Device::cpu);
+// ApplyOptions::parameters' rules (solver.hpp), before any work: `reads_views` false (a row other
+// than the CUDA per-channel family's) and a view given: UnsupportedPath naming `row`; a view that
+// names no parameter of the cell, or has another shape, another dtype than the cell's, strides or
+// a host address: ContractViolation naming "parameters['name']". (The device index is the
+// solve's: cuda::parameter_view checks it where the solve's device is current.)
+void check_parameter_views(const Cell& cell, const ApplyOptions& options, bool reads_views, const char* row,
+                           const char* who);
+// The value of parameter `name` a solve reads: the caller's view (ApplyOptions::parameters) when
+// it names one, else the Cell's own tensor.
+TensorView parameter_of(const Cell& cell, const ApplyOptions& options, const std::string& name);
 // The residual gate (CONTRACT §3). When it fires, the message also names the first non-finite
 // value of the inputs (x, h0, a parameter) when there is one, so a NaN input is not reported as
 // a bare "diverged: nan".
@@ -45,6 +55,10 @@ std::string non_finite_input_note(const Cell& cell, const TensorView& x, const A
 // rows already taken), zero where |raw| > max_recurrent_norm (the clamp mask).
 Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const double> values);
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums);
+// The same with the clamp mask taken from `raw` (name -> the recurrent tensor's values the solve
+// read, host tensors: ApplyOptions::parameters' downloaded) where it holds the name.
+std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums,
+                                                  const std::map<std::string, Tensor>& raw);
 
 // One implementation of a cell family on a backend: its refusals and its entry points. Each
 // backend's files define their rows (kCpu* in cpu/, kCuda* in cuda/); family_backend (registry.cpp)

@@ -148,7 +148,7 @@ std::string non_finite_input_note(const Cell& cell, const TensorView& x, const A
   if (!where && options.h0) where = describe_first_non_finite(*options.h0, "h0");
   for (const auto& [name, tensor] : cell.parameters()) {
     if (where) break;
-    where = describe_first_non_finite(tensor, fmt::format("parameter '{}'", name));
+    where = describe_first_non_finite(parameter_of(cell, options, name), fmt::format("parameter '{}'", name));
   }
   return where ? fmt::format(" The input is not finite: {}.", *where) : std::string();
 }
@@ -190,7 +190,43 @@ Tensor gradient_tensor(const Cell& cell, const Shape& shape, std::span<const dou
   return compute == cell.dtype() ? rounded : Tensor::converted(rounded, cell.dtype());
 }
 
+void check_parameter_views(const Cell& cell, const ApplyOptions& options, bool reads_views, const char* row,
+                           const char* who) {
+  if (options.parameters.empty()) return;
+  if (!reads_views)
+    throw UnsupportedPath(fmt::format("{}: ApplyOptions::parameters (views of the cell's parameters) are read by the "
+                                      "CUDA per-channel family only, and this solve runs on the {} row",
+                                      who, row));
+  for (const auto& [name, view] : options.parameters) {
+    const std::string argument = fmt::format("parameters['{}']", name);
+    const auto it = cell.parameters().find(name);
+    if (it == cell.parameters().end())
+      throw ContractViolation(argument, fmt::format("must name a parameter of the {} cell", cell.name()), name);
+    if (view.shape() != it->second.shape())
+      throw ContractViolation(argument, fmt::format("must have the parameter's shape {}", shape_string(it->second.shape())),
+                              shape_string(view.shape()));
+    if (view.dtype() != cell.dtype())
+      throw ContractViolation(argument, fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
+                              dtype_name(view.dtype()));
+    if (!view.is_contiguous())
+      throw ContractViolation(argument, "must be contiguous", "strides " + shape_string(view.strides()));
+    if (view.device() != Device::cuda)
+      throw ContractViolation(argument, "must be on the solve's CUDA device (a host value belongs in the Cell)",
+                              "a host tensor");
+  }
+}
+
+TensorView parameter_of(const Cell& cell, const ApplyOptions& options, const std::string& name) {
+  const auto it = options.parameters.find(name);
+  return it != options.parameters.end() ? it->second : cell.parameter(name).view();
+}
+
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums) {
+  return recurrent_gradients(cell, sums, {});
+}
+
+std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums,
+                                                  const std::map<std::string, Tensor>& raw_values) {
   const std::int64_t D = cell.d_h();
   const auto cap = cell.max_recurrent_norm();
   std::map<std::string, std::vector<double>> values;
@@ -198,7 +234,8 @@ std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<co
   for (std::size_t k = 0; k < entries.size(); ++k) {
     const RecurrentEntry& e = entries[k];
     const std::string name(e.tensor);
-    const Tensor& raw = cell.parameter(name);
+    const auto given = raw_values.find(name);
+    const Tensor& raw = given != raw_values.end() ? given->second : cell.parameter(name);
     std::vector<double>& v = values[name];
     v.resize(static_cast<std::size_t>(raw.numel()), 0.0);
     for (std::int64_t c = 0; c < D; ++c) {

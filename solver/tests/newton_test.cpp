@@ -302,6 +302,20 @@ TEST(RefusedInput, CuSeqlensRulesAreNamed) {
   EXPECT_NE(rule(DType::i32, {1}, {0}, 5).find("at least 2"), std::string::npos);
 }
 
+// ApplyOptions::parameters are read by the CUDA per-channel family only: the CPU backend refuses
+// them, naming its row, instead of solving with the Cell's values beside them.
+TEST(RefusedInput, ParameterViewsAreRefusedWhereTheyAreNotRead) {
+  const Cell cell = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 4}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 8, 3});
+  const auto& [name, value] = *cell.parameters().begin();
+  try {
+    (void)newton_apply(cell, x, {.scan_backend = ScanBackend::cpu}, {.parameters = {{name, value.view()}}});
+    ADD_FAILURE() << "the CPU backend accepted parameter views";
+  } catch (const UnsupportedPath& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu per_channel"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RefusedInput, CuSeqlensAreReadAsExactIntegers) {
   // Regression (fuzz_cu_seqlens): entries were read through double, so int64 entries above 2^53
   // lost their low bits (a valid list refused, or an invalid one accepted) and an entry near 2^63

@@ -101,7 +101,7 @@ constexpr std::size_t kSplitTermBytes = std::size_t{1} << 30;
 // its own ∇W partial, and one into ∇x (accumulated). The partials [group][pair] are summed in
 // double in that order.
 void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const float* d_wx,
-                                float* dx, NewtonGradients& out) {
+                                float* dx, NewtonGradients& out, const ApplyOptions& options) {
   const DType storage = cell.dtype();
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), d_in = L.d_in;
   const int source_terms = storage == DType::f16 ? 2 : 1;  // of x and W: f16 needs two bf16
@@ -122,21 +122,25 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
     PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(B * T * d_in, sizeof(float), "∇x"), current_stream()));
   struct BlockTerms {
     std::int64_t inputs, rows, column;
-    DeviceBuffer W;   // the weight's bf16 terms [source_terms][rows][inputs]
+    DeviceBuffer W;   // the weight's bf16 terms [source_terms][rows][inputs] (unless read in place)
+    const void* W_terms = nullptr;  // W's, or a bf16 weight's own bytes (the Cell's upload or the caller's view)
     DeviceBuffer dW;  // ∇W partials [groups][pairs][rows][inputs], f32
   };
   std::vector<BlockTerms> terms;
   for (const AffineBlock& block : blocks) {
-    BlockTerms b{.inputs = cell.affine_inputs(block), .rows = cell.affine_rows(block), .column = 0, .W = {}, .dW = {}};
+    BlockTerms b{.inputs = cell.affine_inputs(block), .rows = cell.affine_rows(block), .column = 0, .W = {},
+                 .W_terms = nullptr, .dW = {}};
     b.column = block.first_gate * (b.rows / block.gates);
-    const Tensor& w = cell.parameter(std::string(block.weight));
+    const TensorView w = parameter_view(cell, options, std::string(block.weight));
     const std::int64_t count = b.rows * b.inputs;
     if (storage == DType::bf16) {
-      b.W = upload_new(w.data(), w.nbytes(), "an input weight");
+      b.W_terms = contiguous_on_device(w, b.W, "an input weight");
     } else {
-      const DeviceBuffer w16 = upload_new(w.data(), w.nbytes(), "an input weight");
+      DeviceBuffer w16_holder;
+      const void* w16 = contiguous_on_device(w, w16_holder, "an input weight");
       b.W = DeviceBuffer(checked_bytes(2 * count, 2, "an input weight's bf16 terms"), "an input weight's bf16 terms");
-      split_to_bf16(w16.get(), DType::f16, count, 2, count, b.W.get());
+      split_to_bf16(w16, DType::f16, count, 2, count, b.W.get());
+      b.W_terms = b.W.get();
     }
     b.dW = DeviceBuffer(checked_bytes(groups * n_pairs * count, sizeof(float), "∇W partials"), "∇W partials");
     terms.push_back(std::move(b));
@@ -170,7 +174,7 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
         // ∇x (d_in × rows_g, column-major) += W_termᵢ (inputs × rows, ld inputs) d_termⱼ.
         const bool overwrite = first_writes_all && &b == &terms.front() && p == 0;
         if (b.inputs > 0)
-          gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, b.inputs, rows_g, b.rows, b.W.as<std::uint16_t>() + i * w_plane, b.inputs, 0, d_term,
+          gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, b.inputs, rows_g, b.rows, static_cast<const std::uint16_t*>(b.W_terms) + i * w_plane, b.inputs, 0, d_term,
                     width, 0, overwrite ? 0.0f : 1.0f, dx_g, d_in, 0, 1);
       }
     }
@@ -194,11 +198,11 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
 
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                ComputeT* dx, NewtonGradients& out) {
+                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options) {
   const DType compute = compute_dtype(cell.dtype());
   if constexpr (std::is_same_v<ComputeT, float>) {
     if (cell.dtype() == DType::f16 || cell.dtype() == DType::bf16) {
-      half_input_affine_backward(cell, L, x, d_wx, dx, out);
+      half_input_affine_backward(cell, L, x, d_wx, dx, out, options);
       return;
     }
   }
@@ -215,15 +219,16 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorV
     const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);
     const ComputeT beta = first_writes_all && &block == &blocks.front() ? ComputeT(0) : ComputeT(1);
     const ComputeT* dwx_block = d_wx + block.first_gate * (rows / block.gates);
-    const Tensor w = Tensor::converted(cell.parameter(std::string(block.weight)), compute);
-    const DeviceBuffer W = upload_new(w.data(), w.nbytes(), "an input weight (compute type)");
+    DeviceBuffer W;
+    const void* W_compute =
+        on_device_as(parameter_view(cell, options, std::string(block.weight)), compute, W, "an input weight (compute type)");
     DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
     DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc, L.d_in, T * L.d_in, dwx_block, width,
                            T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
                            T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
-    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, W.as<ComputeT>(), inputs, 0,
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, static_cast<const ComputeT*>(W_compute), inputs, 0,
                            dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
     const std::vector<double> dW_sum = sum_rows_on_device(dW.as<ComputeT>(), B, rows * inputs, "∇W");
     const std::vector<double> db_sum = sum_rows_on_device(db.as<ComputeT>(), B, rows, "∇b");
@@ -236,14 +241,14 @@ template <class ComputeT>
 DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                    NewtonGradients& out) {
   DeviceBuffer dx(checked_bytes(L.batch * L.time * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
-  input_affine_backward_into<ComputeT>(cell, L, x, d_wx, dx.as<ComputeT>(), out);
+  input_affine_backward_into<ComputeT>(cell, L, x, d_wx, dx.as<ComputeT>(), out, ApplyOptions{});
   return dx;
 }
 
 template void input_affine_backward_into<float>(const Cell&, const Layout&, const TensorView&, const float*, float*,
-                                                NewtonGradients&);
+                                                NewtonGradients&, const ApplyOptions&);
 template void input_affine_backward_into<double>(const Cell&, const Layout&, const TensorView&, const double*,
-                                                 double*, NewtonGradients&);
+                                                 double*, NewtonGradients&, const ApplyOptions&);
 template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const TensorView&, const float*,
                                                    NewtonGradients&);
 template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const TensorView&, const double*,

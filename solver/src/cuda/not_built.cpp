@@ -5,6 +5,8 @@
 
 namespace pararnn {
 
+bool cuda_reads_parameter_views(const Cell&) { return false; }
+
 std::int64_t cuda_sequential_min_chains(const Cell&, int) {
   throw UnsupportedPath("cuda_sequential_min_chains: the CUDA backend is not in this build");
 }

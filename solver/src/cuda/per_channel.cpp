@@ -459,6 +459,11 @@ const FamilyBackend kCudaPerChannel{.name = "cuda per_channel",
 
 namespace pararnn {
 
+bool cuda_reads_parameter_views(const Cell& cell) {
+  if (!detail::cuda_backend_available(nullptr) || cell.spec().jacobian != JacobianClass::per_channel) return false;
+  return dispatch_cell(cell.kind(), []<class CellMath>() { return kernels::kHasNewtonKernels<CellMath>; });
+}
+
 std::int64_t cuda_sequential_min_chains(const Cell& cell, int device) {
   using namespace detail::cuda;
   require_device_index(device, "cuda_sequential_min_chains");

@@ -55,11 +55,9 @@ class DeviceInputs {
     problem_.time = L.time;
     problem_.channels = D;
 
-    // Per-channel values (clamped recurrent entries, then constants), as the CPU backend uses.
-    const std::vector<double> rec = cell.channel_values();
-    const std::int64_t R = static_cast<std::int64_t>(rec.size()) / D;
-    const Tensor rec_compute = Tensor::from_values(compute_, {R, D}, rec);
-    recurrent_ = upload_new(rec_compute.data(), rec_compute.nbytes(), "recurrent parameters");
+    // Per-channel values (clamped recurrent entries, then constants), as the CPU backend uses;
+    // the entries ApplyOptions::parameters views read on the device.
+    recurrent_ = channel_values_on_device(cell, options, compute_);
     problem_.recurrent = recurrent_.get();
 
     const std::size_t wx_bytes = checked_bytes(rows * width, dtype_size(compute_), "W_x x");
@@ -69,7 +67,7 @@ class DeviceInputs {
                                 saved_wx->bytes(), wx_bytes));
       wx_ = std::move(saved_wx);
     } else {
-      wx_ = computed_wx(cell, x, L, wx_bytes);
+      wx_ = computed_wx(cell, x, options, L, wx_bytes);
     }
     problem_.wx = wx_->get();
 
@@ -91,8 +89,10 @@ class DeviceInputs {
  private:
   // W_x x by the input affines: every block's bias in one row, then each block's GEMM onto its
   // gates; CfC's Δt gate block after them.
-  std::shared_ptr<const DeviceBuffer> computed_wx(const Cell& cell, const TensorView& x, const Layout& L,
-                                                  std::size_t wx_bytes) {
+  // The weights and biases: the Cell's (uploaded) or ApplyOptions::parameters' views (a weight
+  // read in place, a bias widened on the device into its place in the bias row).
+  std::shared_ptr<const DeviceBuffer> computed_wx(const Cell& cell, const TensorView& x, const ApplyOptions& options,
+                                                  const Layout& L, std::size_t wx_bytes) {
     const CellSpec& spec = cell.spec();
     const std::int64_t D = L.d_h, width = spec.gates * D, rows = L.batch * L.time;
     DeviceBuffer x_buffer;
@@ -101,15 +101,28 @@ class DeviceInputs {
     std::vector<DeviceBuffer> weights;
     std::vector<DeviceAffine> blocks;
     for (const AffineBlock& block : spec.affine) {
-      const Tensor& weight = cell.parameter(std::string(block.weight));
-      weights.push_back(upload_new(weight.data(), weight.nbytes(), "an input weight"));
-      blocks.push_back({.weight = weights.back().get(), .first_column = block.first_gate * D,
+      weights.emplace_back();
+      const void* weight =
+          contiguous_on_device(parameter_view(cell, options, std::string(block.weight)), weights.back(), "an input weight");
+      blocks.push_back({.weight = weight, .first_column = block.first_gate * D,
                         .outputs = block.gates * D, .inputs = cell.affine_inputs(block)});
+      if (options.parameters.count(std::string(block.bias))) continue;  // widened on the device below
       const std::vector<double> b = cell.parameter(std::string(block.bias)).to_f64_vector();
       std::copy(b.begin(), b.end(), bias_row.begin() + block.first_gate * D);
     }
     const Tensor bias = Tensor::from_values(compute_, {width}, bias_row);
     const DeviceBuffer bias_device = upload_new(bias.data(), bias.nbytes(), "the input biases");
+    for (const AffineBlock& block : spec.affine) {
+      const std::string name(block.bias);
+      if (!options.parameters.count(name)) continue;
+      DeviceBuffer widened;
+      const TensorView view = parameter_view(cell, options, name);
+      const void* b = on_device_as(view, compute_, widened, "an input bias (compute type)");
+      PARARNN_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(bias_device.get()) +
+                                             static_cast<std::size_t>(block.first_gate * D) * dtype_size(compute_),
+                                         b, static_cast<std::size_t>(view.numel()) * dtype_size(compute_),
+                                         cudaMemcpyDeviceToDevice, current_stream()));
+    }
     auto wx = std::make_shared<DeviceBuffer>(wx_bytes, "W_x x");
     input_affine(cell.dtype(), rows, L.d_in, width, bias_device.get(), x_device, blocks, wx->get());
     if (spec.dt_gate >= 0) fill_time_gate(cell, x_device, rows, L.d_in, *wx);

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <map>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -85,8 +86,16 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
 
   NewtonGradients out;
   // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
+  // The clamp mask (with a cap) reads the raw values the solve read: a viewed recurrent tensor's
+  // are downloaded (O(parameters) bytes, beside the gradients' own download).
+  std::map<std::string, Tensor> raw;
+  for (const RecurrentEntry& e : cell.spec().recurrent) {
+    const std::string name(e.tensor);
+    if (cell.max_recurrent_norm() && options.parameters.count(name) && !raw.count(name))
+      raw.emplace(name, host_copy(parameter_view(cell, options, name), "a recurrent parameter"));
+  }
   out.parameters = recurrent_gradients(cell, sum_rows_on_device(partials.as<double>(), B * chunks, R * D,
-                                                                  "recurrent gradients"));
+                                                                  "recurrent gradients"), raw);
 
   // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
   // when it is a contiguous compute-type device view: no copy).
@@ -95,7 +104,7 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   DeviceBuffer dx_holder;
   if (!in_place) dx_holder = DeviceBuffer(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
   auto* dx = in_place ? static_cast<ComputeT*>(grad_x->data()) : dx_holder.as<ComputeT>();
-  input_affine_backward_into<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), dx, out);
+  input_affine_backward_into<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), dx, out, options);
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
     DeviceBuffer x_holder;
     const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));

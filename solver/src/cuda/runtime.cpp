@@ -246,6 +246,44 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
   return holder.get();
 }
 
+TensorView parameter_view(const Cell& cell, const ApplyOptions& options, const std::string& name) {
+  const TensorView view = parameter_of(cell, options, name);
+  if (view.device() == Device::cuda) {
+    int current = 0;
+    PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+    if (view.device_id() != current)
+      throw ContractViolation(fmt::format("parameters['{}']", name),
+                              fmt::format("must be on the solve's device {}", current),
+                              fmt::format("device {}", view.device_id()));
+  }
+  return view;
+}
+
+DeviceBuffer channel_values_on_device(const Cell& cell, const ApplyOptions& options, DType compute) {
+  const std::vector<double> values = cell.channel_values();
+  const std::int64_t D = cell.d_h();
+  const std::int64_t rows = D > 0 ? static_cast<std::int64_t>(values.size()) / D : 0;
+  const Tensor host = Tensor::from_values(compute, {rows, D}, values);
+  DeviceBuffer out = upload_new(host.data(), host.nbytes(), "recurrent parameters");
+  const auto& entries = cell.spec().recurrent;
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const std::string name(entries[k].tensor);
+    if (!options.parameters.count(name)) continue;
+    const TensorView view = parameter_view(cell, options, name);
+    const std::int64_t first = entries[k].row < 0 ? 0 : entries[k].row * D;
+    auto* dst = static_cast<std::byte*>(out.get()) + static_cast<std::size_t>(k) * D * dtype_size(compute);
+    if (D == 0) continue;
+    const kernels::StridedStoreArgs args{
+        .src = static_cast<const std::byte*>(view.data()) + static_cast<std::size_t>(first) * dtype_size(view.dtype()),
+        .src_type = store_type(view.dtype()), .dst = dst, .dst_type = store_type(compute), .rank = 1,
+        .shape = {D}, .strides = {1}};
+    PARARNN_CUDA_CHECK(kernels::launch_strided_store(args, current_stream()));
+    if (const auto cap = cell.max_recurrent_norm())
+      PARARNN_CUDA_CHECK(kernels::launch_clamp_abs(store_type(compute), dst, D, *cap, current_stream()));
+  }
+  return out;
+}
+
 DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what) {
   DeviceBuffer out(checked_bytes(count, dtype_size(dtype), what), what);
   if (count == 0) return out;

@@ -204,6 +204,15 @@ const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, c
 // (kernels/strided_copy.hpp: widening is exact, f64 -> f32 rounds to nearest) into `holder`.
 // A device view never goes through the host. Example: x (bf16, any strides) in f32 for a GEMM.
 const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& holder, const char* what);
+// The value of parameter `name` a CUDA solve reads (backends.hpp parameter_of: the caller's view,
+// else the Cell's host tensor); a view on another device than the current one (the solve's) is
+// refused, ContractViolation naming "parameters['name']".
+TensorView parameter_view(const Cell& cell, const ApplyOptions& options, const std::string& name);
+// Cell::channel_values' array (R rows of d_h: the recurrent entries clamped to the cap, then the
+// constants) in `compute` on the device, bit for bit the host's: the Cell's values, one upload;
+// each entry whose tensor ApplyOptions::parameters views is then overwritten on the device from
+// the view (widened exactly, then kernels::launch_clamp_abs), its value never crossing the host.
+DeviceBuffer channel_values_on_device(const Cell& cell, const ApplyOptions& options, DType compute);
 // `count` copies of `value` in `dtype` on the device: one element crosses, the rest is a gather
 // with stride 0 (so that a vector as long as T never crosses).
 DeviceBuffer broadcast_on_device(double value, DType dtype, std::int64_t count, const char* what);
@@ -453,10 +462,11 @@ std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::i
 // with f32 accumulation, x and W read as stored, d_wx split into three bf16 terms and f16 x and
 // W into two (kernels/bf16_split.hpp: the terms add up to the value exactly), so each product
 // is the f32 one up to the order of its sum (the term pairs below 2^-24 of the leading one are
-// left out); ∇b by cuBLAS in f32.
+// left out); ∇b by cuBLAS in f32. W is the value the solve read (parameter_view: `options`'
+// view where it names the weight, else the Cell's).
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                ComputeT* dx, NewtonGradients& out);
+                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options);
 template <class ComputeT>
 DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                    NewtonGradients& out);

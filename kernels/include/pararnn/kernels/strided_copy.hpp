@@ -56,4 +56,12 @@ struct StridedStoreArgs {
 
 cudaError_t launch_strided_store(const StridedStoreArgs& args, cudaStream_t stream);
 
+// Clamps `n` contiguous f32 or f64 values in place to [−cap, cap], cap rounded once to their type
+// (v < −cap ? −cap : cap < v ? cap : v, as std::clamp: a NaN stays NaN). On values widened exactly
+// from the storage dtype this is the host's clamp in double then one rounding, bit for bit: how
+// the CUDA backend clamps recurrent entries it reads on the device (App. C.1). Never allocates;
+// cudaErrorInvalidValue for another type, a negative n, a null pointer with values or a cap that
+// is not positive, else the launch's error.
+cudaError_t launch_clamp_abs(StoreType type, void* data, std::int64_t n, double cap, cudaStream_t stream);
+
 }  // namespace pararnn::kernels

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,7 +60,22 @@ struct ApplyOptions {
   std::optional<void*> cuda_stream;
   // The CUDA backend's device memory (DeviceAllocator); null: its own stream-ordered pool.
   std::shared_ptr<const DeviceAllocator> cuda_allocator;
+  // The cell's parameter values where they live now, by the Cell's names (e.g. a torch module's
+  // CUDA tensors through DLPack): a CUDA solve of a per-channel cell (cuda_reads_parameter_views)
+  // reads each view in place, forward and backward, instead of the Cell's own value of that name,
+  // which then gives only the structure (shape, dtype, the clamp's cap): no value crosses through
+  // the host, and a value changed on the device is the one solved with. A name not given is read
+  // from the Cell. Each view must name a parameter of the cell, have its shape and the cell's
+  // dtype, be contiguous and on the solve's device; else ContractViolation naming
+  // "parameters['name']" before any work. Any other path (the CPU backend, the dense and
+  // matrix-state families, sequential_apply) refuses views with UnsupportedPath. The same views
+  // must be given to newton_backward as to its newton_forward (their values unchanged between).
+  std::map<std::string, TensorView> parameters;
 };
+
+// Whether a CUDA solve of `cell` reads ApplyOptions::parameters (the per-channel cells with CUDA
+// Newton kernels); false for the others and without a usable CUDA backend.
+bool cuda_reads_parameter_views(const Cell& cell);
 
 [[nodiscard]] Tensor newton_apply(const Cell& cell, const TensorView& x,
                                   const NewtonConfig& config = {},
