@@ -7,7 +7,8 @@
 // with the op's shape ([B, T, H, K] for q, k and the per-key gates; [B, T, H, V] for v; [B, T, H]
 // for per-head scalars; [N, H, K, V] for initial_state, N = B or the packed sequence count), one
 // floating dtype for all of them (the case's storage dtype), cu_seqlens by CONTRACT §6 (then
-// B = 1), a finite positive scale, and no tensor the op does not read; anything else raises
+// B = 1), a finite positive scale, cotangents "grad.<output>" only of an output the case asks for
+// and of its shape, and no other tensor the op does not read; anything else raises
 // ContractViolation naming the argument, the rule and the value. Nothing is guessed: an op name
 // that is not in `op_names()` is refused. Example:
 //   OpCase c = read_op_case("gla.safetensors");   // metadata op=gla, tensors q, k, v, g
