@@ -17,9 +17,24 @@ namespace {
 void check_answer(const OpCase& problem, const std::map<std::string, Tensor>& answer, OpReport& r) {
   const std::vector<std::string> names = op_output_names(problem);
   const std::set<std::string> outputs(names.begin(), names.end());
+  const std::vector<std::string> inputs = op_gradient_inputs(problem);
   for (const auto& [name, tensor] : answer) {
     if (name.starts_with("grad.")) {
-      r.gradients_not_judged.push_back(name);
+      const std::string input = name.substr(5);
+      if (std::find(inputs.begin(), inputs.end(), input) == inputs.end())
+        throw ContractViolation(fmt::format("answer: tensor '{}'", name),
+                                fmt::format("is not the gradient of an input of this op {} case (grad.<input>, inputs: {})",
+                                            problem.op, fmt::join(inputs, ", ")),
+                                shape_string(tensor.shape()));
+      if (!is_floating(tensor.dtype()))
+        throw ContractViolation(fmt::format("answer: tensor '{}'", name), "must be floating", dtype_name(tensor.dtype()));
+      const Tensor& of = input == std::string(op_spec(problem.op).initial_name) && problem.initial_state
+                             ? *problem.initial_state
+                             : problem.input(input);
+      if (tensor.shape() != of.shape())
+        throw ContractViolation(fmt::format("answer: tensor '{}'", name),
+                                fmt::format("must have the shape of '{}', {}", input, shape_string(of.shape())),
+                                shape_string(tensor.shape()));
       continue;
     }
     if (!outputs.contains(name))
@@ -137,7 +152,43 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
     if (check.finding != "within") problems.push_back(check.message);
     r.outputs.push_back(std::move(check));
   }
+  // Gradients: judged when the answer carries any, every one the case has expected.
   std::vector<std::string> oracle_problems;
+  const bool has_gradients =
+      std::any_of(answer.begin(), answer.end(), [](const auto& entry) { return entry.first.starts_with("grad."); });
+  if (has_gradients) {
+    r.gradient_tau = tolerance_for({.dtype = dtype, .metric = Metric::op_gradient, .cell = problem.op});
+    const reference::OpOracleGradients grads = reference::oracle_op_gradients(
+        problem, {.certify = r.certify_budget > 0, .certify_budget = r.certify_budget, .seed = options.seed, .poll = options.poll});
+    r.gradient_oracle = OpReport::GradientOracle{grads.type,          grads.certifier_type,     grads.self_check_delta,
+                                                 grads.certified_all_chains, grads.certified_chains,
+                                                 grads.certified_chain_steps, grads.finite};
+    const std::map<std::string, Tensor> grad_floor = reference::op_gradients_in_dtype(problem);
+    for (const std::string& input : op_gradient_inputs(problem)) {
+      const std::string name = "grad." + input;
+      const auto it = answer.find(name);
+      if (it == answer.end()) {
+        OpOutputCheck missing;
+        missing.name = name;
+        missing.finding = "missing";
+        missing.message = fmt::format("{}: missing from the answer (it carries gradients; the case has this input): never Agree", name);
+        problems.push_back(missing.message);
+        r.gradients.push_back(std::move(missing));
+        continue;
+      }
+      OpOutputCheck check = judge_output(name, it->second, grad_floor.at(input), grads.tensors.at(input), r.gradient_tau,
+                                         r.quality_bound, r.dtype);
+      if (check.finding == "worse" || check.finding == "non-finite") disagree = true;
+      if (check.finding != "within") problems.push_back(check.message);
+      r.gradients.push_back(std::move(check));
+    }
+    if (!grads.finite) oracle_problems.push_back("the oracle's gradients are not finite (a harness failure, never a verdict)");
+    if (grads.certified_chains.empty())
+      oracle_problems.push_back(fmt::format("the oracle's gradients are not certified (certify budget {})", r.certify_budget));
+    else if (!(grads.self_check_delta <= r.self_check_band))
+      oracle_problems.push_back(fmt::format("the oracle's gradient self-check {:.3e} ({} vs {}) is above its band {:g}",
+                                            grads.self_check_delta, grads.type, grads.certifier_type, r.self_check_band));
+  }
   if (!oracle.finite) oracle_problems.push_back("the oracle's outputs are not finite (a harness failure, never a verdict)");
   if (oracle.certified_chains.empty())
     oracle_problems.push_back(fmt::format("the oracle is not certified (certify budget {})", r.certify_budget));
@@ -157,13 +208,14 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
     r.verdict = Verdict::agree;
     std::vector<std::string> messages;
     for (const OpOutputCheck& c : r.outputs) messages.push_back(c.message);
+    for (const OpOutputCheck& c : r.gradients) messages.push_back(c.message);
     r.reason = fmt::format("{}", fmt::join(messages, "; "));
   }
   return r;
 }
 
 nlohmann::json OpReport::to_json() const {
-  nlohmann::json outs = nlohmann::json::array();
+  nlohmann::json outs = nlohmann::json::array(), grads = nlohmann::json::array();
   for (const OpOutputCheck& c : outputs) {
     nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
     if (c.present) {
@@ -175,6 +227,25 @@ nlohmann::json OpReport::to_json() const {
     }
     outs.push_back(std::move(j));
   }
+  for (const OpOutputCheck& c : gradients) {
+    nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
+    if (c.present) {
+      j["vs_oracle"] = comparison_json(c.vs_oracle);
+      j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
+      j["floor_within_tau"] = c.floor_vs_oracle.ok();
+      j["quality_ratio"] = c.ratio;
+      j["unrepresentable"] = c.unrepresentable;
+    }
+    grads.push_back(std::move(j));
+  }
+  nlohmann::json gradient_oracle_json = nullptr;
+  if (gradient_oracle)
+    gradient_oracle_json = {{"type", gradient_oracle->type}, {"certifier_type", gradient_oracle->certifier_type},
+                            {"self_check_delta", gradient_oracle->self_check_delta},
+                            {"certified_all_chains", gradient_oracle->certified_all_chains},
+                            {"certified_chains", gradient_oracle->certified_chains},
+                            {"certified_chain_steps", gradient_oracle->certified_chain_steps},
+                            {"finite", gradient_oracle->finite}};
   return {{"schema_version", kReportSchemaVersion},
           {"kind", "op"},
           {"op", op},
@@ -189,7 +260,10 @@ nlohmann::json OpReport::to_json() const {
                    {"source", tau.source}, {"metric", "op_output"}}},
           {"quality_bound", quality_bound},
           {"outputs", outs},
-          {"gradients_not_judged", gradients_not_judged},
+          {"gradients", grads},
+          {"gradient_tau", {{"atol", gradient_tau.atol}, {"rtol", gradient_tau.rtol}, {"source", gradient_tau.source},
+                            {"relative_to", "max(|expected|, rms)"}, {"metric", "op_gradient"}}},
+          {"gradient_oracle", gradient_oracle_json},
           {"oracle", {{"type", oracle_type}, {"digits", oracle_digits}, {"certifier_type", certifier_type},
                       {"certifier_digits", certifier_digits}, {"self_check_delta", self_check_delta},
                       {"self_check_band", self_check_band}, {"certified_all_chains", certified_all_chains},
@@ -201,10 +275,13 @@ nlohmann::json OpReport::to_json() const {
 std::string OpReport::summary() const {
   std::string s = fmt::format("{} op {} ({}, {}, case {}, answer {}): {}", verdict_name(verdict), op, library, variant, dtype,
                               answer_dtype, reason);
-  if (!gradients_not_judged.empty())
-    s += fmt::format("; gradients not judged (op gradients are not in the oracle yet): {}", fmt::join(gradients_not_judged, ", "));
   s += fmt::format("; oracle {} certified by {} on {} chain(s), self-check {:.3e}", oracle_type, certifier_type,
                    certified_chains.size(), self_check_delta);
+  if (gradient_oracle)
+    s += fmt::format("; {} gradient(s) judged at tau rtol {:g} against the adjoint loop in {}, certified by {} on {} "
+                     "chain(s), self-check {:.3e}",
+                     gradients.size(), gradient_tau.rtol, gradient_oracle->type, gradient_oracle->certifier_type,
+                     gradient_oracle->certified_chains.size(), gradient_oracle->self_check_delta);
   return s;
 }
 

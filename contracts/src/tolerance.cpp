@@ -73,6 +73,16 @@ constexpr Entry kDefaults[] = {
     {DType::f32, Metric::op_output, 0x1p-126, 1e-4},
     {DType::f16, Metric::op_output, 0x1p-14, 8e-3},
     {DType::bf16, Metric::op_output, 0x1p-126, 8e-3},
+    // Op gradients (grad.<input> of an op case, docs/ops/README.md): relative as op_output, for
+    // the same reason (a gradient of a linear recurrence scales with its cotangent and inputs;
+    // with decays near 1 a ∇v sums ~1/(1 - decay) later outputs). rtol: the cell gradient bands'
+    // (f32 2e-4: a backward is a second pass, the outputs' 1e-4 twice; f16/bf16 1e-2, the cell
+    // gradients' rtol, wider than the outputs' 8e-3 because a gradient sums over every later
+    // step's rounding), f64 1e-9 (the outputs' 1e-10, one order for the second pass).
+    {DType::f64, Metric::op_gradient, 0x1p-1022, 1e-9},
+    {DType::f32, Metric::op_gradient, 0x1p-126, 2e-4},
+    {DType::f16, Metric::op_gradient, 0x1p-14, 1e-2},
+    {DType::bf16, Metric::op_gradient, 0x1p-126, 1e-2},
 };
 
 // Cell-scoped bands shipped with the table (CONTRACT §2 allows scoped, reasoned overrides).
@@ -169,6 +179,7 @@ std::string_view metric_name(Metric metric) {
     case Metric::linear_scan: return "linear_scan";
     case Metric::quality_ratio: return "quality_ratio";
     case Metric::op_output: return "op_output";
+    case Metric::op_gradient: return "op_gradient";
   }
   return "?";
 }
@@ -242,7 +253,8 @@ Tolerance tolerance_for(const ToleranceQuery& query) {
     if (e.dtype == query.dtype && e.metric == query.metric) {
       const bool slip = (e.dtype == DType::f16 || e.dtype == DType::bf16) && e.metric == Metric::trajectory &&
                         PARARNN_FAULT_POINT("half_tau_digit_slip");
-      return {slip ? 10 * e.atol : e.atol, e.rtol, "default", e.metric == Metric::op_output};
+      return {slip ? 10 * e.atol : e.atol, e.rtol, "default",
+              e.metric == Metric::op_output || e.metric == Metric::op_gradient};
     }
   throw ContractViolation("dtype", "has no tolerance for metric " + std::string(metric_name(query.metric)),
                           dtype_name(query.dtype));

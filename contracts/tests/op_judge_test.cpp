@@ -3,6 +3,7 @@
 // the floor it measured (a figure of the case, not a literal band).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "pararnn/contracts/op_judge.hpp"
@@ -84,14 +85,67 @@ TEST(OpJudge, ValuesBeyondF16AreLeftOutWhenHeldAsThatInfinity) {
   EXPECT_EQ(r.to_json().at("outputs").at(1).at("unrepresentable"), r.outputs.at(1).unrepresentable);
 }
 
-TEST(OpJudge, GradientsAreListedNotJudgedAndJunkIsRefused) {
+// Gradients (docs/ops/README.md's verdict table for grad.*): the oracle's own and the floor's
+// Agree, one perturbed beyond τ Disagrees as worse than the dtype allows, a NaN one Disagrees, a
+// missing one is never Agree, an uncertified gradient oracle is Inconclusive.
+TEST(OpJudge, GradientsAreJudgedAtTheOpGradientTau) {
+  for (const std::string op : {"gated_delta_rule", "ssd"}) {
+    const OpCase c = small_case(DType::f32, op);
+    std::map<std::string, Tensor> exact = reference::oracle_op(c).outputs;
+    for (const auto& [name, t] : reference::oracle_op_gradients(c).tensors) exact.emplace("grad." + name, t);
+    const OpReport r = judge_op(c, exact);
+    EXPECT_EQ(r.verdict, Verdict::agree) << op << ": " << r.summary();
+    EXPECT_EQ(r.gradients.size(), op_gradient_inputs(c).size());
+    EXPECT_EQ(r.to_json().at("gradient_tau").at("metric"), "op_gradient");
+    std::map<std::string, Tensor> floor = reference::op_sequential_in_dtype(c);
+    for (const auto& [name, t] : reference::op_gradients_in_dtype(c)) floor.emplace("grad." + name, t);
+    const OpReport f = judge_op(c, floor);
+    EXPECT_EQ(f.verdict, Verdict::agree) << op << ": " << f.summary();
+
+    const Tolerance tau = tolerance_for({.dtype = DType::f32, .metric = Metric::op_gradient});
+    const std::string victim = op == "ssd" ? "grad.B" : "grad.k";
+    std::map<std::string, Tensor> wrong = exact;
+    Tensor g = Tensor::copy_of(exact.at(victim));
+    Tensor flat = g.reshaped({g.numel()});
+    double scale = 0.0;
+    for (double x : g.to_f64_vector()) scale = std::max(scale, std::abs(x));
+    flat.store({1}, flat.load({1}) + 10 * tau.rtol * scale);
+    wrong[victim] = g;
+    const OpReport w = judge_op(c, wrong);
+    EXPECT_EQ(w.verdict, Verdict::disagree) << w.summary();
+    EXPECT_NE(w.reason.find(victim + ": worse than f32 allows"), std::string::npos) << w.reason;
+
+    std::map<std::string, Tensor> nan = exact;
+    Tensor n = Tensor::copy_of(exact.at(victim));
+    n.reshaped({n.numel()}).store({0}, std::nan(""));
+    nan[victim] = n;
+    EXPECT_EQ(judge_op(c, nan).verdict, Verdict::disagree);
+
+    std::map<std::string, Tensor> missing = exact;
+    missing.erase(victim);
+    const OpReport m = judge_op(c, missing);
+    EXPECT_EQ(m.verdict, Verdict::inconclusive) << m.summary();
+    EXPECT_NE(m.reason.find(victim + ": missing"), std::string::npos) << m.reason;
+
+    const OpReport none = judge_op(c, exact, {.certify_budget = 0});
+    EXPECT_EQ(none.verdict, Verdict::inconclusive);
+  }
+}
+
+TEST(OpJudge, UnknownGradientsAndJunkAreRefused) {
   const OpCase c = small_case(DType::f32);
   auto answer = reference::op_sequential_in_dtype(c);
-  answer.emplace("grad.q", Tensor(DType::f32, {2, 24, 2, 4}));
-  const OpReport r = judge_op(c, answer);
-  EXPECT_EQ(r.verdict, Verdict::agree);
-  ASSERT_EQ(r.gradients_not_judged.size(), 1u);
-  EXPECT_NE(r.summary().find("gradients not judged"), std::string::npos);
+  answer.emplace("grad.H", Tensor(DType::f32, {2, 24, 2, 4}));
+  try {
+    (void)judge_op(c, answer);
+    ADD_FAILURE() << "grad.H accepted";
+  } catch (const ContractViolation& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'grad.H': is not the gradient of an input"), std::string::npos) << e.what();
+  }
+  answer.erase("grad.H");
+  answer.emplace("grad.q", Tensor(DType::f32, {2, 24, 2, 3}));
+  EXPECT_THROW((void)judge_op(c, answer), ContractViolation);
+  answer.erase("grad.q");
   answer.emplace("H", Tensor(DType::f32, {1}));
   EXPECT_THROW((void)judge_op(c, answer), ContractViolation);
   auto integer = reference::op_sequential_in_dtype(c);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -248,6 +249,23 @@ OpCase op_case_from_file(const SafetensorsFile& file, const std::filesystem::pat
     check_shape(path, initial, it->second, c.final_state_shape());
     c.initial_state = it->second;
   }
+  c.output_final_state = meta_bool(file, "output_final_state", true);
+  // Cotangents "grad.<output>" (the cell case's "grad.H" convention): of an output the case asks for.
+  for (const auto& [name, tensor] : file.tensors) {
+    if (!name.starts_with("grad.")) continue;
+    const std::string output = name.substr(5);
+    const std::vector<std::string> outputs = op_output_names(c);
+    if (std::find(outputs.begin(), outputs.end(), output) == outputs.end())
+      throw ContractViolation(fmt::format("{}: tensor '{}'", where, name),
+                              fmt::format("is no cotangent of an output of op {} (grad.<output>, outputs: {})", c.op,
+                                          fmt::join(outputs, ", ")),
+                              shape_string(tensor.shape()));
+    if (!is_floating(tensor.dtype()))
+      throw ContractViolation(fmt::format("{}: tensor '{}'", where, name), "must be floating", dtype_name(tensor.dtype()));
+    check_shape(path, name, tensor, output == outputs.front() ? c.o_shape() : c.final_state_shape());
+    c.cotangents.emplace(output, tensor);
+    expected.insert(name);
+  }
   std::vector<std::string> input_names;
   for (const OpInputSpec& in : spec.inputs) input_names.emplace_back(in.name);
   for (const auto& [name, tensor] : file.tensors)
@@ -273,7 +291,6 @@ OpCase op_case_from_file(const SafetensorsFile& file, const std::filesystem::pat
   if (c.qk_l2norm && !spec.takes_l2norm)
     throw ContractViolation(fmt::format("{}: metadata 'use_qk_l2norm_in_kernel'", where),
                             fmt::format("is not an argument of op {}", c.op), "True");
-  c.output_final_state = meta_bool(file, "output_final_state", true);
   if (spec.kind == OpKind::selective_scan) c.softplus = meta_bool(file, "delta_softplus", false);
   if (spec.kind == OpKind::ssd) {
     c.softplus = meta_bool(file, "dt_softplus", false);
@@ -297,6 +314,7 @@ void write_op_case(const std::filesystem::path& path, const OpCase& problem) {
   std::map<std::string, Tensor> tensors = problem.inputs;
   if (problem.initial_state) tensors.emplace(std::string(op_spec(problem.op).initial_name), *problem.initial_state);
   if (problem.cu_seqlens) tensors.emplace("cu_seqlens", *problem.cu_seqlens);
+  for (const auto& [output, tensor] : problem.cotangents) tensors.emplace("grad." + output, tensor);
   write_safetensors(path, tensors, problem.metadata);
 }
 
@@ -447,6 +465,25 @@ std::vector<std::string> op_output_names(const OpCase& problem) {
   const OpSpec& spec = op_spec(problem.op);
   if (problem.output_final_state) return {std::string(spec.out_name), std::string(spec.state_name)};
   return {std::string(spec.out_name)};
+}
+
+}  // namespace pararnn
+
+namespace pararnn {
+
+std::vector<std::string> op_gradient_inputs(const OpCase& problem) {
+  const OpSpec& spec = op_spec(problem.op);
+  std::vector<std::string> names;
+  for (const OpInputSpec& in : spec.inputs)
+    if (problem.inputs.contains(std::string(in.name))) names.emplace_back(in.name);
+  if (problem.initial_state) names.emplace_back(spec.initial_name);
+  return names;
+}
+
+std::vector<std::string> op_default_loss_outputs(const OpCase& problem) {
+  const OpSpec& spec = op_spec(problem.op);
+  if (spec.library == "mamba_ssm") return {std::string(spec.out_name)};
+  return op_output_names(problem);
 }
 
 }  // namespace pararnn

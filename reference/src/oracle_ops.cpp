@@ -10,8 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "oracle_gradient_math.hpp"
-#include "oracle_math.hpp"
+#include "oracle_op_math.hpp"
 #include "pararnn/core/errors.hpp"
 #include "pararnn/reference/op_oracle.hpp"
 
@@ -20,40 +19,9 @@ namespace {
 
 using detail::Bin50;
 using detail::Float128;
-
-// The case's inputs, lifted exactly into double (every storage dtype is a subset of double).
-struct LiftedOp {
-  const OpCase* problem = nullptr;
-  std::map<std::string, std::vector<double>> in;
-  std::vector<double> h0;  // [N, H, K, V] or empty
-  std::vector<OpCase::Sequence> sequences;
-};
-
-LiftedOp lift(const OpCase& c) {
-  LiftedOp l{&c, {}, {}, c.sequences()};
-  for (const auto& [name, t] : c.inputs) l.in.emplace(name, Tensor::copy_of(t).to_f64_vector());
-  if (c.initial_state) l.h0 = Tensor::copy_of(*c.initial_state).to_f64_vector();
-  return l;
-}
-
-// Where element (b, t, h, j) of the output and (n, h, i, j) of the state (i: key / state index,
-// j: value index) live in the op's own layouts.
-std::int64_t o_index(const OpCase& c, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t j) {
-  if (c.kind == OpKind::selective_scan) return (b * c.heads + h) * c.time + t;
-  return ((b * c.time + t) * c.heads + h) * c.v_dim + j;
-}
-std::int64_t state_index(const OpCase& c, std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j) {
-  if (c.kind == OpKind::ssd) return ((n * c.heads + h) * c.v_dim + j) * c.k_dim + i;
-  return ((n * c.heads + h) * c.k_dim + i) * c.v_dim + j;
-}
-
-// mamba's softplus: x above 20 is x (torch's threshold, and the kernels').
-template <class Real>
-Real softplus(const Real& x) {
-  using std::exp;
-  using std::log;
-  return x > Real(20) ? x : Real(log(Real(1) + exp(x)));
-}
+using detail::LiftedOp;
+using detail::o_index;
+using detail::state_index;
 
 // One chain: sequence n, head h, its first `steps` steps. o (steps·V) and the state after the
 // last of them (K·V), each rounded once to double.
@@ -65,123 +33,23 @@ struct ChainAnswer {
 template <class Real>
 ChainAnswer run_chain(const LiftedOp& l, std::int64_t n, std::int64_t h, std::int64_t steps,
                       const std::function<void()>& poll) {
-  using std::exp;
-  using std::sqrt;
   const OpCase& c = *l.problem;
-  const std::int64_t T = c.time, H = c.heads, K = c.k_dim, V = c.v_dim;
+  const std::int64_t K = c.k_dim, V = c.v_dim;
   const OpCase::Sequence seq = l.sequences[static_cast<std::size_t>(n)];
-  std::vector<Real> S(static_cast<std::size_t>(K * V), Real(0));
-  if (!l.h0.empty())
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < V; ++j)
-        S[i * V + j] = Real(l.h0[static_cast<std::size_t>(state_index(c, n, h, i, j))]);
-  std::vector<Real> q(K), k(K), d(K), a(K), b(K), vv(V), u(V);
+  std::vector<Real> S = detail::op_initial_state<Real>(l, n, h);
+  std::vector<Real> u(V);
+  detail::OpStep<Real> v(K, V);
   const Real scale = Real(c.scale);
-  const Real l2_eps = Real(1e-6);
-  const auto get = [&](const char* name) -> const std::vector<double>& { return l.in.at(name); };
-  const auto has = [&](const char* name) { return l.in.contains(name); };
-  const bool mamba = c.kind == OpKind::selective_scan || c.kind == OpKind::ssd;
-  const std::int64_t G = c.groups, group = h / (H / G);
-  std::vector<Real> skip(V, Real(0)), gate(V, Real(1));
-  const bool low_rank = c.kind == OpKind::delta_rule || c.kind == OpKind::gated_delta_rule ||
-                        c.kind == OpKind::dplr_delta_rule || c.kind == OpKind::rwkv7;
+  const bool mamba = detail::is_mamba(c);
   ChainAnswer out;
   out.o.resize(static_cast<std::size_t>(steps * V));
   for (std::int64_t s = 0; s < steps; ++s) {
     if (poll && s % 1024 == 1023) poll();
-    const std::int64_t t = seq.t_begin + s;
-    const std::int64_t row = (seq.b * T + t) * H + h;  // [B, T, H] index
-    const auto key = [&](const char* name, std::vector<Real>& dst) {
-      const std::vector<double>& src = get(name);
-      for (std::int64_t i = 0; i < K; ++i) dst[i] = Real(src[static_cast<std::size_t>(row * K + i)]);
-    };
-    if (mamba) {
-      // selective_scan: channel h; ssd: head h (docs/ops/README.md). Δ = softplus(raw + bias).
-      const bool ss = c.kind == OpKind::selective_scan;
-      const std::size_t dt_at = static_cast<std::size_t>(ss ? (seq.b * H + h) * T + t : row);
-      Real dt = Real(get(ss ? "delta" : "dt")[dt_at]);
-      if (has(ss ? "delta_bias" : "dt_bias")) dt += Real(get(ss ? "delta_bias" : "dt_bias")[static_cast<std::size_t>(h)]);
-      if (c.softplus) dt = softplus(dt);
-      const std::vector<double>& A = get("A");
-      for (std::int64_t i = 0; i < K; ++i) {
-        d[i] = exp(dt * Real(A[static_cast<std::size_t>(ss ? h * K + i : h)]));
-        const std::size_t bc = static_cast<std::size_t>(ss ? ((seq.b * G + group) * K + i) * T + t
-                                                           : ((seq.b * T + t) * G + group) * K + i);
-        k[i] = Real(get("B")[bc]);
-        q[i] = Real(get("C")[bc]);
-      }
-      for (std::int64_t j = 0; j < V; ++j) {
-        const std::size_t at = static_cast<std::size_t>(ss ? dt_at : row * V + j);
-        const Real x = Real(get(ss ? "u" : "x")[at]);
-        vv[j] = dt * x;
-        skip[j] = has("D") ? Real(get("D")[static_cast<std::size_t>(h)]) * x : Real(0);
-        if (has("z")) {
-          const Real z = Real(get("z")[at]);
-          gate[j] = z / (Real(1) + exp(-z));
-        }
-      }
-    } else {
-      const std::vector<double>& vsrc = get("v");
-      for (std::int64_t j = 0; j < V; ++j) vv[j] = Real(vsrc[static_cast<std::size_t>(row * V + j)]);
-      key(c.kind == OpKind::rwkv7 ? "r" : "q", q);
-      key("k", k);
-    }
-    if (c.qk_l2norm) {
-      for (std::vector<Real>* x : {&q, &k}) {
-        Real sum(0);
-        for (const Real& e : *x) sum += e * e;
-        const Real norm = sqrt(sum + l2_eps);
-        for (Real& e : *x) e = e / norm;
-      }
-    }
-    switch (c.kind) {
-      case OpKind::gla:
-        key("g", d);
-        for (Real& e : d) e = exp(e);
-        break;
-      case OpKind::simple_gla: {
-        const Real e = exp(Real(get("g")[static_cast<std::size_t>(row)]));
-        std::fill(d.begin(), d.end(), e);
-        break;
-      }
-      case OpKind::delta_rule:
-      case OpKind::gated_delta_rule: {
-        const Real beta = Real(get("beta")[static_cast<std::size_t>(row)]);
-        const Real decay =
-            c.kind == OpKind::gated_delta_rule ? Real(exp(Real(get("g")[static_cast<std::size_t>(row)]))) : Real(1);
-        std::fill(d.begin(), d.end(), decay);
-        for (std::int64_t i = 0; i < K; ++i) {
-          a[i] = k[i];
-          b[i] = -(beta * decay) * k[i];
-        }
-        for (Real& e : vv) e = beta * e;
-        break;
-      }
-      case OpKind::dplr_delta_rule:
-      case OpKind::rwkv7:
-        key(c.kind == OpKind::rwkv7 ? "w" : "gk", d);
-        for (Real& e : d) e = exp(e);
-        key("a", a);
-        key("b", b);
-        break;
-      case OpKind::selective_scan:
-      case OpKind::ssd: break;
-    }
-    if (low_rank) {
-      std::fill(u.begin(), u.end(), Real(0));
-      for (std::int64_t i = 0; i < K; ++i)
-        for (std::int64_t j = 0; j < V; ++j) u[j] += a[i] * S[i * V + j];
-    }
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < V; ++j) {
-        Real next = d[i] * S[i * V + j] + k[i] * vv[j];
-        if (low_rank) next += b[i] * u[j];
-        S[i * V + j] = next;
-      }
+    detail::prepare_op_step(l, seq, h, seq.t_begin + s, v);
+    detail::apply_op_step(c, v, S, u);
     for (std::int64_t j = 0; j < V; ++j) {
-      Real acc(0);
-      for (std::int64_t i = 0; i < K; ++i) acc += (scale * q[i]) * S[i * V + j];
-      if (mamba) acc = (acc + skip[j]) * gate[j];
+      Real acc = detail::op_readout(c, v, S, j, scale);
+      if (mamba) acc = (acc + v.skip[j]) * v.gate[j];
       out.o[static_cast<std::size_t>(s * V + j)] = static_cast<double>(acc);
     }
   }
@@ -213,56 +81,13 @@ std::map<std::string, std::vector<double>> run_all(const LiftedOp& l, const std:
   return {{"o", std::move(o)}, {"final_state", std::move(state)}};
 }
 
-template <class Real>
-std::string type_name() {
-  if constexpr (std::is_same_v<Real, double>) return "double";
-  else if constexpr (std::is_same_v<Real, Float128>) return "float128";
-  else return "cpp_bin_float_50";
-}
-
-// The chains to certify: all within the budget, else a seeded sample that fits, else a seeded
-// prefix of one chain (at least one step). Each entry: (chain, steps).
-std::vector<std::pair<std::int64_t, std::int64_t>> certified_selection(const LiftedOp& l, const OracleOptions& options,
-                                                                       bool& all) {
-  const OpCase& c = *l.problem;
-  const std::int64_t cost = op_step_cost(c);
-  const std::int64_t chains = static_cast<std::int64_t>(l.sequences.size()) * c.heads;
-  const auto length = [&](std::int64_t chain) {
-    const OpCase::Sequence& s = l.sequences[static_cast<std::size_t>(chain / c.heads)];
-    return s.t_end - s.t_begin;
-  };
-  std::vector<std::pair<std::int64_t, std::int64_t>> picked;
-  all = false;
-  if (options.certify_budget <= 0) return picked;
-  std::int64_t total = 0;
-  for (std::int64_t i = 0; i < chains; ++i) total += length(i) * cost;
-  if (total <= options.certify_budget) {
-    for (std::int64_t i = 0; i < chains; ++i) picked.emplace_back(i, length(i));
-    all = true;
-    return picked;
-  }
-  std::vector<std::int64_t> order(static_cast<std::size_t>(chains));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(options.seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::int64_t spent = 0;
-  for (std::int64_t i : order)
-    if (spent + length(i) * cost <= options.certify_budget) {
-      picked.emplace_back(i, length(i));
-      spent += length(i) * cost;
-    }
-  if (picked.empty())
-    picked.emplace_back(order.front(), std::clamp<std::int64_t>(options.certify_budget / cost, 1, length(order.front())));
-  return picked;
-}
-
 template <class Primary, class Certifier>
 OpOracleResult oracle_in(const OpCase& c, const OracleOptions& options) {
-  const LiftedOp l = lift(c);
+  const LiftedOp l = detail::lift_op(c);
   OpOracleResult r;
-  r.type = type_name<Primary>();
+  r.type = detail::op_type_name<Primary>();
   r.digits = std::numeric_limits<Primary>::digits;
-  r.certifier_type = type_name<Certifier>();
+  r.certifier_type = detail::op_type_name<Certifier>();
   r.certifier_digits = std::numeric_limits<Certifier>::digits;
   auto outputs = run_all<Primary>(l, options.poll);
   const std::vector<double>& o = outputs.at("o");
@@ -270,7 +95,7 @@ OpOracleResult oracle_in(const OpCase& c, const OracleOptions& options) {
   r.finite = std::all_of(o.begin(), o.end(), [](double x) { return std::isfinite(x); }) &&
              std::all_of(state.begin(), state.end(), [](double x) { return std::isfinite(x); });
   bool all = false;
-  const auto picked = certified_selection(l, options, all);
+  const auto picked = detail::op_certified_selection(l, options.certify_budget, options.seed, op_step_cost(c), all);
   r.certified_all_chains = all;
   const std::int64_t H = c.heads, V = c.v_dim;
   std::vector<double> deltas(picked.size(), 0.0);
@@ -319,7 +144,7 @@ OpOracleResult oracle_op(const OpCase& problem, const OracleOptions& options) {
 }
 
 std::map<std::string, Tensor> op_sequential_in_dtype(const OpCase& problem) {
-  const LiftedOp l = lift(problem);
+  const LiftedOp l = detail::lift_op(problem);
   auto outputs = problem.dtype() == DType::f64 ? run_all<double>(l, {}) : run_all<float>(l, {});
   std::map<std::string, Tensor> result;
   const OpSpec& spec = op_spec(problem.op);

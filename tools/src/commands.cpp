@@ -644,11 +644,7 @@ int verify(const SolveArgs& args) {
 }
 
 int compare(const SolveArgs& args, const std::string& trajectory_path, const std::string& gradients_path) {
-  if (is_op_case_file(args.case_path)) {
-    if (!gradients_path.empty())
-      throw UnsupportedPath("compare --gradients: op cases have no gradient oracle yet (docs/ops/README.md)");
-    return op_compare(args, trajectory_path);
-  }
+  if (is_op_case_file(args.case_path)) return op_compare(args, trajectory_path, gradients_path);
   check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
   const SafetensorsFile theirs = read_safetensors(trajectory_path);

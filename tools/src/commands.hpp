@@ -47,7 +47,8 @@ bool is_op_case_file(const std::string& path);
 int make_op_case(const MakeCaseArgs& args);
 int op_oracle(const SolveArgs& args);
 int op_solve(const SolveArgs& args);
-int op_compare(const SolveArgs& args, const std::string& answer_path);
+// gradients_path: a separate file of grad.<input> tensors (compare --gradients), or empty.
+int op_compare(const SolveArgs& args, const std::string& answer_path, const std::string& gradients_path);
 
 struct SolveArgs {
   std::string case_path, backend = "auto", max_iters = "none", out, json;

@@ -92,10 +92,6 @@ int make_op_case(const MakeCaseArgs& args) {
 int op_oracle(const SolveArgs& args) {
   check_output_path(args.out, "--out");
   const OpCase problem = read_op_case(args.case_path);
-  if (args.grad)
-    throw UnsupportedPath(fmt::format("oracle --grad: op {}: the op oracle has no gradients yet (docs/ops/README.md, "
-                                      "\"Not yet\"); nothing written",
-                                      problem.op));
   const std::int64_t budget = args.certify_budget.value_or(default_certify_budget(problem.dtype()));
   const reference::OpOracleResult r =
       reference::oracle_op(problem, {.certify = budget > 0, .certify_budget = budget, .seed = args.seed});
@@ -104,43 +100,78 @@ int op_oracle(const SolveArgs& args) {
   if (!r.finite) why = "the oracle's outputs are not finite";
   else if (r.certified_chains.empty()) why = fmt::format("the oracle is not certified (certify budget {})", budget);
   else if (!(r.self_check_delta <= band)) why = fmt::format("self-check {:.3e} above its band {:g}", r.self_check_delta, band);
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata = {
+      {"producer", "pararnn oracle"}, {"op", problem.op}, {"oracle_type", r.type}, {"certifier_type", r.certifier_type},
+      {"self_check_delta", fmt::format("{:.6e}", r.self_check_delta)},
+      {"certified_all_chains", r.certified_all_chains ? "true" : "false"}};
+  std::string gradients_line;
+  if (why.empty() && args.grad) {
+    // The gradients of L (the case's grad.<output> cotangents, or the default loss), by the same
+    // certification rule as the outputs.
+    const reference::OpOracleGradients g =
+        reference::oracle_op_gradients(problem, {.certify = budget > 0, .certify_budget = budget, .seed = args.seed});
+    if (!g.finite) why = "the oracle's gradients are not finite";
+    else if (g.certified_chains.empty()) why = fmt::format("the oracle's gradients are not certified (certify budget {})", budget);
+    else if (!(g.self_check_delta <= band))
+      why = fmt::format("gradient self-check {:.3e} above its band {:g}", g.self_check_delta, band);
+    for (const auto& [name, t] : g.tensors) tensors.emplace("grad." + name, t);
+    metadata["gradient_self_check_delta"] = fmt::format("{:.6e}", g.self_check_delta);
+    metadata["gradient_certified_all_chains"] = g.certified_all_chains ? "true" : "false";
+    gradients_line = fmt::format("; {} gradient(s) of L = {}, certified on {} chain(s) (self-check delta {:.3e})",
+                                 g.tensors.size(), problem.cotangents.empty() ? "the default loss" : "the case's cotangents",
+                                 g.certified_chains.size(), g.self_check_delta);
+  }
   if (!why.empty()) {
     std::cerr << fmt::format("pararnn: oracle: {}; {} not written\n", why, args.out);
     return kExitInconclusiveOrRefused;
   }
-  std::map<std::string, Tensor> tensors;
   for (const std::string& name : op_output_names(problem)) tensors.emplace(name, r.outputs.at(name));
-  write_safetensors(args.out, tensors,
-                    {{"producer", "pararnn oracle"}, {"op", problem.op}, {"oracle_type", r.type},
-                     {"certifier_type", r.certifier_type}, {"self_check_delta", fmt::format("{:.6e}", r.self_check_delta)},
-                     {"certified_all_chains", r.certified_all_chains ? "true" : "false"}});
-  std::cout << fmt::format("wrote {}: {} {} f64, op {}, oracle {} certified by {} on {} chain(s) (self-check delta {:.3e})\n",
+  write_safetensors(args.out, tensors, metadata);
+  std::cout << fmt::format("wrote {}: {} {} f64, op {}, oracle {} certified by {} on {} chain(s) (self-check delta {:.3e}){}\n",
                            args.out, op_output_names(problem).front(), shape_string(problem.o_shape()), problem.op, r.type, r.certifier_type,
-                           r.certified_chains.size(), r.self_check_delta);
+                           r.certified_chains.size(), r.self_check_delta, gradients_line);
   return 0;
 }
 
 int op_solve(const SolveArgs& args) {
   check_output_path(args.out, "--out");
   const OpCase problem = read_op_case(args.case_path);
-  if (args.grad)
-    throw UnsupportedPath(fmt::format("solve --grad: op {}: op gradients are not implemented yet; nothing written", problem.op));
-  const std::map<std::string, Tensor> answer = reference::op_sequential_in_dtype(problem);
+  std::map<std::string, Tensor> answer = reference::op_sequential_in_dtype(problem);
+  if (args.grad)  // the same-dtype floor of the gradients: the reverse loop in the case's dtype
+    for (const auto& [name, t] : reference::op_gradients_in_dtype(problem)) answer.emplace("grad." + name, t);
   write_safetensors(args.out, answer, {{"producer", "pararnn solve (op: the sequential loop in the case's dtype)"}, {"op", problem.op}});
-  std::cout << fmt::format("wrote {}: {} {} {} (op {}: sequential loop, compute {})\n", args.out,
+  std::cout << fmt::format("wrote {}: {} {} {} (op {}: sequential loop, compute {}){}\n", args.out,
                            op_output_names(problem).front(), shape_string(problem.o_shape()), dtype_name(problem.dtype()), problem.op,
-                           problem.dtype() == DType::f64 ? "f64" : "f32");
+                           problem.dtype() == DType::f64 ? "f64" : "f32",
+                           args.grad ? ", with the gradients of its reverse loop" : "");
   return 0;
 }
 
-int op_compare(const SolveArgs& args, const std::string& answer_path) {
+int op_compare(const SolveArgs& args, const std::string& answer_path, const std::string& gradients_path) {
   if (!args.json.empty()) check_output_path(args.json, "--json");
   const OpCase problem = read_op_case(args.case_path);
-  const SafetensorsFile theirs = read_safetensors(answer_path);
+  SafetensorsFile theirs = read_safetensors(answer_path);
+  if (!gradients_path.empty()) {
+    // The gradients of a separate file (as for cells): grad.<input> tensors only, the answer
+    // file then holding none of its own.
+    for (const auto& [name, t] : theirs.tensors)
+      if (name.starts_with("grad."))
+        throw ContractViolation(fmt::format("{}: tensor '{}'", answer_path, name),
+                                "must not be in the answer file when --gradients names the gradients' file",
+                                gradients_path);
+    for (const auto& [name, t] : read_safetensors(gradients_path).tensors) {
+      if (!name.starts_with("grad."))
+        throw ContractViolation(fmt::format("--gradients {}: tensor '{}'", gradients_path, name),
+                                "must be a gradient, grad.<input>", shape_string(t.shape()));
+      theirs.tensors.emplace(name, t);
+    }
+  }
   const OpReport report = judge_op(problem, theirs.tensors, {.seed = args.seed, .certify_budget = args.certify_budget});
   std::cout << report.summary() << "\n";
   if (report.verdict != Verdict::agree)
-    std::cout << fmt::format("repro: pararnn compare {} --trajectory {} --seed {}{}\n", args.case_path, answer_path, args.seed,
+    std::cout << fmt::format("repro: pararnn compare {} --trajectory {}{} --seed {}{}\n", args.case_path, answer_path,
+                             gradients_path.empty() ? "" : " --gradients " + gradients_path, args.seed,
                              args.certify_budget ? fmt::format(" --certify-budget {}", *args.certify_budget) : "");
   if (!args.json.empty()) {
     const std::string text = report.to_json().dump(2) + "\n";

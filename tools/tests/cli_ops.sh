@@ -114,10 +114,8 @@ refusals_name_the_argument)
   $st add "$work/c.safetensors" "$work/extra_case.safetensors" beta F32 2,40,2 1 || fail "tool"
   expect_rc 2 "$pararnn" solve "$work/extra_case.safetensors" --out "$work/never.safetensors"
   says "tensor 'beta': is not an input of op gla"
-  expect_rc 2 "$pararnn" solve "$work/c.safetensors" --grad --out "$work/never.safetensors"
-  says "gradients"
   expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --gradients "$work/floor.safetensors"
-  says "--gradients"
+  says "--gradients $work/floor.safetensors: tensor 'final_state': must be a gradient"
   [ ! -e "$work/never.safetensors" ] || fail "a refused command left its file"
   ;;
 fla_adapter_refuses_by_name)
@@ -196,6 +194,59 @@ for bad, needle in [({"op": "gla"}, "metadata 'op'"), (dict(meta, op="ssd"), "ch
     except adapter.Refused as e:
         assert needle in str(e), (needle, str(e))
 PY
+  ;;
+gradients_exact_agrees_wrong_disagrees)
+  # grad.<input> tensors (docs/ops/README.md, "Gradients"): the adapter's own central
+  # differences of its exact forward Agree (exit 0); one gradient 10 % off Disagrees as worse
+  # than the dtype allows (1), a NaN one Disagrees (1), a missing one is never Agree (2); the
+  # oracle's (oracle --grad) and the floor's (solve --grad) Agree; a separate --gradients file;
+  # a gradient of no input is refused by name.
+  tiny=(--batch 1 --time 6 --n-heads 2 --k-dim 3 --v-dim 2 --dtype f32)
+  grad_cases=(
+    "g_gla --op gla ${tiny[*]} --h0-std 0.5"
+    "g_gated_delta --op gated_delta_rule ${tiny[*]} --h0-std 0.5 --qk-l2norm"
+    "g_rwkv7_packed --op rwkv7 ${tiny[*]} --cu-seqlens 0,2,6 --h0-std 0.5"
+    "g_selective_scan --op selective_scan --batch 1 --time 6 --n-heads 2 --k-dim 3 --dtype f32"
+    "g_ssd --op ssd ${tiny[*]} --h0-std 0.5"
+  )
+  for spec in "${grad_cases[@]}"; do
+    read -r -a words <<<"$spec"
+    name=${words[0]}
+    make "$name" "${words[@]:1}"
+    c="$work/$name.safetensors"
+    victim=grad.k
+    case $name in *selective_scan|*ssd) victim=grad.B ;; esac
+    PARARNN_GRADIENTS=1 python3 "$adapter" "$c" "$work/$name.exact.safetensors" --mode exact 2>/dev/null || fail "adapter exact $name"
+    expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/$name.exact.safetensors" --json "$work/$name.exact.json"
+    says "gradient(s) judged"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gradients']; sys.exit(0 if g and all(x['finding']=='within' for x in g) else 1)" \
+      "$work/$name.exact.json" || fail "$name: gradients not all within"
+    python3 "$adapter" "$c" "$work/$name.wrong.safetensors" --mode wrong-grad 2>/dev/null || fail "adapter wrong-grad $name"
+    expect_rc 1 "$pararnn" compare "$c" --trajectory "$work/$name.wrong.safetensors"
+    says "$victim: worse than f32 allows"
+    python3 "$adapter" "$c" "$work/$name.nan.safetensors" --mode nan-grad 2>/dev/null || fail "adapter nan-grad $name"
+    expect_rc 1 "$pararnn" compare "$c" --trajectory "$work/$name.nan.safetensors"
+    says "$victim: 1 NaN"
+    python3 "$adapter" "$c" "$work/$name.missing.safetensors" --mode missing-grad 2>/dev/null || fail "adapter missing-grad $name"
+    expect_rc 2 "$pararnn" compare "$c" --trajectory "$work/$name.missing.safetensors"
+    says "$victim: missing"
+    expect_rc 0 "$pararnn" oracle "$c" --grad --out "$work/$name.oracle.safetensors"
+    says "gradient(s) of L = the default loss, certified"
+    expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/$name.oracle.safetensors"
+    expect_rc 0 "$pararnn" solve "$c" --grad --out "$work/$name.floor.safetensors"
+    expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/$name.floor.safetensors"
+    says "gradient(s) judged"
+  done
+  st="python3 $here/safetensors_tool.py"
+  c="$work/g_gla.safetensors"
+  expect_rc 0 "$pararnn" solve "$c" --out "$work/g_gla.outputs.safetensors"
+  $st drop "$work/g_gla.exact.safetensors" "$work/g_gla.a.safetensors" o || fail "tool"
+  $st drop "$work/g_gla.a.safetensors" "$work/g_gla.grads.safetensors" final_state || fail "tool"
+  expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/g_gla.outputs.safetensors" --gradients "$work/g_gla.grads.safetensors"
+  says "gradient(s) judged"
+  $st add "$work/g_gla.exact.safetensors" "$work/g_gla.junk.safetensors" grad.beta F32 1,6,2 1 || fail "tool"
+  expect_rc 2 "$pararnn" compare "$c" --trajectory "$work/g_gla.junk.safetensors"
+  says "tensor 'grad.beta': is not the gradient of an input"
   ;;
 campaign_reference_agrees_faulty_is_kept)
   # scripts/ops-campaign.sh: the plan with the reference adapter, every row Agree (exit 0, nothing

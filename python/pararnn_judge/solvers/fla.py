@@ -11,8 +11,8 @@ chunk_<op> or fused_recurrent_<op>, every argument passed explicitly by name (sc
 output_final_state=True, cu_seqlens, use_qk_l2norm_in_kernel), inputs in the case's dtype on the
 device. Writes OUT with "o" [B, T, H, V] and "final_state" [N, H, K, V] in the dtypes fla returns;
 with PARARNN_GRADIENTS=1 also grad.<input> of L = sum(o) + sum(final_state) (torch autograd
-through fla's backward), which `pararnn compare` lists as not judged until the op oracle has
-gradients.
+through fla's backward), which `pararnn compare` judges against the op oracle's adjoint loop
+(docs/ops/README.md, "Gradients").
 
 What fla cannot do is refused by name before any work (exit 4, the message names the case's
 argument, the rule and the value): f64 cases (fla's Triton kernels run f32, f16, bf16), a mode

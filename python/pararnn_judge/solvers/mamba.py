@@ -14,7 +14,8 @@ and calls the library on the GPU:
       states written as final_states)
 Every argument is passed by name; A, D and the dt bias as the case stores them (f32). Writes OUT
 with out and last_state / final_states; with PARARNN_GRADIENTS=1 also grad.<input> of
-L = sum(out) (selective_scan_fn does not differentiate its last state), listed as not judged.
+L = sum(out) (selective_scan_fn does not differentiate its last state), initial_states' too,
+judged by pararnn compare (docs/ops/README.md, "Gradients").
 
 Refused by name before any import (exit 4): an op other than selective_scan or ssd, f64 cases
 (mamba's kernels run f32, f16, bf16), selective_scan in chunk mode (the library's selective scan
@@ -193,7 +194,7 @@ def solve(args):
     leaves = {n: tensors[n].to("cuda").requires_grad_(gradients) for n in call["inputs"] + call["optional"]}
     kwargs = dict(call["kwargs"])
     if "initial_states" in tensors:
-        kwargs["initial_states"] = tensors["initial_states"].to(device="cuda", dtype=torch.float32)
+        kwargs["initial_states"] = tensors["initial_states"].to(device="cuda", dtype=torch.float32).requires_grad_(gradients)
     if call["packed"]:
         cu = tensors["cu_seqlens"].to(device="cuda", dtype=torch.int32)
         lengths = (cu[1:] - cu[:-1]).long()
@@ -206,7 +207,8 @@ def solve(args):
     answer = {"out": out.detach(), call["state_name"]: state.detach()}
     if gradients:
         out.float().sum().backward()
-        for name, leaf in leaves.items():
+        extra = [("initial_states", kwargs["initial_states"])] if "initial_states" in kwargs else []
+        for name, leaf in list(leaves.items()) + extra:
             answer["grad." + name] = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
     write_tensors(torch, out_path, answer)
 

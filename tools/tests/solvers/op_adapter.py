@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A chunked external op solver for the CI tests of op cases (issue 56), standard library only.
 
-usage: op_adapter.py CASE OUT [--mode exact|drop-carry|nan|no-final-state] [--chunk C]
+usage: op_adapter.py CASE OUT [--mode exact|drop-carry|nan|no-final-state|wrong-grad|nan-grad|missing-grad]
+                               [--chunk C]
 
 It computes the op of CASE (metadata "op": gla, simple_gla, delta_rule, gated_delta_rule,
 dplr_delta_rule, rwkv7, selective_scan, ssd) the way a chunked kernel walks the sequence: chunks of C steps (default
@@ -12,6 +13,13 @@ case's dtype. It is written from docs/ops/README.md's equations, independently o
                   chunked kernel that loses its inter-chunk carry (must be Disagree)
   nan             o[0, T // 2, 0, 0] = NaN (must never Agree)
   no-final-state  final_state left out (must never Agree)
+With PARARNN_GRADIENTS=1 (as the fla and mamba adapters) it also writes grad.<input> of
+L = sum(o) + sum(final_state) (mamba: sum(out)), or of the case's grad.<output> cotangents, by
+central differences of the exact forward (tiny cases only), and the gradient modes write them
+with one wrong:
+  wrong-grad      grad.k (mamba grad.B) off by 10 % of its largest value at one element (Disagree)
+  nan-grad        that element NaN (Disagree)
+  missing-grad    grad.k (mamba grad.B) left out (never Agree)
 """
 import math
 import os
@@ -34,8 +42,60 @@ def main(argv):
     chunk = int(arg(argv, "--chunk", "16"))
     tensors, meta = st.read(case)
     op = meta["op"]
-    if op in ("selective_scan", "ssd"):
-        return mamba(tensors, meta, op, mode, chunk, out)
+    forward = mamba if op in ("selective_scan", "ssd") else fla
+    answer = forward(tensors, meta, op, mode, chunk)
+    if os.environ.get("PARARNN_GRADIENTS") == "1" or mode in GRADIENT_MODES:
+        answer.update(gradients(forward, tensors, meta, op, mode, chunk))
+    sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
+    st.write(out, answer, {"producer": "op_adapter.py " + mode})
+    return 0
+
+
+GRADIENT_MODES = ("wrong-grad", "nan-grad", "missing-grad")
+
+
+def gradients(forward, tensors, meta, op, mode, chunk):
+    """grad.<input> of L = sum(o) + sum(final_state) (fla; mamba: sum(out)), or of the case's own
+    grad.<output> cotangents, by 4-point central differences of the exact forward above (h =
+    1e-3 max(1, |x|): error O(h^4), about 1e-11): independent of the C++ adjoint loop, for tiny
+    cases (4 forwards per input element). wrong-grad adds 10 % of the largest |gradient| to one
+    element of grad.k (mamba grad.B), nan-grad makes it NaN, missing-grad leaves it out."""
+    mamba_op = op in ("selective_scan", "ssd")
+    cot = {name[5:]: t[2] for name, t in tensors.items() if name.startswith("grad.")}
+    loss_outputs = ("out",) if mamba_op else ("o", "final_state")
+
+    def loss(ts):
+        ans = forward(ts, meta, op, "exact", chunk)
+        if cot:
+            return sum(sum(c * x for c, x in zip(cot[n], ans[n][2])) for n in cot if n in ans)
+        return sum(sum(ans[n][2]) for n in loss_outputs if n in ans)
+
+    out = {}
+    for name, (dtype, shape, values) in tensors.items():
+        if name == "cu_seqlens" or name.startswith("grad."):
+            continue
+        grad = []
+        for i, x in enumerate(values):
+            h = 1e-3 * max(1.0, abs(x))
+
+            def at(step):
+                changed = list(values)
+                changed[i] = x + step
+                return loss(dict(tensors, **{name: (dtype, shape, changed)}))
+            grad.append((8 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12 * h))
+        out["grad." + name] = (dtype, shape, grad)
+    victim = "grad.B" if mamba_op else "grad.k"
+    if mode == "wrong-grad":
+        g = out[victim][2]
+        g[0] += 0.1 * max(abs(x) for x in g)
+    elif mode == "nan-grad":
+        out[victim][2][0] = math.nan
+    elif mode == "missing-grad":
+        del out[victim]
+    return out
+
+
+def fla(tensors, meta, op, mode, chunk):
     qname = "r" if op == "rwkv7" else "q"
     dtype, (B, T, H, K), _ = tensors[qname]
     V = tensors["v"][1][3]
@@ -88,12 +148,10 @@ def main(argv):
     answer = {"o": (dtype, [B, T, H, V], o)}
     if mode != "no-final-state":
         answer["final_state"] = (dtype, [len(seqs), H, K, V], final)
-    sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
-    st.write(out, answer, {"producer": "op_adapter.py " + mode})
-    return 0
+    return answer
 
 
-def mamba(tensors, meta, op, mode, chunk, out):
+def mamba(tensors, meta, op, mode, chunk):
     """selective_scan (u, delta [B, D, L], A [D, N], B, C [B, G, N, L]) and ssd (x [B, L, H, P], dt
     [B, L, H], A [H], B, C [B, L, G, N], initial_states [B, H, P, N]); D, z and the dt bias optional."""
     ss = op == "selective_scan"
@@ -147,9 +205,7 @@ def mamba(tensors, meta, op, mode, chunk, out):
     answer = {"out": (dtype, list(shape), out_v)}
     if mode != "no-final-state":
         answer["last_state" if ss else "final_states"] = (dtype, [Bn, H, N] if ss else [len(seqs), H, P, N], final)
-    sys.stderr.write(f"op_adapter: {op} mode {mode} chunk {chunk}\n")
-    st.write(out, answer, {"producer": "op_adapter.py " + mode})
-    return 0
+    return answer
 
 
 if __name__ == "__main__":

@@ -12,10 +12,14 @@
 // (bound: Metric::quality_ratio). The verdict is Disagree if any output disagrees, else
 // Inconclusive if any output is inconclusive or missing (final_state when the case asks for it),
 // or if the oracle is not finite or not certified (no chain certified, or its self-check above
-// Metric::oracle_self_check); only then Agree. An answer without its output ("o"; mamba "out"),
-// with an output of another
-// shape or a non-floating dtype, or with a tensor that is no output ("grad.*" aside, which is
-// listed as not judged) is refused: ContractViolation naming the tensor, the rule and the value.
+// Metric::oracle_self_check); only then Agree. Gradients: an answer that carries any
+// "grad.<input>" has every gradient of op_gradient_inputs judged by the same rules against the
+// oracle's adjoint loop (reference::oracle_op_gradients) at Metric::op_gradient, with the
+// same-dtype floor of the gradients (reference::op_gradients_in_dtype); a gradient it lacks is
+// "missing" (never Agree), and the gradient oracle's certification counts as the outputs'. An
+// answer without its output ("o"; mamba "out"), with an output or gradient of another shape or a
+// non-floating dtype, or with a tensor that is neither an output nor "grad.<input>" of an input
+// of the op is refused: ContractViolation naming the tensor, the rule and the value.
 // Example:
 //   const OpReport r = judge_op(read_op_case("c.safetensors"), read_safetensors("a.safetensors").tensors);
 //   fmt::print("{}\n", r.summary());   // exit code: 0 Agree, 1 Disagree, 2 Inconclusive
@@ -43,7 +47,8 @@ struct OpJudgeOptions {
 };
 
 struct OpOutputCheck {
-  std::string name;        // op_output_names: "o", "final_state" (mamba "out", "last_state" / "final_states")
+  std::string name;        // op_output_names: "o", "final_state" (mamba "out", "last_state" / "final_states"),
+                           // or "grad.<input>"
   bool present = false;
   std::string finding;     // "within", "worse", "ill-conditioned", "non-finite", "missing"
   std::string message;     // the sentence a person reads
@@ -62,7 +67,19 @@ struct OpReport {
   Tolerance tau;
   double quality_bound = 0.0;
   std::vector<OpOutputCheck> outputs;
-  std::vector<std::string> gradients_not_judged;  // "grad.*" tensors of the answer
+  // Gradients, when the answer carries any "grad.*": one check per op_gradient_inputs name
+  // ("grad.q", ...), at gradient_tau (Metric::op_gradient), against the oracle's adjoint loop.
+  std::vector<OpOutputCheck> gradients;
+  Tolerance gradient_tau;
+  struct GradientOracle {
+    std::string type, certifier_type;
+    double self_check_delta = 0.0;
+    bool certified_all_chains = false;
+    std::vector<std::string> certified_chains;
+    std::int64_t certified_chain_steps = 0;
+    bool finite = true;
+  };
+  std::optional<GradientOracle> gradient_oracle;  // present when gradients were judged
   std::string oracle_type, certifier_type;
   int oracle_digits = 0, certifier_digits = 0;
   double self_check_delta = 0.0;

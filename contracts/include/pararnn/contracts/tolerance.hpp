@@ -29,6 +29,8 @@ enum class Metric {
                       // cases (atol holds the ratio)
   op_output,          // an op case's outputs (o, final_state) vs the oracle (issue 56): τ of ops,
                       // rtol relative to max(|expected|, RMS of the tensor)
+  op_gradient,        // an op case's gradients (grad.<input>) vs the oracle's adjoint loop: relative
+                      // to max(|expected|, RMS of the tensor), as op_output
 };
 std::string_view metric_name(Metric metric);
 

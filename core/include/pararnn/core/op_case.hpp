@@ -7,7 +7,8 @@
 // with the op's shape ([B, T, H, K] for q, k and the per-key gates; [B, T, H, V] for v; [B, T, H]
 // for per-head scalars; [N, H, K, V] for initial_state, N = B or the packed sequence count), one
 // floating dtype for all of them (the case's storage dtype), cu_seqlens by CONTRACT §6 (then
-// B = 1), a finite positive scale, and no tensor the op does not read; anything else raises
+// B = 1), a finite positive scale, cotangents "grad.<output>" only of an output the case asks for
+// and of its shape, and no other tensor the op does not read; anything else raises
 // ContractViolation naming the argument, the rule and the value. Nothing is guessed: an op name
 // that is not in `op_names()` is refused. Example:
 //   OpCase c = read_op_case("gla.safetensors");   // metadata op=gla, tensors q, k, v, g
@@ -78,6 +79,11 @@ struct OpCase {
   std::map<std::string, Tensor> inputs;         // required inputs under their names
   std::optional<Tensor> initial_state;          // [N, H, K, V]
   std::optional<Tensor> cu_seqlens;             // (S + 1), int32/int64
+  // Cotangents of the loss the gradients are of, under output names ("o", "final_state"; mamba
+  // "out", "last_state" / "final_states"), from tensors "grad.<output>" of the file (as a cell
+  // case carries "grad.H"), each of the output's shape and a floating dtype. Empty: the default
+  // loss (op_default_loss_outputs); any given: L = Σ cotangent ⊙ output over those given only.
+  std::map<std::string, Tensor> cotangents;
   std::int64_t batch = 0, time = 0, heads = 0, k_dim = 0, v_dim = 0;
   std::int64_t groups = 1;     // mamba: the groups of B and C (H % groups == 0)
   bool softplus = false;       // mamba: delta_softplus / dt_softplus
@@ -133,5 +139,15 @@ OpCase generate_op_case(const OpGenerateOptions& options);
 // The outputs an answer to an op case must hold: the output ("o"; mamba "out"), and the state
 // ("final_state"; selective_scan "last_state", ssd "final_states") when the case asks for it.
 std::vector<std::string> op_output_names(const OpCase& problem);
+
+// The inputs an answer may carry gradients of ("grad.<name>"), in the op's argument order: every
+// floating input the case has (mamba's optional D, z and dt bias when present), then the initial
+// state when the case has one. cu_seqlens is not differentiable.
+std::vector<std::string> op_gradient_inputs(const OpCase& problem);
+
+// The outputs the default loss sums (L = Σ of each, when the case carries no "grad.*"): what the
+// adapters differentiate. fla: o and final_state (when output_final_state); mamba: out only
+// (selective_scan_fn does not differentiate its last state; mamba.py sums out for both ops).
+std::vector<std::string> op_default_loss_outputs(const OpCase& problem);
 
 }  // namespace pararnn

@@ -67,4 +67,36 @@ OpOracleResult oracle_op(const OpCase& problem, const OracleOptions& options = {
 // (`pararnn solve` of an op case).
 std::map<std::string, Tensor> op_sequential_in_dtype(const OpCase& problem);
 
+// The oracle's gradients of L = Σ cotangent ⊙ output (the case's "grad.<output>" cotangents, or
+// the default loss, op_default_loss_outputs: fla Σ o + Σ final_state, mamba Σ out) with respect
+// to every input of op_gradient_inputs, by an explicit adjoint loop through the sequential
+// recurrence (oracle_op_gradients.cpp: the step's reverse from docs/ops/README.md's equations,
+// with the l2norm, softplus, silu(z) and D skip, per packed segment and from initial states), in
+// the forward's working types, certified by the mechanism of the cell gradients: chains rerun in
+// the certifier type within certify_budget / kGradientCertifyStepCost chain-steps (each counting
+// op_step_cost), compared value by value; when no whole chain fits, the last steps of one
+// seeded chain from the primary's state (named "b=0,h=1,t>=L-m"). Budget 0: nothing certified.
+// Example:
+//   const OpOracleGradients g = oracle_op_gradients(read_op_case("gla.safetensors"));
+//   // g.tensors.at("q"): f64 [B, T, H, K]; g.tensors.at("initial_state") when the case has one
+struct OpOracleGradients {
+  std::map<std::string, Tensor> tensors;  // input name -> f64 gradient of the input's shape
+  std::string type;
+  int digits = 0;
+  std::string certifier_type;
+  int certifier_digits = 0;
+  double self_check_delta = 0.0;  // max |primary - certifier| over the certified values
+  bool certified_all_chains = false;
+  std::vector<std::string> certified_chains;
+  std::int64_t certified_chain_steps = 0;
+  bool finite = true;  // false if any gradient element is NaN or infinite
+};
+OpOracleGradients oracle_op_gradients(const OpCase& problem, const OracleOptions& options = {});
+
+// The same-dtype floor of the gradients: the same reverse loop with the inputs in the storage
+// dtype and the arithmetic in f32 (f64 for f64 cases), each gradient rounded once to its input's
+// dtype (the sums over chains of mamba's weights and grouped B, C in double before that rounding).
+// Keys as oracle_op_gradients'. Also `pararnn solve --grad` of an op case.
+std::map<std::string, Tensor> op_gradients_in_dtype(const OpCase& problem);
+
 }  // namespace pararnn::reference
