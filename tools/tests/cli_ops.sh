@@ -262,6 +262,12 @@ campaign_reference_agrees_faulty_is_kept)
   for f in case.safetensors answer.safetensors compare.json stderr.txt; do [ -f "$row/$f" ] || fail "row keeps no $f"; done
   [ "$(json_get "$row/compare.json" "['verdict']")" = Disagree ] || fail "kept row's verdict"
   [ -z "$(find "$work" -name '.row-*')" ] || fail "a scratch folder was left"
+  # --gradients: the solver runs with PARARNN_GRADIENTS=1 and compare judges its grad.* too (the
+  # floor's gradients, pararnn solve --grad, Agree on every row, and say so in the summary).
+  expect_rc 0 "$campaign" "$pararnn" "$work/grad" "$pararnn solve {case} --grad --out {out}" \
+    --quick --ops gla --modes chunk --dtypes f32 --T 64 --gradients
+  [ "$(grep -c $'\tAgree\t' "$work/grad/summary.tsv")" -eq 5 ] || fail "gradient rows: $(cat "$work/grad/summary.tsv")"
+  [ "$(grep -c 'gradient(s) judged' "$work/grad/summary.tsv")" -eq 5 ] || fail "no gradient judged: $(cat "$work/grad/summary.tsv")"
   ;;
 *) fail "unknown claim" ;;
 esac
