@@ -2,8 +2,9 @@
 // rules, the backend: auto = cuda for device tensors and cpu for host tensors, eager = cpu, an
 // explicit backend that cannot run raises UnsupportedPath; then the family row of that backend,
 // backends.hpp's FamilyBackend, and its refusals; then x's layout), calls the row and runs the
-// residual gate. Windows (window_len) run here over the row: its fused launch where it has one and
-// it applies, else the window loop.
+// residual gate. A row is called only for what it serves (FamilyBackend::require, the one refusal
+// of a call it cannot serve). Windows (window_len) run here over the row: its fused launch where it
+// serves one and it applies, else the window loop.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ namespace pararnn {
 namespace {
 
 using detail::Backend;
+using detail::Capability;
 using detail::FamilyBackend;
 
 Backend resolve_backend(ScanBackend requested, const TensorView& x) {
@@ -217,6 +219,7 @@ const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? 
 // residual gate; the windows' stats merged (merge_stats).
 Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& config, const Plan& plan,
                    const ApplyOptions& options, const TensorView* out, NewtonStats& stats, const char* who) {
+  plan.row.require(Capability::newton, who);
   const NewtonConfig w = window_config(config, cell, plan.layout.time);
   Tensor H;
   if (out == nullptr) H = Tensor(cell.dtype(), cell.trajectory_shape(plan.layout.batch, plan.layout.time));
@@ -264,7 +267,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   if (config.window_len && *config.window_len < plan.layout.time) {
-    if (plan.row.fused_windows) {
+    if (plan.row.serves.has(Capability::fused_windows)) {
       NewtonStats fused;
       if (std::optional<Tensor> H = plan.row.fused_windows(cell, x, config, options, plan.layout, out, fused)) {
         detail::residual_gate(cell, config, fused, x, options);
@@ -274,6 +277,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
     }
     return window_loop(cell, x, config, plan, options, out, s, who);
   }
+  plan.row.require(Capability::newton, who);
   Tensor H = plan.row.newton(cell, x, out, config, options, std::move(plan.layout), s);
   detail::residual_gate(cell, config, s, x, options);
   return H;
@@ -298,6 +302,7 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                         const ApplyOptions& options) {
   Plan plan = plan_solve(cell, x, nullptr, backend, options, "sequential_apply");
+  plan.row.require(Capability::sequential, "sequential_apply");
   return plan.row.sequential(cell, x, options, std::move(plan.layout));
 }
 
@@ -328,6 +333,7 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
     if (H_out) (void)detail::deliver(forward.H, H_out, "H_out");
     return forward;
   }
+  plan.row.require(Capability::training, who);
   forward = plan.row.forward(cell, x, H_out, config, options, std::move(plan.layout));
   detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
@@ -349,6 +355,7 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
     out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
     return out;
   }
+  plan.row.require(Capability::training, who);
   return plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));
 }
 
@@ -386,6 +393,7 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
   const Shape expected = cell.trajectory_shape(plan.layout.batch, plan.layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+  plan.row.require(Capability::max_residual, "max_residual");
   return plan.row.max_residual(cell, x, H, options, std::move(plan.layout));
 }
 
