@@ -7,8 +7,8 @@
 // argument solve_newton takes.
 //
 // Guarantees (CONTRACT §3, §4):
-// - K: `resolve_newton_iters` (fixed `max_iters`, or the table's K as a minimum, f64 + 2);
-//   early stop on max|F| < residual_atol (`resolved_residual_atol`).
+// - K: `resolve_schedule` (windows.hpp; `resolve_newton_iters`: fixed `max_iters`, or the table's
+//   K as a minimum, f64 + 2); early stop on max|F| < residual_atol (`resolved_residual_atol`).
 // - The guess is the App. A guess for every family: the residual at H = 0, then H ← F (so
 //   H_t = f(h̃_t, x_t) with h̃ = 0 except h0 at heads); sLSTM's is the zero-hidden sequential pass
 //   and P Picard passes with the hidden input frozen to the previous pass (P = picard_passes).
@@ -49,6 +49,7 @@
 
 #include "backends.hpp"
 #include "family.hpp"
+#include "windows.hpp"
 #include "pararnn/core/fault.hpp"
 #include "pararnn/core/logging.hpp"
 
@@ -57,8 +58,11 @@ namespace pararnn::detail {
 template <NewtonFamily Family>
 void solve_newton(Family& family, const CellSpec& spec, DType storage, const NewtonConfig& config,
                   std::int64_t time, NewtonStats& stats) {
-  const KResolution k = resolve_newton_iters(config, spec, storage, time);
-  const std::optional<double> atol = resolved_residual_atol(config, storage);
+  // K, the early-stop threshold, adaptive or fixed and the cap: the one reading of them
+  // (windows.hpp), which the fused windowed launch shares.
+  const NewtonSchedule schedule = resolve_schedule(config, spec, storage, time);
+  const KResolution k = schedule.k;
+  const std::optional<double> atol = schedule.stop;
   // The threshold the loop stops on (fault "loose_early_stop": 100x looser than the contract's).
   const std::optional<double> stop_atol =
       atol && PARARNN_FAULT_POINT("loose_early_stop") ? std::optional<double>(100.0 * *atol) : atol;
@@ -67,8 +71,8 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
   stats.scan_backend = family.backend();
 
   // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
-  const bool adaptive = k.adaptive && atol.has_value();
-  const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+  const bool adaptive = schedule.adaptive;
+  const std::int64_t cap = schedule.cap;
   // A family with a fused strategy (family.hpp) evaluates and steps in one pass; the step is
   // committed exactly where the host-driven strategy would update.
   bool fused = false;
