@@ -1,9 +1,10 @@
 // The fused windowed launch of the per-channel family (cuda::per_channel_fused_windows): every window
 // of window_len steps solved in one kernel (kernels/windowed_newton.hpp), taken where its answer is
-// the window loop's (api.cpp window_loop); std::nullopt hands the solve back to that loop.
+// the window loop's (newton/windows.cpp window_loop); std::nullopt hands the solve back to that
+// loop. The schedule (K, threshold, adaptive or fixed, cap) is the driver's own
+// (newton/windows.hpp resolve_schedule).
 // - Fixed K (max_iters set): K Newton updates per window; taken where the loop's early stop on
 //   residual_atol cannot have fired.
-// The schedule (K, threshold, adaptive, cap) is the driver's own (newton/windows.hpp resolve_schedule).
 // - Adaptive (max_iters unset, residual_atol set: the default): the driver's adaptive rule decided
 //   on the device per chain and window (the table's K of the whole length as the minimum, k_max
 //   as the cap); taken where every chain stopped below residual_atol with finite residuals; a
@@ -114,7 +115,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       NewtonStats s;
       s.k = k;
       // The window loop pins the table's K per window with a one-entry newton_iters_by_t
-      // (api.cpp window_config), so its stats name that source.
+      // (newton/windows.cpp window_config), so its stats name that source.
       if (!config.max_iters) s.k.source = KSource::newton_iters_by_t;
       s.scan_backend = SolveBackend::cuda;
       s.strategy = SolveStrategy::fused_windowed;
