@@ -51,9 +51,7 @@ Reading oracle_reading(const Case& problem) {
   return read_with([&] { (void)reference::oracle_state_shape(problem); });
 }
 
-const std::vector<std::string> kEveryCellLabel = {"gru",   "gru:head",    "lstm",   "nlru",   "slstm", "slstm:head",
-                                                  "slstm:dense", "cfc", "cfc:diag_h", "titans", "hopfield",
-                                                  "m2rnn", "rwkv7"};
+const std::vector<std::string>& kEveryCellLabel = testing::kEveryCellLabels;
 
 // A valid case of the label's cell (d_h = 4, so head mixes have 2 heads of 2).
 Case valid_case(const std::string& label, DType dtype, std::int64_t batch, std::int64_t time, bool with_h0,

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "pararnn/cells/cell.hpp"
+#include "pararnn/cells/registry.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/contracts/tolerance.hpp"
@@ -316,6 +317,19 @@ inline CellOptions dense_variant_options(const DenseVariant& v, std::int64_t d_i
 #define PARARNN_CELL_LABEL(kind, Math, label, min_chains) label,
 inline const std::vector<std::string> kPerChannelCellLabels = {PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_CELL_LABEL)};
 #undef PARARNN_CELL_LABEL
+
+// The labels (cell_label) of the registry's specs that `keep` selects: a subset of the one list of
+// cells (cells/registry.hpp) by a property of the spec, never by names.
+template <class Keep>
+std::vector<std::string> labels_where(Keep keep) {
+  std::vector<std::string> out;
+  for (const CellSpec& spec : cell_specs())
+    if (keep(spec)) out.push_back(cell_label(spec));
+  return out;
+}
+
+// Every cell and variant of the registry ("gru", "gru:head", ..., "cfc:diag_h", ...).
+inline const std::vector<std::string> kEveryCellLabels = labels_where([](const CellSpec&) { return true; });
 
 // `max_time` bounds T (the generator still shrinks toward T = 1).
 inline rc::Gen<GeneratedProblem> gen_problem(std::int64_t max_time, std::vector<std::string> cells,

@@ -148,6 +148,13 @@ const CellSpec& cell_spec(std::string_view name, std::string_view mix, std::stri
   throw ContractViolation("mix", fmt::format("must be {} for {}", mixes, name), mix);
 }
 
+std::string cell_label(const CellSpec& spec) {
+  const CellSpec& first = cell_spec(spec.name);
+  if (spec.mix != first.mix) return fmt::format("{}:{}", spec.name, spec.mix);
+  if (spec.gate_mix != first.gate_mix) return fmt::format("{}:{}", spec.name, spec.gate_mix);
+  return std::string(spec.name);
+}
+
 bool has_single_mix(std::string_view name) {
   const CellSpec* first = nullptr;
   for (const auto& spec : cell_specs()) {

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "pararnn/cells/registry.hpp"
 #include "pararnn/contracts/compare.hpp"
 #include "pararnn/core/random.hpp"
 
@@ -102,10 +104,14 @@ TEST(Compare, SameBitsIsDtypeShapeAndBytes) {
 // one inside the band passes.
 TEST(Compare, TheBandIsAnchoredOnTheExpectedValueForEveryTableTolerance) {
   std::vector<Tolerance> taus;
+  // No cell (""), and every cell of the registry by its name (the table is keyed by name).
+  std::vector<std::string> cells = {""};
+  for (const CellSpec& spec : cell_specs())
+    if (std::find(cells.begin(), cells.end(), spec.name) == cells.end()) cells.emplace_back(spec.name);
   for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16})
     for (const Metric metric : {Metric::trajectory, Metric::gradient_diag, Metric::gradient_coupled,
                                 Metric::jacobian, Metric::decode, Metric::linear_scan})
-      for (const char* cell : {"", "gru", "lstm", "slstm", "nlru", "cfc", "titans", "hopfield", "m2rnn", "rwkv7"})
+      for (const std::string& cell : cells)
         for (const char* backend : {"cpu", "cuda"})
           for (const bool rms : {false, true}) {
             Tolerance tau;

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "pararnn/cells/cell.hpp"
+#include "pararnn/cells/registry.hpp"
 #include "pararnn/contracts/agreement.hpp"
 #include "pararnn/contracts/diagnose.hpp"
 #include "pararnn/contracts/predicted_k.hpp"
@@ -117,9 +119,13 @@ TEST(PredictedK, TheReportCarriesThePredictionOfItsEstimate) {
 // Jacobian band, so the cheap form's units are the oracle estimate's (every chain used) and their
 // predicted K the same.
 TEST(IterateGrowth, AlongTheOraclesTrajectoryItIsTheOraclesEstimate) {
-  for (const char* name : {"gru", "lstm", "nlru", "slstm", "cfc", "titans"}) {
-    SCOPED_TRACE(name);
-    const Cell cell = Cell::initialise({.cell = name, .d_in = 4, .d_h = 6}, DType::f64, 5);
+  for (const CellSpec& spec : cell_specs()) {  // every per-channel cell of the registry
+    if (spec.jacobian != JacobianClass::per_channel) continue;
+    SCOPED_TRACE(cell_label(spec));
+    const std::string name(spec.name);
+    CellOptions options{.cell = name, .d_in = 4, .d_h = 6};
+    if (!spec.gate_mix.empty()) options.gate_mix = spec.gate_mix;
+    const Cell cell = Cell::initialise(options, DType::f64, 5);
     const Tensor x = generated_case_input(DType::f64, 2, 150, 4, 5);
     const Case problem = cell.make_case(x);
     const reference::OracleResult oracle = reference::oracle_sequential(problem, {.certify = false});

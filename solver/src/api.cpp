@@ -2,26 +2,24 @@
 // rules, the backend: auto = cuda for device tensors and cpu for host tensors, eager = cpu, an
 // explicit backend that cannot run raises UnsupportedPath; then the family row of that backend,
 // backends.hpp's FamilyBackend, and its refusals; then x's layout), calls the row and runs the
-// residual gate. Windows (window_len) run here over the row: its fused launch where it has one and
-// it applies, else the window loop.
+// residual gate. A row is called only for what it serves (FamilyBackend::require, the one refusal
+// of a call it cannot serve). Windows (window_len) run over the row: its fused launch where it
+// serves one and it applies, else the window loop (newton/windows.hpp, the windows' one home).
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
-
 #include <initializer_list>
-#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "backends.hpp"
+#include "newton/windows.hpp"
 
 namespace pararnn {
 namespace {
 
 using detail::Backend;
+using detail::Capability;
 using detail::FamilyBackend;
 
 Backend resolve_backend(ScanBackend requested, const TensorView& x) {
@@ -82,107 +80,6 @@ Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* confi
   return plan_on(cell, x, config, resolve_backend(requested, x), options, who);
 }
 
-// One window's configuration: no chunking, and the K of the full length (a fixed K stays;
-// the adaptive minimum is pinned with a one-entry newton_iters_by_t table).
-NewtonConfig window_config(const NewtonConfig& config, const Cell& cell, std::int64_t full_time) {
-  NewtonConfig w = config;
-  w.window_len.reset();
-  if (!config.max_iters)
-    w.newton_iters_by_t = {{1, resolve_newton_iters(config, cell.spec(), cell.dtype(), full_time).k}};
-  return w;
-}
-
-struct Window {
-  std::int64_t begin, end;
-};
-std::vector<Window> windows_of(std::int64_t time, std::int64_t window_len) {
-  std::vector<Window> out;
-  for (std::int64_t t = 0; t < time; t += window_len) out.push_back({t, std::min(time, t + window_len)});
-  return out;
-}
-
-void merge_stats(NewtonStats& total, const NewtonStats& window, bool first) {
-  if (first) {
-    total = window;
-    return;
-  }
-  // The worst window's residual; a NaN in any window stays a NaN (std::max would drop it).
-  if (!std::isnan(total.max_residual) && !(window.max_residual <= total.max_residual))
-    total.max_residual = window.max_residual;
-  total.iters = std::max(total.iters, window.iters);
-  total.updates = std::max(total.updates, window.updates);
-  total.converged = total.converged && window.converged;
-  total.fallback_tiles += window.fallback_tiles;
-  total.picard_retries += window.picard_retries;
-  total.backtracks += window.backtracks;
-  if (total.strategy != window.strategy) total.strategy = SolveStrategy::mixed;
-  total.picard_iters = std::max(total.picard_iters, window.picard_iters);
-  total.residual_history.insert(total.residual_history.end(), window.residual_history.begin(),
-                                window.residual_history.end());
-}
-
-// Windows from last to first (spec §2.8): window w re-solves from h0_w = H[:, begin−1] (the
-// caller's h0 for the first), its cotangent gets the next window's ∇h0 at its last step, and
-// parameter gradients are summed over windows (in double, rounded once).
-NewtonGradients windowed_backward(const Cell& cell, const TensorView& x, const NewtonForward& forward,
-                                  const TensorView& grad_H, const NewtonConfig& config,
-                                  const ApplyOptions& options, const detail::Layout& layout) {
-  const NewtonConfig w = window_config(config, cell, layout.time);
-  const std::vector<Window> wins = windows_of(layout.time, *config.window_len);
-  const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
-  if (grad_H.shape() != trajectory)
-    throw ContractViolation("grad_H", "must have the trajectory's shape " + shape_string(trajectory),
-                            shape_string(grad_H.shape()));
-  if (forward.H.shape() != trajectory)
-    throw ContractViolation("forward", "must come from newton_forward on this x",
-                            shape_string(forward.H.shape()));
-  Tensor dx(cell.dtype(), {layout.batch, layout.time, layout.d_in});
-  std::map<std::string, std::vector<double>> param_sums;
-  std::optional<Tensor> carry;  // ∇ of the next window's h0 (its shape: (B, slots, d_h) or (B, d_h))
-  NewtonGradients out;
-  for (auto it = wins.rbegin(); it != wins.rend(); ++it) {
-    const Window win = *it;
-    std::optional<Tensor> h0_w;
-    if (win.begin > 0)
-      h0_w = Tensor::copy_of(forward.H.view().select(1, win.begin - 1));
-    else if (options.h0)
-      h0_w = Tensor::copy_of(*options.h0);
-    Tensor g_w = Tensor::converted(grad_H.slice(1, win.begin, win.end), DType::f64);
-    if (carry) {
-      // g_w is contiguous f64 (B, T_w, state...): add the carry at every row's last step.
-      const std::int64_t tw = win.end - win.begin;
-      const std::int64_t state = g_w.numel() / (layout.batch * tw);
-      const auto add = Tensor::converted(*carry, DType::f64).to_f64_vector();
-      double* g = g_w.data_as<double>();
-      for (std::int64_t b = 0; b < layout.batch; ++b)
-        for (std::int64_t i = 0; i < state; ++i)
-          g[(b * tw + tw - 1) * state + i] += add[static_cast<std::size_t>(b * state + i)];
-    }
-    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator,
-                    .parameters = options.parameters};
-    if (h0_w) wo.h0 = h0_w->view();
-    const TensorView x_w = x.slice(1, win.begin, win.end);
-    const NewtonForward fw = newton_forward(cell, x_w, w, wo);
-    const NewtonGradients gw = newton_backward(cell, x_w, fw, g_w, w, wo);
-    for (std::int64_t b = 0; b < layout.batch; ++b) {
-      const TensorView dst = dx.view().select(0, b).slice(0, win.begin, win.end);
-      const TensorView src = gw.x.view().select(0, b);
-      std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * dtype_size(dx.dtype()));
-    }
-    for (const auto& [name, grad] : gw.parameters) {
-      auto& sum = param_sums[name];
-      const auto v = grad.to_f64_vector();
-      if (sum.empty()) sum.assign(v.size(), 0.0);
-      for (std::size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
-    }
-    carry = gw.h0;
-    if (win.begin == 0 && options.h0) out.h0 = gw.h0;
-  }
-  out.x = dx;
-  for (const auto& [name, sum] : param_sums)
-    out.parameters.emplace(name, Tensor::from_values(cell.dtype(), cell.parameter(name).shape(), sum));
-  return out;
-}
 
 // The checks of a caller's output view (the *_into entry points), before any work: the shape and
 // dtype of the result, no two elements at one address, no byte shared with an input.
@@ -213,42 +110,6 @@ void check_output(const TensorView& out, const char* argument, const Shape& shap
 
 const TensorView* optional_ptr(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
 
-// Windowed Newton serially over windows on the plan's row, with no re-validation or re-resolution
-// per window: window w solves x[:, begin:end) from h0_w (the caller's h0 for the first, the state
-// at begin - 1 for the others) with the full length's K (window_config), writes the w-th slice of
-// the output (the caller's view where given, on the host or on the device: a device view keeps
-// every window's H and h0 on the device; else a new host tensor, returned), and goes through the
-// residual gate; the windows' stats merged (merge_stats).
-Tensor window_loop(const Cell& cell, const TensorView& x, const NewtonConfig& config, const Plan& plan,
-                   const ApplyOptions& options, const TensorView* out, NewtonStats& stats, const char* who) {
-  const NewtonConfig w = window_config(config, cell, plan.layout.time);
-  Tensor H;
-  if (out == nullptr) H = Tensor(cell.dtype(), cell.trajectory_shape(plan.layout.batch, plan.layout.time));
-  const TensorView target = out ? *out : H.view();
-  std::optional<Tensor> host_h0;  // a contiguous copy of the last state, where the output is on the host
-  bool first = true;
-  for (const Window& win : windows_of(plan.layout.time, *config.window_len)) {
-    ApplyOptions wo{.cuda_stream = options.cuda_stream, .cuda_allocator = options.cuda_allocator,
-                    .parameters = options.parameters};
-    if (win.begin == 0) {
-      wo.h0 = options.h0;
-    } else if (target.device() == Device::cuda) {
-      wo.h0 = target.select(1, win.begin - 1);
-    } else {
-      host_h0 = Tensor::copy_of(target.select(1, win.begin - 1));
-      wo.h0 = host_h0->view();
-    }
-    const TensorView x_w = x.slice(1, win.begin, win.end);
-    const TensorView out_w = target.slice(1, win.begin, win.end);
-    detail::Layout layout = detail::check_inputs(cell, x_w, wo, who, device_of(plan.backend));
-    NewtonStats ws;
-    (void)plan.row.newton(cell, x_w, &out_w, w, wo, std::move(layout), ws);
-    detail::residual_gate(cell, w, ws, x_w, wo);
-    merge_stats(stats, ws, first);
-    first = false;
-  }
-  return H;
-}
 
 // The plan of a solve whose trajectory is returned (out null) or written into *out, the caller's
 // view named `argument`, checked before any work (shape, dtype, no memory shared with an input).
@@ -269,7 +130,7 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
   if (config.window_len && *config.window_len < plan.layout.time) {
-    if (plan.row.fused_windows) {
+    if (plan.row.serves.has(Capability::fused_windows)) {
       NewtonStats fused;
       if (std::optional<Tensor> H = plan.row.fused_windows(cell, x, config, options, plan.layout, out, fused)) {
         detail::residual_gate(cell, config, fused, x, options);
@@ -277,8 +138,10 @@ Tensor apply_impl(const Cell& cell, const TensorView& x, const NewtonConfig& con
         return std::move(*H);  // empty where written into `out`
       }
     }
-    return window_loop(cell, x, config, plan, options, out, s, who);
+    return detail::window_loop(cell, x, config, plan.row, device_of(plan.backend), plan.layout, options, out, s,
+                               who);
   }
+  plan.row.require(Capability::newton, who);
   Tensor H = plan.row.newton(cell, x, out, config, options, std::move(plan.layout), s);
   detail::residual_gate(cell, config, s, x, options);
   return H;
@@ -303,6 +166,7 @@ Tensor sequential_apply(const Cell& cell, const TensorView& x, const ApplyOption
 Tensor sequential_apply(const Cell& cell, const TensorView& x, ScanBackend backend,
                         const ApplyOptions& options) {
   Plan plan = plan_solve(cell, x, nullptr, backend, options, "sequential_apply");
+  plan.row.require(Capability::sequential, "sequential_apply");
   return plan.row.sequential(cell, x, options, std::move(plan.layout));
 }
 
@@ -333,6 +197,7 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
     if (H_out) (void)detail::deliver(forward.H, H_out, "H_out");
     return forward;
   }
+  plan.row.require(Capability::training, who);
   forward = plan.row.forward(cell, x, H_out, config, options, std::move(plan.layout));
   detail::residual_gate(cell, config, forward.stats, x, options);
   return forward;
@@ -350,10 +215,11 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
   if (config.window_len && *config.window_len < plan.layout.time) {
-    NewtonGradients out = windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
+    NewtonGradients out = detail::windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
     out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
     return out;
   }
+  plan.row.require(Capability::training, who);
   return plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));
 }
 
@@ -391,6 +257,7 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
   const Shape expected = cell.trajectory_shape(plan.layout.batch, plan.layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
+  plan.row.require(Capability::max_residual, "max_residual");
   return plan.row.max_residual(cell, x, H, options, std::move(plan.layout));
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <span>
@@ -60,36 +61,70 @@ std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<co
 std::map<std::string, Tensor> recurrent_gradients(const Cell& cell, std::span<const double> sums,
                                                   const std::map<std::string, Tensor>& raw);
 
+// What a FamilyBackend row serves: each capability is one entry point of the row (training: its
+// forward and backward). A row declares its capabilities (`serves`) and fills exactly those slots;
+// it carries no slot for what it does not serve.
+enum class Capability : unsigned {
+  newton = 1u << 0,         // the Newton solve (newton_apply; the exact scan for the linear family)
+  sequential = 1u << 1,     // the step-by-step loop in the storage dtype (sequential_apply)
+  training = 1u << 2,       // newton_forward and newton_backward
+  max_residual = 1u << 3,   // max|F(H)| of a given trajectory (the CPU rows)
+  fused_windows = 1u << 4,  // every window of window_len steps in one launch (the CUDA per-channel row)
+};
+const char* capability_name(Capability capability);
+
+// A set of capabilities, written as a list: {Capability::newton, Capability::sequential}.
+struct Capabilities {
+  unsigned bits = 0;
+  constexpr Capabilities() = default;  // nothing
+  constexpr Capabilities(std::initializer_list<Capability> list) {
+    for (Capability c : list) bits |= static_cast<unsigned>(c);
+  }
+  constexpr bool has(Capability c) const { return (bits & static_cast<unsigned>(c)) != 0; }
+};
+
 // One implementation of a cell family on a backend: its refusals and its entry points. Each
 // backend's files define their rows (kCpu* in cpu/, kCuda* in cuda/); family_backend (registry.cpp)
 // is the one place that routes a solve to them, and a build without CUDA has no CUDA rows. The
 // Newton algorithm itself is newton/driver.hpp, run by the rows.
+//
+// A call reaches an entry point only through `require` (or, for an optional one, `serves`): a call
+// a row cannot serve is refused by that one rule, with one message naming the call, the row (its
+// backend and family) and the capability. family_backend refuses a row whose declared
+// capabilities and filled slots differ (an internal Error, at its first routing).
 struct FamilyBackend {
-  const char* name;  // "cuda dense", for messages
+  const char* name;  // "cuda dense": its backend and family, for messages
+  Capabilities serves;
   // Throws UnsupportedPath or ContractViolation, naming the argument, the rule and the value, where
   // this implementation cannot run the cell with these options (and this configuration; null: the
   // inputs alone, as validate_apply_inputs and sequential_apply check them). Null: refuses nothing.
-  void (*supports)(const Cell&, const NewtonConfig* config, const ApplyOptions&, const char* who);
-  // The Newton solve (the exact scan for the linear family). With `out` (newton_apply_into: checked
-  // by the caller for shape, dtype and aliasing) H is written into it, on the host or on the
-  // solve's device, and the tensor returned is empty.
+  void (*supports)(const Cell&, const NewtonConfig* config, const ApplyOptions&, const char* who) = nullptr;
+  // newton: the Newton solve (the exact scan for the linear family). With `out` (newton_apply_into:
+  // checked by the caller for shape, dtype and aliasing) H is written into it, on the host or on
+  // the solve's device, and the tensor returned is empty.
   Tensor (*newton)(const Cell&, const TensorView& x, const TensorView* out, const NewtonConfig&,
-                   const ApplyOptions&, Layout, NewtonStats&);
-  // The step-by-step loop in the storage dtype (sequential_apply).
-  Tensor (*sequential)(const Cell&, const TensorView& x, const ApplyOptions&, Layout);
-  // Training: H written into *H_out when given (forward.H then undefined), ∇x into *grad_x when
+                   const ApplyOptions&, Layout, NewtonStats&) = nullptr;
+  // sequential: the step-by-step loop in the storage dtype (sequential_apply).
+  Tensor (*sequential)(const Cell&, const TensorView& x, const ApplyOptions&, Layout) = nullptr;
+  // training: H written into *H_out when given (forward.H then undefined), ∇x into *grad_x when
   // given (the gradients' x then undefined).
   NewtonForward (*forward)(const Cell&, const TensorView& x, const TensorView* H_out, const NewtonConfig&,
-                           const ApplyOptions&, Layout);
+                           const ApplyOptions&, Layout) = nullptr;
   NewtonGradients (*backward)(const Cell&, const TensorView& x, const NewtonForward&, const TensorView& grad_H,
-                              const TensorView* grad_x, const NewtonConfig&, const ApplyOptions&, Layout);
-  // max|F(H)| of a given trajectory (the CPU rows; max_residual always runs on the host).
-  double (*max_residual)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&, Layout);
-  // Optional hook: every window of window_len steps solved in one launch. nullopt, `stats` untouched,
-  // where it does not apply or where the window loop would have stopped early in some window;
-  // the caller then runs the window loop. With `out`, as newton's.
+                              const TensorView* grad_x, const NewtonConfig&, const ApplyOptions&, Layout) = nullptr;
+  // max_residual: max|F(H)| of a given trajectory (max_residual always runs on the host).
+  double (*max_residual)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&,
+                         Layout) = nullptr;
+  // fused_windows, optional (the caller runs the window loop where the row does not serve it):
+  // every window of window_len steps solved in one launch. nullopt, `stats` untouched, where it
+  // does not apply or where the window loop would have stopped early in some window; the caller
+  // then runs the window loop. With `out`, as newton's.
   std::optional<Tensor> (*fused_windows)(const Cell&, const TensorView& x, const NewtonConfig&,
-                                         const ApplyOptions&, Layout, const TensorView* out, NewtonStats&);
+                                         const ApplyOptions&, Layout, const TensorView* out, NewtonStats&) = nullptr;
+
+  // The one rule of a call the row cannot serve: UnsupportedPath "`who`: the <name> row (backend
+  // and family) does not serve <capability> (it serves: ...)". Returns where it serves it.
+  void require(Capability capability, const char* who) const;
 };
 
 extern const FamilyBackend kCpuPerChannel, kCpuDense, kCpuExactLinear, kCpuMatrixState;

@@ -328,6 +328,7 @@ typename Solver::Vec solve_chunk(const Solver& solver, const Cell& cell, const N
       solver, static_cast<std::size_t>(L.batch * L.time * S * L.d_h),
       static_cast<std::size_t>(L.batch * L.time * S * S * L.d_h),
       fmt::format("chain tile(s) of {} channels", detail::kChannelTile));
+  static_assert(detail::NewtonFamily<decltype(family)>);
   detail::solve_newton(family, cell.spec(), cell.dtype(), config, placement.total_time, stats);
   stats.scan_backend = SolveBackend::cpu_seq_parallel;
   return std::move(family.iterate());

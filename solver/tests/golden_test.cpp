@@ -16,7 +16,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "pararnn/cells/registry.hpp"
 #include "pararnn/core/case_file.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/random.hpp"
@@ -30,9 +32,13 @@ namespace fs = std::filesystem;
 
 fs::path golden_dir() { return fs::path(PARARNN_SOLVER_GOLDEN_DIR); }
 
-const std::vector<std::string> kLabels = {"gru",   "gru:head",    "lstm", "nlru",       "slstm",  "slstm:head",
-                                          "slstm:dense", "cfc", "cfc:diag_h", "titans", "hopfield",
-                                          "m2rnn", "rwkv7"};
+// Every cell and variant of the registry (cells/registry.hpp) under its label: a spec added there
+// has a golden to record.
+std::vector<std::string> every_label() {
+  std::vector<std::string> labels;
+  for (const CellSpec& spec : cell_specs()) labels.push_back(cell_label(spec));
+  return labels;
+}
 const std::vector<DType> kDtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
 
 struct GoldenCase {
@@ -194,7 +200,7 @@ TEST_P(SolverGolden, OutputsEqualTheRecordedOnesBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryCellAndDtype, SolverGolden,
-                         ::testing::Combine(::testing::ValuesIn(kLabels), ::testing::ValuesIn(kDtypes)),
+                         ::testing::Combine(::testing::ValuesIn(every_label()), ::testing::ValuesIn(kDtypes)),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param) + "_" +
                                               std::string(dtype_name(std::get<1>(info.param)));

@@ -3,13 +3,17 @@
 // its warning band, and refused inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "pararnn/cells/registry.hpp"
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
@@ -31,7 +35,58 @@ Cell make_cell(const std::string& name, DType dtype, std::int64_t d_in = 3, std:
   return Cell::initialise({.cell = name, .d_in = d_in, .d_h = d_h}, dtype, seed);
 }
 
-class EveryCell : public ::testing::TestWithParam<std::string> {};
+// The cell of a registry spec (its mix and ParaCfC gate_mix).
+Cell make_cell(CellKind kind, DType dtype, std::int64_t d_in = 3, std::int64_t d_h = 5, std::uint64_t seed = 1) {
+  const CellSpec& spec = cell_spec(kind);
+  CellOptions options{.cell = std::string(spec.name), .mix = std::string(spec.mix), .d_in = d_in, .d_h = d_h};
+  if (!spec.gate_mix.empty()) options.gate_mix = spec.gate_mix;
+  return Cell::initialise(options, dtype, seed);
+}
+
+// The kinds of the registry's specs (cells/registry.hpp, the one list of cells) that `keep`
+// selects: a subset by a property of the spec, never by names.
+template <class Keep>
+std::vector<CellKind> kinds_where(Keep keep) {
+  std::vector<CellKind> out;
+  for (const CellSpec& spec : cell_specs())
+    if (keep(spec)) out.push_back(spec.kind);
+  return out;
+}
+
+// A test name of a kind: its label, ':' written '_' ("cfc_diag_h").
+std::string label_name(CellKind kind) {
+  std::string name = cell_label(cell_spec(kind));
+  std::replace(name.begin(), name.end(), ':', '_');
+  return name;
+}
+
+// The per-channel cells of the registry are the cells of the one per-channel list
+// (cells/cell_list.hpp), in its order and under its labels.
+TEST(CellList, ThePerChannelSpecsAreTheCellListUnderItsLabels) {
+  std::vector<std::string> listed;
+#define PARARNN_LISTED_LABEL(kind, Math, label, min_chains) listed.push_back(label);
+  PARARNN_FOR_EACH_PER_CHANNEL_CELL(PARARNN_LISTED_LABEL)
+#undef PARARNN_LISTED_LABEL
+  std::vector<std::string> registered;
+  for (const CellKind kind : kinds_where([](const CellSpec& s) { return s.jacobian == JacobianClass::per_channel; }))
+    registered.push_back(cell_label(cell_spec(kind)));
+  EXPECT_EQ(registered, listed);
+}
+
+// Every spec has its own label, and the label of a cell's first spec is the cell's name.
+TEST(CellList, EverySpecHasItsOwnLabel) {
+  std::vector<std::string> labels;
+  for (const CellSpec& spec : cell_specs()) {
+    labels.push_back(cell_label(spec));
+    if (&cell_spec(spec.name) == &spec) EXPECT_EQ(labels.back(), spec.name);
+  }
+  std::vector<std::string> unique = labels;
+  std::sort(unique.begin(), unique.end());
+  EXPECT_EQ(std::unique(unique.begin(), unique.end()), unique.end());
+}
+
+// Every per-channel cell (the claims below hold for a per-channel Newton solve).
+class EveryCell : public ::testing::TestWithParam<CellKind> {};
 
 TEST_P(EveryCell, TimeOneEqualsOneCellStepExactly) {
   const Cell cell = make_cell(GetParam(), DType::f32);
@@ -78,8 +133,11 @@ TEST_P(EveryCell, StridedInputEqualsContiguousCopyBitwise) {
   EXPECT_EQ(newton_apply(cell, every_other).to_f64_vector(), newton_apply(cell, copy).to_f64_vector());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, EveryCell, ::testing::Values("gru", "lstm", "nlru", "slstm", "cfc", "titans"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Cells, EveryCell,
+                         ::testing::ValuesIn(kinds_where([](const CellSpec& s) {
+                           return s.jacobian == JacobianClass::per_channel;
+                         })),
+                         [](const auto& info) { return label_name(info.param); });
 
 TEST(ResidualGate, NanInputRaisesDivergenceWithDocumentedFields) {
   const Cell cell = make_cell("gru", DType::f32);
@@ -189,9 +247,11 @@ TEST_P(EarlyStop, StopsAtTheFirstEvaluationBelowTheDefaultResidualAtolAndNotBefo
   constexpr std::int64_t kCap = 64;   // evaluations of the known history: enough for f64's 1e-12 at ω = 1/2
   constexpr double kOmega = 0.5;
   int cases = 0, crossed_after_an_update = 0;
-  for (const char* name : {"gru", "lstm", "nlru"}) {
+  // Every per-channel cell whose guess is App. A's (sLSTM's Picard guess has no such history).
+  for (const CellKind kind : kinds_where([](const CellSpec& s) { return s.jacobian == JacobianClass::per_channel && !s.picard; })) {
+    const std::string name = cell_label(cell_spec(kind));
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-      const Cell cell = make_cell(name, dtype, 3, 8, seed);
+      const Cell cell = make_cell(kind, dtype, 3, 8, seed);
       const Tensor x = random_input(dtype, 2, 48, 3, 100 + seed);
       const std::string at = fmt::format("{} {} seed {} (default residual_atol {:g})", name, dtype_name(dtype), seed, atol);
       NewtonStats known, fixed, adaptive;

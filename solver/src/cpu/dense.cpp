@@ -194,6 +194,7 @@ class DenseSolver {
     HostIterate<DenseSolver, std::vector<ComputeT>> family(
         *this, static_cast<std::size_t>(state_elems()), static_cast<std::size_t>(chains() * jac_elems()),
         fmt::format("chain(s) of {} values", n_));
+    static_assert(NewtonFamily<decltype(family)>);
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
     return std::move(family.iterate());
   }

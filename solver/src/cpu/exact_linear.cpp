@@ -272,12 +272,13 @@ using SharedEntryPoints = CpuFamilyRow<SolverOfDtype<Rwkv7Solver>>;
 }  // namespace
 
 const FamilyBackend kCpuExactLinear{.name = "cpu linear_gu",
+                                    .serves = {Capability::newton, Capability::sequential, Capability::training,
+                                               Capability::max_residual},
                                     .supports = check_exact_linear_inputs,
                                     .newton = rwkv7_apply,
                                     .sequential = SharedEntryPoints::sequential,
                                     .forward = rwkv7_newton_forward,
                                     .backward = rwkv7_newton_backward,
-                                    .max_residual = SharedEntryPoints::max_residual,
-                                    .fused_windows = nullptr};
+                                    .max_residual = SharedEntryPoints::max_residual};
 
 }  // namespace pararnn::detail

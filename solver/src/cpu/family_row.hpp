@@ -27,8 +27,9 @@
 //   max_residual  residual_of(H).
 // A family may declare a fault point of its level-2 re-solve, `static bool stale_h0_recompute()`
 // (the per-channel family does): where it returns true (only in a faults build with that fault
-// named), the re-solve runs without the caller's h0 (cpu/fault_models.hpp). fused_windows is null
-// (no CPU row has one); `supports` is the family's own.
+// named), the re-solve runs without the caller's h0 (cpu/fault_models.hpp). The row serves newton,
+// sequential, training and max_residual, not fused_windows (no CPU row has one); `supports` is
+// the family's own.
 //
 // Family: `with_solver(cell, body)` returns `body.template operator()<Solver>()`, Solver the
 // family's solver of the cell. Solver: constructible from (const Cell&, const TensorView& x,
@@ -124,13 +125,14 @@ template <class Family>
 constexpr FamilyBackend cpu_family_row(const char* name, decltype(FamilyBackend::supports) supports) {
   using Row = CpuFamilyRow<Family>;
   return FamilyBackend{.name = name,
+                       .serves = {Capability::newton, Capability::sequential, Capability::training,
+                                  Capability::max_residual},
                        .supports = supports,
                        .newton = Row::newton,
                        .sequential = Row::sequential,
                        .forward = Row::forward,
                        .backward = Row::backward,
-                       .max_residual = Row::max_residual,
-                       .fused_windows = nullptr};
+                       .max_residual = Row::max_residual};
 }
 
 }  // namespace pararnn::detail

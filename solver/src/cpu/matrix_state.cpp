@@ -193,6 +193,7 @@ class M2rnnSolver {
     const auto size = static_cast<std::size_t>(L_.batch * row_elems());
     HostIterate<M2rnnSolver, std::vector<ComputeT>> family(*this, size, size,
                                                             fmt::format("batch row(s) of {}x{} states", K_, V_));
+    static_assert(NewtonFamily<decltype(family)>);
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
     stats.backtracks = backtracks_;
     return std::move(family.iterate());

@@ -324,6 +324,7 @@ class CpuSolver {
         *this, static_cast<std::size_t>(L_.batch * row_elems()),
         static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h),
         fmt::format("chain tile(s) of {} channels", kChannelTile));
+    static_assert(NewtonFamily<decltype(family)>);
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
     return std::move(family.iterate());
   }
@@ -364,6 +365,7 @@ class CpuSolver {
         *this, log, bounds, static_cast<std::size_t>(L_.batch * row_elems()),
         static_cast<std::size_t>(L_.batch * L_.time * S * S * L_.d_h), L_.d_h,
         fmt::format("chain tile(s) of {} channels", kChannelTile));
+    static_assert(NewtonFamily<decltype(family)>);
     solve_newton(family, cell_.spec(), cell_.dtype(), config, L_.time, stats);
     return std::move(family.result());
   }

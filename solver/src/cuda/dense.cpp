@@ -199,6 +199,7 @@ void dense_solve(const Cell& cell, const DenseDeviceInputs<ComputeT>& inputs, co
                  const Layout& L, DeviceBuffer& H, NewtonStats& stats) {
   H = DeviceBuffer(checked_bytes(inputs.state_elems(), sizeof(ComputeT), "H"), "H");
   CudaDenseFamily<DenseMath, ComputeT> family(inputs, (cell.slots() - 1) * cell.chain_slot_width(), H.as<ComputeT>());
+  static_assert(NewtonFamily<decltype(family)>);
   solve_newton(family, cell.spec(), cell.dtype(), config, L.time, stats);
 }
 
@@ -378,12 +379,11 @@ void supports_dense_on_device(const Cell& cell, const NewtonConfig* config, cons
 }  // namespace
 
 const FamilyBackend kCudaDense{.name = "cuda dense",
+                               .serves = {Capability::newton, Capability::sequential, Capability::training},
                                .supports = supports_dense_on_device,
                                .newton = dense_apply,
                                .sequential = dense_sequential_on_device,
                                .forward = dense_forward,
-                               .backward = dense_backward,
-                               .max_residual = nullptr,
-                               .fused_windows = nullptr};
+                               .backward = dense_backward};
 
 }  // namespace pararnn::detail

@@ -223,12 +223,11 @@ void supports_rwkv7_on_device(const Cell& cell, const NewtonConfig* config, cons
 }  // namespace
 
 const FamilyBackend kCudaExactLinear{.name = "cuda linear_gu",
+                                     .serves = {Capability::newton, Capability::sequential, Capability::training},
                                      .supports = supports_rwkv7_on_device,
                                      .newton = rwkv7_apply_on_device,
                                      .sequential = rwkv7_sequential_on_device,
                                      .forward = rwkv7_forward,
-                                     .backward = rwkv7_backward,
-                                     .max_residual = nullptr,
-                                     .fused_windows = nullptr};
+                                     .backward = rwkv7_backward};
 
 }  // namespace pararnn::detail

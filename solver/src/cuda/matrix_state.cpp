@@ -71,6 +71,7 @@ class M2rnnDeviceSolve {
     G_ = DeviceBuffer(checked_bytes(n_, sizeof(ComputeT), "G"), "the gains G");
     ws_ = DeviceBuffer(kernels::m2rnn_residual_workspace_bytes<ComputeT>(), "the max|F| partials");
     max_abs_ = DeviceBuffer(sizeof(ComputeT), "max|F|");
+    static_assert(NewtonFamily<M2rnnDeviceSolve>);
     solve_newton(*this, cell.spec(), cell.dtype(), config, L_.time, stats);
   }
 
@@ -271,12 +272,11 @@ void supports_m2rnn_on_device(const Cell& cell, const NewtonConfig* config, cons
 }  // namespace
 
 const FamilyBackend kCudaMatrixState{.name = "cuda matrix_map",
+                                     .serves = {Capability::newton, Capability::sequential, Capability::training},
                                      .supports = supports_m2rnn_on_device,
                                      .newton = m2rnn_apply,
                                      .sequential = m2rnn_sequential_on_device,
                                      .forward = m2rnn_forward,
-                                     .backward = m2rnn_backward,
-                                     .max_residual = nullptr,
-                                     .fused_windows = nullptr};
+                                     .backward = m2rnn_backward};
 
 }  // namespace pararnn::detail

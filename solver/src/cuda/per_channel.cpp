@@ -382,6 +382,7 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
   dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       CudaPerChannelFamily<CellMath, ComputeT> family(problem, workspace, static_cast<ComputeT*>(H));
+      static_assert(NewtonFamily<decltype(family)> && FusedStepFamily<decltype(family)>);
       solve_newton(family, spec, storage, config, problem.time, stats);
     });
   });
@@ -447,12 +448,13 @@ void supports_per_channel_on_device(const Cell& cell, const NewtonConfig* config
 }  // namespace
 
 const FamilyBackend kCudaPerChannel{.name = "cuda per_channel",
+                                    .serves = {Capability::newton, Capability::sequential, Capability::training,
+                                               Capability::fused_windows},
                                     .supports = supports_per_channel_on_device,
                                     .newton = per_channel_apply,
                                     .sequential = per_channel_sequential,
                                     .forward = cuda::per_channel_forward,
                                     .backward = cuda::per_channel_backward,
-                                    .max_residual = nullptr,
                                     .fused_windows = cuda::per_channel_fused_windows};
 
 }  // namespace pararnn::detail

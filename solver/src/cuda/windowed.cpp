@@ -1,6 +1,8 @@
 // The fused windowed launch of the per-channel family (cuda::per_channel_fused_windows): every window
 // of window_len steps solved in one kernel (kernels/windowed_newton.hpp), taken where its answer is
-// the window loop's (api.cpp window_loop); std::nullopt hands the solve back to that loop.
+// the window loop's (newton/windows.cpp window_loop); std::nullopt hands the solve back to that
+// loop. The schedule (K, threshold, adaptive or fixed, cap) is the driver's own
+// (newton/windows.hpp resolve_schedule).
 // - Fixed K (max_iters set): K Newton updates per window; taken where the loop's early stop on
 //   residual_atol cannot have fired.
 // - Adaptive (max_iters unset, residual_atol set: the default): the driver's adaptive rule decided
@@ -19,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "newton/windows.hpp"
 #include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/windowed_newton.hpp"
 
@@ -34,11 +37,13 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
     return std::nullopt;
   // A faults build injecting into the driver's loop keeps that loop (the catalog measures it).
   if (PARARNN_FAULT_POINT("dropped_last_update") || PARARNN_FAULT_POINT("loose_early_stop")) return std::nullopt;
-  const KResolution k = resolve_newton_iters(config, spec, storage, layout.time);
-  const std::optional<double> stop = resolved_residual_atol(config, storage);
-  const bool adaptive = k.adaptive && stop.has_value();
-  // The adaptive loop's cap (newton/driver.hpp); the fixed K otherwise.
-  const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+  // The driver's schedule (newton/windows.hpp resolve_schedule): K, the threshold, adaptive or
+  // fixed, and the adaptive loop's cap (the fixed K otherwise).
+  const NewtonSchedule schedule = resolve_schedule(config, spec, storage, layout.time);
+  const KResolution k = schedule.k;
+  const std::optional<double> stop = schedule.stop;
+  const bool adaptive = schedule.adaptive;
+  const std::int64_t cap = schedule.cap;
   // The launch's bounds (kernels/windowed_newton.hpp): beyond them the window loop, which has none.
   if (cap > kernels::kWindowedMaxIterations || layout.batch > kernels::kWindowedMaxBatch) return std::nullopt;
   const std::int64_t window = *config.window_len;
@@ -110,7 +115,7 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
       NewtonStats s;
       s.k = k;
       // The window loop pins the table's K per window with a one-entry newton_iters_by_t
-      // (api.cpp window_config), so its stats name that source.
+      // (newton/windows.cpp window_config), so its stats name that source.
       if (!config.max_iters) s.k.source = KSource::newton_iters_by_t;
       s.scan_backend = SolveBackend::cuda;
       s.strategy = SolveStrategy::fused_windowed;
@@ -137,9 +142,9 @@ std::optional<Tensor> cuda::per_channel_fused_windows(const Cell& cell, const Te
         for (int e = adaptive ? K : 0; e <= K; ++e) {
           const double v = at(e);
           if (e < K) {
-            // A factor of 2 above the threshold as a band: the kernel's residual and the loop's
-            // differ by rounding (a few ulps of the state), so near the threshold the loop decides.
-            if (!std::isfinite(v) || (stop && v < 2.0 * *stop)) return;
+            // Within the band above the threshold (newton/windows.hpp kFusedWindowStopBand) the
+            // loop decides: the kernel's residual and the loop's differ by rounding.
+            if (!std::isfinite(v) || (stop && v < kFusedWindowStopBand * *stop)) return;
             s.residual_history.push_back(v);
           } else if (std::isnan(v)) {
             nan = true;

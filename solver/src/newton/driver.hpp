@@ -2,11 +2,13 @@
 // many executors): K resolution, the stats, the initial guess, the iterations with their K
 // semantics, the per-unit sequential fallback and the final residual. A family implementation
 // (family.hpp: per-channel, dense chain, matrix state; each on the CPU and on CUDA) supplies the
-// operations on its own iterate and never the loop, the schedule, the gate or the fallback rule.
+// operations on its own iterate and never the loop, the schedule, the gate or the fallback rule;
+// it is a NewtonFamily (family.hpp, the named contract of those operations), the only kind of
+// argument solve_newton takes.
 //
 // Guarantees (CONTRACT §3, §4):
-// - K: `resolve_newton_iters` (fixed `max_iters`, or the table's K as a minimum, f64 + 2);
-//   early stop on max|F| < residual_atol (`resolved_residual_atol`).
+// - K: `resolve_schedule` (windows.hpp; `resolve_newton_iters`: fixed `max_iters`, or the table's
+//   K as a minimum, f64 + 2); early stop on max|F| < residual_atol (`resolved_residual_atol`).
 // - The guess is the App. A guess for every family: the residual at H = 0, then H ← F (so
 //   H_t = f(h̃_t, x_t) with h̃ = 0 except h0 at heads); sLSTM's is the zero-hidden sequential pass
 //   and P Picard passes with the hidden input frozen to the previous pass (P = picard_passes).
@@ -47,16 +49,20 @@
 
 #include "backends.hpp"
 #include "family.hpp"
+#include "windows.hpp"
 #include "pararnn/core/fault.hpp"
 #include "pararnn/core/logging.hpp"
 
 namespace pararnn::detail {
 
-template <class Family>
+template <NewtonFamily Family>
 void solve_newton(Family& family, const CellSpec& spec, DType storage, const NewtonConfig& config,
                   std::int64_t time, NewtonStats& stats) {
-  const KResolution k = resolve_newton_iters(config, spec, storage, time);
-  const std::optional<double> atol = resolved_residual_atol(config, storage);
+  // K, the early-stop threshold, adaptive or fixed and the cap: the one reading of them
+  // (windows.hpp), which the fused windowed launch shares.
+  const NewtonSchedule schedule = resolve_schedule(config, spec, storage, time);
+  const KResolution k = schedule.k;
+  const std::optional<double> atol = schedule.stop;
   // The threshold the loop stops on (fault "loose_early_stop": 100x looser than the contract's).
   const std::optional<double> stop_atol =
       atol && PARARNN_FAULT_POINT("loose_early_stop") ? std::optional<double>(100.0 * *atol) : atol;
@@ -65,46 +71,46 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
   stats.scan_backend = family.backend();
 
   // Adaptive: K is a minimum and k_max the cap; without an early-stop threshold it is fixed.
-  const bool adaptive = k.adaptive && atol.has_value();
-  const std::int64_t cap = adaptive ? std::max(k.k, config.k_max) : k.k;
+  const bool adaptive = schedule.adaptive;
+  const std::int64_t cap = schedule.cap;
   // A family with a fused strategy (family.hpp) evaluates and steps in one pass; the step is
   // committed exactly where the host-driven strategy would update.
   bool fused = false;
-  if constexpr (requires { family.fused(); }) fused = family.fused();
+  if constexpr (FusedStepFamily<Family>) fused = family.fused();
   const auto evaluate_for_update = [&] {
-    if constexpr (requires { family.evaluate_and_step(config.omega); }) {
+    if constexpr (FusedStepFamily<Family>) {
       if (fused) return family.evaluate_and_step(config.omega);
     }
     return family.evaluate(/*jacobian=*/true, /*reduce=*/true);
   };
   const auto apply_update = [&] {
-    if constexpr (requires { family.commit_step(); }) {
+    if constexpr (FusedStepFamily<Family>) {
       if (fused) return family.commit_step();
     }
     family.update(config.omega);
   };
   // max|F| of the current iterate; a family may compute it without writing F.
   const auto residual_max = [&] {
-    if constexpr (requires { family.residual_max(); }) {
+    if constexpr (ResidualMaxFamily<Family>) {
       return family.residual_max();
     } else {
       return family.evaluate(false, true);
     }
   };
-  if constexpr (requires { family.strategy(); }) stats.strategy = family.strategy();
-  if constexpr (requires { family.prefer_sequential(); }) {
+  if constexpr (StrategyFamily<Family>) stats.strategy = family.strategy();
+  if constexpr (AutoSequentialFamily<Family>) {
     if (adaptive && config.allow_sequential && family.prefer_sequential()) {
       stats.max_residual = family.solve_sequential();
       stats.strategy = SolveStrategy::sequential;
       stats.converged = stats.max_residual < *atol;
-      if constexpr (requires { family.finish(); }) family.finish();
+      if constexpr (FinishingFamily<Family>) family.finish();
       return;
     }
   }
   std::optional<double> final_residual;  // known when the last evaluation saw the final H
   // ... unless the loop's residual is not the reported one (sLSTM in log coordinates).
   bool loop_residual_final = true;
-  if constexpr (requires { family.loop_residual_is_final(); }) loop_residual_final = family.loop_residual_is_final();
+  if constexpr (OtherCoordinatesFamily<Family>) loop_residual_final = family.loop_residual_is_final();
   // One solve from the guess: the guess, the iterations, the final residual.
   const auto attempt = [&](std::int64_t passes) {
     stats.iters = stats.updates = 0;
@@ -118,7 +124,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       // A fused family may evaluate the guess inside its first step instead (it writes the
       // guess out if anything else needs it); `k.k` is the number of updates it should expect.
       bool deferred = false;
-      if constexpr (requires { family.defer_guess(k.k); }) deferred = family.defer_guess(k.k);
+      if constexpr (DeferredGuessFamily<Family>) deferred = family.defer_guess(k.k);
       if (!deferred) {
         family.zero_iterate();
         (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
@@ -147,7 +153,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         break;
       }
     }
-    if constexpr (requires { family.polish(config.omega); }) {
+    if constexpr (OtherCoordinatesFamily<Family>) {
       if (adaptive) stats.updates += family.polish(config.omega);
     }
     stats.max_residual = final_residual && loop_residual_final ? *final_residual : residual_max();
@@ -173,7 +179,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     // Not converged by k_max (or a non-finite iterate): the units whose residual is still at or
     // above residual_atol get the sequential answer instead of a silently wrong one.
     const double before = stats.max_residual;
-    constexpr bool kResidualWritten = !requires { family.residual_max(); };
+    constexpr bool kResidualWritten = !ResidualMaxFamily<Family>;
     if (final_residual || !kResidualWritten) (void)family.evaluate(false, true);  // per-unit maxima of the final H
     stats.fallback_tiles = PARARNN_FAULT_POINT("fallback_returns_unconverged")
                                ? std::max<std::int64_t>(1, stats.fallback_tiles)
@@ -187,7 +193,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
                   {"fallback_tiles", stats.fallback_tiles},
                   {"cell", std::string(spec.name)}, {"T", time}});
   }
-  if constexpr (requires { family.finish(); }) family.finish();
+  if constexpr (FinishingFamily<Family>) family.finish();
 }
 
 }  // namespace pararnn::detail

@@ -3,43 +3,23 @@
 // A family implementation (one per cell family x backend: cpu/per_channel.cpp, cpu/dense.cpp,
 // cpu/matrix_state.cpp, cuda/per_channel.cpp, cuda/dense.cpp, cuda/matrix_state.cpp; RWKV-7's
 // exact linear family, cpu/exact_linear.cpp and cuda/exact_linear.cpp, has no Newton) owns its
-// iterate H, residual F and Jacobian (M2RNN: gains) and supplies:
-//   SolveBackend backend();                     // cpu or cuda (NewtonStats::scan_backend)
-//   std::string fallback_unit();                // what fallback_tiles counts, for the warning
-//   void zero_iterate();                        // H = 0
-//   double evaluate(bool jacobian, bool reduce); // F = f(prepend(H)) − H (J too); max|F| when
-//                                               // reduce (NaN wins), and the max per fallback unit
-//   void iterate_from_residual();               // H ← F (with zero_iterate: the App. A guess)
-//   void update(double omega);                  // δ from (J, F) by the family's linear step; H += ωδ
-//   void picard_guess(std::int64_t passes);     // sLSTM: zero-hidden pass + passes frozen passes
-//   std::int64_t sequential_fallback(double atol);  // units with max|F| >= atol (at the last
-//                                               // evaluation) replaced by their sequential
-//                                               // solution in the compute type; returns the count
-// Optional hooks (the driver uses them when present):
-//   bool fused(); double evaluate_and_step(double omega); void commit_step();
-//                                               // fused strategy: max|F| of H and the candidate
-//                                               // H + ωδ in one pass; commit makes it H
-//   bool defer_guess(std::int64_t updates);     // true: the App. A guess is evaluated inside
-//                                               // the first fused step (written out on demand)
-//   double residual_max();                      // max|F| without writing F (the final residual)
-//   SolveStrategy strategy();                   // NewtonStats::strategy of its Newton solves
-//   bool prefer_sequential(); double solve_sequential();
-//                                               // the auto rule: an adaptive solve is the
-//                                               // sequential solution in the compute type;
-//                                               // returns 0, or +inf for a non-finite state
-//   void finish();                              // after the solve (the result in place)
-//   bool loop_residual_is_final();              // false: the loop's max|F| is of another
-//                                               // system (sLSTM log coordinates); the reported
-//                                               // residual is always residual_max()
-// The fallback unit of each family is the same on both backends: a per-channel chain tile (one
-// batch row x kFallbackTileChannels channels), a dense chain (a batch row, or a (row, head)), a
-// matrix-state batch row.
+// iterate H, residual F and Jacobian (M2RNN: gains) and is a `NewtonFamily` (below): the
+// concept names every member the driver calls and what each guarantees, and `solve_newton` takes
+// nothing else. The optional hooks come in groups (`FusedStepFamily`, `DeferredGuessFamily`,
+// `ResidualMaxFamily`, `StrategyFamily`, `AutoSequentialFamily`, `FinishingFamily`,
+// `OtherCoordinatesFamily`): a family has a group whole or not at all (a part of one is refused
+// at compile time, where the driver would silently have taken the plain path). Each family is
+// checked by a static_assert where it is solved. The fallback unit of each family is the same on
+// both backends: a per-channel chain tile (one batch row x kFallbackTileChannels channels), a
+// dense chain (a batch row, or a (row, head)), a matrix-state batch row.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -51,6 +31,82 @@
 #include "pararnn/core/logging.hpp"
 
 namespace pararnn::detail {
+
+// The operations every family supplies (F: the family, on its own iterate H):
+template <class F>
+concept NewtonFamily = requires(F& f, bool flag, double value, std::int64_t count) {
+  // cpu or cuda: NewtonStats::scan_backend of the solve.
+  { f.backend() } -> std::convertible_to<SolveBackend>;
+  // What fallback_tiles counts ("chain tile(s) of 64 channels"), for the warning.
+  { f.fallback_unit() } -> std::convertible_to<std::string>;
+  // H = 0.
+  f.zero_iterate();
+  // F = f(prepend(H)) − H, the Jacobian J too where `jacobian` (M2RNN: its gains); where
+  // `reduce`, returns max|F| (NaN wins) and keeps the maximum per fallback unit; else any value.
+  { f.evaluate(flag, flag) } -> std::convertible_to<double>;
+  // H ← F (after zero_iterate and an evaluation: the App. A guess).
+  f.iterate_from_residual();
+  // δ from (J, F) by the family's linear step, then H += ω δ (value: ω).
+  f.update(value);
+  // sLSTM: the zero-hidden pass and `count` Picard passes with the hidden input frozen; a family
+  // whose cells have no Picard guess throws Error (the driver calls it only where spec.picard).
+  f.picard_guess(count);
+  // The units whose max|F| at the last evaluation is at or above atol (value; NaN included)
+  // replaced by their sequential solution in the compute type; returns how many were.
+  { f.sequential_fallback(value) } -> std::convertible_to<std::int64_t>;
+} && ((!requires(F& f) { f.fused(); } && !requires(F& f, double w) { f.evaluate_and_step(w); } &&
+       !requires(F& f) { f.commit_step(); }) ||
+      requires(F& f, double omega) {
+        // The fused strategy: where fused(), evaluate_and_step(ω) returns max|F| of H and computes
+        // the candidate H + ωδ in the same pass; commit_step() makes the candidate H (the driver
+        // commits exactly where the host-driven strategy would update).
+        { f.fused() } -> std::convertible_to<bool>;
+        { f.evaluate_and_step(omega) } -> std::convertible_to<double>;
+        f.commit_step();
+      }) &&
+    ((!requires(F& f) { f.prefer_sequential(); } && !requires(F& f) { f.solve_sequential(); }) ||
+     requires(F& f) {
+       // The auto rule: where prefer_sequential(), an adaptive solve is solve_sequential(), the
+       // sequential solution in the compute type; it returns 0, or +inf for a non-finite state.
+       { f.prefer_sequential() } -> std::convertible_to<bool>;
+       { f.solve_sequential() } -> std::convertible_to<double>;
+     }) &&
+    ((!requires(F& f) { f.loop_residual_is_final(); } && !requires(F& f, double w) { f.polish(w); }) ||
+     requires(F& f, double omega) {
+       // A loop in other coordinates than the contract's (sLSTM log coordinates):
+       // loop_residual_is_final() false, so the reported residual is always residual_max(), and
+       // polish(ω) ends an adaptive solve with updates in the contract's coordinates (returns
+       // their count, added to NewtonStats::updates).
+       { f.loop_residual_is_final() } -> std::convertible_to<bool>;
+       { f.polish(omega) } -> std::convertible_to<std::int64_t>;
+     });
+
+// The optional groups, each whole (NewtonFamily refuses a part of one).
+template <class F>
+concept FusedStepFamily = NewtonFamily<F> && requires(F& f) { f.fused(); };
+// defer_guess(k): true where the App. A guess is evaluated inside the first fused step instead
+// (written out on demand); k is the number of updates the solve expects.
+template <class F>
+concept DeferredGuessFamily = NewtonFamily<F> && requires(F& f, std::int64_t updates) {
+  { f.defer_guess(updates) } -> std::convertible_to<bool>;
+};
+// residual_max(): max|F| of H without writing F (the final residual).
+template <class F>
+concept ResidualMaxFamily = NewtonFamily<F> && requires(F& f) {
+  { f.residual_max() } -> std::convertible_to<double>;
+};
+// strategy(): NewtonStats::strategy of its Newton solves (else host_driven).
+template <class F>
+concept StrategyFamily = NewtonFamily<F> && requires(F& f) {
+  { f.strategy() } -> std::convertible_to<SolveStrategy>;
+};
+template <class F>
+concept AutoSequentialFamily = NewtonFamily<F> && requires(F& f) { f.prefer_sequential(); };
+// finish(): after the solve, the result in place (the caller's buffer).
+template <class F>
+concept FinishingFamily = NewtonFamily<F> && requires(F& f) { f.finish(); };
+template <class F>
+concept OtherCoordinatesFamily = NewtonFamily<F> && requires(F& f) { f.loop_residual_is_final(); };
 
 // The fallback unit of the per-channel families: one batch row x this many channels.
 inline constexpr std::int64_t kFallbackTileChannels = 64;

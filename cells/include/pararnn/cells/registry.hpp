@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -36,6 +37,13 @@ const CellSpec& cell_spec(std::string_view name, std::string_view mix, std::stri
 // Whether every spec of `name` has the same mix (Hopfield, RWKV-7, M2RNN): such a cell also
 // answers to mix "diag".
 bool has_single_mix(std::string_view name);
+
+// The label of a spec, the one name of a (cell, mix, gate_mix) that tests and property tests
+// use: the cell's name for its first spec, "name:gate_mix" for another ParaCfC gate_mix
+// ("cfc:diag_h", the label of cell_list.hpp) and "name:mix" for another mix ("gru:head",
+// "slstm:dense"). Tests take their cell lists from cell_specs() through it, a subset by a
+// property of the spec (its JacobianClass, picard, ...), never by names.
+std::string cell_label(const CellSpec& spec);
 
 // Calls `f.template operator()<CellMath>()` with the per-channel math struct of `kind`: the one
 // cell dispatch of the project.
