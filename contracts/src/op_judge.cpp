@@ -215,29 +215,21 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
 }
 
 nlohmann::json OpReport::to_json() const {
+  // One check (an output or a gradient) as JSON.
+  const auto check_json = [](const OpOutputCheck& c) {
+    nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
+    if (c.present) {
+      j["vs_oracle"] = comparison_json(c.vs_oracle);
+      j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
+      j["floor_within_tau"] = c.floor_vs_oracle.ok();
+      j["quality_ratio"] = c.ratio;
+      j["unrepresentable"] = c.unrepresentable;
+    }
+    return j;
+  };
   nlohmann::json outs = nlohmann::json::array(), grads = nlohmann::json::array();
-  for (const OpOutputCheck& c : outputs) {
-    nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
-    if (c.present) {
-      j["vs_oracle"] = comparison_json(c.vs_oracle);
-      j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
-      j["floor_within_tau"] = c.floor_vs_oracle.ok();
-      j["quality_ratio"] = c.ratio;
-      j["unrepresentable"] = c.unrepresentable;
-    }
-    outs.push_back(std::move(j));
-  }
-  for (const OpOutputCheck& c : gradients) {
-    nlohmann::json j = {{"name", c.name}, {"present", c.present}, {"finding", c.finding}, {"message", c.message}};
-    if (c.present) {
-      j["vs_oracle"] = comparison_json(c.vs_oracle);
-      j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
-      j["floor_within_tau"] = c.floor_vs_oracle.ok();
-      j["quality_ratio"] = c.ratio;
-      j["unrepresentable"] = c.unrepresentable;
-    }
-    grads.push_back(std::move(j));
-  }
+  for (const OpOutputCheck& c : outputs) outs.push_back(check_json(c));
+  for (const OpOutputCheck& c : gradients) grads.push_back(check_json(c));
   nlohmann::json gradient_oracle_json = nullptr;
   if (gradient_oracle)
     gradient_oracle_json = {{"type", gradient_oracle->type}, {"certifier_type", gradient_oracle->certifier_type},
