@@ -603,6 +603,95 @@ TEST(CudaBackend, ParameterViewsAreTheValuesTheSolveReads) {
                UnsupportedPath);
 }
 
+// ApplyOptions::parameter_gradients: the CUDA per-channel backward reduces and rounds each
+// targeted gradient on the device straight into the caller's device tensor, bit for bit the
+// gradient the host path returns (every per-channel cell, f64, f32 and bf16, with the cap
+// clipping recurrent entries and without one, the targets read with and without views), and
+// the name moves from NewtonGradients::parameters to ::written; a host target on the CPU
+// backend receives the same bits. Then the refusals, each naming the argument.
+TEST(CudaBackend, GradientTargetsReceiveTheHostPathsGradientsBitwise) {
+  for (const std::string& label : testing::kPerChannelCellLabels)
+    for (const DType dtype : {DType::f64, DType::f32, DType::bf16})
+      for (const bool clamped : {true, false}) {
+        SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)) + (clamped ? " cap 0.5" : " no cap"));
+        const CellOptions variant = testing::label_options(label);
+        const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                                 .time = 300, .d_in = 5, .d_h = 8, .weight_std = 1.0, .clamped = clamped,
+                                 .seed = 63};
+        const Cell cell = p.make_cell();
+        const Tensor x = p.make_input();
+        const DeviceCopy x_device(x);
+        const NewtonConfig config = on(ScanBackend::cuda, {});
+        const NewtonForward forward = newton_forward(cell, x_device.view_like(x), config);
+        const Tensor g = Tensor::converted(forward.H, DType::f64);
+        const NewtonGradients expected = newton_backward(cell, x_device.view_like(x), forward, g, config);
+        for (const bool with_views : {false, true}) {
+          std::vector<std::unique_ptr<DeviceCopy>> values, targets;
+          ApplyOptions options;
+          for (const auto& [name, value] : cell.parameters()) {
+            if (with_views) {
+              values.push_back(std::make_unique<DeviceCopy>(value));
+              options.parameters.emplace(name, values.back()->view_like(value));
+            }
+            targets.push_back(std::make_unique<DeviceCopy>(Tensor::from_values(
+                dtype, value.shape(), std::vector<double>(static_cast<std::size_t>(value.numel()), 7.0))));
+            options.parameter_gradients.emplace(name, targets.back()->view_like(value));
+          }
+          const NewtonForward fw = newton_forward(cell, x_device.view_like(x), config, options);
+          const NewtonGradients grads = newton_backward(cell, x_device.view_like(x), fw, g, config, options);
+          EXPECT_TRUE(grads.parameters.empty());
+          EXPECT_EQ(grads.written.size(), cell.parameters().size());
+          EXPECT_TRUE(same_bits(grads.x, expected.x));
+          std::size_t k = 0;
+          for (const auto& [name, value] : cell.parameters())
+            EXPECT_TRUE(same_bits(targets[k++]->download(value), expected.parameters.at(name)))
+                << name << (with_views ? " (views)" : "");
+        }
+      }
+  // A host target on the CPU backend: the host gradient written into it.
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 64, .d_in = 5, .d_h = 8, .seed = 64};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const NewtonConfig cpu = on(ScanBackend::cpu, {});
+  const NewtonForward forward = newton_forward(cell, x, cpu);
+  const Tensor g = Tensor::converted(forward.H, DType::f64);
+  const NewtonGradients expected = newton_backward(cell, x, forward, g, cpu);
+  const std::string name = cell.parameters().begin()->first;
+  const Tensor& weight = cell.parameters().begin()->second;
+  Tensor host_target(DType::f32, weight.shape());
+  const NewtonGradients on_host = newton_backward(cell, x, forward, g, cpu, {.parameter_gradients = {{name, host_target.view()}}});
+  EXPECT_TRUE(same_bits(host_target, expected.parameters.at(name)));
+  EXPECT_EQ(on_host.written.count(name), 1u);
+  EXPECT_EQ(on_host.parameters.count(name), 0u);
+  // Refusals, before any work, naming the argument.
+  const auto refused_as = [&](const ApplyOptions& options, const std::string& argument) {
+    try {
+      (void)newton_backward(cell, x, forward, g, cpu, options);
+      ADD_FAILURE() << "accepted: " << argument;
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  refused_as({.parameter_gradients = {{"no_such_tensor", host_target.view()}}}, "parameter_gradients['no_such_tensor']");
+  Tensor wrong_dtype(DType::f64, weight.shape());
+  refused_as({.parameter_gradients = {{name, wrong_dtype.view()}}}, "parameter_gradients['" + name + "']");
+  Shape wrong = weight.shape();
+  wrong.back() += 1;
+  Tensor wrong_shape(DType::f32, wrong);
+  refused_as({.parameter_gradients = {{name, wrong_shape.view()}}}, "parameter_gradients['" + name + "']");
+  Tensor wide(DType::f32, {weight.shape()[0], 2 * weight.shape()[1]});
+  refused_as({.parameter_gradients = {{name, wide.view().slice(1, 0, 2 * weight.shape()[1], 2)}}},
+             "parameter_gradients['" + name + "']");
+  refused_as({.parameter_gradients = {{name, TensorView(x.view().data(), DType::f32, weight.shape())}}},
+             "parameter_gradients['" + name + "']");  // shares bytes with x
+  const std::string second = std::next(cell.parameters().begin())->first;
+  const Tensor& second_value = std::next(cell.parameters().begin())->second;
+  Tensor shared(DType::f32, {weight.numel() + second_value.numel()});
+  refused_as({.parameter_gradients = {{name, TensorView(shared.view().data(), DType::f32, weight.shape())},
+                                      {second, TensorView(shared.view().data(), DType::f32, second_value.shape())}}},
+             "parameter_gradients['" + std::max(name, second) + "']");
+}
+
 // The same solve twice on the CUDA backend is the same bits (CONTRACT §5 needs it: strided ≡
 // contiguous is bitwise only if a solve repeats). The H200 nightly of 2026-12-02 found cfc,
 // cfc diag_h and slstm repeating only within τ: the single-pass scan's look-back then composed

@@ -160,6 +160,36 @@ __global__ void __launch_bounds__(kCopyThreads) clamp_abs_kernel(T* data, int64_
   }
 }
 
+// A raw value widened exactly to double.
+template <class T>
+__device__ double widened(const void* data, int64_t i) {
+  return convert<double>(static_cast<const T*>(data)[i]);
+}
+
+__device__ double raw_value(const GradientStoreArgs& a, int64_t i) {
+  switch (a.raw_type) {
+    case StoreType::f64: return widened<double>(a.raw, i);
+    case StoreType::f32: return widened<float>(a.raw, i);
+    case StoreType::f16: return widened<__half>(a.raw, i);
+    default: return widened<__nv_bfloat16>(a.raw, i);
+  }
+}
+
+// The host's gradient rounding: double -> the compute type (f64 or f32) -> the storage type.
+template <class DstT>
+__global__ void __launch_bounds__(kCopyThreads) gradient_store_kernel(GradientStoreArgs a) {
+  DstT* dst = static_cast<DstT*>(a.dst);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double g = a.raw != nullptr && fabs(raw_value(a, i)) > a.cap ? 0.0 : a.src[i];
+    if constexpr (std::is_same_v<DstT, double>) {
+      dst[i] = g;
+    } else {
+      dst[i] = convert<DstT>(__double2float_rn(g));
+    }
+  }
+}
+
 // The conversions a store performs: identity, exact widening, and one rounding from f32 or f64.
 bool store_converts(StoreType from, StoreType to) {
   if (from == to) return true;
@@ -215,6 +245,20 @@ cudaError_t launch_clamp_abs(StoreType type, void* data, int64_t n, double cap, 
       break;
     default:
       return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gradient_store(const GradientStoreArgs& a, cudaStream_t stream) {
+  if (a.n < 0 || (a.n > 0 && (a.src == nullptr || a.dst == nullptr)) || (a.raw != nullptr && !(a.cap > 0)))
+    return cudaErrorInvalidValue;
+  if (a.n == 0) return cudaSuccess;
+  const int blocks = copy_blocks(a.n);
+  switch (a.dst_type) {
+    case StoreType::f64: gradient_store_kernel<double><<<blocks, kCopyThreads, 0, stream>>>(a); break;
+    case StoreType::f32: gradient_store_kernel<float><<<blocks, kCopyThreads, 0, stream>>>(a); break;
+    case StoreType::f16: gradient_store_kernel<__half><<<blocks, kCopyThreads, 0, stream>>>(a); break;
+    case StoreType::bf16: gradient_store_kernel<__nv_bfloat16><<<blocks, kCopyThreads, 0, stream>>>(a); break;
   }
   return cudaGetLastError();
 }

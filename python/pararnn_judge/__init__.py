@@ -47,6 +47,16 @@ def _parameter_sources(parameters):
     return {str(name): _dlpack_source(value, f"parameters['{name}']") for name, value in parameters.items()}
 
 
+def _gradient_targets(targets):
+    """ApplyOptions::parameter_gradients from {name: array} (None stays None): written in place."""
+    if targets is None:
+        return None
+    if not isinstance(targets, dict):
+        raise ContractViolation(f"parameter_grads: must be a dict of parameter name -> array "
+                                f"(got {type(targets).__name__})")
+    return {str(name): _dlpack_source(value, f"parameter_grads['{name}']") for name, value in targets.items()}
+
+
 def reads_parameter_views(cell):
     """Whether a CUDA solve of `cell` reads ``parameters=`` views (the per-channel cells with CUDA
     kernels, on a build with the CUDA backend); other cells take their values from the Cell."""
@@ -337,7 +347,7 @@ def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_ite
                    parameters)
 
 
-def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None):
+def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None, parameter_grads=None):
     """The gradients of L = sum(grad_H * H) at the forward's converged trajectory (C++
     newton_backward: the implicit adjoint), as a dict: "x" (x's shape, the cell's dtype),
     "h0" (None without h0) and "parameters" (state_dict name -> gradient). The backward runs
@@ -346,7 +356,11 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None
     the module's CUDA parameters expects; they cross as O(parameters) bytes); `grad_x` (any
     DLPack array of x's shape and the cell's dtype) is written instead and returned as "x".
     grad_H may have any floating dtype and strides; `stream` as newton_apply's; `allocator` as
-    newton_apply's, default (None) the forward's."""
+    newton_apply's, default (None) the forward's. `parameter_grads` ({name: array}, C++
+    ApplyOptions::parameter_gradients): where to write those parameters' gradients (each the
+    parameter's shape and the cell's dtype, contiguous, e.g. torch.empty_like of a CUDA
+    parameter); they are returned under "parameters" as given. The CUDA per-channel backward
+    reduces and rounds them on the device straight into CUDA targets: no value crosses the host."""
     if not isinstance(forward, Forward):
         raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
                                 f"(got {type(forward).__name__})")
@@ -360,13 +374,16 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None
                                       stream=_cuda_stream(stream, grad_x, grad_H, x),
                                       allocator=forward._allocator if allocator is None
                                       else _allocator(allocator, grad_x, grad_H, x),
-                                      parameters=_parameter_sources(forward.parameters))
+                                      parameters=_parameter_sources(forward.parameters),
+                                      parameter_gradients=_gradient_targets(parameter_grads))
     small = dict(grads["parameters"])
     if grads["h0"] is not None:
         small[None] = grads["h0"]
     small = _all_on_device_of(x, small)
+    h0_grad = small.pop(None, None)
+    small.update(parameter_grads or {})
     return {"x": grad_x if grad_x is not None else _like(x, grads["x"]),
-            "h0": small.pop(None, None),
+            "h0": h0_grad,
             "parameters": small}
 
 

@@ -311,6 +311,7 @@ def _newton_apply_function(torch):
             # The backward reads the same views: torch refuses it if one was changed in place
             # in between (a saved tensor's version check) instead of differentiating other values.
             ctx.save_for_backward(*parameters)
+            ctx.viewed = set(views or ())  # their gradients are written on the device (backward)
             H = forward.H
             # ctx keeps the forward (H* and W_x x for the backward) but not its output H: an
             # output held by ctx is a reference cycle (H -> grad_fn -> ctx -> H) that keeps a
@@ -324,8 +325,13 @@ def _newton_apply_function(torch):
 
         @staticmethod
         def backward(ctx, grad_H):
-            ctx.saved_tensors  # noqa: B018 (torch's check that no parameter changed since the forward)
-            grads = _pararnn.newton_backward(ctx.forward, grad_H.contiguous())
+            parameters = ctx.saved_tensors  # torch's check that no parameter changed since the forward
+            # A viewed parameter's gradient is reduced and rounded on the device straight into a
+            # fresh tensor of torch's allocator (no host round trip, no wait).
+            targets = {name: torch.empty_like(p, memory_format=torch.contiguous_format)
+                       for i, (name, p) in enumerate(zip(ctx.names, parameters))
+                       if name in ctx.viewed and ctx.needs_input_grad[7 + i]}
+            grads = _pararnn.newton_backward(ctx.forward, grad_H.contiguous(), parameter_grads=targets or None)
 
             def moved(value, like):
                 if value is None or like is None:

@@ -470,11 +470,15 @@ NB_MODULE(_pararnn, m) {
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
            std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
-           std::optional<std::uintptr_t> stream, const PyAllocator* allocator, const ParameterArrays& parameters) {
+           std::optional<std::uintptr_t> stream, const PyAllocator* allocator, const ParameterArrays& parameters,
+           const std::optional<std::map<std::string, OutArray>>& parameter_grads_out) {
           const TensorView xv = view_of(x, "x");
           const TensorView gv = view_of(grad_H, "grad_H");
           const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
+          ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
+          if (parameter_grads_out)
+            for (const auto& [name, array] : *parameter_grads_out)
+              apply.parameter_gradients.emplace(name, view_of(array, fmt::format("parameter_gradients['{}']", name)));
           NewtonGradients grads;
           {
             nb::gil_scoped_release release;
@@ -490,7 +494,8 @@ NB_MODULE(_pararnn, m) {
           return d;
         },
         "cell"_a, "x"_a, "forward"_a, "grad_H"_a, "grad_x"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(),
-        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(), "parameters"_a.none() = nb::none());
+        "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(), "parameters"_a.none() = nb::none(),
+        "parameter_gradients"_a.none() = nb::none());
   m.def("_cuda_reads_parameter_views", [](const PyCell& c) { return cuda_reads_parameter_views(c.cell); }, "cell"_a,
         "Whether a CUDA solve of this cell reads parameters=... views (ApplyOptions::parameters).");
   nb::class_<PyAllocator>(m, "_Allocator")

@@ -378,6 +378,49 @@ class TrainingThroughOurSolver(unittest.TestCase):
             with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation"):
                 H.float().sum().backward()
 
+    def test_a_cuda_backward_writes_the_parameter_gradients_on_the_device(self):
+        # The backward of a CUDA step reduces and rounds every viewed parameter's gradient on the
+        # device straight into the tensor autograd returns (ApplyOptions::parameter_gradients):
+        # no byte crosses to the host and the host reads nothing, with the clamp's mask computed
+        # on the device (weights scaled so that entries are clipped), and the gradients are bit
+        # for bit those of the host path (judge.newton_backward without targets).
+        import pararnn as P
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for cls in (P.ParaGRU, P.ParaLSTM):
+            for dtype in (torch.float32, torch.bfloat16):
+                for scale in (1.0, 6.0):
+                    torch.manual_seed(SEED)
+                    cell = cls(input_size=8, hidden_size=16).to("cuda", dtype)
+                    with torch.no_grad():
+                        for p in cell.parameters():
+                            p.mul_(scale)
+                    x = torch.randn(2, 512, 8, device="cuda", dtype=dtype, requires_grad=True)
+                    cell.zero_grad()
+                    H = pt.newton_apply(cell, x, max_iters=3)
+                    loss = H.float().sum()
+                    torch.cuda.synchronize()
+                    before = judge.cuda_transfers()
+                    loss.backward()
+                    torch.cuda.synchronize()
+                    after = judge.cuda_transfers()
+                    moved = {k: after[k] - before[k] for k in after}
+                    label = (cls.__name__, dtype, scale, moved)
+                    self.assertEqual(moved["to_host"], 0, label)
+                    self.assertEqual(moved["host_reads"], 0, label)
+                    reference = pt.cell_of(cell)
+                    forward = judge.newton_forward(reference, x.detach(), max_iters=3)
+                    grads = judge.newton_backward(forward, torch.ones_like(H, dtype=torch.float32))
+                    clipped = 0
+                    for name, p in cell.named_parameters():
+                        self.assertTrue(torch.equal(p.grad, grads["parameters"][name]), (label, name))
+                        clipped += int((p.grad == 0).sum())
+                    self.assertTrue(torch.equal(x.grad, grads["x"]), label)
+                    if scale > 1:
+                        self.assertGreater(clipped, 0, label)  # the mask was exercised
+
     def test_cuda_memory_comes_from_torchs_caching_allocator(self):
         # After torch's own steps filled its cache, an LSTM f32 K 3 step runs in torch's memory:
         # what the forward keeps for the backward is counted by torch.cuda.memory_allocated(), the

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backends.hpp"
 #include "newton/windows.hpp"
@@ -84,7 +85,7 @@ Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* confi
 // The checks of a caller's output view (the *_into entry points), before any work: the shape and
 // dtype of the result, no two elements at one address, no byte shared with an input.
 void check_output(const TensorView& out, const char* argument, const Shape& shape, DType dtype,
-                  std::initializer_list<std::pair<const char*, const TensorView*>> inputs) {
+                  const std::vector<std::pair<const char*, const TensorView*>>& inputs) {
   if (out.shape() != shape)
     throw ContractViolation(argument, "must have the shape " + shape_string(shape), shape_string(out.shape()));
   if (out.dtype() != dtype)
@@ -203,6 +204,51 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
   return forward;
 }
 
+// ApplyOptions::parameter_gradients (solver.hpp): each target a parameter's shape and the cell's
+// dtype, contiguous, sharing no byte with another target or an input, before any work.
+void check_gradient_targets(const Cell& cell, const TensorView& x, const TensorView& grad_H, const TensorView* grad_x,
+                            const ApplyOptions& options) {
+  const auto& targets = options.parameter_gradients;
+  for (auto it = targets.begin(); it != targets.end(); ++it) {
+    const auto& [name, target] = *it;
+    const std::string argument = fmt::format("parameter_gradients['{}']", name);
+    const auto parameter = cell.parameters().find(name);
+    if (parameter == cell.parameters().end())
+      throw ContractViolation(argument, fmt::format("must name a parameter of the {} cell", cell.name()), name);
+    std::vector<std::pair<const char*, const TensorView*>> inputs{
+        {"x", &x}, {"grad_H", &grad_H}, {"grad_x", grad_x}, {"h0", optional_ptr(options.h0)},
+        {"cu_seqlens", optional_ptr(options.cu_seqlens)}};
+    std::vector<std::string> names;  // kept alive for the pointers below
+    names.reserve(targets.size() + options.parameters.size());
+    for (const auto& [other, view] : options.parameters) {
+      names.push_back(fmt::format("parameters['{}']", other));
+      inputs.emplace_back(names.back().c_str(), &view);
+    }
+    for (auto o = targets.begin(); o != it; ++o) {
+      names.push_back(fmt::format("parameter_gradients['{}']", o->first));
+      inputs.emplace_back(names.back().c_str(), &o->second);
+    }
+    check_output(target, argument.c_str(), parameter->second.shape(), cell.dtype(), inputs);
+    if (!target.is_contiguous())
+      throw ContractViolation(argument, "must be contiguous", "strides " + shape_string(target.strides()));
+  }
+}
+
+// The gradients a row returned on the host for targets it did not write in place go into them;
+// a target no gradient reached is an error, never left holding what it held.
+void deliver_gradient_targets(NewtonGradients& out, const ApplyOptions& options) {
+  for (const auto& [name, target] : options.parameter_gradients) {
+    const std::string argument = fmt::format("parameter_gradients['{}']", name);
+    if (const auto it = out.parameters.find(name); it != out.parameters.end()) {
+      (void)detail::deliver(std::move(it->second), &target, argument.c_str());
+      out.parameters.erase(it);
+      out.written.insert(name);
+    }
+    if (!out.written.count(name))
+      throw Error(fmt::format("newton_backward: no gradient was computed for {}", argument));
+  }
+}
+
 // newton_backward, with ∇x written into *grad_x when given (newton_backward_into).
 NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const NewtonForward& forward,
                               const TensorView& grad_H, const NewtonConfig& config, const ApplyOptions& options,
@@ -214,13 +260,17 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
     check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
+  check_gradient_targets(cell, x, grad_H, grad_x, options);
+  NewtonGradients out;
   if (config.window_len && *config.window_len < plan.layout.time) {
-    NewtonGradients out = detail::windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
+    out = detail::windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
     out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
-    return out;
+  } else {
+    plan.row.require(Capability::training, who);
+    out = plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));
   }
-  plan.row.require(Capability::training, who);
-  return plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));
+  deliver_gradient_targets(out, options);
+  return out;
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <map>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -60,14 +63,107 @@ DeviceBuffer device_h0(const ApplyOptions& options, DType compute) {
 }
 
 template <class T>
-std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what) {
+DeviceBuffer sum_rows_device(const T* rows, std::int64_t count, std::int64_t n, const char* what) {
   DeviceBuffer sum(checked_bytes(n, sizeof(double), what), what);
   PARARNN_CUDA_CHECK(kernels::launch_row_sum<T>({.rows = rows, .out = sum.as<double>(), .count = count, .n = n}, current_stream()));
-  return download_vector<double>(sum, n);
+  return sum;
 }
 
+template <class T>
+std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what) {
+  return download_vector<double>(sum_rows_device(rows, count, n, what), n);
+}
+
+template DeviceBuffer sum_rows_device<float>(const float*, std::int64_t, std::int64_t, const char*);
+template DeviceBuffer sum_rows_device<double>(const double*, std::int64_t, std::int64_t, const char*);
 template std::vector<double> sum_rows_on_device<float>(const float*, std::int64_t, std::int64_t, const char*);
 template std::vector<double> sum_rows_on_device<double>(const double*, std::int64_t, std::int64_t, const char*);
+
+namespace {
+
+// The caller's gradient target for `name` when it lives on the current device (else null: the
+// gradient goes to the host and the caller of the backend writes a host target).
+const TensorView* device_target(const ApplyOptions& options, const std::string& name) {
+  const auto it = options.parameter_gradients.find(name);
+  if (it == options.parameter_gradients.end() || it->second.device() != Device::cuda) return nullptr;
+  int current = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&current));
+  if (it->second.device_id() != current)
+    throw ContractViolation(fmt::format("parameter_gradients['{}']", name),
+                            fmt::format("must be on the solve's device {}", current),
+                            fmt::format("device {}", it->second.device_id()));
+  return &it->second;
+}
+
+}  // namespace
+
+void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name, const Shape& shape,
+                      const DeviceBuffer& sums, NewtonGradients& out) {
+  std::int64_t n = 1;
+  for (const std::int64_t extent : shape) n *= extent;
+  if (const TensorView* target = device_target(options, name)) {
+    const kernels::GradientStoreArgs a{.src = sums.as<double>(), .dst = target->data(),
+                                       .dst_type = store_type(cell.dtype()), .n = n};
+    PARARNN_CUDA_CHECK(kernels::launch_gradient_store(a, current_stream()));
+    out.written.insert(name);
+    return;
+  }
+  out.parameters.emplace(name, gradient_tensor(cell, shape, download_vector<double>(sums, n)));
+}
+
+void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, const DeviceBuffer& sums,
+                                 NewtonGradients& out) {
+  const std::int64_t D = cell.d_h();
+  const auto cap = cell.max_recurrent_norm();
+  const auto& entries = cell.spec().recurrent;
+  const std::size_t element = dtype_size(cell.dtype());
+  bool any_on_host = false;
+  std::map<std::string, Tensor> raw;  // the host path's clamp mask source where a view was read
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const std::string name(entries[k].tensor);
+    if (device_target(options, name)) continue;
+    any_on_host = true;
+    if (cap && options.parameters.count(name) && !raw.count(name))
+      raw.emplace(name, host_copy(parameter_view(cell, options, name), "a recurrent parameter"));
+  }
+  if (any_on_host) {
+    std::map<std::string, Tensor> host =
+        recurrent_gradients(cell, download_vector<double>(sums, static_cast<std::int64_t>(entries.size()) * D), raw);
+    for (auto& [name, tensor] : host)
+      if (!device_target(options, name)) out.parameters.emplace(name, std::move(tensor));
+  }
+  std::map<std::string, DeviceBuffer> raw_uploads;  // the Cell's values for a mask without a view
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const std::string name(entries[k].tensor);
+    const TensorView* target = device_target(options, name);
+    if (!target) continue;
+    if (!out.written.count(name)) {  // positions no entry fills hold +0, as on the host
+      if (target->numel() > 0)
+        PARARNN_CUDA_CHECK(cudaMemsetAsync(target->data(), 0, static_cast<std::size_t>(target->numel()) * element,
+                                           current_stream()));
+      out.written.insert(name);
+    }
+    const std::int64_t first = entries[k].row < 0 ? 0 : entries[k].row * D;
+    const void* raw_values = nullptr;
+    if (cap) {
+      const TensorView view = parameter_view(cell, options, name);
+      if (view.device() == Device::cuda) {
+        raw_values = view.data();
+      } else {
+        auto [it, fresh] = raw_uploads.try_emplace(name);
+        if (fresh) it->second = upload_new(cell.parameter(name).data(), cell.parameter(name).nbytes(), "a recurrent parameter");
+        raw_values = it->second.get();
+      }
+      raw_values = static_cast<const std::byte*>(raw_values) + static_cast<std::size_t>(first) * element;
+    }
+    const kernels::GradientStoreArgs a{
+        .src = sums.as<double>() + static_cast<std::int64_t>(k) * D,
+        .dst = static_cast<std::byte*>(target->data()) + static_cast<std::size_t>(first) * element,
+        .dst_type = store_type(cell.dtype()), .n = D, .raw = raw_values, .raw_type = store_type(cell.dtype()),
+        .cap = cap ? *cap : 0.0};
+    PARARNN_CUDA_CHECK(kernels::launch_gradient_store(a, current_stream()));
+  }
+}
 
 namespace {
 
@@ -186,11 +282,11 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
     DeviceBuffer db(checked_bytes(B * b.rows, sizeof(float), "∇b per row"), "∇b per row");
     gemm_batched<float>(CUBLAS_OP_N, CUBLAS_OP_T, 1, b.rows, T, ones.as<float>(), 1, 0, d_wx + b.column, width,
                         T * width, 0.0f, db.as<float>(), 1, b.rows, B);
-    const std::vector<double> dW_sum =
-        sum_rows_on_device(b.dW.as<float>(), b.rows > 0 ? groups * n_pairs : 0, b.rows * b.inputs, "∇W");
-    const std::vector<double> db_sum = sum_rows_on_device(db.as<float>(), B, b.rows, "∇b");
-    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {b.rows, b.inputs}, dW_sum));
-    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {b.rows}, db_sum));
+    deliver_gradient(cell, options, std::string(block.weight), {b.rows, b.inputs},
+                     sum_rows_device(b.dW.as<float>(), b.rows > 0 ? groups * n_pairs : 0, b.rows * b.inputs, "∇W"),
+                     out);
+    deliver_gradient(cell, options, std::string(block.bias), {b.rows}, sum_rows_device(db.as<float>(), B, b.rows, "∇b"),
+                     out);
   }
 }
 
@@ -230,10 +326,10 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorV
                            T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, static_cast<const ComputeT*>(W_compute), inputs, 0,
                            dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
-    const std::vector<double> dW_sum = sum_rows_on_device(dW.as<ComputeT>(), B, rows * inputs, "∇W");
-    const std::vector<double> db_sum = sum_rows_on_device(db.as<ComputeT>(), B, rows, "∇b");
-    out.parameters.emplace(std::string(block.weight), gradient_tensor(cell, {rows, inputs}, dW_sum));
-    out.parameters.emplace(std::string(block.bias), gradient_tensor(cell, {rows}, db_sum));
+    deliver_gradient(cell, options, std::string(block.weight), {rows, inputs},
+                     sum_rows_device(dW.as<ComputeT>(), B, rows * inputs, "∇W"), out);
+    deliver_gradient(cell, options, std::string(block.bias), {rows}, sum_rows_device(db.as<ComputeT>(), B, rows, "∇b"),
+                     out);
   }
 }
 

@@ -85,17 +85,10 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   mu = DeviceBuffer();
 
   NewtonGradients out;
-  // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order.
-  // The clamp mask (with a cap) reads the raw values the solve read: a viewed recurrent tensor's
-  // are downloaded (O(parameters) bytes, beside the gradients' own download).
-  std::map<std::string, Tensor> raw;
-  for (const RecurrentEntry& e : cell.spec().recurrent) {
-    const std::string name(e.tensor);
-    if (cell.max_recurrent_norm() && options.parameters.count(name) && !raw.count(name))
-      raw.emplace(name, host_copy(parameter_view(cell, options, name), "a recurrent parameter"));
-  }
-  out.parameters = recurrent_gradients(cell, sum_rows_on_device(partials.as<double>(), B * chunks, R * D,
-                                                                  "recurrent gradients"), raw);
+  // Recurrent entries: per (entry, channel), Σ over batch rows and chunks in a fixed order; the
+  // clamp mask from the raw values the solve read; into the caller's device targets in place.
+  deliver_recurrent_gradients(cell, options, sum_rows_device(partials.as<double>(), B * chunks, R * D, "recurrent gradients"),
+                              out);
 
   // Input affines (runtime.hpp): ∇W, ∇b into out.parameters, ∇x on the device (into grad_x itself
   // when it is a contiguous compute-type device view: no copy).

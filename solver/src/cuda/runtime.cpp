@@ -220,7 +220,6 @@ const void* contiguous_on_device(const TensorView& view, DeviceBuffer& holder, c
   return holder.get();
 }
 
-namespace {
 kernels::StoreType store_type(DType d) {
   switch (d) {
     case DType::f64: return kernels::StoreType::f64;
@@ -231,7 +230,6 @@ kernels::StoreType store_type(DType d) {
   }
   throw ContractViolation("dtype", "must be one of f64, f32, f16, bf16", dtype_name(d));
 }
-}  // namespace
 
 const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& holder, const char* what) {
   if (view.dtype() == dtype) return contiguous_on_device(view, holder, what);

@@ -44,6 +44,7 @@
 #include "pararnn/kernels/launch.hpp"
 #include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/scan.hpp"
+#include "pararnn/kernels/strided_copy.hpp"
 #include "pararnn/solver/training.hpp"
 
 namespace pararnn::detail::cuda {
@@ -208,6 +209,8 @@ const void* on_device_as(const TensorView& view, DType dtype, DeviceBuffer& hold
 // else the Cell's host tensor); a view on another device than the current one (the solve's) is
 // refused, ContractViolation naming "parameters['name']".
 TensorView parameter_view(const Cell& cell, const ApplyOptions& options, const std::string& name);
+// A floating dtype as the kernels' element type (ContractViolation for another).
+kernels::StoreType store_type(DType dtype);
 // Cell::channel_values' array (R rows of d_h: the recurrent entries clamped to the cap, then the
 // constants) in `compute` on the device, bit for bit the host's: the Cell's values, one upload;
 // each entry whose tensor ApplyOptions::parameters views is then overwritten on the device from
@@ -450,6 +453,24 @@ std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
 // (kernels/row_sum.hpp), downloaded: how the backward reduces its per-row parameter partials.
 template <class T>
 std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
+// The same sums left on the device: n doubles.
+template <class T>
+DeviceBuffer sum_rows_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
+
+// A parameter's gradient, summed in double on the device (`sums`, the parameter's shape
+// row-major), delivered: into the caller's target (ApplyOptions::parameter_gradients[name]) when
+// that is on the current device, by kernels::launch_gradient_store (the host's rounding, bit for
+// bit; nothing crosses and nothing waits) and `name` recorded in out.written; else downloaded
+// and rounded on the host into out.parameters[name] (solve_newton's caller then writes a host
+// target).
+void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name, const Shape& shape,
+                      const DeviceBuffer& sums, NewtonGradients& out);
+// The recurrent entries' gradients from their sums on the device ([R][d_h] doubles in the order
+// of cell.spec().recurrent), zero where the clamp clipped the raw value the solve read (the mask
+// of backends.hpp's recurrent_gradients, from the caller's view or the Cell's value), delivered
+// as deliver_gradient does, one tensor at a time.
+void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, const DeviceBuffer& sums,
+                                 NewtonGradients& out);
 
 // The input affines' backward on the device, every block of cell.spec().affine at its columns
 // of d_wx ([b][t][gate_width(cell)], compute type; x as the caller gave it, on any device or the

@@ -71,6 +71,17 @@ struct ApplyOptions {
   // matrix-state families, sequential_apply) refuses views with UnsupportedPath. The same views
   // must be given to newton_backward as to its newton_forward (their values unchanged between).
   std::map<std::string, TensorView> parameters;
+  // Where newton_backward (and newton_backward_into) write parameter gradients, by the Cell's
+  // names (e.g. fresh torch CUDA tensors an autograd backward returns): each view must name a
+  // parameter of the cell, have its shape and the cell's dtype, be contiguous, on the host or
+  // the solve's CUDA device, and share no byte with another target, x, grad_H, grad_x, h0,
+  // cu_seqlens or a parameters view; else ContractViolation naming "parameter_gradients['name']"
+  // before any work. The gradient has the bits NewtonGradients::parameters would hold; the
+  // name is then in NewtonGradients::written and not in ::parameters. The CUDA per-channel
+  // backward reduces and rounds it on the device straight into a device target (no value
+  // crosses the host, no wait); every other path writes its host gradient into the target.
+  // Ignored by the forward and the solves.
+  std::map<std::string, TensorView> parameter_gradients;
 };
 
 // Whether a CUDA solve of `cell` reads ApplyOptions::parameters (the per-channel cells with CUDA

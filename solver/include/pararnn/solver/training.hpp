@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "pararnn/solver/solver.hpp"
@@ -52,10 +53,13 @@ struct NewtonForward {
   std::size_t saved_bytes() const { return saved_trajectory ? saved_trajectory->bytes() : 0; }
 };
 
+// `parameters` holds every parameter's gradient except those written into the caller's views
+// ApplyOptions::parameter_gradients, whose names are in `written` (solver.hpp).
 struct NewtonGradients {
   Tensor x;                                  // (B, T, d_in), storage dtype
   std::optional<Tensor> h0;                  // the shape of the given h0 (absent without h0)
   std::map<std::string, Tensor> parameters;  // state_dict name -> gradient, storage dtype
+  std::set<std::string> written;             // names whose gradient is in parameter_gradients
 };
 
 [[nodiscard]] NewtonForward newton_forward(const Cell& cell, const TensorView& x,
