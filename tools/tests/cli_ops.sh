@@ -194,6 +194,30 @@ for bad, needle in [({"op": "gla"}, "metadata 'op'"), (dict(meta, op="ssd"), "ch
     except adapter.Refused as e:
         assert needle in str(e), (needle, str(e))
 PY
+  # Without the CUDA extension (mamba_ssm/__init__.py imports selective_scan_cuda at its top), the
+  # Triton SSD module is imported without the package's __init__.py; selective_scan's is not.
+  fake="$work/fake-site"
+  mkdir -p "$fake/mamba_ssm/ops/triton" "$fake/mamba_ssm/utils"
+  printf '__version__ = "9.9.9"\nimport selective_scan_cuda\n' > "$fake/mamba_ssm/__init__.py"
+  : > "$fake/mamba_ssm/ops/__init__.py"; : > "$fake/mamba_ssm/ops/triton/__init__.py"; : > "$fake/mamba_ssm/utils/__init__.py"
+  printf 'CHUNK = 256\n' > "$fake/mamba_ssm/utils/helpers.py"
+  printf 'from mamba_ssm.utils.helpers import CHUNK\ndef mamba_chunk_scan_combined():\n    return CHUNK\n' \
+    > "$fake/mamba_ssm/ops/triton/ssd_combined.py"
+  printf 'import selective_scan_cuda\n' > "$fake/mamba_ssm/ops/selective_scan_interface.py"
+  PYTHONPATH="$fake" python3 -B - "$source_dir/python/pararnn_judge/solvers" <<'PY' || fail "mamba import without __init__"
+import sys
+sys.path.insert(0, sys.argv[1])
+import mamba as adapter
+assert adapter.import_library("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined() == 256
+try:
+    adapter.import_library("mamba_ssm.ops.selective_scan_interface")
+    raise SystemExit("selective_scan imported without its extension")
+except ImportError as e:
+    assert "selective_scan_cuda" in str(e), e
+assert adapter.version_line().startswith("mamba-ssm 9.9.9 (source files"), adapter.version_line()
+PY
+  PYTHONPATH="$fake" expect_rc 0 python3 -B "$mamba" --version
+  says "mamba-ssm 9.9.9"
   ;;
 campaign_keeps_references_confirms_and_bundles)
   # --confirm: a kept row (not Agree) also keeps the oracle's and the floor's outputs, and the
