@@ -7,26 +7,42 @@
 # is init | h0 | packed (3 sequences, h0) | hard (log decays near 0: decays near 1) | keys (large
 # keys: x8, l2-normalised in the kernel for the delta rules). Long T (>= 16384) run init and hard only.
 # Ops: fla's six and mamba-ssm's selective_scan (head dim = state size, V = 1; no h0 or packed rows)
-# and ssd (packed rows without h0).
+# and ssd (packed rows without h0). Order: T, then class, then op, mode, dtype, head dim, so that a
+# --budget cut leaves every op, mode and dtype its init row before any gets its h0 row.
 #
 # Usage: scripts/ops-campaign.sh PARARNN OUT 'SOLVER {case} {out}' [--quick] [--long] [--ops a,b]
 #            [--modes chunk,fused_recurrent] [--dtypes bf16,f16,f32] [--T 1024,4096] [--dims 64,128]
-#            [--budget SECONDS] [--solver-timeout SECONDS] [--certify-budget N] [--gradients]
+#            [--classes init,h0,packed,hard,keys] [--budget SECONDS] [--solver-timeout SECONDS]
+#            [--certify-budget N] [--gradients] [--keep-outputs]
+#            [--confirm 'CMD {case} {answer} {oracle} {floor} {rtol}'] [--bundle FILE [--bundle-mib N]]
 #   --quick: T 64,256, dims 16, H 2 (a CPU check of the plan with the reference adapter)
 #   --certify-budget: passed to pararnn compare (the float128 certification's chain-steps, a step
 #            counting K·V/64; default 4e6 = all chains of a small case, a prefix of one at T 65536)
 #   --long:  adds T 131072 to the ladder (memory: the oracle lifts the inputs to f64, ~1.3 GB per
 #            65536 steps at H 4, K = V = 128)
-# Writes OUT/summary.tsv (one line per row: id, verdict or Error, exit code, seconds, reason) and,
-# for every row that is not Agree, OUT/rows/<id>/ with the case, the answer, compare.json and the
-# solver's stderr (a bundle to attach to a bug). Exit 0 when every row Agrees, 1 otherwise.
+#   --keep-outputs: a kept row (not Agree, with an answer) also keeps oracle.safetensors (`pararnn
+#            oracle`, f64, certified as compare's) and floor.safetensors (`pararnn solve`: the
+#            same-dtype loop), the two references compare judged the answer against
+#   --confirm: implies --keep-outputs; on every kept row with both, runs CMD (no shell, the
+#            solver's timeout; {rtol} is the op tau's rtol from compare.json), writes its output
+#            to confirm.txt and to the summary's confirm column. A check independent of our
+#            oracle: its result never changes the verdict or the exit status
+#   --bundle: packs OUT/rows into FILE (tar.xz; a bundle.txt inside lists what is in and what
+#            was left out) within N MiB of files before compression (default 15): first every
+#            kept row's small files (compare.json, compare.txt, confirm.txt, logs), then the
+#            cases and answers, then the oracle and floor outputs, each row whole or not at all
+# Writes OUT/summary.tsv (one line per row: id, verdict or Error, exit code, seconds, reason,
+# confirm: "-" where none ran) and, for every row that is not Agree, OUT/rows/<id>/ with the case,
+# the answer, compare.json and the solver's stderr (a bundle to attach to a bug). Exit 0 when every
+# row Agrees, 1 otherwise.
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n 2,20p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,38p "$0" >&2; exit 2; }
 cli=$1 out=$2 solver=$3
 shift 3
 ops=gla,simple_gla,delta_rule,gated_delta_rule,dplr_delta_rule,rwkv7  # --ops selective_scan,ssd for mamba-ssm
 modes=chunk,fused_recurrent dtypes=bf16,f16,f32 times=1024,4096,16384,65536 dims=64,128 heads=4 batch=1
-budget=0 timeout_s=600 certify=() gradients=0
+budget=0 timeout_s=600 certify=() gradients=0 classes_asked=init,h0,packed,hard,keys
+keep_outputs=0 confirm= bundle= bundle_mib=15
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) times=64,256 dims=16 heads=2 batch=2; shift ;;
@@ -40,13 +56,24 @@ while [ $# -gt 0 ]; do
     --solver-timeout) timeout_s=$2; shift 2 ;;
     --certify-budget) certify=(--certify-budget "$2"); shift 2 ;;
     --gradients) gradients=1; shift ;;
+    --classes) classes_asked=$2; shift 2 ;;
+    --keep-outputs) keep_outputs=1; shift ;;
+    --confirm) confirm=$2 keep_outputs=1; shift 2 ;;
+    --bundle) bundle=$2; shift 2 ;;
+    --bundle-mib) bundle_mib=$2; shift 2 ;;
     *) echo "ops-campaign: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 case $solver in *"{case}"*"{out}"*) ;; *) echo "ops-campaign: SOLVER must contain {case} and {out}" >&2; exit 2 ;; esac
+if [ -n "$confirm" ]; then
+  case $confirm in *"{case}"*"{answer}"*"{oracle}"*"{floor}"*"{rtol}"*) ;;
+    *) echo "ops-campaign: --confirm must contain {case} {answer} {oracle} {floor} {rtol} (in that order)" >&2; exit 2 ;;
+  esac
+fi
+case $bundle_mib in ''|*[!0-9]*) echo "ops-campaign: --bundle-mib must be a whole number (got '$bundle_mib')" >&2; exit 2 ;; esac
 mkdir -p "$out/rows" || exit 2
 summary=$out/summary.tsv
-printf 'id\tverdict\texit\tseconds\treason\n' > "$summary"
+printf 'id\tverdict\texit\tseconds\treason\tconfirm\n' > "$summary"
 start=$SECONDS
 all_agree=1
 IFS=, read -r -a op_list <<<"$ops"
@@ -54,20 +81,52 @@ IFS=, read -r -a mode_list <<<"$modes"
 IFS=, read -r -a dtype_list <<<"$dtypes"
 IFS=, read -r -a time_list <<<"$times"
 IFS=, read -r -a dim_list <<<"$dims"
+IFS=, read -r -a class_list <<<"$classes_asked"
+for class in "${class_list[@]}"; do
+  case $class in init|h0|packed|hard|keys) ;;
+    *) echo "ops-campaign: --classes: '$class' is not one of init, h0, packed, hard, keys" >&2; exit 2 ;;
+  esac
+done
+one_line() { tr '\t\n' '  ' | sed 's/  *$//'; }
+# The references compare judged the answer against, kept beside it; then the independent check.
+# Prints the summary's confirm column.
+keep_and_confirm() {  # keep_and_confirm WORK
+  local work=$1 rtol words cmd code t0=$SECONDS
+  "$cli" oracle "$work/case.safetensors" --out "$work/oracle.safetensors" "${certify[@]}" > "$work/oracle.log" 2>&1 ||
+    rm -f "$work/oracle.safetensors"
+  "$cli" solve "$work/case.safetensors" --out "$work/floor.safetensors" > "$work/floor.log" 2>&1 ||
+    rm -f "$work/floor.safetensors"
+  [ -n "$confirm" ] || { printf -- '-'; return; }
+  if [ ! -f "$work/oracle.safetensors" ]; then printf 'not run: no oracle: %s' "$(tail -1 "$work/oracle.log" | one_line)"; return; fi
+  if [ ! -f "$work/floor.safetensors" ]; then printf 'not run: no floor: %s' "$(tail -1 "$work/floor.log" | one_line)"; return; fi
+  rtol=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tau']['rtol'])" "$work/compare.json" 2>/dev/null) ||
+    { printf 'not run: compare.json has no tau rtol'; return; }
+  cmd=${confirm//\{case\}/$work/case.safetensors}
+  cmd=${cmd//\{answer\}/$work/answer.safetensors}
+  cmd=${cmd//\{oracle\}/$work/oracle.safetensors}
+  cmd=${cmd//\{floor\}/$work/floor.safetensors}
+  cmd=${cmd//\{rtol\}/$rtol}
+  read -r -a words <<<"$cmd"
+  timeout -k 10 "$timeout_s" "${words[@]}" < /dev/null > "$work/confirm.txt" 2>&1
+  code=$?
+  printf 'confirm exit %s (%s s): %s' "$code" "$((SECONDS - t0))" "$(tail -c 1500 "$work/confirm.txt" | one_line)"
+}
 for T in "${time_list[@]}"; do
-  classes=(init h0 packed hard keys)
-  [ "$T" -ge 16384 ] && classes=(init hard)
-  for op in "${op_list[@]}"; do for mode in "${mode_list[@]}"; do for dtype in "${dtype_list[@]}"; do
-  for d in "${dim_list[@]}"; do for class in "${classes[@]}"; do
+  classes=("${class_list[@]}")
+  if [ "$T" -ge 16384 ]; then
+    classes=(); for class in "${class_list[@]}"; do case $class in init|hard) classes+=("$class") ;; esac; done
+  fi
+  for class in "${classes[@]}"; do for op in "${op_list[@]}"; do for mode in "${mode_list[@]}"; do
+  for dtype in "${dtype_list[@]}"; do for d in "${dim_list[@]}"; do
     if [ "$budget" -gt 0 ] && [ $((SECONDS - start)) -ge "$budget" ]; then
       echo "ops-campaign: budget of ${budget}s spent; rows not started are not in the summary" >&2
       break 6
     fi
     id=$op.$mode.$dtype.T$T.d$d.$class
-    work=$(mktemp -d "$out/.row-XXXXXX")
     # What an op cannot take is not a row: selective_scan has no initial state and no packing
     # (its state is K = d values a channel, V = 1); ssd's packed rows start from zeros.
-    if [ "$op" = selective_scan ] && { [ "$class" = h0 ] || [ "$class" = packed ]; }; then rm -rf "$work"; continue; fi
+    if [ "$op" = selective_scan ] && { [ "$class" = h0 ] || [ "$class" = packed ]; }; then continue; fi
+    work=$(mktemp -d "$out/.row-XXXXXX")
     args=(--op "$op" --variant "$mode" --dtype "$dtype" --time "$T" --n-heads "$heads" --k-dim "$d" --seed 1)
     [ "$op" = selective_scan ] || args+=(--v-dim "$d")
     [ "$class" = packed ] || args+=(--batch "$batch")
@@ -79,7 +138,7 @@ for T in "${time_list[@]}"; do
       keys) args+=(--key-scale 8); case $op in delta_rule|gated_delta_rule) args+=(--qk-l2norm) ;; esac ;;
     esac
     t0=$SECONDS
-    verdict=Error code=- reason=
+    verdict=Error code=- reason= judged=0
     if ! "$cli" make-case "${args[@]}" --out "$work/case.safetensors" > "$work/make.log" 2>&1; then
       reason="make-case: $(tail -1 "$work/make.log")"
     else
@@ -97,6 +156,7 @@ for T in "${time_list[@]}"; do
         "$cli" compare "$work/case.safetensors" --trajectory "$work/answer.safetensors" --json "$work/compare.json" \
           "${certify[@]}" > "$work/compare.txt" 2>&1
         code=$?
+        judged=1
         verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/compare.json" 2>/dev/null || echo Error)
         # The verdict's first words and its last (the oracle's certification, the gradients judged).
         reason=$(if [ "$(wc -c < "$work/compare.txt")" -le 700 ]; then cat "$work/compare.txt"
@@ -104,8 +164,13 @@ for T in "${time_list[@]}"; do
                  tr '\t\n' '  ')
       fi
     fi
-    printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$verdict" "$code" "$((SECONDS - t0))" "$reason" >> "$summary"
-    echo "$id: $verdict ($((SECONDS - t0)) s)"
+    seconds=$((SECONDS - t0))
+    confirmed=-
+    if [ "$verdict" != Agree ] && [ $judged -eq 1 ] && [ $keep_outputs -eq 1 ]; then
+      confirmed=$(keep_and_confirm "$work")
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$verdict" "$code" "$seconds" "$reason" "$confirmed" >> "$summary"
+    if [ "$confirmed" = - ]; then echo "$id: $verdict ($seconds s)"; else echo "$id: $verdict ($seconds s); $confirmed"; fi
     if [ "$verdict" = Agree ]; then
       rm -rf "$work"
     else
@@ -114,4 +179,8 @@ for T in "${time_list[@]}"; do
     fi
   done; done; done; done; done
 done
+if [ -n "$bundle" ]; then
+  python3 "$(dirname "$0")/ops-bundle.py" "$out" "$bundle" --mib "$bundle_mib" ||
+    echo "ops-campaign: --bundle $bundle: not written (the rows stay in $out/rows)" >&2
+fi
 [ $all_agree -eq 1 ] && exit 0 || exit 1

@@ -1,14 +1,30 @@
 #!/usr/bin/env python3
-"""An op finding confirmed without our oracle (issue 56): fla's own naive recurrent reference
-(fla.ops.gla.naive.naive_recurrent_gla), run in f64 on a GLA case's inputs, against fla's answer
-and against `pararnn oracle`'s output. Prints, for o: max |oracle - naive f64| (how far our oracle
-is from the library's own reference), and for the answer and the same-dtype floor each, the
-largest error against the naive f64 reference and how many values lie outside the case's tau
-(rtol * max(|ref|, RMS(ref)), the rule of docs/ops/README.md) measured against that reference.
-The naive reference is run in f64 by making its `.float()` calls `.double()` for the call.
+"""An op finding confirmed without our oracle (issue 56): fla's own naive recurrent reference, run
+in f64 on an op case's inputs, against fla's answer, against `pararnn oracle`'s output and against
+the same-dtype floor (`pararnn solve`). For each output (o, final_state) it prints how far our
+oracle is from the library's own reference, and for the answer and the floor each, the largest
+error against that reference and how many values lie outside the case's tau measured against it
+(rtol * max(|ref|, RMS(ref)), the rule of docs/ops/README.md).
 
-Usage: scripts/ops-confirm-fla.py CASE ANSWER ORACLE FLOOR RTOL   (on a machine with torch and fla)
-Exit 0 when it ran (the numbers are the result), 2 on bad usage or an unsupported case.
+Usage: scripts/ops-confirm-fla.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda]
+       (on a machine with torch and fla; the references run on the CPU unless --device cuda)
+
+fla's naive references (flash-linear-attention 0.6.0), each called with the case's tensors:
+  gla               fla.ops.gla.naive.naive_recurrent_gla(q, k, v, gk=g, initial_state, ...)
+                    (its scale is K^-0.5, fixed)
+  simple_gla        fla.ops.simple_gla.naive.naive_recurrent_simple_gla(q, k, v, g, scale, ...)
+  delta_rule        fla.ops.delta_rule.naive.delta_rule_recurrence(q, k, v, beta, ...) in its
+                    [B, H, T, ...] layout (its scale is K^-0.5, fixed)
+  gated_delta_rule  fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule(q, k, v, beta,
+                    g, scale, ...)
+They compute in f32 (`.float()`, `.to(torch.float32)`); for the call, Tensor.float returns
+.double() and Tensor.to maps float32 to float64, and the outputs are checked to be f64. A packed
+case (cu_seqlens) runs each sequence alone from its own initial_state.
+Refused before importing torch (exit 2, naming the argument): another op, qk l2-normalisation in
+the kernel (no naive reference takes it), a scale other than K^-0.5 where the reference fixes it,
+an f64 initial_state for gla (its reference holds the state in f32 before the first step).
+Exit 0 when it ran (the numbers are the result, never a verdict), 2 on bad usage or a case it
+cannot confirm, 3 without torch or fla.
 """
 import importlib.util
 import os
@@ -21,38 +37,129 @@ _spec = importlib.util.spec_from_file_location(
 adapter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(adapter)
 
+# op -> (module, function, the inputs in its positional order, whether it takes scale,
+#        whether it wants the [B, H, T, ...] layout)
+REFERENCES = {
+    "gla": ("fla.ops.gla.naive", "naive_recurrent_gla", ("q", "k", "v", "g"), False, False),
+    "simple_gla": ("fla.ops.simple_gla.naive", "naive_recurrent_simple_gla", ("q", "k", "v", "g"), True, False),
+    "delta_rule": ("fla.ops.delta_rule.naive", "delta_rule_recurrence", ("q", "k", "v", "beta"), False, True),
+    "gated_delta_rule": ("fla.ops.gated_delta_rule.naive", "naive_recurrent_gated_delta_rule",
+                         ("q", "k", "v", "beta", "g"), True, False),
+}
+
+
+class Unsupported(Exception):
+    """A case the naive references cannot confirm, named."""
+
+
+def plan(metadata, headers):
+    """The reference call a case asks for, without importing torch (tested without it)."""
+    op = metadata.get("op")
+    if op not in REFERENCES:
+        raise Unsupported(f"metadata 'op': fla's naive references are confirmed for {', '.join(REFERENCES)} (got {op!r})")
+    module, function, inputs, takes_scale, head_first = REFERENCES[op]
+    for name in inputs:
+        if name not in headers:
+            raise Unsupported(f"tensor '{name}': required by {function} (absent)")
+    if metadata.get("use_qk_l2norm_in_kernel", "False") in ("True", "true", "1"):
+        raise Unsupported(f"metadata 'use_qk_l2norm_in_kernel': {function} takes no qk l2-normalisation (got True)")
+    k_dim = headers["q"][1][-1]
+    default = k_dim ** -0.5
+    scale = metadata.get("scale", "None")
+    scale = default if scale in adapter.ABSENT else float(scale)
+    if not takes_scale and abs(scale - default) > 1e-12 * default:
+        raise Unsupported(f"metadata 'scale': {function} fixes the scale at K^-0.5 = {default:.6g} (got {scale!r})")
+    if op == "gla" and headers.get("initial_state", ("F32",))[0] == "F64":
+        raise Unsupported("tensor 'initial_state': naive_recurrent_gla holds it in f32 before the first step (got F64)")
+    return {"module": module, "function": function, "inputs": inputs, "scale": scale if takes_scale else None,
+            "head_first": head_first, "op": op}
+
+
+def reference_in_f64(torch, call, case, device):
+    """(o [B, T, H, V], final_state [N, H, K, V]) of fla's naive reference in f64."""
+    import importlib
+    function = getattr(importlib.import_module(call["module"]), call["function"])
+    float_, to = torch.Tensor.float, torch.Tensor.to
+
+    def to_f64(self, *args, **kwargs):
+        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        if kwargs.get("dtype") is torch.float32:
+            kwargs["dtype"] = torch.float64
+        return to(self, *args, **kwargs)
+
+    tensors = {n: case[n].double().to(device) for n in call["inputs"]}
+    h0 = case.get("initial_state")
+    cu = case.get("cu_seqlens")
+    bounds = [(0, tensors["q"].shape[1])] if cu is None else list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    outputs, states = [], []
+    torch.Tensor.float, torch.Tensor.to = lambda self: self.double(), to_f64
+    try:
+        for n, (begin, end) in enumerate(bounds):
+            args = [tensors[name][:, begin:end] for name in call["inputs"]]
+            if call["head_first"]:
+                args = [a.transpose(1, 2).contiguous() for a in args]
+            kwargs = {"output_final_state": True}
+            if h0 is not None:
+                kwargs["initial_state"] = h0.double().to(device)[n:n + 1] if cu is not None else h0.double().to(device)
+            if call["scale"] is not None:
+                kwargs["scale"] = call["scale"]
+            o, state = function(*args, **kwargs)
+            if call["head_first"]:
+                o = o.transpose(1, 2)
+            outputs.append(o)
+            states.append(state)
+    finally:
+        torch.Tensor.float, torch.Tensor.to = float_, to
+    o, state = torch.cat(outputs, 1), torch.cat(states, 0)
+    if o.dtype != torch.float64 or state.dtype != torch.float64:
+        raise RuntimeError(f"{call['function']} did not run in f64 (o {o.dtype}, final state {state.dtype})")
+    return o.cpu(), state.cpu()
+
 
 def main(argv):
-    if len(argv) != 6:
+    args = list(argv[1:])
+    device = "cpu"
+    if "--device" in args:
+        i = args.index("--device")
+        device = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
+    if len(args) != 5 or device not in ("cpu", "cuda"):
         print(__doc__, file=sys.stderr)
         return 2
-    import torch
-    from fla.ops.gla.naive import naive_recurrent_gla
-    case, answer, oracle, floor = (adapter.read_tensors(torch, p) for p in argv[1:5])
-    rtol = float(argv[5])
-    _, metadata = adapter.read_header(argv[1])
-    if metadata.get("op") != "gla" or "cu_seqlens" in case:
-        print("ops-confirm-fla: a gla case without cu_seqlens only", file=sys.stderr)
-        return 2
-    original = torch.Tensor.float
-    torch.Tensor.float = lambda self: self.double()
+    case_path, answer_path, oracle_path, floor_path, rtol = args
     try:
-        args = [case[n].double().cuda() for n in ("q", "k", "v", "g")]
-        h0 = case.get("initial_state")
-        ref, _ = naive_recurrent_gla(*args, initial_state=None if h0 is None else h0.double().cuda(),
-                                     output_final_state=True)
-    finally:
-        torch.Tensor.float = original
-    ref = ref.double().cpu()
-    scale = torch.maximum(ref.abs(), ref.pow(2).mean().sqrt())
-    print(f"o: oracle vs fla's naive reference in f64: max |diff| {(oracle['o'].double() - ref).abs().max().item():.3e}")
-    for name, result in (("answer", answer), ("floor", floor)):
-        err = (result["o"].double() - ref).abs()
-        outside = int((err > rtol * scale).sum().item())
-        print(f"o: {name} vs the naive f64 reference: max error {err.max().item():.3e}, "
-              f"{outside} of {err.numel()} values outside tau (rtol {rtol})")
+        rtol = float(rtol)
+        headers, metadata = adapter.read_header(case_path)
+        call = plan(metadata, headers)
+    except (ValueError, Unsupported, adapter.Refused) as e:
+        print(f"ops-confirm-fla: {e}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+        import fla  # noqa: F401 (the library, not the adapter: this folder is not on sys.path)
+    except ImportError as e:
+        print(f"ops-confirm-fla: needs torch and flash-linear-attention: {e}", file=sys.stderr)
+        return 3
+    case, answer, oracle, floor = (adapter.read_tensors(torch, p) for p in (case_path, answer_path, oracle_path, floor_path))
+    ref = dict(zip(("o", "final_state"), reference_in_f64(torch, call, case, device)))
+    packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
+    print(f"{call['module']}.{call['function']} in f64 on {device}{packed}")
+    for name, expected in ref.items():
+        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
+        if name in oracle:
+            print(f"{name}: oracle vs fla's naive reference in f64: max |diff| "
+                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
+        for label, result in (("answer", answer), ("floor", floor)):
+            if name not in result:
+                print(f"{name}: {label}: absent")
+                continue
+            err = (result[name].double() - expected).abs()
+            outside = int((err > rtol * scale).sum().item())
+            print(f"{name}: {label} vs the naive f64 reference: max error {err.max().item():.3e}, "
+                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
     return 0
 
 
 if __name__ == "__main__":
+    # This folder (scripts/) holds no fla.py; the adapter is loaded by path above.
     sys.exit(main(sys.argv))

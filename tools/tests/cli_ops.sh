@@ -194,6 +194,107 @@ for bad, needle in [({"op": "gla"}, "metadata 'op'"), (dict(meta, op="ssd"), "ch
     except adapter.Refused as e:
         assert needle in str(e), (needle, str(e))
 PY
+  # Without the CUDA extension (mamba_ssm/__init__.py imports selective_scan_cuda at its top), the
+  # Triton SSD module is imported without the package's __init__.py; selective_scan's is not.
+  fake="$work/fake-site"
+  mkdir -p "$fake/mamba_ssm/ops/triton" "$fake/mamba_ssm/utils"
+  printf '__version__ = "9.9.9"\nimport selective_scan_cuda\n' > "$fake/mamba_ssm/__init__.py"
+  : > "$fake/mamba_ssm/ops/__init__.py"; : > "$fake/mamba_ssm/ops/triton/__init__.py"; : > "$fake/mamba_ssm/utils/__init__.py"
+  printf 'CHUNK = 256\n' > "$fake/mamba_ssm/utils/helpers.py"
+  printf 'from mamba_ssm.utils.helpers import CHUNK\ndef mamba_chunk_scan_combined():\n    return CHUNK\n' \
+    > "$fake/mamba_ssm/ops/triton/ssd_combined.py"
+  printf 'import selective_scan_cuda\n' > "$fake/mamba_ssm/ops/selective_scan_interface.py"
+  PYTHONPATH="$fake" python3 -B - "$source_dir/python/pararnn_judge/solvers" <<'PY' || fail "mamba import without __init__"
+import sys
+sys.path.insert(0, sys.argv[1])
+import mamba as adapter
+assert adapter.import_library("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined() == 256
+try:
+    adapter.import_library("mamba_ssm.ops.selective_scan_interface")
+    raise SystemExit("selective_scan imported without its extension")
+except ImportError as e:
+    assert "selective_scan_cuda" in str(e), e
+assert adapter.version_line().startswith("mamba-ssm 9.9.9 (source files"), adapter.version_line()
+PY
+  PYTHONPATH="$fake" expect_rc 0 python3 -B "$mamba" --version
+  says "mamba-ssm 9.9.9"
+  ;;
+campaign_keeps_references_confirms_and_bundles)
+  # --confirm: a kept row (not Agree) also keeps the oracle's and the floor's outputs, and the
+  # confirmation command runs on it ({rtol} from compare.json) into confirm.txt and the summary's
+  # confirm column; its exit, 0 or not, never changes a verdict or the campaign's exit status.
+  # Agree rows run none. --bundle packs the kept rows within its budget. Rows go class by class.
+  campaign="$source_dir/scripts/ops-campaign.sh"
+  stub="python3 $here/solvers/confirm_stub.py {case} {answer} {oracle} {floor} {rtol}"
+  plan=(--quick --ops gla,gated_delta_rule --modes chunk --dtypes bf16 --T 64 --classes init,h0,packed)
+  expect_rc 0 "$campaign" "$pararnn" "$work/ref" "$pararnn solve {case} --out {out}" "${plan[@]}" --confirm "$stub"
+  [ "$(head -1 "$work/ref/summary.tsv")" = "$(printf 'id\tverdict\texit\tseconds\treason\tconfirm')" ] ||
+    fail "summary header: $(head -1 "$work/ref/summary.tsv")"
+  [ "$(cut -f6 "$work/ref/summary.tsv" | sort -u | tr '\n' ' ')" = "- confirm " ] ||
+    fail "a confirmation ran on an Agree row: $(cut -f1,6 "$work/ref/summary.tsv")"
+  [ "$(cut -f1 "$work/ref/summary.tsv" | sed -n 2,3p | tr '\n' ' ')" = "gla.chunk.bf16.T64.d16.init gated_delta_rule.chunk.bf16.T64.d16.init " ] ||
+    fail "rows not class by class: $(cut -f1 "$work/ref/summary.tsv")"
+  bad="python3 $adapter {case} {out} --mode drop-carry --chunk 8"
+  for confirm_exit in 1 0; do
+    dir="$work/bad$confirm_exit"
+    expect_rc 1 "$campaign" "$pararnn" "$dir" "$bad" "${plan[@]}" --T 256 --confirm "$stub --exit $confirm_exit" \
+      --bundle "$dir/rows.tar.xz" --bundle-mib 1
+    [ "$(cut -f2 "$dir/summary.tsv" | sed 1d | sort -u)" = Disagree ] || fail "verdicts changed: $(cut -f1,2 "$dir/summary.tsv")"
+    [ "$(grep -c "confirm exit $confirm_exit " "$dir/summary.tsv")" -eq 6 ] || fail "confirm column: $(cut -f1,6 "$dir/summary.tsv")"
+    row="$dir/rows/gla.chunk.bf16.T256.d16.packed"
+    for f in case.safetensors answer.safetensors oracle.safetensors floor.safetensors compare.json confirm.txt; do
+      [ -f "$row/$f" ] || fail "row keeps no $f"
+    done
+    grep -q "oracle: o F64 \[1, 256, 2, 16\]" "$row/confirm.txt" || fail "confirm.txt: $(cat "$row/confirm.txt")"
+    grep -q "rtol 0.008" "$row/confirm.txt" || fail "rtol not from compare.json: $(cat "$row/confirm.txt")"
+  done
+  # The bundle: summary.tsv, bundle.txt and every kept row's small files; the large files within
+  # 1 MiB before compression (six rows of about 400 KB each at T 256: some left out, and said so).
+  mkdir -p "$work/unpacked" && tar -xJf "$work/bad1/rows.tar.xz" -C "$work/unpacked" || fail "bundle unreadable"
+  for f in summary.tsv bundle.txt rows/gla.chunk.bf16.T256.d16.init/compare.json rows/gated_delta_rule.chunk.bf16.T256.d16.packed/confirm.txt \
+           rows/gla.chunk.bf16.T256.d16.init/case.safetensors rows/gla.chunk.bf16.T256.d16.init/answer.safetensors; do
+    [ -f "$work/unpacked/$f" ] || fail "bundle has no $f: $(tar -tJf "$work/bad1/rows.tar.xz")"
+  done
+  [ "$(du -sb "$work/unpacked" | cut -f1)" -le $((1024 * 1024)) ] || fail "bundle over its budget: $(du -sb "$work/unpacked")"
+  grep -q "left out" "$work/unpacked/bundle.txt" || fail "bundle.txt names nothing left out: $(cat "$work/unpacked/bundle.txt")"
+  [ "$(grep -c "chunk.bf16.T256.d16.*small files: in" "$work/unpacked/bundle.txt")" -eq 6 ] || fail "bundle.txt: $(cat "$work/unpacked/bundle.txt")"
+  # Refusals: a --confirm without its placeholders, an unknown class.
+  expect_rc 2 "$campaign" "$pararnn" "$work/x" "$bad" "${plan[@]}" --confirm "python3 x.py {case}"
+  says "--confirm must contain {case} {answer} {oracle} {floor} {rtol}"
+  expect_rc 2 "$campaign" "$pararnn" "$work/x" "$bad" "${plan[@]}" --classes init,soft
+  says "--classes: 'soft' is not one of"
+  ;;
+fla_confirm_refuses_by_name)
+  # scripts/ops-confirm-fla.py without torch or fla: what fla's naive references cannot confirm is
+  # refused by name (exit 2) before any import; a case they can needs the libraries (3 when absent).
+  confirm="$source_dir/scripts/ops-confirm-fla.py"
+  make r --op rwkv7 "${small[@]}" --dtype bf16
+  expect_rc 2 python3 "$confirm" "$work/r.safetensors" x y z 0.008
+  says "metadata 'op': fla's naive references are confirmed for gla, simple_gla, delta_rule, gated_delta_rule (got 'rwkv7')"
+  make d --op delta_rule "${small[@]}" --dtype bf16 --qk-l2norm
+  expect_rc 2 python3 "$confirm" "$work/d.safetensors" x y z 0.008
+  says "metadata 'use_qk_l2norm_in_kernel': delta_rule_recurrence takes no qk l2-normalisation"
+  make s --op gla "${small[@]}" --dtype bf16 --scale 0.3
+  expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z 0.008
+  says "metadata 'scale': naive_recurrent_gla fixes the scale at K^-0.5"
+  make g --op gated_delta_rule --batch 1 --time 40 --n-heads 2 --k-dim 6 --v-dim 5 --dtype bf16 --scale 0.3 --cu-seqlens 0,7,40 --h0-std 0.5
+  python3 -B - "$confirm" "$work/g.safetensors" <<'PY' || fail "confirm plan"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("confirm", sys.argv[1])
+confirm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(confirm)
+headers, meta = confirm.adapter.read_header(sys.argv[2])
+p = confirm.plan(meta, headers)
+assert p["function"] == "naive_recurrent_gated_delta_rule" and p["inputs"] == ("q", "k", "v", "beta", "g"), p
+assert p["scale"] == 0.3 and not p["head_first"], p
+p = confirm.plan({"op": "delta_rule"}, {n: ("BF16", [1, 8, 2, 4]) for n in ("q", "k", "v", "beta")})
+assert p["head_first"] and p["scale"] is None, p
+PY
+  expect_rc 2 python3 "$confirm" "$work/g.safetensors" x y z tight
+  if ! python3 -c "import torch, fla" 2>/dev/null; then
+    expect_rc 3 python3 "$confirm" "$work/g.safetensors" x y z 0.008
+    says "needs torch and flash-linear-attention"
+  fi
   ;;
 gradients_exact_agrees_wrong_disagrees)
   # grad.<input> tensors (docs/ops/README.md, "Gradients"): the adapter's own central
