@@ -42,6 +42,8 @@
 
 #include "bench_common.hpp"
 #include "bench_inputs.hpp"
+#include "cuda/affine.hpp"
+#include "cuda/newton_device.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/cells/gru_diag.hpp"
 #include "pararnn/cells/lstm.hpp"

@@ -21,6 +21,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/affine.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/kernels/rwkv7_elements.hpp"
 #include "pararnn/kernels/scan_dense.hpp"

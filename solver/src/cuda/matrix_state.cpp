@@ -24,6 +24,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/affine.hpp"
+#include "cuda/fallback.hpp"
 #include "cuda/runtime.hpp"
 #include "newton/driver.hpp"
 #include "pararnn/kernels/m2rnn.hpp"

@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/affine.hpp"
+#include "cuda/fallback.hpp"
+#include "cuda/newton_device.hpp"
 #include "cuda/runtime.hpp"
 #include "pararnn/kernels/newton_cells.hpp"
 #include "pararnn/kernels/time_gate.hpp"

@@ -1,7 +1,9 @@
-// The CUDA backend's device-level pieces, internal to the solver (host code: the CUDA runtime
-// API only, no kernels). The CUDA family rows (backends.hpp) are built from them, and the Newton
-// benchmark uses them to time the loop on device-resident inputs without the input GEMM or the
-// transfers.
+// The CUDA backend's runtime, internal to the solver (host code: the CUDA runtime API only, no
+// kernels): errors, device buffers and the allocators behind them, streams, the cuBLAS handle,
+// the counted host<->device copies, device views of the caller's tensors, saved trajectories and
+// the dtype dispatch. The families (per_channel.hpp, dense.cpp, matrix_state.cpp, ...) are built
+// on it with newton_device.hpp (the per-channel solve), affine.hpp (the input affine) and
+// fallback.hpp (the sequential fallback).
 //
 // Guarantees: every CUDA and cuBLAS call is checked and a failure throws pararnn::Error naming
 // the call, the runtime's error and the source location; allocation happens here (cudaMalloc,
@@ -9,15 +11,8 @@
 // stream (`current_stream`: the caller's ApplyOptions::cuda_stream inside the entry point's
 // SolveScope, else the per-thread default stream, never the legacy default stream implicitly),
 // so it is ordered after whatever the caller queued there (device inputs included), and every
-// entry point waits for that stream before it returns.
-// `newton_solve` is the CPU backend's algorithm step for step (App. A guess, K from
-// resolve_newton_iters, the adaptive loop with residual_atol, k_max and one more update, the
-// same NewtonStats) with the residual, the scan and H += ωδ on the device; in an adaptive solve
-// that does not converge by k_max the CPU's fallback units (64-channel tiles of a batch row) still
-// above residual_atol are replaced by the sequential kernel's solution, with the CPU's
-// `newton_residual_high` warning; an adaptive solve past the auto rule's threshold
-// (`sequential_min_chains`) is the sequential kernel's solution. Example (the bench):
-//   cuda::NewtonWorkspace ws(CellKind::gru, DType::f32, 8, 65536, 256);
+// entry point waits for that stream before it returns. Example (the bench):
+//   cuda::NewtonWorkspace ws(CellKind::gru, DType::f32, 8, 65536, 256);   // newton_device.hpp
 //   cuda::DeviceProblem p{.wx = d_wx, .recurrent = d_rec, .batch = 8, .time = 65536, .channels = 256};
 //   NewtonStats stats;
 //   cuda::newton_solve(cell_spec(CellKind::gru), DType::f32, p, {.max_iters = 3}, d_H, ws, stats);
@@ -320,81 +315,6 @@ decltype(auto) dispatch_compute(DType compute, F&& f) {
   return f.template operator()<float>();
 }
 
-// Inputs of one solve on the device, in the compute type; layouts of kernels/sequential.hpp.
-struct DeviceProblem {
-  const void* wx = nullptr;               // [b][t][g·D + c], W_x x + b
-  const void* recurrent = nullptr;        // [k][c], clamped
-  const void* h0 = nullptr;               // [row][s][c]; null: zeros
-  const std::int64_t* h0_row = nullptr;   // [t], packed input only
-  const std::uint8_t* head = nullptr;     // [t], packed input only (null: the only head is t = 0)
-  std::int64_t batch = 0, time = 0, channels = 0;
-};
-
-// Scratch of the Newton loop for one shape: F, J, the scan's and the reduction's workspaces.
-// Every strategy repeats bit for bit (the single-pass scan's look-back has a fixed association,
-// kernels/src/scan.cuh), so training's recompute re-solves exactly the forward's H* on any of them.
-//
-// The strategy of the per-channel solve (newton/driver.hpp runs each): `host_driven`, one
-// residual kernel, one scan and one axpy per iteration (F and J through memory); `fused_step`,
-// one fused kernel per iteration (kernels/newton_step.hpp: F, J in registers, the single-pass
-// scan, H' = H + ωδ into a second iterate buffer). `automatic` is fused_step; and for an adaptive
-// solve (max_iters unset, NewtonConfig::allow_sequential) it is the sequential kernel in the
-// compute type where `sequential_is_faster` says so (the auto rule, docs/cuda.md).
-enum class NewtonStrategy { automatic, host_driven, fused_step };
-
-// The auto rule (measured on the H200, bench/targets_bench.cpp "P6"): at equal tokens the
-// sequential kernel's time grows with T (one step's latency per step, every chain in flight at
-// once) and a Newton solve's with the token-channels (its passes over memory), so their ratio
-// depends on the number of chains B·d alone; the sequential kernel is the faster from
-// `sequential_min_chains(cell, sm_count)` chains on. sLSTM's Newton starts with P + 1 sequential
-// passes (its Picard guess), so its threshold is the lowest.
-std::int64_t sequential_min_chains(CellKind cell, int sm_count);
-bool sequential_is_faster(CellKind cell, std::int64_t batch, std::int64_t channels);
-
-class NewtonWorkspace {
- public:
-  NewtonWorkspace(CellKind cell, DType storage, std::int64_t batch, std::int64_t time,
-                  std::int64_t channels, NewtonStrategy strategy = NewtonStrategy::automatic);
-  DeviceBuffer residual, jacobian, scan_workspace, residual_workspace, max_abs;
-  // fused_step: the second iterate and the kernel's workspace, allocated on the first fused step.
-  DeviceBuffer iterate, step_workspace;
-  kernels::ScanTiling tiling;
-  bool fused = false;
-  bool sequential = false;  // automatic and sequential_is_faster: adaptive solves run sequentially
-};
-
-// One input affine block on the device: W (outputs × inputs, row-major, storage dtype) applied to
-// the first `inputs` columns of x, written to columns [first_column, first_column + outputs).
-struct DeviceAffine {
-  const void* weight = nullptr;
-  std::int64_t first_column = 0, outputs = 0, inputs = 0;
-};
-
-// The gate pre-activations into `wx` (`rows` = B·T rows of `width` = G·d_h, compute type):
-// `bias_row` (width values, compute type) in every row, plus every block's W x, by cuBLAS with f64
-// arithmetic for f64 and f32 accumulation otherwise (f16/bf16 inputs multiply exactly in f32).
-// `x` is contiguous (rows × d_in) in the storage dtype. f32, f16 and bf16 (every column in a
-// block, not during a graph capture): one cuBLASLt GEMM per block, the storage dtype read as it is
-// (tensor cores with f32 accumulation for f16/bf16), the bias in its epilogue (wx written once);
-// otherwise the bias rows are copied in and the GEMMs accumulate onto them.
-void input_affine(DType storage, std::int64_t rows, std::int64_t d_in, std::int64_t width,
-                  const void* bias_row, const void* x, std::span<const DeviceAffine> blocks,
-                  void* wx);
-
-// The same on `stream` with `handle` (which is left bound to `stream`).
-void input_affine_on(cudaStream_t stream, cublasHandle_t handle, DType storage, std::int64_t rows,
-                     std::int64_t d_in, std::int64_t width, const void* bias_row, const void* x,
-                     std::span<const DeviceAffine> blocks, void* wx);
-
-// The Newton solve; `H` (device, compute type, [b][t][s][c]) receives H*.
-void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& problem,
-                  const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
-                  NewtonStats& stats);
-
-// The sequential kernel, the state rounded to `output` every step; `H` is in that dtype (the
-// storage dtype, or the compute dtype for the Newton fallback).
-void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H);
-
 // Waits for the device work queued by the functions above.
 void synchronize();
 
@@ -402,15 +322,6 @@ void synchronize();
 // ContractViolation unless `device` names one of the CUDA devices.
 void require_available(const char* who);
 void require_device_index(int device, const char* who);
-
-// The device inputs the dense, matrix-state and exact linear families share (family_inputs.cpp):
-// UnsupportedPath naming `who` unless the CUDA backend can run; W_x x + b on the device,
-// [b][t][gate_width(cell)] in the compute type (the bias row, then one GEMM per affine block
-// onto its columns, as cpu/input_affine.hpp places them); h0 in the compute type (empty
-// without h0).
-
-DeviceBuffer device_input_affine(const Cell& cell, const TensorView& x, const Layout& L);
-DeviceBuffer device_h0(const ApplyOptions& options, DType compute);
 
 // A compute-type device array as doubles: itself for f64, else a widened copy in `storage`.
 template <class ComputeT>
@@ -425,115 +336,12 @@ const double* as_f64(const void* src, std::int64_t count, DeviceBuffer& storage,
   }
 }
 
-// One strided-batched GEMM in the compute type (column-major, cuBLAS's convention):
-// C_i = α op(A_i) B_i-op + β C_i for i < batch.
-template <class ComputeT>
-void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n,
-                  std::int64_t k, const ComputeT* A, std::int64_t lda, std::int64_t stride_a,
-                  const ComputeT* B, std::int64_t ldb, std::int64_t stride_b, ComputeT beta, ComputeT* C,
-                  std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  constexpr bool kF64 = std::is_same_v<ComputeT, double>;
-  const cudaDataType_t type = kF64 ? CUDA_R_64F : CUDA_R_32F;
-  const ComputeT one = 1;
-  PARARNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      cublas_handle(), op_a, op_b, m, n, k, &one, A, type, lda, stride_a, B, type, ldb, stride_b, &beta, C,
-      type, ldc, stride_c, batch, kF64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
 template <class T>
 std::vector<T> download_vector(const DeviceBuffer& buffer, std::int64_t count) {
   std::vector<T> out(static_cast<std::size_t>(count));
   if (count > 0)
     copy_to_host(out.data(), buffer.get(), out.size() * sizeof(T));
   return out;
-}
-
-// Σ over `count` device rows of n values (float or double), in row order, each widened to double
-// (kernels/row_sum.hpp), downloaded: how the backward reduces its per-row parameter partials.
-template <class T>
-std::vector<double> sum_rows_on_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
-// The same sums left on the device: n doubles.
-template <class T>
-DeviceBuffer sum_rows_device(const T* rows, std::int64_t count, std::int64_t n, const char* what);
-
-// A parameter's gradient, summed in double on the device (`sums`, the parameter's shape
-// row-major), delivered: into the caller's target (ApplyOptions::parameter_gradients[name]) when
-// that is on the current device, by kernels::launch_gradient_store (the host's rounding, bit for
-// bit; nothing crosses and nothing waits) and `name` recorded in out.written; else downloaded
-// and rounded on the host into out.parameters[name] (solve_newton's caller then writes a host
-// target).
-void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name, const Shape& shape,
-                      const DeviceBuffer& sums, NewtonGradients& out);
-// The recurrent entries' gradients from their sums on the device ([R][d_h] doubles in the order
-// of cell.spec().recurrent), zero where the clamp clipped the raw value the solve read (the mask
-// of backends.hpp's recurrent_gradients, from the caller's view or the Cell's value), delivered
-// as deliver_gradient does, one tensor at a time.
-void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, const DeviceBuffer& sums,
-                                 NewtonGradients& out);
-
-// The input affines' backward on the device, every block of cell.spec().affine at its columns
-// of d_wx ([b][t][gate_width(cell)], compute type; x as the caller gave it, on any device or the
-// host): per batch row ∇W_b = d_wx_bᵀ x_b and ∇b_b = d_wx_bᵀ 1, summed over rows in double in a
-// fixed order on the device (sum_rows_on_device) into out.parameters (storage dtype), and
-// ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
-// leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
-// new buffer. The products are those of the unrounded operands in f32 (f64 for f64 cells):
-// f64 and f32 cells by cuBLAS in their type (no TF32); f16 and bf16 cells on bf16 tensor cores
-// with f32 accumulation, x and W read as stored, d_wx split into three bf16 terms and f16 x and
-// W into two (kernels/bf16_split.hpp: the terms add up to the value exactly), so each product
-// is the f32 one up to the order of its sum (the term pairs below 2^-24 of the leading one are
-// left out); ∇b by cuBLAS in f32. W is the value the solve read (parameter_view: `options`'
-// view where it names the weight, else the Cell's).
-template <class ComputeT>
-void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options);
-template <class ComputeT>
-DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                   NewtonGradients& out);
-
-// The sequential fallback of a CUDA family (newton/family.hpp: the same units as the CPU's).
-// `unit_max` holds each of the units' max|F| at the last evaluation; units at or above `atol`
-// (NaN included) are re-solved: `solve(target)` writes the sequential solution of the whole
-// problem (`count` compute-type values) to `target`; it goes straight into H when every unit
-// needs it, else into a scratch buffer from which `copy_unit(unit, scratch)` copies each flagged
-// unit into H. Returns the number of units re-solved.
-template <class ComputeT, class Solve, class CopyUnit>
-std::int64_t replace_flagged_units(const std::vector<double>& unit_max, double atol, std::int64_t count,
-                                   ComputeT* H, Solve&& solve, CopyUnit&& copy_unit) {
-  const auto units = static_cast<std::int64_t>(unit_max.size());
-  std::vector<std::int64_t> flagged;
-  for (std::int64_t u = 0; u < units; ++u)
-    if (!(unit_max[static_cast<std::size_t>(u)] < atol)) flagged.push_back(u);
-  if (flagged.empty()) return 0;
-  if (static_cast<std::int64_t>(flagged.size()) == units) {
-    solve(H);
-    return units;
-  }
-  DeviceBuffer scratch(checked_bytes(count, sizeof(ComputeT), "the fallback trajectory"), "the fallback trajectory");
-  solve(scratch.as<ComputeT>());
-  for (std::int64_t u : flagged) copy_unit(u, scratch.as<const ComputeT>());
-  return static_cast<std::int64_t>(flagged.size());
-}
-
-// The same with the units' maxima taken on the host: `F` (the residual of the final iterate,
-// `count` values on the device) is downloaded and `unit_of(i)` names element i's unit, of
-// `units` in all (the dense and matrix-state families; the per-channel family reduces its tiles
-// on the device, kernels/tile_max.hpp).
-template <class ComputeT, class UnitOf, class Solve, class CopyUnit>
-std::int64_t sequential_fallback_units(const DeviceBuffer& F, std::int64_t count, std::int64_t units,
-                                       double atol, UnitOf&& unit_of, ComputeT* H, Solve&& solve,
-                                       CopyUnit&& copy_unit) {
-  std::vector<ComputeT> host(static_cast<std::size_t>(count));
-  if (count > 0)
-    copy_to_host(host.data(), F.get(), host.size() * sizeof(ComputeT));
-  std::vector<double> unit_max(static_cast<std::size_t>(units), 0.0);
-  for (std::int64_t i = 0; i < count; ++i) {
-    double& m = unit_max[static_cast<std::size_t>(unit_of(i))];
-    m = nan_max(m, std::abs(static_cast<double>(host[static_cast<std::size_t>(i)])));
-  }
-  return replace_flagged_units<ComputeT>(unit_max, atol, count, H, std::forward<Solve>(solve),
-                                         std::forward<CopyUnit>(copy_unit));
 }
 
 }  // namespace pararnn::detail::cuda
