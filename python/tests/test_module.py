@@ -137,6 +137,28 @@ class Training(unittest.TestCase):
         for name, value in self.gradients(pararnn.newton_backward(into, self.g)).items():
             self.assertTrue(np.array_equal(value, self.gradients(expected)[name]), name)
 
+    def test_parameter_grads_are_written_into_the_arrays_given(self):
+        # C++ ApplyOptions::parameter_gradients on the CPU backend: each named array receives the
+        # gradient newton_backward returns without it, bit for bit, and is returned as given;
+        # a target of another shape, or sharing memory with another, is refused by name.
+        forward = pararnn.newton_forward(self.cell, self.x, h0=self.h0)
+        expected = pararnn.newton_backward(forward, self.g)["parameters"]
+        targets = {name: np.full(value.shape, 7.0, dtype=np.float32) for name, value in expected.items()}
+        grads = pararnn.newton_backward(forward, self.g, parameter_grads=targets)
+        for name, value in expected.items():
+            self.assertIs(grads["parameters"][name], targets[name])
+            self.assertTrue(np.array_equal(targets[name], value), name)
+        name = sorted(expected)[0]
+        wrong = np.zeros(expected[name].shape + (2,), dtype=np.float32)
+        with self.assertRaisesRegex(pararnn.ContractViolation, rf"^parameter_gradients\['{name}'\]: must have the shape"):
+            pararnn.newton_backward(forward, self.g, parameter_grads={name: wrong})
+        first, second = sorted(expected)[:2]
+        shared = np.zeros(expected[first].size + expected[second].size, dtype=np.float32)
+        with self.assertRaisesRegex(pararnn.ContractViolation, rf"^parameter_gradients\['{second}'\]: must not share memory"):
+            pararnn.newton_backward(forward, self.g, parameter_grads={
+                first: shared[:expected[first].size].reshape(expected[first].shape),
+                second: shared[:expected[second].size].reshape(expected[second].shape)})
+
     def test_wrong_arguments_are_refused_by_name(self):
         forward = pararnn.newton_forward(self.cell, self.x)
         # Each message opens with the keyword's own name (C++ newton_forward_into's H_out).
