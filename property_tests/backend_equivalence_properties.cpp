@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -679,9 +680,14 @@ TEST(CudaBackend, GradientTargetsReceiveTheHostPathsGradientsBitwise) {
   wrong.back() += 1;
   Tensor wrong_shape(DType::f32, wrong);
   refused_as({.parameter_gradients = {{name, wrong_shape.view()}}}, "parameter_gradients['" + name + "']");
-  Tensor wide(DType::f32, {weight.shape()[0], 2 * weight.shape()[1]});
-  refused_as({.parameter_gradients = {{name, wide.view().slice(1, 0, 2 * weight.shape()[1], 2)}}},
-             "parameter_gradients['" + name + "']");
+  const auto matrix = std::find_if(cell.parameters().begin(), cell.parameters().end(),
+                                   [](const auto& entry) { return entry.second.dim() == 2; });
+  ASSERT_NE(matrix, cell.parameters().end());
+  const Shape& matrix_shape = matrix->second.shape();
+  Tensor wide(DType::f32, {matrix_shape[0], 2 * matrix_shape[1]});
+  ASSERT_EQ(wide.view().slice(1, 0, 2 * matrix_shape[1], 2).shape(), matrix_shape);
+  refused_as({.parameter_gradients = {{matrix->first, wide.view().slice(1, 0, 2 * matrix_shape[1], 2)}}},
+             "parameter_gradients['" + matrix->first + "']");  // strided: must be contiguous
   refused_as({.parameter_gradients = {{name, TensorView(x.view().data(), DType::f32, weight.shape())}}},
              "parameter_gradients['" + name + "']");  // shares bytes with x
   const std::string second = std::next(cell.parameters().begin())->first;

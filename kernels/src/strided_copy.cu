@@ -250,7 +250,7 @@ cudaError_t launch_clamp_abs(StoreType type, void* data, int64_t n, double cap, 
 }
 
 cudaError_t launch_gradient_store(const GradientStoreArgs& a, cudaStream_t stream) {
-  if (a.n < 0 || (a.n > 0 && (a.src == nullptr || a.dst == nullptr)) || (a.raw != nullptr && !(a.cap > 0)))
+  if (a.n < 0 || (a.n > 0 && (a.src == nullptr || a.dst == nullptr)) || (a.raw != nullptr && !(a.cap >= 0)))
     return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
   const int blocks = copy_blocks(a.n);

@@ -360,7 +360,8 @@ def newton_backward(forward, grad_H, *, grad_x=None, stream=None, allocator=None
     ApplyOptions::parameter_gradients): where to write those parameters' gradients (each the
     parameter's shape and the cell's dtype, contiguous, e.g. torch.empty_like of a CUDA
     parameter); they are returned under "parameters" as given. The CUDA per-channel backward
-    reduces and rounds them on the device straight into CUDA targets: no value crosses the host."""
+    reduces and rounds them on the device straight into CUDA targets: no value crosses the host.
+    A refused target is named as the C++ argument, ``parameter_gradients['name']``."""
     if not isinstance(forward, Forward):
         raise ContractViolation(f"forward: must be the pararnn_judge.Forward that newton_forward returned "
                                 f"(got {type(forward).__name__})")

@@ -195,7 +195,7 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
   if (config.window_len && *config.window_len < plan.layout.time) {
     // Windowed: the backward re-solves each window from the boundary states held in H.
     forward.H = newton_apply(cell, x, config, options, &forward.stats);
-    if (H_out) (void)detail::deliver(forward.H, H_out, "H_out");
+    if (H_out) (void)detail::deliver(forward.H, H_out, "H_out", options.cuda_stream);
     return forward;
   }
   plan.row.require(Capability::training, who);
@@ -207,8 +207,9 @@ NewtonForward forward_impl(const Cell& cell, const TensorView& x, const NewtonCo
 // ApplyOptions::parameter_gradients (solver.hpp): each target a parameter's shape and the cell's
 // dtype, contiguous, sharing no byte with another target or an input, before any work.
 void check_gradient_targets(const Cell& cell, const TensorView& x, const TensorView& grad_H, const TensorView* grad_x,
-                            const ApplyOptions& options) {
+                            const ApplyOptions& options, Backend backend) {
   const auto& targets = options.parameter_gradients;
+  std::optional<int> solve_device;  // a CUDA solve's, for its CUDA targets
   for (auto it = targets.begin(); it != targets.end(); ++it) {
     const auto& [name, target] = *it;
     const std::string argument = fmt::format("parameter_gradients['{}']", name);
@@ -231,6 +232,16 @@ void check_gradient_targets(const Cell& cell, const TensorView& x, const TensorV
     check_output(target, argument.c_str(), parameter->second.shape(), cell.dtype(), inputs);
     if (!target.is_contiguous())
       throw ContractViolation(argument, "must be contiguous", "strides " + shape_string(target.strides()));
+#ifdef PARARNN_SOLVER_CUDA
+    if (backend == Backend::cuda && target.device() == Device::cuda) {
+      if (!solve_device) solve_device = detail::cuda_solve_device(x, options);
+      if (target.device_id() != *solve_device)
+        throw ContractViolation(argument, fmt::format("must be on the solve's CUDA device {}", *solve_device),
+                                fmt::format("device {}", target.device_id()));
+    }
+#else
+    (void)backend;
+#endif
   }
 }
 
@@ -240,7 +251,7 @@ void deliver_gradient_targets(NewtonGradients& out, const ApplyOptions& options)
   for (const auto& [name, target] : options.parameter_gradients) {
     const std::string argument = fmt::format("parameter_gradients['{}']", name);
     if (const auto it = out.parameters.find(name); it != out.parameters.end()) {
-      (void)detail::deliver(std::move(it->second), &target, argument.c_str());
+      (void)detail::deliver(std::move(it->second), &target, argument.c_str(), options.cuda_stream);
       out.parameters.erase(it);
       out.written.insert(name);
     }
@@ -260,11 +271,11 @@ NewtonGradients backward_impl(const Cell& cell, const TensorView& x, const Newto
     check_output(*grad_x, "grad_x", x.shape(), cell.dtype(),
                  {{"x", &x}, {"grad_H", &grad_H}, {"h0", optional_ptr(options.h0)},
                   {"cu_seqlens", optional_ptr(options.cu_seqlens)}});
-  check_gradient_targets(cell, x, grad_H, grad_x, options);
+  check_gradient_targets(cell, x, grad_H, grad_x, options, plan.backend);
   NewtonGradients out;
   if (config.window_len && *config.window_len < plan.layout.time) {
     out = detail::windowed_backward(cell, x, forward, grad_H, config, options, plan.layout);
-    out.x = detail::deliver(std::move(out.x), grad_x, "grad_x");
+    out.x = detail::deliver(std::move(out.x), grad_x, "grad_x", options.cuda_stream);
   } else {
     plan.row.require(Capability::training, who);
     out = plan.row.backward(cell, x, forward, grad_H, grad_x, config, options, std::move(plan.layout));

@@ -131,8 +131,12 @@ extern const FamilyBackend kCpuPerChannel, kCpuDense, kCpuExactLinear, kCpuMatri
 #ifdef PARARNN_SOLVER_CUDA
 extern const FamilyBackend kCudaPerChannel, kCudaDense, kCudaExactLinear, kCudaMatrixState;
 // A host tensor written into a device view of the same shape and dtype (any strides), on that
-// view's device: one upload and one strided store (cuda/runtime.cpp). Returns when done.
-void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument);
+// view's device: one upload and one strided store (cuda/runtime.cpp) on `stream` (the caller's
+// ApplyOptions::cuda_stream; unset: the per-thread default stream). Returns when done.
+void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument,
+                     std::optional<void*> stream = std::nullopt);
+// The device a CUDA solve of x runs on (x's, else h0's, else the current one; cuda/runtime.cpp).
+int cuda_solve_device(const TensorView& x, const ApplyOptions& options);
 #endif
 
 enum class Backend { cpu, cuda };
@@ -142,8 +146,10 @@ const FamilyBackend& family_backend(JacobianClass family, Backend backend);
 // Whether the CUDA backend can run here (built, and a device present), with the reason when not.
 bool cuda_backend_available(std::string* why_not = nullptr);
 // `value` returned where `out` is null; else written into *out (on the host, or on its device:
-// one upload and one strided store) and an empty tensor returned. `argument` names out in errors.
-Tensor deliver(Tensor value, const TensorView* out, const char* argument);
+// one upload and one strided store on `stream`, the caller's ApplyOptions::cuda_stream) and an
+// empty tensor returned. `argument` names out in errors.
+Tensor deliver(Tensor value, const TensorView* out, const char* argument,
+               std::optional<void*> stream = std::nullopt);
 
 // The refusals more than one row shares (common.cpp): the options only the CPU rows implement
 // (coords=log, newton_backtrack); ParaRWKV7's and ParaM2RNN's input rules (no packing, no

@@ -81,11 +81,11 @@ bool cuda_backend_available(std::string* why_not) {
 }
 #endif
 
-Tensor deliver(Tensor value, const TensorView* out, const char* argument) {
+Tensor deliver(Tensor value, const TensorView* out, const char* argument, std::optional<void*> stream) {
   if (out == nullptr) return value;
   if (out->device() == Device::cuda) {
 #ifdef PARARNN_SOLVER_CUDA
-    cuda_write_view(*out, value, argument);
+    cuda_write_view(*out, value, argument, stream);
 #else
     throw UnsupportedPath(fmt::format("{}: is a CUDA tensor and this build of pararnn has no CUDA backend",
                                       argument));

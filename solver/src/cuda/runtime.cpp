@@ -652,11 +652,17 @@ bool cuda_backend_available(std::string* why_not) {
   return true;
 }
 
-void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument) {
+void cuda_write_view(const TensorView& out, const Tensor& value, const char* argument,
+                     std::optional<void*> stream) {
   cuda::require_available(argument);
   cuda::DeviceGuard guard(out.device_id());
+  cuda::StreamScope on_stream(stream);
   const cuda::DeviceBuffer staged = cuda::upload_new(value.data(), value.nbytes(), argument);
   cuda::store_into(staged.get(), value.dtype(), out, argument);
+}
+
+int cuda_solve_device(const TensorView& x, const ApplyOptions& options) {
+  return cuda::solve_device(x, options);
 }
 
 }  // namespace pararnn::detail

@@ -67,11 +67,12 @@ cudaError_t launch_clamp_abs(StoreType type, void* data, std::int64_t n, double 
 // Writes `n` gradient values summed in double into a parameter's storage on the device, as the
 // host rounds a gradient (solver common.cpp gradient_tensor): f64 as is, f32 rounded once,
 // f16 / bf16 rounded to f32 first and then to the half type (the compute type, then the storage
-// dtype: two roundings, bit for bit the host's). With `raw` set (the parameter's raw values,
+// dtype: two roundings, bit for bit the host's for every value but NaN, which the half types
+// store as CUDA's canonical NaN, as launch_strided_store does). With `raw` set (the parameter's raw values,
 // `raw_type`, contiguous like src), element i is +0.0 where |raw[i]| > cap (the App. C.1 clamp
 // mask: a clipped entry has no gradient; a NaN raw value is never clipped, as on the host).
 // Never allocates; cudaErrorInvalidValue for a negative n, null pointers with values, or a raw
-// source with a cap that is not positive, else the launch's error. Example (∇ of a bf16 bias):
+// source with a negative (or NaN) cap, else the launch's error. Example (∇ of a bf16 bias):
 //   launch_gradient_store({.src = d_sum, .dst = grad_b, .dst_type = StoreType::bf16, .n = 768}, s);
 struct GradientStoreArgs {
   const double* src = nullptr;

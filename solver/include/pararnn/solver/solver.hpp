@@ -76,10 +76,13 @@ struct ApplyOptions {
   // parameter of the cell, have its shape and the cell's dtype, be contiguous, on the host or
   // the solve's CUDA device, and share no byte with another target, x, grad_H, grad_x, h0,
   // cu_seqlens or a parameters view; else ContractViolation naming "parameter_gradients['name']"
-  // before any work. The gradient has the bits NewtonGradients::parameters would hold; the
+  // before any work (a CUDA target of a CUDA solve on the solve's device). The gradient has the
+  // bits NewtonGradients::parameters would hold (a NaN in an f16/bf16 device target is CUDA's
+  // canonical NaN, as for newton_apply_into's `out`); the
   // name is then in NewtonGradients::written and not in ::parameters. The CUDA per-channel
   // backward reduces and rounds it on the device straight into a device target (no value
-  // crosses the host, no wait); every other path writes its host gradient into the target.
+  // crosses the host, no wait); every other path writes its host gradient into the target, on
+  // the caller's stream (cuda_stream).
   // Ignored by the forward and the solves.
   std::map<std::string, TensorView> parameter_gradients;
 };
