@@ -87,6 +87,7 @@ Tensor deliver(Tensor value, const TensorView* out, const char* argument, std::o
 #ifdef PARARNN_SOLVER_CUDA
     cuda_write_view(*out, value, argument, stream);
 #else
+    (void)stream;
     throw UnsupportedPath(fmt::format("{}: is a CUDA tensor and this build of pararnn has no CUDA backend",
                                       argument));
 #endif
