@@ -14,8 +14,10 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -934,6 +936,58 @@ TEST(CudaBackend, WindowedFixedKIsOneFusedLaunchEqualToTheCpuWindowLoop) {
   (void)newton_apply(made.cell, x_nan, on(ScanBackend::cuda, ungated), {}, &nan_stats);
   EXPECT_EQ(nan_stats.strategy, SolveStrategy::fused_windowed);
   EXPECT_FALSE(std::isfinite(nan_stats.max_residual)) << nan_stats.max_residual;
+}
+
+// max_residual is served by the row of the backend asked for: on the CUDA backend the residual
+// kernel's max|F| of the same trajectory, within τ of the CPU row's, whether H and x are on the
+// host (uploaded) or the device (auto: CUDA, bitwise the same), with an h0; a NaN in H is NaN on
+// both; H on another device than x, or of another shape, is refused naming H.
+TEST(CudaBackend, MaxResidualIsServedByTheBackendAskedFor) {
+  const auto expect_contract_violation = [](const std::string& argument, const auto& call) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << argument;
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  for (const std::string& name : kCells) {
+    for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+      SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
+      const CellOptions variant = testing::label_options(name);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 3,
+                               .time = 300, .d_in = 5, .d_h = 37, .with_h0 = true, .seed = 901};
+      const auto made = p.make();
+      const ApplyOptions options = made.options();
+      // Two Newton iterations: an unconverged trajectory, so max|F| is well above rounding.
+      const NewtonConfig config{.max_iters = 2, .residual_atol = std::nullopt, .residual_fail = std::nullopt};
+      const Tensor H = newton_apply(made.cell, made.x, on(ScanBackend::cpu, config), options);
+      const double cpu = max_residual(made.cell, made.x, H, options, ScanBackend::cpu);
+      const double cuda_host = max_residual(made.cell, made.x, H, options, ScanBackend::cuda);
+      const DeviceCopy x_device(made.x), H_device(H), h0_device(*made.h0);
+      ApplyOptions device_options = options;
+      device_options.h0 = h0_device.view_like(*made.h0);
+      const double cuda_device = max_residual(made.cell, x_device.view_like(made.x), H_device.view_like(H),
+                                              device_options);
+      ASSERT_TRUE(std::isfinite(cpu) && cpu > 0.0) << cpu;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(cuda_host), std::bit_cast<std::uint64_t>(cuda_device));
+      const ComparisonResult r = compare(scalar(cuda_host), scalar(cpu), cuda_tau(dtype, variant.cell));
+      EXPECT_TRUE(r.ok()) << r.describe();
+
+      Tensor poisoned = Tensor::copy_of(H.view());
+      const Tensor nan_value = Tensor::converted(scalar(std::numeric_limits<double>::quiet_NaN()), dtype);
+      std::memcpy(static_cast<std::byte*>(poisoned.data()) + (poisoned.numel() / 2) * dtype_size(dtype),
+                  nan_value.data(), dtype_size(dtype));
+      EXPECT_TRUE(std::isnan(max_residual(made.cell, made.x, poisoned, options, ScanBackend::cpu)));
+      EXPECT_TRUE(std::isnan(max_residual(made.cell, made.x, poisoned, options, ScanBackend::cuda)));
+
+      expect_contract_violation("H", [&] {
+        (void)max_residual(made.cell, x_device.view_like(made.x), H, device_options);
+      });
+      const Tensor short_H = Tensor::copy_of(H.view().slice(1, 0, 299));
+      expect_contract_violation("H", [&] { (void)max_residual(made.cell, made.x, short_H, options, ScanBackend::cuda); });
+    }
+  }
 }
 
 // Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused

@@ -331,6 +331,48 @@ TEST(Outputs, WrongShapeDtypeRepeatedAddressesOrAliasingAreRefusedByName) {
   }
 }
 
+// max_residual is the residual of the trajectory given: of a solve's returned f64 trajectory, the
+// solve's own final max|F| bit for bit (one iteration: far above residual_atol; converged: at or
+// below it); auto on host tensors is the CPU row; an H of another shape or an integer H is refused
+// naming H; the CUDA backend without a usable device is UnsupportedPath.
+TEST(MaxResidual, IsTheResidualOfTheTrajectoryGivenOnTheBackendAskedFor) {
+  const GeneratedProblem p{.cell = "lstm", .dtype = DType::f64, .batch = 2, .time = 40, .d_in = 3, .d_h = 5,
+                           .with_h0 = true, .seed = 19};
+  const auto made = p.make();
+  const ApplyOptions options = made.options();
+  const double atol = default_residual_atol(DType::f64);
+  NewtonStats one_stats, converged_stats;
+  const Tensor one = newton_apply(made.cell, made.x,
+                                  {.max_iters = 1, .scan_backend = ScanBackend::cpu, .residual_atol = std::nullopt,
+                                   .residual_fail = std::nullopt},
+                                  options, &one_stats);
+  const Tensor converged = newton_apply(made.cell, made.x, {.scan_backend = ScanBackend::cpu}, options, &converged_stats);
+  EXPECT_EQ(max_residual(made.cell, made.x, one, options, ScanBackend::cpu), one_stats.max_residual);
+  EXPECT_GT(one_stats.max_residual, atol);
+  EXPECT_EQ(max_residual(made.cell, made.x, converged, options), converged_stats.max_residual);
+  EXPECT_LE(converged_stats.max_residual, atol);
+  const auto refused = [&](const TensorView& H, const std::string& rule_part) {
+    try {
+      (void)max_residual(made.cell, made.x, H, options);
+      ADD_FAILURE() << "accepted: " << rule_part;
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), "H") << e.what();
+      EXPECT_NE(e.rule().find(rule_part), std::string::npos) << e.what();
+    }
+  };
+  refused(Tensor::copy_of(one.view().slice(1, 0, 39)).view(), "must have shape (2, 40, 2, 5)");
+  const Tensor integers(DType::i32, one.shape());
+  refused(integers.view(), "floating");
+  bool cuda_usable = true;
+  try {
+    (void)cuda_cached_memory(0);
+  } catch (const UnsupportedPath&) {
+    cuda_usable = false;
+  }
+  if (!cuda_usable)
+    EXPECT_THROW((void)max_residual(made.cell, made.x, one, options, ScanBackend::cuda), UnsupportedPath);
+}
+
 TEST(Windowed, WindowsWithPackingAreRefused) {
   const Cell cell = Cell::initialise({.cell = "gru", .d_in = 2, .d_h = 3}, DType::f32, 1);
   const Tensor x(DType::f32, {1, 5, 2});

@@ -312,13 +312,18 @@ void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOpt
   (void)plan_solve(cell, x, nullptr, ScanBackend::auto_select, options, "validate_apply_inputs");
 }
 
-double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                    const ApplyOptions& options) {
-  Plan plan = plan_on(cell, x, nullptr, Backend::cpu, options, "max_residual");
+double max_residual(const Cell& cell, const TensorView& x, const TensorView& H, const ApplyOptions& options,
+                    ScanBackend backend) {
+  Plan plan = plan_solve(cell, x, nullptr, backend, options, "max_residual");
+  plan.row.require(Capability::max_residual, "max_residual");
   const Shape expected = cell.trajectory_shape(plan.layout.batch, plan.layout.time);
   if (H.shape() != expected)
     throw ContractViolation("H", "must have shape " + shape_string(expected), shape_string(H.shape()));
-  plan.row.require(Capability::max_residual, "max_residual");
+  if (!is_floating(H.dtype()))
+    throw ContractViolation("H", "must be a floating tensor (f64, f32, f16, bf16)", dtype_name(H.dtype()));
+  const auto where = [](Device d) { return d == Device::cuda ? "a CUDA tensor" : "a host tensor"; };
+  if (H.device() != x.device())
+    throw ContractViolation("H", fmt::format("must be on x's device ({})", where(x.device())), where(H.device()));
   return plan.row.max_residual(cell, x, H, options, std::move(plan.layout));
 }
 

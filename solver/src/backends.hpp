@@ -68,7 +68,7 @@ enum class Capability : unsigned {
   newton = 1u << 0,         // the Newton solve (newton_apply; the exact scan for the linear family)
   sequential = 1u << 1,     // the step-by-step loop in the storage dtype (sequential_apply)
   training = 1u << 2,       // newton_forward and newton_backward
-  max_residual = 1u << 3,   // max|F(H)| of a given trajectory (the CPU rows)
+  max_residual = 1u << 3,   // max|F(H)| of a given trajectory (the CPU rows, the CUDA per-channel row)
   fused_windows = 1u << 4,  // every window of window_len steps in one launch (the CUDA per-channel row)
 };
 const char* capability_name(Capability capability);
@@ -112,7 +112,8 @@ struct FamilyBackend {
                            const ApplyOptions&, Layout) = nullptr;
   NewtonGradients (*backward)(const Cell&, const TensorView& x, const NewtonForward&, const TensorView& grad_H,
                               const TensorView* grad_x, const NewtonConfig&, const ApplyOptions&, Layout) = nullptr;
-  // max_residual: max|F(H)| of a given trajectory (max_residual always runs on the host).
+  // max_residual: max|F(H)| of a given trajectory, on the row's backend (H may be on the host or
+  // the device for a CUDA row; on the host for a CPU row).
   double (*max_residual)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&,
                          Layout) = nullptr;
   // fused_windows, optional (the caller runs the window loop where the row does not serve it):

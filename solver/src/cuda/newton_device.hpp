@@ -67,6 +67,11 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
                   const NewtonConfig& config, void* H, NewtonWorkspace& workspace,
                   NewtonStats& stats);
 
+// max|F(H)| of a trajectory `H` (device, compute type, [b][t][s][c]): the residual kernel's
+// reduction, NaN ranking above every number; one scalar read back.
+double trajectory_max_residual(CellKind cell, DType storage, const DeviceProblem& problem, const void* H,
+                               NewtonWorkspace& workspace);
+
 // The sequential kernel, the state rounded to `output` every step; `H` is in that dtype (the
 // storage dtype, or the compute dtype for the Newton fallback).
 void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H);

@@ -388,6 +388,29 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
   });
 }
 
+double trajectory_max_residual(CellKind cell, DType storage, const DeviceProblem& problem, const void* H,
+                               NewtonWorkspace& workspace) {
+  return dispatch_cuda_cell(cell, [&]<class CellMath>() {
+    return dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
+      kernels::CellResidualArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(problem.wx),
+                                            .recurrent = static_cast<const ComputeT*>(problem.recurrent),
+                                            .h0 = static_cast<const ComputeT*>(problem.h0),
+                                            .h0_row = problem.h0_row,
+                                            .head = problem.head,
+                                            .H = static_cast<const ComputeT*>(H),
+                                            .max_abs_residual = workspace.max_abs.as<ComputeT>(),
+                                            .batch = problem.batch,
+                                            .time = problem.time,
+                                            .channels = problem.channels};
+      PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
+          a, workspace.residual_workspace.get(), workspace.residual_workspace.bytes(), current_stream())));
+      ComputeT max_abs = 0;
+      copy_to_host(&max_abs, workspace.max_abs.get(), sizeof(ComputeT));
+      return static_cast<double>(max_abs);
+    });
+  });
+}
+
 void sequential_solve(CellKind cell, DType output, const DeviceProblem& problem, void* H) {
   dispatch_cuda_cell(cell, [&]<class CellMath>() {
     auto run = [&]<class T>() { run_sequential<CellMath, T>(problem, static_cast<T*>(H)); };
@@ -438,6 +461,17 @@ Tensor per_channel_sequential(const Cell& cell, const TensorView& x, const Apply
                                    cell.trajectory_shape(layout.batch, layout.time));
 }
 
+// max_residual on the CUDA backend: H (host or device, any floating dtype) in the compute type on
+// the solve's device, then the residual kernel's max|F| (NaN ranks above every number).
+double per_channel_max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
+                                const ApplyOptions& options, Layout layout) {
+  cuda::PerChannelSolve solve(cell, x, options, layout, nullptr, "max_residual on the CUDA backend", "H");
+  const cuda::DeviceInputs& inputs = solve.inputs();
+  cuda::DeviceBuffer holder;
+  const void* H_device = cuda::on_device_as(H, inputs.compute(), holder, "H");
+  return cuda::trajectory_max_residual(cell.kind(), cell.dtype(), inputs.problem(), H_device, solve.workspace());
+}
+
 // Cells with CUDA Newton kernels; the options the CUDA kernels implement.
 void supports_per_channel_on_device(const Cell& cell, const NewtonConfig* config, const ApplyOptions&,
                                     const char* who) {
@@ -449,12 +483,13 @@ void supports_per_channel_on_device(const Cell& cell, const NewtonConfig* config
 
 const FamilyBackend kCudaPerChannel{.name = "cuda per_channel",
                                     .serves = {Capability::newton, Capability::sequential, Capability::training,
-                                               Capability::fused_windows},
+                                               Capability::max_residual, Capability::fused_windows},
                                     .supports = supports_per_channel_on_device,
                                     .newton = per_channel_apply,
                                     .sequential = per_channel_sequential,
                                     .forward = cuda::per_channel_forward,
                                     .backward = cuda::per_channel_backward,
+                                    .max_residual = per_channel_max_residual,
                                     .fused_windows = cuda::per_channel_fused_windows};
 
 }  // namespace pararnn::detail

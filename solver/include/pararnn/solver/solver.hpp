@@ -172,8 +172,12 @@ std::vector<std::int64_t> validate_cu_seqlens(const TensorView& cu_seqlens,
 void validate_apply_inputs(const Cell& cell, const TensorView& x, const ApplyOptions& options = {});
 
 // max|f(prepend(H, h0)) − H| of a trajectory (the residual gate's quantity), in the compute
-// type of the cell's dtype.
+// type of the cell's dtype, NaN ranking above every number. Served by the row of `backend`,
+// resolved as a solve's (auto: cuda for device tensors, cpu for host tensors), after the same
+// input rules as a solve; a row that has no residual of its own (the CUDA dense, matrix-state and
+// RWKV-7 rows) raises UnsupportedPath. H has the trajectory's shape, any floating dtype, on x's
+// device (the CPU backend: on the host).
 double max_residual(const Cell& cell, const TensorView& x, const TensorView& H,
-                    const ApplyOptions& options = {});
+                    const ApplyOptions& options = {}, ScanBackend backend = ScanBackend::auto_select);
 
 }  // namespace pararnn
