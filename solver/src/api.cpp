@@ -22,6 +22,7 @@ namespace {
 using detail::Backend;
 using detail::Capability;
 using detail::FamilyBackend;
+using detail::Plan;
 
 Backend resolve_backend(ScanBackend requested, const TensorView& x) {
   switch (requested) {
@@ -51,15 +52,7 @@ void check_windowed(const NewtonConfig& config, const ApplyOptions& options) {
                             std::to_string(*config.window_len));
 }
 
-// A solve resolved once: the row that runs it and x's layout.
-struct Plan {
-  Backend backend;
-  const FamilyBackend& row;
-  detail::Layout layout;
-};
-
-// The row of (the cell's family, backend), after its refusals, and x's layout. `config` null: the
-// inputs alone (sequential_apply, validate_apply_inputs, max_residual).
+// The row of (the cell's family, backend), after its refusals, and x's layout.
 Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, Backend backend,
              const ApplyOptions& options, const char* who) {
   const FamilyBackend& row = detail::family_backend(cell.spec().jacobian, backend);
@@ -70,8 +63,9 @@ Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, 
   return {backend, row, detail::check_inputs(cell, x, options, who, device_of(backend))};
 }
 
-// The one set of rules every solve applies, in this order: the configuration's (validate, no
-// windows with packing), the backend's resolution, the row's refusals, x's layout.
+}  // namespace
+
+namespace detail {
 Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* config, ScanBackend requested,
                 const ApplyOptions& options, const char* who) {
   if (config) {
@@ -80,7 +74,11 @@ Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* confi
   }
   return plan_on(cell, x, config, resolve_backend(requested, x), options, who);
 }
+}  // namespace detail
 
+namespace {
+
+using detail::plan_solve;
 
 // The checks of a caller's output view (the *_into entry points), before any work: the shape and
 // dtype of the result, no two elements at one address, no byte shared with an input.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "pararnn/solver/iterate_growth.hpp"
 #include "pararnn/solver/solver.hpp"
 #include "pararnn/solver/training.hpp"
 
@@ -70,6 +71,8 @@ enum class Capability : unsigned {
   training = 1u << 2,       // newton_forward and newton_backward
   max_residual = 1u << 3,   // max|F(H)| of a given trajectory (the CPU rows, the CUDA per-channel row)
   fused_windows = 1u << 4,  // every window of window_len steps in one launch (the CUDA per-channel row)
+  iterate_growth = 1u << 5, // the growth pass along a given trajectory (the CPU per-channel row)
+  seq_parallel = 1u << 6,   // the sequence-parallel solve and training over ranks (the CPU per-channel row)
 };
 const char* capability_name(Capability capability);
 
@@ -123,12 +126,25 @@ struct FamilyBackend {
   std::optional<Tensor> (*fused_windows)(const Cell&, const TensorView& x, const NewtonConfig&,
                                          const ApplyOptions&, Layout, const TensorView* out, NewtonStats&) = nullptr;
 
+  // iterate_growth (iterate_growth.hpp): the growth pass along H (host tensors, checked by the caller
+  // for shape, dtype and device) with `window`.
+  IterateGrowth (*iterate_growth)(const Cell&, const TensorView& x, const TensorView& H, const ApplyOptions&,
+                                  std::int64_t window, Layout) = nullptr;
+  // seq_parallel (seq_parallel.hpp): the entry points of the split over ranks, opaque here
+  // (seq_parallel.cpp defines them and their collective checks).
+  const struct SeqParallelRow* seq_parallel = nullptr;
+
   // The one rule of a call the row cannot serve: UnsupportedPath "`who`: the <name> row (backend
   // and family) does not serve <capability> (it serves: ...)". Returns where it serves it.
   void require(Capability capability, const char* who) const;
 };
 
 extern const FamilyBackend kCpuPerChannel, kCpuDense, kCpuExactLinear, kCpuMatrixState;
+// The CPU per-channel row's growth pass (iterate_growth.cpp) and sequence-parallel entry points
+// (seq_parallel.cpp).
+IterateGrowth cpu_iterate_growth(const Cell& cell, const TensorView& x, const TensorView& H,
+                                 const ApplyOptions& options, std::int64_t window, Layout layout);
+extern const SeqParallelRow kCpuSeqParallel;
 #ifdef PARARNN_SOLVER_CUDA
 extern const FamilyBackend kCudaPerChannel, kCudaDense, kCudaExactLinear, kCudaMatrixState;
 // A host tensor written into a device view of the same shape and dtype (any strides), on that
@@ -143,6 +159,22 @@ int cuda_solve_device(const TensorView& x, const ApplyOptions& options);
 enum class Backend { cpu, cuda };
 // The row of (family, backend); UnsupportedPath naming both where this build has none.
 const FamilyBackend& family_backend(JacobianClass family, Backend backend);
+
+// A solve resolved once: the backend, the row that runs it and x's layout.
+struct Plan {
+  Backend backend;
+  const FamilyBackend& row;
+  Layout layout;
+};
+// The one set of rules every entry point applies before any work (api.cpp), in this order: the
+// configuration's (validate, no windows with packing; `config` null: the inputs alone), the
+// backend's resolution (auto = cuda for device tensors and cpu for host tensors, eager = cpu, an
+// explicit backend that cannot run raises UnsupportedPath), the row of (the cell's family, that
+// backend) and its refusals, the parameter views, x's layout. The public solves, max_residual,
+// iterate_growth and the sequence-parallel entry points all plan through it; each then calls
+// `row.require` for the capability it needs.
+Plan plan_solve(const Cell& cell, const TensorView& x, const NewtonConfig* config, ScanBackend requested,
+                const ApplyOptions& options, const char* who);
 
 // Whether the CUDA backend can run here (built, and a device present), with the reason when not.
 bool cuda_backend_available(std::string* why_not = nullptr);

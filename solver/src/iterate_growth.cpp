@@ -1,42 +1,38 @@
-// iterate_growth (iterate_growth.hpp): the CPU per-channel solver's growth pass along a given
-// trajectory, gathered into named units and summarised.
+// iterate_growth (iterate_growth.hpp): planned as a solve (backends.hpp plan_solve), served by the
+// row that declares it (the CPU per-channel row: its solver's growth pass along a given
+// trajectory, gathered into named units and summarised).
 #include "pararnn/solver/iterate_growth.hpp"
 
 #include <fmt/format.h>
 
+#include "backends.hpp"
 #include "cpu/per_channel_solver.hpp"
 
 namespace pararnn {
-namespace {
-const char* jacobian_kind(JacobianClass j) {
-  switch (j) {
-    case JacobianClass::per_channel: return "per-channel";
-    case JacobianClass::dense: return "dense";
-    case JacobianClass::linear_gu: return "linear (G, U)";
-    case JacobianClass::matrix_map: return "matrix-map";
-  }
-  return "unknown";
-}
-}  // namespace
 
 IterateGrowth iterate_growth(const Cell& cell, const TensorView& x, const TensorView& H, const ApplyOptions& options,
                              std::int64_t window) {
-  if (cell.spec().jacobian != JacobianClass::per_channel)
-    throw UnsupportedPath(fmt::format("iterate_growth covers the per-channel cells; cell '{}' has a {} Jacobian",
-                                      cell.name(), jacobian_kind(cell.spec().jacobian)));
-  if (x.device() != Device::cpu || H.device() != Device::cpu)
-    throw UnsupportedPath("iterate_growth needs host tensors (x and H): copy them to the host first");
+  detail::Plan plan = detail::plan_solve(cell, x, nullptr, ScanBackend::auto_select, options, "iterate_growth");
+  plan.row.require(detail::Capability::iterate_growth, "iterate_growth");
   if (window < 1) throw ContractViolation("window", "must be >= 1", std::to_string(window));
-  const detail::Layout layout = detail::check_inputs(cell, x, options, "iterate_growth");
-  const Shape trajectory = cell.trajectory_shape(layout.batch, layout.time);
+  const Shape trajectory = cell.trajectory_shape(plan.layout.batch, plan.layout.time);
   if (H.shape() != trajectory)
     throw ContractViolation("H", fmt::format("must have the trajectory shape {}", shape_string(trajectory)),
                             shape_string(H.shape()));
   if (H.dtype() != cell.dtype())
     throw ContractViolation("H", fmt::format("dtype must be the cell's, {}", dtype_name(cell.dtype())),
                             dtype_name(H.dtype()));
-  return detail::dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
-    using Solver = detail::CpuSolver<CellMath, StorageT>;
+  if (H.device() != Device::cpu)
+    throw ContractViolation("H", "must be a host tensor, as x is", "a CUDA tensor");
+  return plan.row.iterate_growth(cell, x, H, options, window, std::move(plan.layout));
+}
+
+namespace detail {
+
+IterateGrowth cpu_iterate_growth(const Cell& cell, const TensorView& x, const TensorView& H,
+                                 const ApplyOptions& options, std::int64_t window, Layout layout) {
+  return dispatch_solver(cell, [&]<class CellMath, class StorageT>() {
+    using Solver = CpuSolver<CellMath, StorageT>;
     using ComputeT = typename Solver::ComputeT;
     const Solver solver(cell, x, options, layout);
     const Tensor Hc = Tensor::converted(H, Solver::kComputeDType);
@@ -75,4 +71,5 @@ IterateGrowth iterate_growth(const Cell& cell, const TensorView& x, const Tensor
   });
 }
 
+}  // namespace detail
 }  // namespace pararnn

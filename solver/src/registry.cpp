@@ -11,8 +11,10 @@ namespace pararnn::detail {
 
 namespace {
 
-constexpr Capability kEveryCapability[] = {Capability::newton, Capability::sequential, Capability::training,
-                                           Capability::max_residual, Capability::fused_windows};
+constexpr Capability kEveryCapability[] = {Capability::newton,         Capability::sequential,
+                                           Capability::training,       Capability::max_residual,
+                                           Capability::fused_windows,  Capability::iterate_growth,
+                                           Capability::seq_parallel};
 
 // A row's declared capabilities are its filled slots (training: forward and backward), so that
 // `require` and `serves` are the whole truth about it; a row that disagrees is a bug of its file.
@@ -30,6 +32,8 @@ void check_row(const FamilyBackend& row) {
   agree(Capability::training, row.forward != nullptr);
   agree(Capability::max_residual, row.max_residual != nullptr);
   agree(Capability::fused_windows, row.fused_windows != nullptr);
+  agree(Capability::iterate_growth, row.iterate_growth != nullptr);
+  agree(Capability::seq_parallel, row.seq_parallel != nullptr);
 }
 
 }  // namespace
@@ -61,6 +65,8 @@ const char* capability_name(Capability capability) {
     case Capability::training: return "training";
     case Capability::max_residual: return "max_residual";
     case Capability::fused_windows: return "fused_windows";
+    case Capability::iterate_growth: return "iterate_growth";
+    case Capability::seq_parallel: return "seq_parallel";
   }
   return "?";
 }

@@ -75,10 +75,29 @@ struct RankDescriptor {
   char message[480] = {};
 };
 
+}  // namespace
+
+// A rank's chunk after the collective checks: the row that serves it (the plan's), its layout
+// and the whole sequence's length.
 struct ChunkPlacement {
+  const FamilyBackend* row = nullptr;
   Layout layout;
   std::int64_t total_time = 0;
 };
+
+// The entry points of the CPU per-channel row's split (backends.hpp FamilyBackend::seq_parallel),
+// after check_chunks.
+struct SeqParallelRow {
+  Tensor (*newton)(Communicator&, const Cell&, const TensorView& x_chunk, const NewtonConfig&, const ApplyOptions&,
+                   const ChunkPlacement&, NewtonStats&);
+  NewtonForward (*forward)(Communicator&, const Cell&, const TensorView& x_chunk, const NewtonConfig&,
+                           const ApplyOptions&, const ChunkPlacement&);
+  NewtonGradients (*backward)(Communicator&, const Cell&, const TensorView& x_chunk, const NewtonForward&,
+                              const TensorView& grad_H_chunk, const NewtonConfig&, const ApplyOptions&,
+                              const ChunkPlacement&);
+};
+
+namespace {
 
 // The local rules (the chunk as newton_apply's input, and what the split does not build), then
 // the rules across ranks; collective: every rank raises when any rank's input is refused.
@@ -90,17 +109,15 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
   ChunkPlacement placement;
   std::exception_ptr refused;
   try {
-    validate(config, cell.spec());
-    if (cell.spec().jacobian != JacobianClass::per_channel)
-      throw UnsupportedPath(fmt::format("{}: cell '{}' (mix '{}') is not a per-channel cell; the sequence-parallel "
-                                        "solve is built for gru, lstm, nlru, slstm, cfc and titans (mix diag)",
-                                        who, cell.name(), cell.spec().mix));
+    if (x.dim() == 3 && x.size(1) < 1)
+      throw ContractViolation("x_chunk",
+                              fmt::format("every rank needs at least one step (rank {} of {} has none)", rank, size),
+                              shape_string(x.shape()));
+    Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
+    plan.row.require(Capability::seq_parallel, who);
     if (config.coords == Coords::log)
       throw UnsupportedPath(fmt::format("{}: coords=log is not built for the sequence-parallel solve (the ranks "
                                         "exchange native boundary states); use coords=native", who));
-    if (config.scan_backend == ScanBackend::cuda)
-      throw UnsupportedPath(fmt::format("{}: scan_backend=cuda is not built (the CPU per-channel family only); "
-                                        "use auto or cpu with host tensors", who));
     if (options.cu_seqlens)
       throw ContractViolation("cu_seqlens",
                               fmt::format("is not accepted by {}: packed segments across ranks are not built; "
@@ -114,11 +131,8 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
       throw ContractViolation("h0",
                               fmt::format("is the state before the first step: only rank 0 takes it (this is rank {})", rank),
                               shape_string(options.h0->shape()));
-    if (x.dim() == 3 && x.size(1) < 1)
-      throw ContractViolation("x_chunk",
-                              fmt::format("every rank needs at least one step (rank {} of {} has none)", rank, size),
-                              shape_string(x.shape()));
-    placement.layout = check_inputs(cell, x, options, who);
+    placement.row = &plan.row;
+    placement.layout = std::move(plan.layout);
     if (more_checks) more_checks(placement.layout);
     mine.batch = placement.layout.batch;
     mine.time = placement.layout.time;
@@ -346,15 +360,52 @@ decltype(auto) with_chunk_solver(Communicator& comm, const Cell& cell, const Ten
 
 }  // namespace
 
+namespace detail {
+namespace {
+
+Tensor split_newton(Communicator& comm, const Cell& cell, const TensorView& x_chunk, const NewtonConfig& config,
+                    const ApplyOptions& options, const ChunkPlacement& placement, NewtonStats& stats) {
+  return with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    return solver.local().to_storage(solve_chunk(solver, cell, config, placement, stats));
+  });
+}
+
+NewtonForward split_forward(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
+                            const NewtonConfig& config, const ApplyOptions& options, const ChunkPlacement& placement) {
+  NewtonForward forward;
+  with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    const auto H = solve_chunk(solver, cell, config, placement, forward.stats);
+    forward.H = solver.local().to_storage(H);
+    if (!config.recompute)
+      forward.saved_trajectory = saved_on_host(solver.local().to_compute_tensor(H));
+  });
+  return forward;
+}
+
+NewtonGradients split_backward(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
+                               const NewtonForward& forward, const TensorView& grad_H_chunk, const NewtonConfig& config,
+                               const ApplyOptions& options, const ChunkPlacement& placement) {
+  return with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
+    if (forward.saved_trajectory)
+      return solver.backward(solver.local().from_saved(forward.saved_trajectory->host()), grad_H_chunk, x_chunk, options);
+    NewtonStats stats;  // recompute: the forward's solve again (bitwise the same H*)
+    return solver.backward(solve_chunk(solver, cell, config, placement, stats), grad_H_chunk, x_chunk, options);
+  });
+}
+
+}  // namespace
+
+const SeqParallelRow kCpuSeqParallel{.newton = split_newton, .forward = split_forward, .backward = split_backward};
+
+}  // namespace detail
+
 Tensor seq_parallel_newton_apply(Communicator& comm, const Cell& cell, const TensorView& x_chunk,
                                  const NewtonConfig& config, const ApplyOptions& options, NewtonStats* stats) {
   const detail::ChunkPlacement placement =
       detail::check_chunks(comm, cell, x_chunk, config, options, "seq_parallel_newton_apply");
   NewtonStats local;
   NewtonStats& s = stats ? *stats : local;
-  Tensor H = with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
-    return solver.local().to_storage(solve_chunk(solver, cell, config, placement, s));
-  });
+  Tensor H = placement.row->seq_parallel->newton(comm, cell, x_chunk, config, options, placement, s);
   detail::residual_gate(cell, config, s, x_chunk, options);
   return H;
 }
@@ -363,13 +414,7 @@ NewtonForward seq_parallel_newton_forward(Communicator& comm, const Cell& cell, 
                                           const NewtonConfig& config, const ApplyOptions& options) {
   const detail::ChunkPlacement placement =
       detail::check_chunks(comm, cell, x_chunk, config, options, "seq_parallel_newton_forward");
-  NewtonForward forward;
-  with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
-    const auto H = solve_chunk(solver, cell, config, placement, forward.stats);
-    forward.H = solver.local().to_storage(H);
-    if (!config.recompute)
-      forward.saved_trajectory = saved_on_host(solver.local().to_compute_tensor(H));
-  });
+  NewtonForward forward = placement.row->seq_parallel->forward(comm, cell, x_chunk, config, options, placement);
   detail::residual_gate(cell, config, forward.stats, x_chunk, options);
   return forward;
 }
@@ -385,12 +430,7 @@ NewtonGradients seq_parallel_newton_backward(Communicator& comm, const Cell& cel
           throw ContractViolation("forward", "must come from seq_parallel_newton_forward on this rank's x_chunk",
                                   shape_string(forward.H.shape()));
       });
-  return with_chunk_solver(comm, cell, x_chunk, options, placement, [&](const auto& solver) {
-    if (forward.saved_trajectory)
-      return solver.backward(solver.local().from_saved(forward.saved_trajectory->host()), grad_H_chunk, x_chunk, options);
-    NewtonStats stats;  // recompute: the forward's solve again (bitwise the same H*)
-    return solver.backward(solve_chunk(solver, cell, config, placement, stats), grad_H_chunk, x_chunk, options);
-  });
+  return placement.row->seq_parallel->backward(comm, cell, x_chunk, forward, grad_H_chunk, config, options, placement);
 }
 
 }  // namespace pararnn

@@ -55,7 +55,7 @@ refusals_exit_2)
   says "cu_seqlens: seqpar: packed cases are not built"
   expect_rc 0 "$pararnn" make-case --cell hopfield --seed 1 --batch 1 --time 10 --d-in 3 --d-h 4 --out "$w/dense.safetensors"
   expect_rc 2 "$pararnn" seqpar "$w/dense.safetensors" --ranks 2
-  says "is not a per-channel cell"
+  says "does not serve seq_parallel"
   [ ! -e "$w/H.safetensors" ] || fail "a refused seqpar wrote its output"
   ;;
 *)

@@ -20,8 +20,17 @@ struct PerChannelFamily {
   static bool stale_h0_recompute() { return PARARNN_FAULT_POINT("stale_h0_recompute"); }
 };
 
+// The common CPU row, and what only this family serves: the growth pass and the split over ranks.
+constexpr FamilyBackend per_channel_row() {
+  FamilyBackend row = cpu_family_row<PerChannelFamily>("cpu per_channel", nullptr);
+  row.serves.bits |= Capabilities{Capability::iterate_growth, Capability::seq_parallel}.bits;
+  row.iterate_growth = cpu_iterate_growth;
+  row.seq_parallel = &kCpuSeqParallel;
+  return row;
+}
+
 }  // namespace
 
-const FamilyBackend kCpuPerChannel = cpu_family_row<PerChannelFamily>("cpu per_channel", nullptr);
+const FamilyBackend kCpuPerChannel = per_channel_row();
 
 }  // namespace pararnn::detail

@@ -17,8 +17,10 @@
 // type, summed in double); a non-finite H, Jacobian entry or growth (log 0 included) gives no
 // summary number (`finite` false, `reason` naming the unit and step), never a number from a NaN.
 // Refused (ContractViolation naming the argument): H not of the trajectory shape or not of the
-// cell's dtype, window < 1, and every rule newton_apply applies to x, h0 and cu_seqlens;
-// (UnsupportedPath): a cell outside the per-channel family, device tensors.
+// cell's dtype or not on the host, window < 1, and every rule newton_apply applies to x, h0 and
+// cu_seqlens (the same plan); (UnsupportedPath): a row other than the CPU per-channel one (a cell
+// outside the per-channel family, or device tensors: "the <backend> <family> row does not serve
+// iterate_growth").
 // Cost: one residual-and-Jacobian pass over H (as one Newton iteration's) plus an S x S product
 // per step and channel; every unit is used (no sampling). Example:
 //   const Tensor H = newton_apply(cell, x);
