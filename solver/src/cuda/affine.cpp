@@ -52,30 +52,20 @@ struct LtContext {
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 };
 LtContext& lt_context() {
-  int device = 0;
-  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
-  thread_local std::map<int, LtContext> contexts;
-  thread_local std::uint64_t made_in = 0;
-  if (made_in != resource_generation()) {
-    contexts.clear();  // released by a shutdown since
-    made_in = resource_generation();
-  }
-  auto it = contexts.find(device);
-  if (it == contexts.end()) {
-    LtContext c;
-    PARARNN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
-    if (const cudaError_t e = cudaMalloc(&c.workspace, LtContext::kWorkspaceBytes); e != cudaSuccess) {
-      (void)cublasLtDestroy(c.handle);
-      check_cuda(e, "cudaMalloc(the cuBLASLt workspace)");
-    }
-    keep_until_shutdown([c, device] {
-      if (cudaSetDevice(device) != cudaSuccess) return;
-      (void)cudaFree(c.workspace);
-      (void)cublasLtDestroy(c.handle);
-    });
-    it = contexts.emplace(device, c).first;
-  }
-  return it->second;
+  return per_device_resource<LtContext>(
+      [] {
+        LtContext c;
+        PARARNN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
+        if (const cudaError_t e = cudaMalloc(&c.workspace, LtContext::kWorkspaceBytes); e != cudaSuccess) {
+          (void)cublasLtDestroy(c.handle);
+          check_cuda(e, "cudaMalloc(the cuBLASLt workspace)");
+        }
+        return c;
+      },
+      [](const LtContext& c) {
+        (void)cudaFree(c.workspace);
+        (void)cublasLtDestroy(c.handle);
+      });
 }
 
 // Owns the cuBLASLt descriptors of one GEMM.

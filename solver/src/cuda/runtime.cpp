@@ -124,25 +124,15 @@ void shutdown_backend() noexcept {
 // initialisation) and released by shutdown_backend (cuda_shutdown, or process exit before the
 // CUDA runtime's teardown: a destructor of the thread_local itself could run after it).
 cublasHandle_t cublas_handle() {
-  int device = 0;
-  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
-  thread_local std::map<int, cublasHandle_t> handles;
-  thread_local std::uint64_t made_in = 0;
-  if (made_in != resource_generation()) {
-    handles.clear();  // released by a shutdown since
-    made_in = resource_generation();
-  }
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasHandle_t handle = nullptr;
-    PARARNN_CUBLAS_CHECK(cublasCreate(&handle));
-    keep_until_shutdown([handle, device] {
-      if (cudaSetDevice(device) == cudaSuccess) (void)cublasDestroy(handle);
-    });
-    it = handles.emplace(device, handle).first;
-  }
-  PARARNN_CUBLAS_CHECK(cublasSetStream(it->second, current_stream()));
-  return it->second;
+  cublasHandle_t handle = per_device_resource<cublasHandle_t>(
+      [] {
+        cublasHandle_t made = nullptr;
+        PARARNN_CUBLAS_CHECK(cublasCreate(&made));
+        return made;
+      },
+      [](cublasHandle_t made) { (void)cublasDestroy(made); });
+  PARARNN_CUBLAS_CHECK(cublasSetStream(handle, current_stream()));
+  return handle;
 }
 
 std::size_t checked_bytes(std::int64_t count, std::size_t element_bytes, const char* what) {

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <source_location>
@@ -161,6 +162,32 @@ std::uint64_t resource_generation();
 // Waits for every device, then releases what keep_until_shutdown holds and the pools (solver.hpp's
 // cuda_shutdown). Never throws; the calling thread's current device is kept.
 void shutdown_backend() noexcept;
+
+// The one cache of such resources: the calling thread's `T` for the current device, made at first
+// use by `make()` (which throws, releasing what it made, where it cannot) and released by
+// `release(value)` on its device at shutdown; a shutdown since the last use drops the cache, so
+// the next use makes a new one. Each call site (its lambdas' types) has a cache of its own.
+// Example: cublas_handle (runtime.cpp), the cuBLASLt handle and workspace (affine.cpp).
+template <class T, class Make, class Release>
+T& per_device_resource(Make make, Release release) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  thread_local std::map<int, T> cache;
+  thread_local std::uint64_t made_in = 0;
+  if (made_in != resource_generation()) {
+    cache.clear();  // released by a shutdown since
+    made_in = resource_generation();
+  }
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    T made = make();
+    keep_until_shutdown([made, device, release] {
+      if (cudaSetDevice(device) == cudaSuccess) release(made);
+    });
+    it = cache.emplace(device, made).first;
+  }
+  return it->second;
+}
 
 // Makes `device` current for its lifetime and restores the previous one.
 class DeviceGuard {
