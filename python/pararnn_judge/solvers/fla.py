@@ -19,20 +19,20 @@ argument, the rule and the value): f64 cases (fla's Triton kernels run f32, f16,
 other than chunk or fused_recurrent, an op fla has no such function for.
 Exit status: 0 with OUT written atomically; 2 bad usage; 3 torch or fla not importable; 4 refused.
 """
-import json
 import os
-import struct
 import sys
 
+# The shared protocol code, by path (_adapter_io.py's header says why not through the package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _adapter_io import (ABSENT, EXIT_MISSING, TRUE, Command, Refused, device_for,  # noqa: E402
+                         gradient_or_zeros, gradients_requested, leave_script_folder, read_header,
+                         read_tensors, write_tensors)
+del sys.path[0]
 if __name__ == "__main__":
-    # Run as a script, this file's folder leads sys.path, and "import fla" would import this
-    # adapter (fla.py) instead of flash-linear-attention: take the folder out first.
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+    leave_script_folder(__file__)  # else "import fla" imports this adapter, not flash-linear-attention
 
-EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
-ABSENT = ("None", "none", "")
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
+command = Command("fla", __doc__)
+fail = command.fail
 
 # op -> (fla module, its inputs in fla's positional order, the op's default scale rule,
 #        whether use_qk_l2norm_in_kernel is an argument)
@@ -45,15 +45,6 @@ OPS = {
     "rwkv7": ("fla.ops.rwkv7", ("r", "w", "k", "v", "a", "b"), "one", False),
 }
 MODES = ("chunk", "fused_recurrent")
-
-
-class Refused(Exception):
-    """What fla cannot do, named: the case's argument, the rule, the value."""
-
-
-def fail(code, message):
-    sys.stderr.write(f"pararnn_judge.solvers.fla: {message}\n")
-    sys.exit(code)
 
 
 def plan(metadata, headers, mode=None):
@@ -80,7 +71,7 @@ def plan(metadata, headers, mode=None):
     if dtype not in ("F32", "F16", "BF16"):
         raise Refused(f"tensor '{inputs[0]}': fla's Triton kernels take f32, f16 or bf16 (got {dtype}); "
                       "judge f64 with the reference adapter")
-    if metadata.get("head_first", "False") in ("True", "true", "1"):
+    if metadata.get("head_first", "False") in TRUE:
         raise Refused("metadata 'head_first': op cases are [B, T, H, ...] (got True)")
     kwargs = {"output_final_state": True}
     # The scale is always passed: the case's, or the op's default as the oracle reads it (K^-0.5;
@@ -93,7 +84,7 @@ def plan(metadata, headers, mode=None):
             raise Refused(f"metadata 'scale': must be a number or None (got {scale!r})")
     else:
         kwargs["scale"] = 1.0 if default_scale == "one" else headers[inputs[0]][1][-1] ** -0.5
-    l2 = metadata.get("use_qk_l2norm_in_kernel", "False") in ("True", "true", "1")
+    l2 = metadata.get("use_qk_l2norm_in_kernel", "False") in TRUE
     if l2 and not takes_l2:
         raise Refused(f"metadata 'use_qk_l2norm_in_kernel': fla's {op} takes no such argument (got True)")
     if takes_l2:
@@ -103,79 +94,11 @@ def plan(metadata, headers, mode=None):
 
 
 def parse(argv):
-    args = {"mode": None, "device": None, "paths": []}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("--mode", "--device"):
-            if i + 1 >= len(argv):
-                fail(EXIT_USAGE, f"{a}: needs a value")
-            args[a[2:]] = argv[i + 1]
-            i += 2
-        elif a.startswith("--"):
-            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --mode chunk|fused_recurrent, --device cuda|cpu, --version)")
-        else:
-            args["paths"].append(a)
-            i += 1
-    if len(args["paths"]) != 2:
-        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
-    if args["mode"] not in (None,) + MODES:
-        fail(EXIT_USAGE, f"--mode: must be chunk or fused_recurrent (got {args['mode']!r})")
-    if args["device"] not in (None, "cuda", "cpu"):
-        fail(EXIT_USAGE, f"--device: must be cuda or cpu (got {args['device']!r})")
+    args = command.parse(argv, {"mode": None, "device": None},
+                         "--mode chunk|fused_recurrent, --device cuda|cpu, --version")
+    command.check_choice(args, "mode", MODES)
+    command.check_choice(args, "device", ("cuda", "cpu"))
     return args
-
-
-def read_header(path):
-    """(tensor name -> (dtype, shape), metadata) of a safetensors file, standard library only."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise Refused(f"{path}: not a safetensors file (shorter than its header length)")
-        header = json.loads(f.read(struct.unpack("<Q", head)[0]))
-    metadata = header.pop("__metadata__", {}) or {}
-    return {name: (entry["dtype"], list(entry["shape"])) for name, entry in header.items()}, metadata
-
-
-def read_tensors(torch, path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    body = memoryview(data)[8 + n:]
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        dtype = getattr(torch, DTYPES[entry["dtype"]])
-        raw = bytearray(body[begin:end])
-        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-        tensors[name] = t.reshape(entry["shape"]).clone()
-    return tensors
-
-
-def write_tensors(torch, path, tensors):
-    names = {v: k for k, v in DTYPES.items()}
-    header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * ((8 - len(text) % 8) % 8)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text.encode())
-            for raw in chunks:
-                f.write(raw)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def import_libraries(module):
@@ -189,11 +112,7 @@ def import_libraries(module):
 
 
 def version_line():
-    try:
-        import importlib.metadata as metadata
-        return f"fla {metadata.version('flash-linear-attention')}"
-    except Exception as e:  # noqa: BLE001 (any failure: not installed)
-        fail(EXIT_MISSING, f"flash-linear-attention is not installed: {e}")
+    return command.version_line("fla", "flash-linear-attention")
 
 
 def solve(args):
@@ -204,9 +123,9 @@ def solve(args):
     function = getattr(ops, call["function"], None)
     if function is None:
         raise Refused(f"op {call['op']}: this fla has no {call['module']}.{call['function']} (mode {call['mode']})")
-    device = args["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_for(torch, args["device"])
     tensors = read_tensors(torch, case_path)
-    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    gradients = gradients_requested()
     leaves = {name: tensors[name].to(device).requires_grad_(gradients) for name in call["inputs"]}
     kwargs = dict(call["kwargs"])
     if "initial_state" in tensors:
@@ -226,21 +145,12 @@ def solve(args):
         (o.float().sum() + final_state.float().sum()).backward()
         for name, leaf in list(leaves.items()) + ([("initial_state", kwargs["initial_state"])] if "initial_state" in kwargs else []):
             case_name = {"gk": "g", "log_w": "w"}.get(name, name) if call["op"] in ("gla", "rwkv7") else name
-            out["grad." + case_name] = (
-                leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
+            out["grad." + case_name] = gradient_or_zeros(torch, leaf)
     write_tensors(torch, out_path, out)
 
 
 def main(argv):
-    if argv == ["--version"]:
-        print(version_line())
-        return 0
-    args = parse(argv)
-    try:
-        solve(args)
-    except Refused as e:
-        fail(EXIT_REFUSED, str(e))
-    return 0
+    return command.main(argv, version_line, parse, solve)
 
 
 if __name__ == "__main__":

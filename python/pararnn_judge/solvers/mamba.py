@@ -27,36 +27,26 @@ ssd still runs: its Triton modules are imported without the package's __init__.p
 Exit status: 0 with OUT written atomically; 2 bad usage; 3 torch or mamba_ssm not importable;
 4 refused.
 """
-import json
 import os
-import struct
 import sys
 
+# The shared protocol code, by path (_adapter_io.py's header says why not through the package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _adapter_io import (ABSENT, EXIT_MISSING, EXIT_USAGE, TRUE, Command, Refused, gradient_or_zeros,  # noqa: E402
+                         gradients_requested, leave_script_folder, read_header, read_tensors, write_tensors)
+del sys.path[0]
 if __name__ == "__main__":
-    # Run as a script, this file's folder leads sys.path, and "import fla" would import this
-    # adapter (fla.py) instead of flash-linear-attention: take the folder out first.
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+    leave_script_folder(__file__)  # this folder holds fla.py: "import fla" must find the library
 
-EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
-ABSENT = ("None", "none", "")
-TRUE = ("True", "true", "1")
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
+command = Command("mamba", __doc__)
+fail = command.fail
+
 OPS = {
     "selective_scan": ("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn", "fused_recurrent",
                        ("u", "delta", "A", "B", "C"), ("D", "z", "delta_bias"), "last_state"),
     "ssd": ("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "chunk",
             ("x", "dt", "A", "B", "C"), ("D", "z", "dt_bias"), "final_states"),
 }
-
-
-class Refused(Exception):
-    """What mamba-ssm cannot do, named: the case's argument, the rule, the value."""
-
-
-def fail(code, message):
-    sys.stderr.write(f"pararnn_judge.solvers.mamba: {message}\n")
-    sys.exit(code)
 
 
 def plan(metadata, headers, mode=None, chunk_size=256):
@@ -98,24 +88,9 @@ def plan(metadata, headers, mode=None, chunk_size=256):
 
 
 def parse(argv):
-    args = {"mode": None, "chunk_size": "256", "paths": []}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("--mode", "--chunk-size"):
-            if i + 1 >= len(argv):
-                fail(EXIT_USAGE, f"{a}: needs a value")
-            args[a[2:].replace("-", "_")] = argv[i + 1]
-            i += 2
-        elif a.startswith("--"):
-            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --mode chunk|fused_recurrent, --chunk-size N, --version)")
-        else:
-            args["paths"].append(a)
-            i += 1
-    if len(args["paths"]) != 2:
-        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
-    if args["mode"] not in (None, "chunk", "fused_recurrent"):
-        fail(EXIT_USAGE, f"--mode: must be chunk or fused_recurrent (got {args['mode']!r})")
+    args = command.parse(argv, {"mode": None, "chunk_size": "256"},
+                         "--mode chunk|fused_recurrent, --chunk-size N, --version")
+    command.check_choice(args, "mode", ("chunk", "fused_recurrent"))
     try:
         args["chunk_size"] = int(args["chunk_size"])
     except ValueError:
@@ -123,71 +98,21 @@ def parse(argv):
     return args
 
 
-def read_header(path):
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise Refused(f"{path}: not a safetensors file (shorter than its header length)")
-        header = json.loads(f.read(struct.unpack("<Q", head)[0]))
-    metadata = header.pop("__metadata__", {}) or {}
-    return {name: (entry["dtype"], list(entry["shape"])) for name, entry in header.items()}, metadata
-
-
-def read_tensors(torch, path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    body = memoryview(data)[8 + n:]
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        dtype = getattr(torch, DTYPES[entry["dtype"]])
-        raw = bytearray(body[begin:end])
-        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-        tensors[name] = t.reshape(entry["shape"]).clone()
-    return tensors
-
-
-def write_tensors(torch, path, tensors):
-    names = {v: k for k, v in DTYPES.items()}
-    header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * ((8 - len(text) % 8) % 8)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text.encode())
-            for raw in chunks:
-                f.write(raw)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def version_line():
-    try:
-        import importlib.metadata as metadata
-        return f"mamba-ssm {metadata.version('mamba_ssm')}"
-    except Exception as e:  # noqa: BLE001 (any failure: not installed as a distribution)
-        # Its Python files alone (scripts/ops-mamba-gpu.sh): the version its __init__.py states.
-        import importlib.util
-        import re
-        spec = importlib.util.find_spec("mamba_ssm")
-        if spec is None or not spec.origin:
-            fail(EXIT_MISSING, f"mamba-ssm is not installed: {e}")
-        with open(spec.origin) as f:
-            found = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", f.read())
-        return f"mamba-ssm {found.group(1) if found else 'unknown'} (source files, {os.path.dirname(spec.origin)})"
+    return command.version_line("mamba-ssm", "mamba_ssm", source_files_version_line)
+
+
+def source_files_version_line(not_installed):
+    """Its Python files alone, not installed as a distribution (scripts/ops-mamba-gpu.sh): the
+    version its __init__.py states."""
+    import importlib.util
+    import re
+    spec = importlib.util.find_spec("mamba_ssm")
+    if spec is None or not spec.origin:
+        fail(EXIT_MISSING, f"mamba-ssm is not installed: {not_installed}")
+    with open(spec.origin) as f:
+        found = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", f.read())
+    return f"mamba-ssm {found.group(1) if found else 'unknown'} (source files, {os.path.dirname(spec.origin)})"
 
 
 def import_library(name):
@@ -229,7 +154,7 @@ def solve(args):
     except (ImportError, AttributeError) as e:
         fail(EXIT_MISSING, f"needs torch and mamba-ssm (pip install mamba-ssm): {e}")
     tensors = read_tensors(torch, case_path)
-    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    gradients = gradients_requested()
     leaves = {n: tensors[n].to("cuda").requires_grad_(gradients) for n in call["inputs"] + call["optional"]}
     kwargs = dict(call["kwargs"])
     if "initial_states" in tensors:
@@ -248,20 +173,12 @@ def solve(args):
         out.float().sum().backward()
         extra = [("initial_states", kwargs["initial_states"])] if "initial_states" in kwargs else []
         for name, leaf in list(leaves.items()) + extra:
-            answer["grad." + name] = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            answer["grad." + name] = gradient_or_zeros(torch, leaf)
     write_tensors(torch, out_path, answer)
 
 
 def main(argv):
-    if argv == ["--version"]:
-        print(version_line())
-        return 0
-    args = parse(argv)
-    try:
-        solve(args)
-    except Refused as e:
-        fail(EXIT_REFUSED, str(e))
-    return 0
+    return command.main(argv, version_line, parse, solve)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,17 @@ torch or pararnn-torch cannot be imported; 4 when the case cannot be built as a 
 on stderr). `--version` prints "pararnn-torch <version>" (for --solver-version-cmd).
 """
 import inspect
-import json
 import os
-import struct
 import sys
 
-EXIT_USAGE, EXIT_MISSING, EXIT_CASE = 2, 3, 4
+# The shared protocol code, by path (_adapter_io.py's header says why not through the package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _adapter_io import (ABSENT, EXIT_MISSING, EXIT_USAGE, Command, Refused, device_for,  # noqa: E402
+                         gradient_or_zeros, gradients_requested, read_case, write_tensors)
+del sys.path[0]
+
+command = Command("pararnn_torch", __doc__)
+fail = command.fail
 
 # Case-file cell name -> pararnn-torch class; the constructor arguments a case carries, with
 # their types (pararnn_judge.torch.ARGUMENTS lists the same names).
@@ -34,38 +39,16 @@ ARGUMENTS = {"ParaGRU": ("mix", "n_heads", "max_recurrent_norm"), "ParaLSTM": ("
              "ParaSLSTM": ("mix", "n_heads", "max_recurrent_norm", "eps"), "ParaNLRU": ("max_recurrent_norm",),
              "ParaCfC": ("gate_mix", "time_bias_init", "max_recurrent_norm"), "ParaTitans": ("max_recurrent_norm",),
              "ParaHopfield": ("beta",), "ParaM2RNN": ("k_dim", "v_dim"), "ParaRWKV7": ("n_heads",)}
-ABSENT = ("None", "none", "")
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
 
 
-class CaseError(Exception):
-    """The case cannot be built as a pararnn-torch cell."""
-
-
-def fail(code, message):
-    sys.stderr.write(f"pararnn_judge.solvers.pararnn_torch: {message}\n")
-    sys.exit(code)
+class CaseError(Refused):
+    """The case cannot be built as a pararnn-torch cell (exit 4)."""
 
 
 def parse(argv):
-    args = {"max_iters": "default", "device": None, "paths": []}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("--max-iters", "--device"):
-            if i + 1 >= len(argv):
-                fail(EXIT_USAGE, f"{a}: needs a value")
-            args[a[2:].replace("-", "_")] = argv[i + 1]
-            i += 2
-        elif a.startswith("--"):
-            fail(EXIT_USAGE, f"{a}: unknown flag (flags: --max-iters K|none, --device cuda|cpu, --version)")
-        else:
-            args["paths"].append(a)
-            i += 1
-    if len(args["paths"]) != 2:
-        fail(EXIT_USAGE, f"needs CASE and OUT (got {args['paths']})\n{__doc__}")
-    if args["device"] not in (None, "cuda", "cpu"):
-        fail(EXIT_USAGE, f"--device: must be cuda or cpu (got {args['device']!r})")
+    args = command.parse(argv, {"max_iters": "default", "device": None},
+                         "--max-iters K|none, --device cuda|cpu, --version")
+    command.check_choice(args, "device", ("cuda", "cpu"))
     if args["max_iters"] not in ("default", "none", "None"):
         try:
             if int(args["max_iters"]) < 0:
@@ -88,56 +71,7 @@ def import_libraries():
 
 
 def torch_version_line():
-    try:
-        import importlib.metadata as metadata
-        return f"pararnn-torch {metadata.version('pararnn-torch')}"
-    except Exception as e:  # noqa: BLE001 (any failure: not installed)
-        fail(EXIT_MISSING, f"pararnn-torch is not installed: {e}")
-
-
-def read_safetensors(torch, path):
-    """(tensors, metadata) of a safetensors file, with torch only."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise CaseError(f"{path}: not a safetensors file (shorter than its header length)")
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    metadata = header.pop("__metadata__", {}) or {}
-    body = memoryview(data)[8 + n:]
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        dtype = getattr(torch, DTYPES[entry["dtype"]])
-        raw = bytearray(body[begin:end])
-        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-        tensors[name] = t.reshape(entry["shape"]).clone()
-    return tensors, metadata
-
-
-def write_safetensors(torch, path, tensors):
-    """Writes `tensors` (host, contiguous) as safetensors, atomically (a temporary file renamed)."""
-    names = {v: k for k, v in DTYPES.items()}
-    header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": names[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * ((8 - len(text) % 8) % 8)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text.encode())
-            for raw in chunks:
-                f.write(raw)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    return command.version_line("pararnn-torch", "pararnn-torch")
 
 
 def constructor_arguments(class_name, metadata):
@@ -189,16 +123,17 @@ def build_cell(torch, pararnn, tensors, metadata, device):
     return cell
 
 
-def solve(torch, pararnn, args):
+def solve(args):
+    torch, pararnn = import_libraries()
     case_path, out_path = args["paths"]
-    device = args["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
-    tensors, metadata = read_safetensors(torch, case_path)
+    device = device_for(torch, args["device"])
+    tensors, metadata = read_case(torch, case_path)
     if "x" not in tensors:
         raise CaseError(f"{case_path}: tensor 'x': missing")
     cell = build_cell(torch, pararnn, tensors, metadata, device)
     config = pararnn.NewtonConfig() if args["max_iters"] == "default" else pararnn.NewtonConfig(
         max_iters=None if args["max_iters"] in ("none", "None") else int(args["max_iters"]))
-    gradients = os.environ.get("PARARNN_GRADIENTS") == "1"
+    gradients = gradients_requested()
     x = tensors["x"].to(device).requires_grad_(gradients)
     h0 = tensors["h0"].to(device).requires_grad_(gradients) if "h0" in tensors else None
     cu = tensors["cu_seqlens"].to(device) if "cu_seqlens" in tensors else None
@@ -208,25 +143,16 @@ def solve(torch, pararnn, args):
     if gradients:
         grad_H = tensors["grad.H"].to(device=device, dtype=H.dtype) if "grad.H" in tensors else torch.ones_like(H)
         (grad_H * H).sum().backward()
-        out["grad.x"] = x.grad if x.grad is not None else torch.zeros_like(x)
+        out["grad.x"] = gradient_or_zeros(torch, x)
         if h0 is not None:
-            out["grad.h0"] = h0.grad if h0.grad is not None else torch.zeros_like(h0)
+            out["grad.h0"] = gradient_or_zeros(torch, h0)
         for name, p in cell.named_parameters():
-            out["grad." + name] = p.grad if p.grad is not None else torch.zeros_like(p)
-    write_safetensors(torch, out_path, out)
+            out["grad." + name] = gradient_or_zeros(torch, p)
+    write_tensors(torch, out_path, out)
 
 
 def main(argv):
-    if argv == ["--version"]:
-        print(torch_version_line())
-        return 0
-    args = parse(argv)
-    torch, pararnn = import_libraries()
-    try:
-        solve(torch, pararnn, args)
-    except CaseError as e:
-        fail(EXIT_CASE, str(e))
-    return 0
+    return command.main(argv, torch_version_line, parse, solve)
 
 
 if __name__ == "__main__":
