@@ -322,6 +322,9 @@ double max_residual(const Cell& cell, const TensorView& x, const TensorView& H, 
   const auto where = [](Device d) { return d == Device::cuda ? "a CUDA tensor" : "a host tensor"; };
   if (H.device() != x.device())
     throw ContractViolation("H", fmt::format("must be on x's device ({})", where(x.device())), where(H.device()));
+  if (H.device() == Device::cuda && H.device_id() != x.device_id())
+    throw ContractViolation("H", fmt::format("must be on x's device (cuda:{})", x.device_id()),
+                            fmt::format("cuda:{}", H.device_id()));
   return plan.row.max_residual(cell, x, H, options, std::move(plan.layout));
 }
 
