@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 KSTAR_MD = ROOT / "docs" / "kstar.md"
 VALIDATION = ROOT / "docs" / "kstar" / "validation_cpu.json"
 PROPERTY_LOG = ROOT / "docs" / "kstar" / "predicted_k_property.log"
+CALIBRATION = ROOT / "docs" / "kstar" / "calibration.json"
 TORCH = ROOT / "docs" / "examples" / "pararnn-torch-nightly"
 
 spec = importlib.util.spec_from_file_location("kstar_table", ROOT / "scripts" / "kstar-cheap-table.py")
@@ -62,6 +63,18 @@ class KstarPage(FigureTest):
         for c in kstar_table.validation_rows(self.report).values():
             total.update({k: c[k] for k in ("hit", "over", "under", "none")})
         self.assertEqual(dict(total), self.report["summary"]["kstar_predicted"])
+
+    def test_the_calibrations_figures_are_its_rows(self):
+        printed = run(ROOT / "scripts" / "kstar-calibration.py", "--summary", CALIBRATION)
+        m = re.search(r"^(\d+) rows, (\d+) pairs in the quadratic phase: e_\{k\+1\} / \(e_k² m\) from (\S+) "
+                      r"\(.*?\) to (\S+) \(", printed, re.M)
+        self.assertIsNotNone(m, printed)
+        rows, pairs, lo, hi = m.groups()
+        source = "`scripts/kstar-calibration.py --summary docs/kstar/calibration.json`"
+        self.assertStands(f"On {rows} `pararnn kstar` rows", self.flat, source)
+        self.assertStands(f"over the {pairs} pairs of iterates", self.flat, source)
+        self.assertStands(f"{short(float(lo))} (", self.flat, source)
+        self.assertStands(f"to {float(hi):.2g} (", self.flat, source)
 
     def test_the_validation_run_is_the_committed_reports(self):
         minutes = self.report["summary"]["duration_s"] / 60
