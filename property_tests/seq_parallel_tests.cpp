@@ -628,6 +628,11 @@ TEST(SeqParallel, RefusesBadInputOnEveryRankNamingTheArgumentAndTheRank) {
                 starts_with(on_cuda, "unsupported: seq_parallel_newton_apply: the cuda per_channel row does not serve "
                                      "seq_parallel"))
         << on_cuda;
+    // Parameter views: the CPU rows do not read them, so the plan refuses them (never ignored).
+    const Tensor& weight = cell.parameters().begin()->second;
+    EXPECT_TRUE(starts_with(refusals({{chunk(x, 0, 12), {}, {.parameters = {{cell.parameters().begin()->first,
+                                                                                weight.view()}}}, &cell}})[0],
+                            "unsupported: seq_parallel_newton_apply: ApplyOptions::parameters"));
     const Cell head = Cell::initialise({.cell = "gru", .mix = "head", .d_in = 3, .d_h = 4, .n_heads = 2}, DType::f32, 1);
     EXPECT_TRUE(starts_with(refusals({{chunk(x, 0, 12), {}, {}, &head}})[0],
                             "unsupported: seq_parallel_newton_apply: the cpu dense row does not serve seq_parallel"));

@@ -113,11 +113,6 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
       throw ContractViolation("x_chunk",
                               fmt::format("every rank needs at least one step (rank {} of {} has none)", rank, size),
                               shape_string(x.shape()));
-    Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
-    plan.row.require(Capability::seq_parallel, who);
-    if (config.coords == Coords::log)
-      throw UnsupportedPath(fmt::format("{}: coords=log is not built for the sequence-parallel solve (the ranks "
-                                        "exchange native boundary states); use coords=native", who));
     if (options.cu_seqlens)
       throw ContractViolation("cu_seqlens",
                               fmt::format("is not accepted by {}: packed segments across ranks are not built; "
@@ -131,6 +126,11 @@ ChunkPlacement check_chunks(Communicator& comm, const Cell& cell, const TensorVi
       throw ContractViolation("h0",
                               fmt::format("is the state before the first step: only rank 0 takes it (this is rank {})", rank),
                               shape_string(options.h0->shape()));
+    Plan plan = plan_solve(cell, x, &config, config.scan_backend, options, who);
+    plan.row.require(Capability::seq_parallel, who);
+    if (config.coords == Coords::log)
+      throw UnsupportedPath(fmt::format("{}: coords=log is not built for the sequence-parallel solve (the ranks "
+                                        "exchange native boundary states); use coords=native", who));
     placement.row = &plan.row;
     placement.layout = std::move(plan.layout);
     if (more_checks) more_checks(placement.layout);

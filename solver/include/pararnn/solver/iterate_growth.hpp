@@ -18,9 +18,10 @@
 // summary number (`finite` false, `reason` naming the unit and step), never a number from a NaN.
 // Refused (ContractViolation naming the argument): H not of the trajectory shape or not of the
 // cell's dtype or not on the host, window < 1, and every rule newton_apply applies to x, h0 and
-// cu_seqlens (the same plan); (UnsupportedPath): a row other than the CPU per-channel one (a cell
-// outside the per-channel family, or device tensors: "the <backend> <family> row does not serve
-// iterate_growth").
+// cu_seqlens (the same plan); (UnsupportedPath): ApplyOptions::parameters (the CPU rows do not
+// read them), and a row other than the CPU per-channel one: a cell outside the per-channel family
+// ("the cpu <family> row does not serve iterate_growth"), device tensors (the CUDA row's refusal,
+// or the plan's "scan_backend=cuda: ..." where no CUDA device or kernel can take the cell).
 // Cost: one residual-and-Jacobian pass over H (as one Newton iteration's) plus an S x S product
 // per step and channel; every unit is used (no sampling). Example:
 //   const Tensor H = newton_apply(cell, x);

@@ -17,9 +17,10 @@
 // - Refused with pararnn::Error on every rank (the message names the argument, the rule and the
 //   value, and the rank): a rank with zero steps, ranks with different B, d_in, dtype, cell
 //   parameters or NewtonConfig, h0 on a rank other than 0, cu_seqlens and window_len (not
-//   built), and every input newton_apply refuses (the same plan); the CUDA backend and cells
-//   outside the per-channel family by the row's one rule ("the <backend> <family> row does not
-//   serve seq_parallel").
+//   built; these first), then every input newton_apply refuses (the same plan: ApplyOptions::
+//   parameters too, which the CPU rows do not read); the CUDA backend and cells outside the
+//   per-channel family by the row's one rule ("the <backend> <family> row does not serve
+//   seq_parallel"; without a usable CUDA device, the plan's "scan_backend=cuda: ...").
 // Returns the rank's chunk of H, (B, t1 − t0, ...) in the storage dtype.
 // Example:
 //   InProcessGroup group(2);
