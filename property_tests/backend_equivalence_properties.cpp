@@ -952,7 +952,7 @@ TEST(CudaBackend, MaxResidualIsServedByTheBackendAskedFor) {
     }
   };
   for (const std::string& name : kCells) {
-    for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    for (const DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
       const CellOptions variant = testing::label_options(name);
       const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 3,
@@ -988,6 +988,82 @@ TEST(CudaBackend, MaxResidualIsServedByTheBackendAskedFor) {
       expect_contract_violation("H", [&] { (void)max_residual(made.cell, made.x, short_H, options, ScanBackend::cuda); });
     }
   }
+}
+
+// A fixed K on the fused strategy is decided on the device (kernels/newton_loop.hpp) and read
+// back once: for every cell and dtype, the host reads of a solve do not grow with K; a solve of
+// K steps records the first K entries of a longer solve's history bit for bit; the seed's early
+// stop at step j (residual_atol between the history's values) commits exactly j steps: the
+// trajectory of max_iters = j, iters j + 1, converged, the residual of step j; a NaN in x stops
+// the loop at its first step with the App. A guess (the trajectory of max_iters = 0).
+TEST(CudaBackend, FixedKIsDecidedOnTheDeviceAndReadOnce) {
+  constexpr std::int64_t kSteps = 4;
+  std::int64_t stops_checked = 0;
+  for (const std::string& name : kCells) {
+    for (const DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
+      const CellOptions variant = testing::label_options(name);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                               .time = 700, .d_in = 5, .d_h = 37, .with_h0 = true, .seed = 77};
+      const auto made = p.make();
+      const ApplyOptions options = made.options();
+      const auto fixed = [&](std::int64_t k, std::optional<double> atol) {
+        return on(ScanBackend::cuda, NewtonConfig{.max_iters = k, .residual_atol = atol, .residual_fail = std::nullopt,
+                                                  .picard_adapt = false});
+      };
+      std::vector<Tensor> H(kSteps + 1);
+      std::vector<NewtonStats> stats(kSteps + 1);
+      std::vector<std::uint64_t> reads(kSteps + 1);
+      for (std::int64_t k = 0; k <= kSteps; ++k) {
+        const std::uint64_t before = cuda_transfer_bytes().host_reads;
+        H[k] = newton_apply(made.cell, made.x, fixed(k, std::nullopt), options, &stats[k]);
+        reads[k] = cuda_transfer_bytes().host_reads - before;
+        EXPECT_EQ(stats[k].iters, k);
+        EXPECT_EQ(stats[k].updates, k);
+        EXPECT_EQ(stats[k].strategy, SolveStrategy::fused);
+      }
+      const std::vector<double>& h = stats[kSteps].residual_history;
+      ASSERT_EQ(h.size(), static_cast<std::size_t>(kSteps));
+      for (std::int64_t k = 1; k <= kSteps; ++k) {
+        EXPECT_EQ(reads[k], reads[1]) << "K " << k;
+        EXPECT_TRUE(std::equal(stats[k].residual_history.begin(), stats[k].residual_history.end(), h.begin(),
+                               [](double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }))
+            << "K " << k;
+      }
+
+      // The early stop at the first step j whose residual is below every earlier one.
+      for (std::int64_t j = 0; j < kSteps; ++j) {
+        double atol = std::numeric_limits<double>::infinity();
+        for (std::int64_t i = 0; i < j; ++i) atol = std::min(atol, h[i]);
+        if (!(h[j] < atol) || !std::isfinite(h[j])) continue;
+        if (j == 0) atol = std::max(1.0, 2.0 * h[0]);
+        SCOPED_TRACE("early stop at step " + std::to_string(j));
+        NewtonStats s;
+        const Tensor stopped = newton_apply(made.cell, made.x, fixed(kSteps, atol), options, &s);
+        EXPECT_EQ(s.iters, j + 1);
+        EXPECT_EQ(s.updates, j);
+        EXPECT_TRUE(s.converged);
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(s.max_residual), std::bit_cast<std::uint64_t>(h[j]));
+        EXPECT_TRUE(same_bits(stopped, H[j]));
+        ++stops_checked;
+      }
+
+      // A NaN in x: the first step's residual is NaN, nothing is committed.
+      Tensor poisoned_x = Tensor::copy_of(made.x.view());
+      const Tensor nan_value = Tensor::converted(scalar(std::numeric_limits<double>::quiet_NaN()), dtype);
+      std::memcpy(static_cast<std::byte*>(poisoned_x.data()) + (poisoned_x.numel() / 3) * dtype_size(dtype),
+                  nan_value.data(), dtype_size(dtype));
+      NewtonStats s_nan, s_guess;
+      const Tensor after_nan = newton_apply(made.cell, poisoned_x, fixed(kSteps, std::nullopt), options, &s_nan);
+      const Tensor guess = newton_apply(made.cell, poisoned_x, fixed(0, std::nullopt), options, &s_guess);
+      EXPECT_EQ(s_nan.iters, 1);
+      EXPECT_EQ(s_nan.updates, 0);
+      EXPECT_FALSE(s_nan.converged);
+      EXPECT_TRUE(std::isnan(s_nan.max_residual));
+      EXPECT_TRUE(same_bits(after_nan, guess));
+    }
+  }
+  EXPECT_GT(stops_checked, 0) << "no history had a step below every earlier one: the early stop was never checked";
 }
 
 // Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused

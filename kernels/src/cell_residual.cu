@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kResidualThreads)
   constexpr int R = CellMath::kRecurrent + CellMath::kConstants;  // clamped entries, then constants
   const int64_t D = a.channels;
   const int64_t rows = (a.time + a.time_stride - 1) / a.time_stride;  // evaluated steps per batch row
-  const int64_t n = a.batch * rows * D;
+  const int64_t n = a.skip != nullptr && *a.skip != 0.0 ? 0 : a.batch * rows * D;
   ComputeT local = ComputeT(0);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -63,6 +63,8 @@ struct NewtonStepSource {
   T out_first[S][V] = {}, out_prev[S][V] = {};
   int64_t first_b = 0, first_t = -1, first_c0 = 0;
 
+  // The launch does nothing (NewtonStepArgs::skip).
+  __device__ __forceinline__ bool skipped() const { return a.skip != nullptr && *a.skip != 0.0; }
   __device__ __forceinline__ bool is_head(int64_t t) const {
     return t == 0 || (a.head != nullptr && a.head[t] != 0);
   }

@@ -256,6 +256,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
   __shared__ unsigned s_ticket;
   __shared__ int s_restart[kGroups];
 
+  // A source told to do nothing (NewtonStepSource::skipped: a fixed-K loop already stopped on
+  // the device, kernels/newton_loop.hpp) leaves every block before it takes a ticket.
+  if constexpr (requires { src.skipped(); }) {
+    if (src.skipped()) return;
+  }
   const int lane = static_cast<int>(threadIdx.x);
   const int grp = static_cast<int>(threadIdx.y);
   if (lane == 0 && grp == 0) s_ticket = atomicAdd(ticket, 1u);

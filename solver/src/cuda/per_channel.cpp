@@ -30,6 +30,7 @@
 
 #include "pararnn/core/fault.hpp"
 #include "pararnn/kernels/cell_residual.hpp"
+#include "pararnn/kernels/newton_loop.hpp"
 #include "pararnn/kernels/newton_step.hpp"
 #include "pararnn/kernels/scan.hpp"
 #include "pararnn/kernels/sequential.hpp"
@@ -100,33 +101,67 @@ class CudaPerChannelFamily {
   // 1/L of the steps (residual_max) instead of all of them.
   double evaluate_and_step(double omega) {
     ComputeT* next = H_ == out_ ? second_iterate() : out_;
-    if (ws_.step_workspace.bytes() == 0)
-      ws_.step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(p_.batch, p_.time, p_.channels),
-                                        "the fused Newton step workspace");
     const bool want_result = expected_updates_ > 0 && steps_ + 1 >= expected_updates_;
-    const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
-                                              .recurrent = static_cast<const ComputeT*>(p_.recurrent),
-                                              .h0 = PARARNN_FAULT_POINT("cuda_fused_step_ignores_h0")
-                                                        ? nullptr
-                                                        : static_cast<const ComputeT*>(p_.h0),
-                                              .h0_row = p_.h0_row,
-                                              .head = PARARNN_FAULT_POINT("cuda_scan_heads_dropped") ? nullptr : p_.head,
-                                              .H_in = guess_pending_ ? nullptr : H_,
-                                              .H_out = next,
-                                              .max_abs_residual = ws_.max_abs.as<ComputeT>(),
-                                              .max_abs_result = want_result ? ws_.max_abs.as<ComputeT>() + 1 : nullptr,
-                                              .from_guess = guess_pending_,
-                                              .batch = p_.batch,
-                                              .time = p_.time,
-                                              .channels = p_.channels,
-                                              .omega = omega};
-    PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
-        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), current_stream())));
+    launch_step(guess_pending_ ? nullptr : H_, next, want_result, omega, nullptr);
     candidate_ = next;
     ComputeT values[2] = {0, 0};
     copy_to_host(values, ws_.max_abs.get(), (want_result ? 2 : 1) * sizeof(ComputeT));
     candidate_result_ = want_result ? std::optional<double>(static_cast<double>(values[1])) : std::nullopt;
     return static_cast<double>(values[0]);
+  }
+  // The fixed-K loop decided on the device (family.hpp DeviceLoopFamily, kernels/newton_loop.hpp):
+  // the `steps` fused steps of evaluate_and_step, each followed by the rule's decision kernel and
+  // skipped once the loop has stopped; the buffers alternate as commits would make them, so the
+  // iterate after c commits is buffers[c % 2]; then the final residual pass (the chunk starts
+  // after a step that reduced its result, as residual_max) and one read of the loop's state.
+  FixedLoopOutcome fixed_loop(std::int64_t steps, std::optional<double> stop_atol, double omega) {
+    DeviceBuffer state(checked_bytes(kernels::kLoopHeader + steps, sizeof(double), "the fixed-K loop's state"),
+                       "the fixed-K loop's state");
+    PARARNN_CUDA_CHECK(cudaMemsetAsync(state.get(), 0, state.bytes(), current_stream()));
+    const double* stopped = state.as<double>() + kernels::kStopped;
+    const bool from_guess = guess_pending_;
+    ComputeT* const buffers[2] = {H_, H_ == out_ ? second_iterate() : out_};
+    const auto with_result = [&](std::int64_t step) { return expected_updates_ > 0 && steps_ + step + 1 >= expected_updates_; };
+    for (std::int64_t i = 0; i < steps; ++i) {
+      launch_step(from_guess && i == 0 ? nullptr : buffers[i % 2], buffers[(i + 1) % 2], with_result(i), omega, stopped);
+      const kernels::NewtonLoopDecisionArgs<ComputeT> d{.max_abs = ws_.max_abs.as<ComputeT>(),
+                                                        .state = state.as<double>(),
+                                                        .step = i,
+                                                        .stop = stop_atol.has_value(),
+                                                        .stop_atol = stop_atol.value_or(0.0),
+                                                        .with_result = with_result(i)};
+      PARARNN_CUDA_CHECK(kernels::launch_newton_loop_decision(d, current_stream()));
+    }
+    // The final residual of buffers[steps % 2], the iterate when no step stopped the loop.
+    const bool partial = steps > 0 && with_result(steps - 1);
+    guess_pending_ = false;
+    H_ = buffers[steps % 2];
+    if (steps == 0) {
+      guess_pending_ = from_guess;
+      materialize_guess();
+    }
+    (void)residual_pass(false, true, false, partial ? kernels::newton_step_chunk<CellMath, ComputeT>() : 1, stopped,
+                        /*read=*/false);
+    const kernels::NewtonLoopFinalArgs<ComputeT> f{.residual = ws_.max_abs.as<ComputeT>(), .state = state.as<double>(),
+                                                   .partial = partial};
+    PARARNN_CUDA_CHECK(kernels::launch_newton_loop_final(f, current_stream()));
+    std::vector<double> host(static_cast<std::size_t>(kernels::kLoopHeader + steps));
+    copy_to_host(host.data(), state.get(), state.bytes());
+
+    FixedLoopOutcome r;
+    r.committed = static_cast<std::int64_t>(host[kernels::kCommitted]);
+    r.stopped = host[kernels::kStopped] != 0.0;
+    r.converged = host[kernels::kConverged] != 0.0;
+    r.final_residual = host[kernels::kFinal];
+    const std::int64_t ran = r.stopped ? r.committed + 1 : steps;
+    r.history.assign(host.begin() + kernels::kLoopHeader, host.begin() + kernels::kLoopHeader + ran);
+    // The iterate after the committed steps, as commit_step would have left it.
+    H_ = buffers[r.committed % 2];
+    guess_pending_ = from_guess && steps > 0 && r.committed == 0;  // step 0 stopped: the guess, not written
+    result_known_ = r.committed > 0 && with_result(r.committed - 1);
+    result_partial_ = host[kernels::kResultPartial];
+    steps_ += r.committed;
+    return r;
   }
   void commit_step() {
     H_ = candidate_;
@@ -267,6 +302,33 @@ class CudaPerChannelFamily {
 
  private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(ComputeT); }
+  // One fused step from `in` (null: the deferred App. A guess) into `next`: max|F| of `in` into
+  // max_abs[0], with `want_result` also max|F| of the result but the chunk starts into
+  // max_abs[1]; `skip`: the loop state's stop flag (nothing done once it is set).
+  void launch_step(const ComputeT* in, ComputeT* next, bool want_result, double omega, const double* skip) {
+    if (ws_.step_workspace.bytes() == 0)
+      ws_.step_workspace = DeviceBuffer(kernels::newton_step_workspace_bytes<CellMath, ComputeT>(p_.batch, p_.time, p_.channels),
+                                        "the fused Newton step workspace");
+    const kernels::NewtonStepArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
+                                              .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+                                              .h0 = PARARNN_FAULT_POINT("cuda_fused_step_ignores_h0")
+                                                        ? nullptr
+                                                        : static_cast<const ComputeT*>(p_.h0),
+                                              .h0_row = p_.h0_row,
+                                              .head = PARARNN_FAULT_POINT("cuda_scan_heads_dropped") ? nullptr : p_.head,
+                                              .H_in = in,
+                                              .H_out = next,
+                                              .max_abs_residual = ws_.max_abs.as<ComputeT>(),
+                                              .max_abs_result = want_result ? ws_.max_abs.as<ComputeT>() + 1 : nullptr,
+                                              .from_guess = in == nullptr,
+                                              .skip = skip,
+                                              .batch = p_.batch,
+                                              .time = p_.time,
+                                              .channels = p_.channels,
+                                              .omega = omega};
+    PARARNN_CUDA_CHECK((kernels::launch_newton_step<CellMath, ComputeT>(
+        a, ws_.step_workspace.get(), ws_.step_workspace.bytes(), current_stream())));
+  }
   // The fused strategy's second iterate, allocated on first use.
   ComputeT* second_iterate() {
     if (ws_.iterate.bytes() == 0) ws_.iterate = DeviceBuffer(bytes(), "the second iterate H'");
@@ -292,7 +354,9 @@ class CudaPerChannelFamily {
     (void)residual_pass(false, false, true);
     iterate_from_residual();
   }
-  double residual_pass(bool with_jacobian, bool reduce, bool write_residual, std::int64_t time_stride = 1) {
+  // `skip`: NewtonStepArgs::skip's flag; `read`: max|F| read back (else left in max_abs[0]).
+  double residual_pass(bool with_jacobian, bool reduce, bool write_residual, std::int64_t time_stride = 1,
+                       const double* skip = nullptr, bool read = true) {
     materialize_guess();
     kernels::CellResidualArgs<ComputeT> a{
         .wx = static_cast<const ComputeT*>(p_.wx),
@@ -307,10 +371,11 @@ class CudaPerChannelFamily {
         .batch = p_.batch,
         .time = p_.time,
         .channels = p_.channels,
-        .time_stride = time_stride};
+        .time_stride = time_stride,
+        .skip = skip};
     PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
         a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), current_stream())));
-    return reduce ? read_max_abs() : 0.0;
+    return reduce && read ? read_max_abs() : 0.0;
   }
 
   const DeviceProblem& p_;
@@ -382,7 +447,8 @@ void newton_solve(const CellSpec& spec, DType storage, const DeviceProblem& prob
   dispatch_cuda_cell(spec.kind, [&]<class CellMath>() {
     dispatch_compute(compute_dtype(storage), [&]<class ComputeT>() {
       CudaPerChannelFamily<CellMath, ComputeT> family(problem, workspace, static_cast<ComputeT*>(H));
-      static_assert(NewtonFamily<decltype(family)> && FusedStepFamily<decltype(family)>);
+      static_assert(NewtonFamily<decltype(family)> && FusedStepFamily<decltype(family)> &&
+                    DeviceLoopFamily<decltype(family)>);
       solve_newton(family, spec, storage, config, problem.time, stats);
     });
   });

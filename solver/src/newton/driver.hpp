@@ -16,7 +16,9 @@
 //   picard_retry_atol or above residual_fail is redone from a guess with the next rung of
 //   kPicardRungs passes (NewtonStats::picard_retries), before the fallback below.
 // - Fixed K: K evaluations, each followed by an update unless the residual is already below
-//   residual_atol (the seed's early stop, no update). Adaptive: the table's K is a minimum and
+//   residual_atol (the seed's early stop, no update). A fused family that decides this rule on
+//   the device (DeviceLoopFamily, the CUDA per-channel family) runs the K steps without reading
+//   anything back in between: the same steps, stats and iterate, one read after the last. Adaptive: the table's K is a minimum and
 //   k_max the cap; once the residual test passes after the minimum, one more update and stop.
 //   A non-finite residual stops the loop. A family whose loop iterates in other coordinates than
 //   the contract's (sLSTM log coordinates) may end an adaptive solve, converged or not and before
@@ -129,6 +131,19 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
         family.zero_iterate();
         (void)family.evaluate(/*jacobian=*/false, /*reduce=*/false);
         family.iterate_from_residual();
+      }
+    }
+    if constexpr (DeviceLoopFamily<Family>) {
+      // A fixed K on a fused family: the rule of the loop below, applied on the device after each
+      // step (family.hpp), read back once (no wait per step).
+      if (fused && !adaptive) {
+        const FixedLoopOutcome r = family.fixed_loop(cap, stop_atol, config.omega);
+        stats.iters = r.stopped ? r.committed + 1 : cap;
+        stats.updates = r.committed;
+        stats.converged = r.converged;
+        stats.residual_history = r.history;
+        stats.max_residual = r.final_residual;
+        return;
       }
     }
     for (std::int64_t it = 0; it < cap; ++it) {

@@ -7,7 +7,7 @@
 // concept names every member the driver calls and what each guarantees, and `solve_newton` takes
 // nothing else. The optional hooks come in groups (`FusedStepFamily`, `DeferredGuessFamily`,
 // `ResidualMaxFamily`, `StrategyFamily`, `AutoSequentialFamily`, `FinishingFamily`,
-// `OtherCoordinatesFamily`): a family has a group whole or not at all (a part of one is refused
+// `OtherCoordinatesFamily`, `DeviceLoopFamily`): a family has a group whole or not at all (a part of one is refused
 // at compile time, where the driver would silently have taken the plain path). Each family is
 // checked by a static_assert where it is solved. The fallback unit of each family is the same on
 // both backends: a per-channel chain tile (one batch row x kFallbackTileChannels channels), a
@@ -107,6 +107,25 @@ template <class F>
 concept FinishingFamily = NewtonFamily<F> && requires(F& f) { f.finish(); };
 template <class F>
 concept OtherCoordinatesFamily = NewtonFamily<F> && requires(F& f) { f.loop_residual_is_final(); };
+
+// What a fixed-K loop decided on the device returns, read once after its last step: the steps
+// committed, whether a step stopped it (its max|F| not finite, or below the threshold: then
+// `converged`), max|F| of every step that ran, and the residual of the iterate it ends with.
+struct FixedLoopOutcome {
+  std::int64_t committed = 0;
+  bool stopped = false, converged = false;
+  std::vector<double> history;
+  double final_residual = 0.0;
+};
+// fixed_loop(steps, stop_atol, ω), where fused(): the fused steps of a fixed K (no adaptive
+// minimum, no fallback) with the driver's fixed-K rule applied on the device after each step
+// (kernels/newton_loop.hpp), so that nothing is read back before the last; the iterate is the
+// host loop's bit for bit, and so is the outcome.
+template <class F>
+concept DeviceLoopFamily = FusedStepFamily<F> && requires(F& f, std::int64_t steps, std::optional<double> atol,
+                                                          double omega) {
+  { f.fixed_loop(steps, atol, omega) } -> std::convertible_to<FixedLoopOutcome>;
+};
 
 // The fallback unit of the per-channel families: one batch row x this many channels.
 inline constexpr std::int64_t kFallbackTileChannels = 64;

@@ -46,6 +46,9 @@ struct CellResidualArgs {
   // Only the steps t = 0, time_stride, 2·time_stride, ... are evaluated (F written there only;
   // max|F| over them): the steps a fused Newton step leaves out of its result's residual.
   std::int64_t time_stride = 1;
+  // Optional device flag (kernels/newton_loop.hpp): when *skip != 0 nothing is evaluated or
+  // written and max|F| is 0.
+  const double* skip = nullptr;
 };
 
 // Workspace for the max|F| partials (independent of the shape).

@@ -50,6 +50,9 @@ struct NewtonStepArgs {
   // The iterate entering this iteration is the App. A guess H_t = f(h̃_t, x_t) (h̃ = h0 at heads,
   // else 0), computed in registers: the first iteration without the guess's own pass.
   bool from_guess = false;
+  // Optional device flag (a fixed-K loop's state decided on the device, kernels/newton_loop.hpp):
+  // when *skip != 0 the launch does nothing past zeroing the maxima (H_out is not written).
+  const double* skip = nullptr;
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
