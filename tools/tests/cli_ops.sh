@@ -143,6 +143,8 @@ assert p["module"] == "fla.ops.delta_rule" and p["function"] == "chunk_delta_rul
 assert p["inputs"] == ("q", "k", "v", "beta"), p
 assert p["kwargs"] == {"output_final_state": True, "scale": 6 ** -0.5, "use_qk_l2norm_in_kernel": False}, p
 assert adapter.plan(meta, headers, "fused_recurrent")["function"] == "fused_recurrent_delta_rule"
+f32 = {n: ("F32", [1, 4, 2, 8]) for n in ("q", "k", "v", "beta")}
+assert adapter.plan({"op": "delta_rule"}, f32, "fused_recurrent")["function"] == "fused_recurrent_delta_rule"
 rw = {n: ("BF16", [1, 4, 2, 8]) for n in ("r", "w", "k", "v", "a", "b")}
 assert adapter.plan({"op": "rwkv7"}, rw)["kwargs"]["scale"] == 1.0  # fla's chunk_rwkv7 default, passed explicitly
 for meta_bad, headers_bad, needle in [
@@ -151,6 +153,7 @@ for meta_bad, headers_bad, needle in [
     ({"op": "gla", "head_first": "True"}, {n: ("BF16", [1]) for n in "qkvg"}, "metadata 'head_first'"),
     ({"op": "gla", "use_qk_l2norm_in_kernel": "True"}, {n: ("BF16", [1]) for n in "qkvg"}, "use_qk_l2norm_in_kernel"),
     ({"op": "gla", "scale": "big"}, {n: ("BF16", [1]) for n in "qkvg"}, "metadata 'scale'"),
+    ({"op": "delta_rule"}, {n: ("F32", [1]) for n in ("q", "k", "v", "beta")}, "chunk_delta_rule takes f16 or bf16"),
 ]:
     try:
         adapter.plan(meta_bad, headers_bad)

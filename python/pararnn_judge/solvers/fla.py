@@ -71,6 +71,11 @@ def plan(metadata, headers, mode=None):
     if dtype not in ("F32", "F16", "BF16"):
         raise Refused(f"tensor '{inputs[0]}': fla's Triton kernels take f32, f16 or bf16 (got {dtype}); "
                       "judge f64 with the reference adapter")
+    if op == "delta_rule" and mode == "chunk" and dtype == "F32":
+        # fla 0.6.0's ChunkDeltaRuleFunction asserts a half dtype; refused here, before a process
+        # spends its row's time importing and failing (the fused_recurrent kernel takes f32).
+        raise Refused(f"tensor '{inputs[0]}': fla's chunk_delta_rule takes f16 or bf16 (got F32); "
+                      "judge f32 with --mode fused_recurrent")
     if metadata.get("head_first", "False") in TRUE:
         raise Refused("metadata 'head_first': op cases are [B, T, H, ...] (got True)")
     kwargs = {"output_final_state": True}
