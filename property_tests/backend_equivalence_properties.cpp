@@ -994,11 +994,12 @@ TEST(CudaBackend, MaxResidualIsServedByTheBackendAskedFor) {
 // back once: for every cell and dtype, the host reads of a solve do not grow with K; a solve of
 // K steps records the first K entries of a longer solve's history bit for bit; the seed's early
 // stop at step j (residual_atol between the history's values) commits exactly j steps: the
-// trajectory of max_iters = j, iters j + 1, converged, the residual of step j; a NaN in x stops
-// the loop at its first step with the App. A guess (the trajectory of max_iters = 0).
+// trajectory of max_iters = j, iters j + 1, converged, the residual of step j, with K 4 and with a
+// cap of 20; a NaN in x stops the loop at its first step with the App. A guess (the trajectory
+// of max_iters = 0).
 TEST(CudaBackend, FixedKIsDecidedOnTheDeviceAndReadOnce) {
   constexpr std::int64_t kSteps = 4;
-  std::int64_t stops_checked = 0;
+  std::int64_t stops_after_updates = 0;  // early stops at a step j >= 1 (after j commits)
   for (const std::string& name : kCells) {
     for (const DType dtype : testing::kNewtonDtypes) {
       SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
@@ -1045,7 +1046,13 @@ TEST(CudaBackend, FixedKIsDecidedOnTheDeviceAndReadOnce) {
         EXPECT_TRUE(s.converged);
         EXPECT_EQ(std::bit_cast<std::uint64_t>(s.max_residual), std::bit_cast<std::uint64_t>(h[j]));
         EXPECT_TRUE(same_bits(stopped, H[j]));
-        ++stops_checked;
+        if (j >= 1) ++stops_after_updates;
+        // A cap far above the stop (the loop reads its stop flag between blocks of steps).
+        NewtonStats s_cap;
+        const Tensor capped = newton_apply(made.cell, made.x, fixed(20, atol), options, &s_cap);
+        EXPECT_EQ(s_cap.iters, j + 1);
+        EXPECT_EQ(s_cap.residual_history, s.residual_history);
+        EXPECT_TRUE(same_bits(capped, H[j]));
       }
 
       // A NaN in x: the first step's residual is NaN, nothing is committed.
@@ -1063,7 +1070,8 @@ TEST(CudaBackend, FixedKIsDecidedOnTheDeviceAndReadOnce) {
       EXPECT_TRUE(same_bits(after_nan, guess));
     }
   }
-  EXPECT_GT(stops_checked, 0) << "no history had a step below every earlier one: the early stop was never checked";
+  EXPECT_GT(stops_after_updates, 0)
+      << "no history had a step j >= 1 below every earlier one: the early stop after commits was never checked";
 }
 
 // Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused

@@ -311,9 +311,10 @@ class TrainingThroughOurSolver(unittest.TestCase):
     def test_a_cuda_step_moves_no_bytes_and_waits_no_more_as_T_grows(self):
         # The training step from Python on CUDA tensors, K = 3: the bytes to the device are the
         # same at T and 16T; the bytes to the host, the host reads and the stream waits of the
-        # backend (pararnn_judge.cuda_transfers) differ at most by what the seed's early stop can
-        # skip (one residual read per iteration, K of them), and the bytes are fewer than one
-        # trajectory's. The counts are printed: they are the step's record (docs/python.md).
+        # backend (pararnn_judge.cuda_transfers) differ at most by K (a bound from when each
+        # iteration read its residual back), and the bytes are fewer than one trajectory's; a
+        # fixed K is read back once, so K 6 waits as often as K 3. The counts are printed: they
+        # are the step's record (docs/python.md).
         import pararnn as P
         if not HAVE_GPU:
             if REQUIRE_CUDA:

@@ -114,13 +114,17 @@ class CudaPerChannelFamily {
   // skipped once the loop has stopped; the buffers alternate as commits would make them, so the
   // iterate after c commits is buffers[c % 2]; then the final residual pass (the chunk starts
   // after a step that reduced its result, as residual_max) and one read of the loop's state.
+  // A K above kStepsPerRead (a cap the early stop usually undercuts) reads the stop flag after
+  // each kStepsPerRead steps queued and queues no more once it is set: at most that many
+  // launches are wasted, at one more read per kStepsPerRead steps.
+  static constexpr std::int64_t kStepsPerRead = 8;
   FixedLoopOutcome fixed_loop(std::int64_t steps, std::optional<double> stop_atol, double omega) {
     DeviceBuffer state(checked_bytes(kernels::kLoopHeader + steps, sizeof(double), "the fixed-K loop's state"),
                        "the fixed-K loop's state");
     PARARNN_CUDA_CHECK(cudaMemsetAsync(state.get(), 0, state.bytes(), current_stream()));
     const double* stopped = state.as<double>() + kernels::kStopped;
     const bool from_guess = guess_pending_;
-    ComputeT* const buffers[2] = {H_, H_ == out_ ? second_iterate() : out_};
+    ComputeT* const buffers[2] = {H_, steps == 0 ? nullptr : H_ == out_ ? second_iterate() : out_};
     const auto with_result = [&](std::int64_t step) { return expected_updates_ > 0 && steps_ + step + 1 >= expected_updates_; };
     for (std::int64_t i = 0; i < steps; ++i) {
       launch_step(from_guess && i == 0 ? nullptr : buffers[i % 2], buffers[(i + 1) % 2], with_result(i), omega, stopped);
@@ -131,6 +135,11 @@ class CudaPerChannelFamily {
                                                         .stop_atol = stop_atol.value_or(0.0),
                                                         .with_result = with_result(i)};
       PARARNN_CUDA_CHECK(kernels::launch_newton_loop_decision(d, current_stream()));
+      if ((i + 1) % kStepsPerRead == 0 && i + 1 < steps) {
+        double flag = 0.0;
+        copy_to_host(&flag, stopped, sizeof flag);
+        if (flag != 0.0) break;
+      }
     }
     // The final residual of buffers[steps % 2], the iterate when no step stopped the loop.
     const bool partial = steps > 0 && with_result(steps - 1);

@@ -136,6 +136,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
     if constexpr (DeviceLoopFamily<Family>) {
       // A fixed K on a fused family: the rule of the loop below, applied on the device after each
       // step (family.hpp), read back once (no wait per step).
+      static_assert(!OtherCoordinatesFamily<Family>, "the device loop reports its own residual as final");
       if (fused && !adaptive) {
         const FixedLoopOutcome r = family.fixed_loop(cap, stop_atol, config.omega);
         stats.iters = r.stopped ? r.committed + 1 : cap;

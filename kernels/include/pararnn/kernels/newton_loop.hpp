@@ -2,8 +2,7 @@
 // solver/src/cuda/per_channel.cpp): the host enqueues all K fused steps at once, and after each
 // step one thread applies the driver's rule for a fixed K (newton/driver.hpp) to the step's
 // max|F|, so that the host reads the loop's outcome once, after the last step, instead of once
-// per step (no stream wait inside the loop; the enqueued sequence is the same every call, which
-// CUDA-graph capture needs).
+// per step (no stream wait inside the loop).
 //
 // The state is an array of doubles on the device (kLoopHeader + K of them), zeroed by the
 // caller before the first step:
@@ -20,7 +19,7 @@
 // else committed = i + 1 (and the result partial when the step reduced it).
 // Guarantees: the decisions read the same scalars in the same order as the host loop, so the
 // committed steps, the history, the final residual and the iterate are the host loop's bit for
-// bit. cudaErrorInvalidValue for null pointers or a negative step. Example:
+// bit (a NaN residual as a NaN: its payload is the device's conversion's). cudaErrorInvalidValue for null pointers or a negative step. Example:
 //   launch_newton_step<GruDiagMath, float>(a /* .skip = d_state */, ws, bytes, stream);
 //   launch_newton_loop_decision<float>({.max_abs = d_max, .state = d_state, .step = i,
 //                                       .stop = true, .stop_atol = 1e-5}, stream);
