@@ -2,9 +2,11 @@
 // pararnn::kernels): inputs brought to the device once (per_channel.hpp's DeviceInputs), then the
 // one Newton driver (newton/driver.hpp) over the per-channel family on the device: by default the
 // fused step (kernels/newton_step.hpp: F, J, the scan and H += ωδ in one kernel), or
-// (NewtonStrategy::host_driven) the residual kernel, the scan and an axpy; one host read of max|F|
-// per iteration; an adaptive solve with B·d at or above the auto rule's threshold (the cell
-// list's column, sequential_min_chains) runs the sequential kernel instead. Returns host tensors
+// (NewtonStrategy::host_driven) the residual kernel, the scan and an axpy; an adaptive solve
+// reads max|F| back once per iteration, a fixed K on the fused step is decided on the device and
+// read back once (fixed_loop, kernels/newton_loop.hpp); an adaptive solve with B·d at or above
+// the auto rule's threshold (the cell list's column, sequential_min_chains) runs the sequential
+// kernel instead. Returns host tensors
 // in the storage dtype, or writes into the caller's view.
 //
 // Dtypes: f64 computes in f64, f32/f16/bf16 in f32. Newton runs for all four (the f16/bf16
