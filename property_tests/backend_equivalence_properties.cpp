@@ -1074,6 +1074,146 @@ TEST(CudaBackend, FixedKIsDecidedOnTheDeviceAndReadOnce) {
       << "no history had a step j >= 1 below every earlier one: the early stop after commits was never checked";
 }
 
+// A fixed-K training step captured into a CUDA graph (cudaStreamBeginCapture, global mode): the
+// forward into H and the backward into ∇x and every parameter's target, on device tensors with the
+// parameters as device views, queue nothing a graph cannot replay (no host read, no wait; the small
+// host values go as kernel arguments). Every replay equals the uncaptured calls on what the
+// buffers hold at that moment, bit for bit: new x and new parameter values written between
+// replays are the ones solved with. The captured forward's outcome stays on the device
+// (outcome_on_device, max_residual NaN); a NaN in x, which the uncaptured forward refuses with
+// NewtonDivergenceError, makes a replay's H all NaN (the residual gate applied on the device);
+// an adaptive K under capture is refused by name, and the stream works after it.
+TEST(CudaBackend, AFixedKTrainingStepCapturedIntoAGraphReplaysTheUncapturedCallsBitwise) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const auto wait = [&] { ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess); };
+  for (const std::string& label : kCells)
+    for (const DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
+      const CellOptions variant = testing::label_options(label);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                               .time = 300, .d_in = 5, .d_h = 8, .seed = 65};
+      GeneratedProblem other = p;
+      other.seed = 66;
+      const Cell cell = p.make_cell();
+      const Tensor x1 = p.make_input(), x2 = other.make_input();
+      const Shape shape = cell.trajectory_shape(p.batch, p.time);
+      std::int64_t n = 1;
+      for (const std::int64_t e : shape) n *= e;
+      std::vector<double> g_values(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < g_values.size(); ++i) g_values[i] = std::sin(0.37 * static_cast<double>(i));
+      const Tensor g = Tensor::from_values(dtype, shape, g_values);
+      const Tensor H_like(dtype, shape);
+      const DeviceCopy x_dev(x1), g_dev(g), H_dev(H_like), gx_dev(Tensor(dtype, x1.shape()));
+      ApplyOptions options{.cuda_stream = static_cast<void*>(stream)};
+      std::map<std::string, std::unique_ptr<DeviceCopy>> values, targets;
+      for (const auto& [name, value] : cell.parameters()) {
+        values[name] = std::make_unique<DeviceCopy>(value);
+        targets[name] = std::make_unique<DeviceCopy>(value);
+        options.parameters.emplace(name, values[name]->view_like(value));
+        options.parameter_gradients.emplace(name, targets[name]->view_like(value));
+      }
+      const NewtonConfig fixed = on(ScanBackend::cuda, {.max_iters = 3});
+      const TensorView xv = x_dev.view_like(x1), Hv = H_dev.view_like(H_like), gv = g_dev.view_like(g),
+                       gxv = gx_dev.view_like(x1);
+      const auto step = [&](const NewtonConfig& config) {
+        const NewtonForward forward = newton_forward_into(cell, xv, Hv, config, options);
+        (void)newton_backward_into(cell, xv, forward, gv, gxv, config, options);
+        return forward.stats;
+      };
+      // What the buffers hold: H, ∇x, then every parameter's gradient.
+      const auto snapshot = [&] {
+        wait();
+        std::vector<Tensor> out{H_dev.download(H_like), gx_dev.download(x1)};
+        for (const auto& [name, value] : cell.parameters()) out.push_back(targets.at(name)->download(value));
+        return out;
+      };
+      const auto same = [&](const std::vector<Tensor>& a, const std::vector<Tensor>& b, const char* when) {
+        ASSERT_EQ(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i], b[i])) << when << ", output " << i;
+      };
+      (void)step(fixed);  // warm-up: the handles and workspaces a capture cannot allocate
+      const std::vector<Tensor> expected1 = snapshot();
+
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      NewtonStats captured;
+      try {
+        captured = step(fixed);
+      } catch (const std::exception& e) {
+        cudaGraph_t spoiled = nullptr;
+        (void)cudaStreamEndCapture(stream, &spoiled);
+        if (spoiled) cudaGraphDestroy(spoiled);
+        FAIL() << "the captured step threw: " << e.what();
+      }
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      EXPECT_TRUE(captured.outcome_on_device);
+      EXPECT_TRUE(std::isnan(captured.max_residual));
+      const auto replay = [&] {
+        EXPECT_EQ(cudaMemsetAsync(H_dev.view_like(H_like).data(), 0, H_like.nbytes(), stream), cudaSuccess);
+        EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        return snapshot();
+      };
+      same(replay(), expected1, "x1");
+      // New x, then new parameter values: each replay against the uncaptured step on the same buffers.
+      EXPECT_EQ(cudaMemcpy(xv.data(), x2.data(), x2.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      const std::vector<Tensor> replayed2 = replay();
+      (void)step(fixed);
+      same(replayed2, snapshot(), "x2");
+      for (const auto& [name, value] : cell.parameters()) {
+        std::vector<double> scaled = value.to_f64_vector();
+        for (double& v : scaled) v *= 0.75;
+        const Tensor t = Tensor::from_values(dtype, value.shape(), scaled);
+        EXPECT_EQ(cudaMemcpy(options.parameters.at(name).data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+      const std::vector<Tensor> replayed3 = replay();
+      (void)step(fixed);
+      same(replayed3, snapshot(), "new parameter values");
+
+      // A NaN in x: the uncaptured forward raises; a replay's H is NaN everywhere.
+      const Tensor nan_value = Tensor::converted(scalar(std::numeric_limits<double>::quiet_NaN()), dtype);
+      EXPECT_EQ(cudaMemcpy(static_cast<std::byte*>(xv.data()) + (x2.numel() / 3) * dtype_size(dtype), nan_value.data(),
+                           dtype_size(dtype), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      EXPECT_THROW((void)newton_forward_into(cell, xv, Hv, fixed, options), NewtonDivergenceError);
+      const std::vector<Tensor> poisoned = replay();
+      const std::vector<double> H_values = poisoned[0].to_f64_vector();
+      EXPECT_TRUE(std::all_of(H_values.begin(), H_values.end(), [](double v) { return std::isnan(v); }));
+      EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+      EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    }
+
+  // An adaptive K reads each residual back: refused under capture, naming the capture.
+  const GeneratedProblem p{.cell = "gru", .dtype = DType::f32, .batch = 2, .time = 300, .d_in = 5, .d_h = 8, .seed = 67};
+  const Cell cell = p.make_cell();
+  const Tensor x = p.make_input();
+  const DeviceCopy x_dev(x);
+  const Tensor H_like(DType::f32, cell.trajectory_shape(p.batch, p.time));
+  const DeviceCopy H_dev(H_like);
+  const ApplyOptions options{.cuda_stream = static_cast<void*>(stream)};
+  const NewtonConfig adaptive = on(ScanBackend::cuda, {});
+  (void)newton_forward_into(cell, x_dev.view_like(x), H_dev.view_like(H_like), adaptive, options);  // warm-up
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  std::string refusal;
+  try {
+    (void)newton_forward_into(cell, x_dev.view_like(x), H_dev.view_like(H_like), adaptive, options);
+  } catch (const UnsupportedPath& e) {
+    refusal = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  EXPECT_NE(refusal.find("captured into a CUDA graph"), std::string::npos) << refusal;
+  NewtonStats after;
+  (void)newton_apply_into(cell, x_dev.view_like(x), H_dev.view_like(H_like), adaptive, options, &after);
+  EXPECT_FALSE(after.outcome_on_device);
+  EXPECT_TRUE(std::isfinite(after.max_residual));
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 // Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused
 // launch too: the adaptive rule decided on the device per chain (kernels/windowed_newton.hpp), so
 // strategy "fused_windowed", converged, each window at least the table's K of the whole length

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "pararnn/kernels/strided_copy.hpp"
@@ -261,6 +262,33 @@ cudaError_t launch_gradient_store(const GradientStoreArgs& a, cudaStream_t strea
     case StoreType::bf16: gradient_store_kernel<__nv_bfloat16><<<blocks, kCopyThreads, 0, stream>>>(a); break;
   }
   return cudaGetLastError();
+}
+
+namespace {
+
+struct ArgumentChunk {
+  unsigned char bytes[kArgumentChunkBytes];
+};
+
+__global__ void write_argument_bytes_kernel(unsigned char* dst, ArgumentChunk chunk, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = chunk.bytes[i];
+}
+
+}  // namespace
+
+cudaError_t launch_write_argument_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) return cudaErrorInvalidValue;
+  for (std::size_t first = 0; first < bytes; first += kArgumentChunkBytes) {
+    const std::size_t n = bytes - first < kArgumentChunkBytes ? bytes - first : kArgumentChunkBytes;
+    ArgumentChunk chunk{};
+    memcpy(chunk.bytes, static_cast<const unsigned char*>(src) + first, n);
+    const unsigned threads = 256, blocks = static_cast<unsigned>((n + threads - 1) / threads);
+    write_argument_bytes_kernel<<<blocks, threads, 0, stream>>>(static_cast<unsigned char*>(dst) + first, chunk,
+                                                                static_cast<unsigned>(n));
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace pararnn::kernels

@@ -349,6 +349,85 @@ class TrainingThroughOurSolver(unittest.TestCase):
             self.assertLessEqual(abs(counts[0]["to_host"] - counts[1]["to_host"]), K * 2 * 8, (dtype, counts))
             self.assertLess(counts[1]["to_device"] + counts[1]["to_host"], 2 * 4096 * 16 * x.element_size())
 
+    def test_a_fixed_k_training_step_captures_into_a_cuda_graph(self):
+        # torch.cuda.graph captures newton_apply's training step with a fixed K (the forward and the
+        # backward into x.grad and the module's .grad): each replay equals the uncaptured step on
+        # what x and the parameters hold then, bit for bit, new x values and an in-place update of
+        # the parameters (an optimizer's) included; a NaN in x, which the uncaptured step refuses,
+        # makes a replay's H all NaN (the residual gate applied on the device); the default
+        # (adaptive) K is refused under capture, naming it (docs/python.md, "CUDA graphs").
+        import pararnn as P
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(SEED)
+            cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
+            x = torch.randn(2, 512, 8, device="cuda", dtype=dtype, requires_grad=True)
+
+            def step():
+                H = pt.newton_apply(cell, x, max_iters=3)
+                H.float().sum().backward()
+                return H
+
+            def clear():
+                cell.zero_grad(set_to_none=True)
+                x.grad = None
+
+            def uncaptured():
+                clear()
+                H = step()
+                torch.cuda.synchronize()
+                return [H.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in cell.parameters()]
+
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up, as torch.cuda.graph asks
+                    clear()
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            clear()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                H_static = step()
+            static = [H_static] + [x.grad] + [p.grad for p in cell.parameters()]
+
+            def replayed():
+                graph.replay()
+                torch.cuda.synchronize()
+                return [t.detach().clone() for t in static]
+
+            def check(when):
+                got = replayed()
+                want = uncaptured()
+                self.assertEqual(len(got), len(want))
+                for i, (a, b) in enumerate(zip(got, want)):
+                    self.assertTrue(torch.equal(a, b), (dtype, when, i))
+
+            check("x as captured")
+            with torch.no_grad():
+                x.copy_(torch.randn_like(x))
+            check("new x")
+            with torch.no_grad():
+                for p in cell.parameters():
+                    p.mul_(0.75)
+            check("parameters updated in place")
+            with torch.no_grad():
+                x[1, 100, 3] = float("nan")
+            with self.assertRaises(judge.NewtonDivergenceError):
+                step()
+            self.assertTrue(torch.isnan(replayed()[0]).all(), dtype)
+            with torch.no_grad():
+                x[1, 100, 3] = 0.5
+            refused = torch.cuda.CUDAGraph()
+            with self.assertRaisesRegex(judge.UnsupportedPath, "captured into a CUDA graph"):
+                with torch.cuda.graph(refused):
+                    pt.newton_apply(cell, x)
+            torch.cuda.synchronize()
+            check("after a refused capture")
+
     def test_a_cuda_step_reads_the_parameters_where_they_live(self):
         # On CUDA a per-channel cell's parameters are viewed in place (ApplyOptions::parameters):
         # a training step copies no tensor to the host (torch.Tensor.cpu is never called), its

@@ -155,6 +155,7 @@ std::string non_finite_input_note(const Cell& cell, const TensorView& x, const A
 
 void residual_gate(const Cell& cell, const NewtonConfig& config, const NewtonStats& stats,
                    const TensorView& x, const ApplyOptions& options) {
+  if (stats.outcome_on_device) return;  // applied on the device: H is all NaN where it fires
   const std::int64_t time = x.size(1), batch = x.size(0);
   const double res = stats.max_residual;
   nlohmann::json fields = {{"max_residual", res},

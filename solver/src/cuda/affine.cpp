@@ -51,8 +51,12 @@ struct LtContext {
   void* workspace = nullptr;
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 };
+// The generation (resource_generation) in which this thread made the current device's context.
+thread_local std::map<int, std::uint64_t> lt_made_in;
 LtContext& lt_context() {
-  return per_device_resource<LtContext>(
+  int device = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  LtContext& made = per_device_resource<LtContext>(
       [] {
         LtContext c;
         PARARNN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
@@ -66,6 +70,8 @@ LtContext& lt_context() {
         (void)cudaFree(c.workspace);
         (void)cublasLtDestroy(c.handle);
       });
+  lt_made_in[device] = resource_generation();
+  return made;
 }
 
 // Owns the cuBLASLt descriptors of one GEMM.
@@ -161,10 +167,16 @@ void input_affine_on(cudaStream_t stream, cublasHandle_t handle, DType storage, 
   // call allocates its workspace): the bias in the GEMM's epilogue (one write of wx).
   std::int64_t covered = 0;
   for (const DeviceAffine& block : blocks) covered += block.inputs > 0 ? block.outputs : 0;
+  // Under capture only a context made before (a warm-up call, as CUDA graphs need anyway):
+  // its workspace cannot be allocated while the stream is captured.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   PARARNN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  int device = 0;
+  PARARNN_CUDA_CHECK(cudaGetDevice(&device));
+  const auto made = lt_made_in.find(device);
+  const bool lt_ready = made != lt_made_in.end() && made->second == resource_generation();
   const bool lt_storage = storage == DType::f32 || storage == DType::f16 || storage == DType::bf16;
-  if (lt_storage && covered == width && capture == cudaStreamCaptureStatusNone &&
+  if (lt_storage && covered == width && (capture == cudaStreamCaptureStatusNone || lt_ready) &&
       input_affine_bias_epilogue(stream,
                                  storage == DType::f32   ? CUDA_R_32F
                                  : storage == DType::f16 ? CUDA_R_16F

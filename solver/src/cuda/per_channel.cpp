@@ -119,8 +119,14 @@ class CudaPerChannelFamily {
   // A K above kStepsPerRead (a cap the early stop usually undercuts) reads the stop flag after
   // each kStepsPerRead steps queued and queues no more once it is set: at most that many
   // launches are wasted, at one more read per kStepsPerRead steps.
+  // On a stream being captured into a CUDA graph nothing is read (FixedLoopOutcome::on_device):
+  // every step is queued, the iterate is delivered into the caller's buffer on the device (a
+  // deferred guess no step replaced is written out there, under the state's kGuessSkip), and
+  // the residual gate sets it to NaN when it fires (launch_newton_loop_deliver).
   static constexpr std::int64_t kStepsPerRead = 8;
-  FixedLoopOutcome fixed_loop(std::int64_t steps, std::optional<double> stop_atol, double omega) {
+  FixedLoopOutcome fixed_loop(std::int64_t steps, std::optional<double> stop_atol, double omega,
+                              std::optional<double> residual_fail) {
+    const bool unread = stream_capturing();
     DeviceBuffer state(checked_bytes(kernels::kLoopHeader + steps, sizeof(double), "the fixed-K loop's state"),
                        "the fixed-K loop's state");
     PARARNN_CUDA_CHECK(cudaMemsetAsync(state.get(), 0, state.bytes(), current_stream()));
@@ -137,7 +143,7 @@ class CudaPerChannelFamily {
                                                         .stop_atol = stop_atol.value_or(0.0),
                                                         .with_result = with_result(i)};
       PARARNN_CUDA_CHECK(kernels::launch_newton_loop_decision(d, current_stream()));
-      if ((i + 1) % kStepsPerRead == 0 && i + 1 < steps) {
+      if (!unread && (i + 1) % kStepsPerRead == 0 && i + 1 < steps) {
         double flag = 0.0;
         copy_to_host(&flag, stopped, sizeof flag);
         if (flag != 0.0) break;
@@ -153,9 +159,12 @@ class CudaPerChannelFamily {
     }
     (void)residual_pass(false, true, false, partial ? kernels::newton_step_chunk<CellMath, ComputeT>() : 1, stopped,
                         /*read=*/false);
-    const kernels::NewtonLoopFinalArgs<ComputeT> f{.residual = ws_.max_abs.as<ComputeT>(), .state = state.as<double>(),
-                                                   .partial = partial};
+    const kernels::NewtonLoopFinalArgs<ComputeT> f{.residual = ws_.max_abs.as<ComputeT>(),
+                                                   .state = state.as<double>(),
+                                                   .partial = partial,
+                                                   .guess_pending = from_guess && steps > 0};
     PARARNN_CUDA_CHECK(kernels::launch_newton_loop_final(f, current_stream()));
+    if (unread) return deliver_on_device(state, buffers, from_guess && steps > 0, residual_fail);
     std::vector<double> host(static_cast<std::size_t>(kernels::kLoopHeader + steps));
     copy_to_host(host.data(), state.get(), state.bytes());
 
@@ -172,6 +181,45 @@ class CudaPerChannelFamily {
     result_known_ = r.committed > 0 && with_result(r.committed - 1);
     result_partial_ = host[kernels::kResultPartial];
     steps_ += r.committed;
+    return r;
+  }
+  // fixed_loop's end when its state cannot be read: the iterate into out_ on the device. A
+  // deferred guess that no step replaced (kGuessSkip 0) is written straight into out_ as the host
+  // path writes it (the residual of the zero iterate, here the buffer that is not out_: the same
+  // kernel on the same inputs, so the same bits); otherwise buffers[c % 2] is copied unless it is
+  // out_; then the gate.
+  FixedLoopOutcome deliver_on_device(const DeviceBuffer& state, ComputeT* const (&buffers)[2], bool guess_pending,
+                                     std::optional<double> residual_fail) {
+    const double* s = state.as<double>();
+    if (guess_pending) {
+      ComputeT* zero = buffers[0] == out_ ? buffers[1] : buffers[0];
+      PARARNN_CUDA_CHECK(kernels::launch_newton_loop_guess_zero(s, zero, n_, current_stream()));
+      const kernels::CellResidualArgs<ComputeT> a{.wx = static_cast<const ComputeT*>(p_.wx),
+                                                  .recurrent = static_cast<const ComputeT*>(p_.recurrent),
+                                                  .h0 = static_cast<const ComputeT*>(p_.h0),
+                                                  .h0_row = p_.h0_row,
+                                                  .head = p_.head,
+                                                  .H = zero,
+                                                  .residual = out_,
+                                                  .batch = p_.batch,
+                                                  .time = p_.time,
+                                                  .channels = p_.channels,
+                                                  .skip = s + kernels::kGuessSkip};
+      PARARNN_CUDA_CHECK((kernels::launch_cell_residual<CellMath, ComputeT>(
+          a, ws_.residual_workspace.get(), ws_.residual_workspace.bytes(), current_stream())));
+    }
+    const kernels::NewtonLoopDeliverArgs<ComputeT> d{.state = s,
+                                                     .buffers = {buffers[0], buffers[1]},
+                                                     .out = out_,
+                                                     .n = n_,
+                                                     .gate = residual_fail.has_value(),
+                                                     .residual_fail = residual_fail.value_or(0.0)};
+    PARARNN_CUDA_CHECK(kernels::launch_newton_loop_deliver(d, current_stream()));
+    H_ = out_;
+    guess_pending_ = false;
+    result_known_ = false;
+    FixedLoopOutcome r;
+    r.on_device = true;
     return r;
   }
   void commit_step() {

@@ -49,6 +49,12 @@ thread_local std::optional<cudaStream_t> scoped_stream;  // the innermost Stream
 
 cudaStream_t current_stream() { return scoped_stream ? *scoped_stream : cudaStreamPerThread; }
 
+bool stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  PARARNN_CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 namespace {
 thread_local std::shared_ptr<const DeviceAllocator> scoped_allocator;  // the innermost AllocatorScope's
 }  // namespace
@@ -148,6 +154,13 @@ std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0}, host_reads{0}, 
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  if (stream_capturing())
+    throw UnsupportedPath(fmt::format(
+        "CUDA backend: the stream is being captured into a CUDA graph and this call would read {} bytes back to "
+        "the host, which a graph cannot replay; under capture only a solve with a fixed K (max_iters set) of a "
+        "per-channel cell on device tensors runs (the training forward and backward included, parameters as "
+        "device views; docs/cuda.md, \"CUDA graphs\")",
+        bytes));
   PARARNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, current_stream()));
   PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   bytes_to_host.fetch_add(bytes);
@@ -157,6 +170,19 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  if (stream_capturing()) {
+    // A captured copy would read this host memory again at every replay: the bytes go as
+    // kernel arguments instead, held by the graph.
+    if (bytes > kCaptureUploadBytes)
+      throw UnsupportedPath(fmt::format(
+          "CUDA backend: the stream is being captured into a CUDA graph and this call would upload {} bytes of "
+          "host values; under capture at most {} bytes go, as kernel arguments (pass the inputs as device "
+          "tensors; a packed batch's segment tables are uploaded whole)",
+          bytes, kCaptureUploadBytes));
+    PARARNN_CUDA_CHECK(kernels::launch_write_argument_bytes(dst, src, bytes, current_stream()));
+    bytes_to_device.fetch_add(bytes);
+    return;
+  }
   // From pageable memory the source is staged before the call returns, so it may go at once.
   PARARNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, current_stream()));
   bytes_to_device.fetch_add(bytes);
@@ -432,6 +458,16 @@ namespace {
 // The DeviceBuffer byte counters (device_memory).
 std::atomic<std::size_t> live_device_bytes{0}, peak_device_bytes{0};
 
+// stream_capturing for a destructor: an unreadable status counts as captured (no wait).
+bool capturing_noexcept() noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(current_stream(), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void count_allocation(std::size_t bytes) {
   const std::size_t now = live_device_bytes.fetch_add(bytes) + bytes;
   std::size_t peak = peak_device_bytes.load();
@@ -541,9 +577,9 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) 
     return pool != nullptr ? cudaMallocFromPoolAsync(&data_, bytes, pool, current_stream()) : cudaMalloc(&data_, bytes);
   };
   cudaError_t e = allocate();
-  if (e == cudaErrorMemoryAllocation) {
+  if (e == cudaErrorMemoryAllocation && !capturing_noexcept()) {
     // What the pool keeps may be what is missing (for a cudaMalloc too): return it to the
-    // device once and retry.
+    // device once and retry (not under capture, where the device cannot be waited for).
     (void)cudaGetLastError();
     release_cached_memory(device_);
     e = allocate();
@@ -563,7 +599,7 @@ void DeviceBuffer::release() noexcept {
   if (data_ == nullptr) return;
   if (allocator_) {
     // As below: while unwinding from an error, the queued work may still use the memory.
-    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(current_stream());
+    if (std::uncaught_exceptions() > 0 && !capturing_noexcept()) (void)cudaStreamSynchronize(current_stream());
     try {
       if (allocator_->deallocate) allocator_->deallocate(data_, bytes_, device_, current_stream());
     } catch (...) {  // a destructor cannot throw: the memory stays with the allocator
@@ -576,7 +612,7 @@ void DeviceBuffer::release() noexcept {
     // Unwinding from an error: the work queued before it may still read or write the caller's
     // memory, which the caller may free once it has caught the error. Wait for it, as the
     // device-wide cudaFree of a synchronous buffer does.
-    if (std::uncaught_exceptions() > 0) (void)cudaStreamSynchronize(current_stream());
+    if (std::uncaught_exceptions() > 0 && !capturing_noexcept()) (void)cudaStreamSynchronize(current_stream());
     (void)cudaFreeAsync(data_, current_stream());
     if (current != device_) (void)cudaSetDevice(current);
   } else {
@@ -619,6 +655,7 @@ void require_device_index(int device, const char* who) {
 }
 
 void synchronize() {
+  if (stream_capturing()) return;
   PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   stream_syncs.fetch_add(1);
 }

@@ -124,6 +124,13 @@ std::size_t cached_memory(int device);
 // default stream (cudaStreamPerThread, which is ordered with the legacy default stream's work).
 cudaStream_t current_stream();
 
+// Whether current_stream() is being captured into a CUDA graph (cudaStreamIsCapturing: active, or
+// invalidated by an earlier error). Under capture the backend never waits for the stream and
+// never reads a device value back (copy_to_host refuses, naming the capture), and uploads its
+// small host values as kernel arguments (copy_to_device): what a graph replays is its launches
+// alone (docs/cuda.md, "CUDA graphs").
+bool stream_capturing();
+
 // Makes `stream` this thread's current stream for its lifetime (unset: the per-thread default
 // stream) and restores the previous one.
 class StreamScope {
@@ -206,7 +213,12 @@ class DeviceGuard {
 
 // The only host<->device copies of the backend: each adds its bytes to the process's transfer
 // counters (solver.hpp's cuda_transfer_bytes). copy_to_host waits for the copy (and so for
-// everything queued before it on current_stream()); copy_to_device is ordered on it.
+// everything queued before it on current_stream()); copy_to_device is ordered on it. Under
+// capture (stream_capturing) copy_to_host throws UnsupportedPath naming the capture and the rule
+// (a captured solve has a fixed K and device tensors), and copy_to_device writes the bytes as
+// kernel arguments (kernels::launch_write_argument_bytes), at most kCaptureUploadBytes of them
+// (else UnsupportedPath naming the size).
+inline constexpr std::size_t kCaptureUploadBytes = 64 * 1024;
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 
@@ -342,7 +354,8 @@ decltype(auto) dispatch_compute(DType compute, F&& f) {
   return f.template operator()<float>();
 }
 
-// Waits for the device work queued by the functions above.
+// Waits for the device work queued by the functions above; nothing under capture (the graph's
+// launch is the caller's to wait for).
 void synchronize();
 
 // UnsupportedPath naming `who` unless the CUDA backend can run; require_device_index also

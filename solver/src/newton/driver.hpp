@@ -45,6 +45,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -138,7 +139,12 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       // step (family.hpp), read back once (no wait per step).
       static_assert(!OtherCoordinatesFamily<Family>, "the device loop reports its own residual as final");
       if (fused && !adaptive) {
-        const FixedLoopOutcome r = family.fixed_loop(cap, stop_atol, config.omega);
+        const FixedLoopOutcome r = family.fixed_loop(cap, stop_atol, config.omega, config.residual_fail);
+        if (r.on_device) {  // captured into a CUDA graph: the outcome stays on the device
+          stats.outcome_on_device = true;
+          stats.max_residual = std::numeric_limits<double>::quiet_NaN();
+          return;
+        }
         stats.iters = r.stopped ? r.committed + 1 : cap;
         stats.updates = r.committed;
         stats.converged = r.converged;
@@ -178,7 +184,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
   attempt(passes);
   // Picard adapt (spec §2.3): raise P, not K, while the solve ends above picard_retry_atol (or
   // residual_fail, or non-finite) and a higher rung exists; before any sequential fallback.
-  if (picard_adapt_enabled(config, spec)) {
+  if (picard_adapt_enabled(config, spec) && !stats.outcome_on_device) {
     for (;;) {
       const double res = stats.max_residual;
       const bool retry = !std::isfinite(res) || (config.picard_retry_atol && res > *config.picard_retry_atol) ||

@@ -111,20 +111,25 @@ concept OtherCoordinatesFamily = NewtonFamily<F> && requires(F& f) { f.loop_resi
 // What a fixed-K loop decided on the device returns, read once after its last step: the steps
 // committed, whether a step stopped it (its max|F| not finite, or below the threshold: then
 // `converged`), max|F| of every step that ran, and the residual of the iterate it ends with.
+// `on_device`: the loop ran on a stream being captured into a CUDA graph, so nothing was read:
+// the other fields are unknown (left at their defaults), the iterate was delivered on the device,
+// and the residual gate was applied there (the iterate all NaN when it fires).
 struct FixedLoopOutcome {
   std::int64_t committed = 0;
   bool stopped = false, converged = false;
   std::vector<double> history;
   double final_residual = 0.0;
+  bool on_device = false;
 };
-// fixed_loop(steps, stop_atol, ω), where fused(): the fused steps of a fixed K (no adaptive
-// minimum, no fallback) with the driver's fixed-K rule applied on the device after each step
-// (kernels/newton_loop.hpp), so that nothing is read back before the last; the iterate is the
-// host loop's bit for bit, and so is the outcome.
+// fixed_loop(steps, stop_atol, ω, residual_fail), where fused(): the fused steps of a fixed K (no
+// adaptive minimum, no fallback) with the driver's fixed-K rule applied on the device after each
+// step (kernels/newton_loop.hpp), so that nothing is read back before the last; the iterate is
+// the host loop's bit for bit, and so is the outcome. `residual_fail` is the gate a loop that
+// cannot be read applies on the device (FixedLoopOutcome::on_device).
 template <class F>
 concept DeviceLoopFamily = FusedStepFamily<F> && requires(F& f, std::int64_t steps, std::optional<double> atol,
                                                           double omega) {
-  { f.fixed_loop(steps, atol, omega) } -> std::convertible_to<FixedLoopOutcome>;
+  { f.fixed_loop(steps, atol, omega, atol) } -> std::convertible_to<FixedLoopOutcome>;
 };
 
 // The fallback unit of the per-channel families: one batch row x this many channels.

@@ -13,6 +13,9 @@
 //   [kCommitted] the steps committed (their candidate became the iterate);
 //   [kFinal]     the residual of the iterate the loop ends with (launch_newton_loop_final);
 //   [kResultPartial] the last committed step's max|F| of its result but the chunk starts;
+//   [kGuessSkip] 0 when the iterate the loop ends with is a deferred App. A guess never written
+//                (launch_newton_loop_final with `guess_pending`, no step committed), else 1: the
+//                `skip` flag of the launches that write that guess out on the device;
 //   [kLoopHeader + i] max|F| of step i's entering iterate, for the steps that ran.
 // Rule of step i (launch_newton_loop_decision), nothing when already stopped: record max|F|;
 // not finite: stop, final = it; below `stop_atol` (when given): stop, converged, final = it;
@@ -31,8 +34,8 @@
 
 namespace pararnn::kernels {
 
-inline constexpr int kStopped = 0, kConverged = 1, kCommitted = 2, kFinal = 3, kResultPartial = 4;
-inline constexpr int kLoopHeader = 5;
+inline constexpr int kStopped = 0, kConverged = 1, kCommitted = 2, kFinal = 3, kResultPartial = 4, kGuessSkip = 5;
+inline constexpr int kLoopHeader = 6;
 
 template <class T>
 struct NewtonLoopDecisionArgs {
@@ -47,17 +50,43 @@ struct NewtonLoopDecisionArgs {
 // After the last step and the final residual pass (skipped when stopped) into `residual`:
 // when not stopped, final = residual, or nan_max(result partial, residual) with `partial` (the
 // pass covered the chunk starts only).
+// Also sets kGuessSkip: 0 when `guess_pending` (the first step started from a deferred guess)
+// and no step committed, else 1.
 template <class T>
 struct NewtonLoopFinalArgs {
   const T* residual = nullptr;
   double* state = nullptr;
   bool partial = false;
+  bool guess_pending = false;
 };
 
-// Instantiated for float and double (one thread each).
+// The loop's result delivered on the device, for a loop whose state the host does not read (a
+// stream being captured into a CUDA graph): the iterate after c = state[kCommitted] commits is
+// buffers[c % 2], copied into `out` unless it is `out` or the deferred guess (kGuessSkip 0,
+// written into `out` by the caller's guess launches); with `gate`, every element of `out` is set
+// to NaN when the final residual state[kFinal] is not finite or above `residual_fail` (the
+// residual gate the host applies after a solve, solver newton_config.hpp residual_fail, made
+// visible in the output since no exception can be raised from the device).
+template <class T>
+struct NewtonLoopDeliverArgs {
+  const double* state = nullptr;
+  const T* buffers[2] = {nullptr, nullptr};
+  T* out = nullptr;
+  std::int64_t n = 0;
+  bool gate = false;
+  double residual_fail = 0.0;
+};
+
+// Instantiated for float and double (the decision and the final kernel: one thread each).
 template <class T>
 cudaError_t launch_newton_loop_decision(const NewtonLoopDecisionArgs<T>& args, cudaStream_t stream);
 template <class T>
 cudaError_t launch_newton_loop_final(const NewtonLoopFinalArgs<T>& args, cudaStream_t stream);
+// Zeros the n values of `buffer` when state[kGuessSkip] is 0 (the zero iterate the deferred
+// guess is evaluated at), else nothing.
+template <class T>
+cudaError_t launch_newton_loop_guess_zero(const double* state, T* buffer, std::int64_t n, cudaStream_t stream);
+template <class T>
+cudaError_t launch_newton_loop_deliver(const NewtonLoopDeliverArgs<T>& args, cudaStream_t stream);
 
 }  // namespace pararnn::kernels

@@ -15,6 +15,7 @@
 //   cudaError_t e = launch_strided_copy(a, stream);
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "pararnn/kernels/launch.hpp"
@@ -85,5 +86,15 @@ struct GradientStoreArgs {
 };
 
 cudaError_t launch_gradient_store(const GradientStoreArgs& args, cudaStream_t stream);
+
+// Writes `bytes` bytes of host memory at `src` to `dst` on the device as kernel arguments: each
+// launch carries up to kArgumentChunkBytes of them in its parameters, copied when the launch is
+// queued, so `src` may be freed at once and a CUDA graph captured from the stream holds the
+// values themselves (a captured copy from pageable host memory would read that memory again at
+// every replay). How the CUDA backend uploads a solve's small host values (per-channel values,
+// the bias row) while its stream is being captured. Never allocates; cudaErrorInvalidValue for
+// null pointers with bytes to write, else the launches' error.
+inline constexpr std::size_t kArgumentChunkBytes = 2048;
+cudaError_t launch_write_argument_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 
 }  // namespace pararnn::kernels

@@ -131,6 +131,11 @@ struct NewtonStats {
   KResolution k;
   bool converged = false;                 // residual test passed (adaptive or early stop)
   std::int64_t fallback_tiles = 0;        // tiles solved sequentially after k_max (adaptive)
+  // The solve ran on a CUDA stream being captured into a graph (a fixed K of the CUDA per-channel
+  // family): its outcome stayed on the device, so iters, updates, converged and the history are
+  // unknown (0, false, empty) and max_residual is NaN; the residual gate (residual_fail) was
+  // applied on the device instead of raising: H is all NaN where it fires (docs/cuda.md).
+  bool outcome_on_device = false;
 };
 
 // Above this final residual a `newton_residual_high` warning is emitted.
