@@ -141,6 +141,11 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
       if (fused && !adaptive) {
         const FixedLoopOutcome r = family.fixed_loop(cap, stop_atol, config.omega, config.residual_fail);
         if (r.on_device) {  // captured into a CUDA graph: the outcome stays on the device
+          if (picard_adapt_enabled(config, spec))
+            throw UnsupportedPath(fmt::format(
+                "{}: Picard adapt decides from the solve's residual, which is not read back while the stream is "
+                "captured into a CUDA graph; pass picard_adapt=false (or picard_iters) to capture it",
+                spec.name));
           stats.outcome_on_device = true;
           stats.max_residual = std::numeric_limits<double>::quiet_NaN();
           return;
