@@ -9,8 +9,10 @@
 # extension (selective_scan_cuda), so the adapter imports mamba_ssm.ops.triton.ssd_combined
 # without it (python/pararnn_judge/solvers/mamba.py, import_library): ssd runs, selective_scan
 # cannot (its rows are Error, exit 3). One Triton cache for the run, as scripts/ops-fla-gpu.sh.
-# The kept rows are packed into OUT/rows.tar.xz; no confirmation runs (none is written for
-# mamba yet). Extra arguments go to ops-campaign.sh after these defaults: --ops ssd --modes chunk.
+# Every kept row (not Agree) is confirmed without our oracle by scripts/ops-confirm-mamba.py
+# (mamba-ssm's own ssd_minimal_discrete in f64, on the GPU: its numbers in the summary's confirm
+# column and rows/<id>/confirm.txt), and the kept rows are packed into OUT/rows.tar.xz. Extra
+# arguments go to ops-campaign.sh after these defaults: --ops ssd --modes chunk.
 #
 # Usage: scripts/ops-mamba-gpu.sh PARARNN OUT [ops-campaign arguments...]
 # Exit: ops-campaign.sh's (0 when every row Agrees, 1 otherwise); 2 when mamba-ssm's files or
@@ -39,4 +41,5 @@ $adapter --version > "$out/solver-version.txt" 2>&1 || { cat "$out/solver-versio
 cat "$out/solver-version.txt"
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 2
 "$root/scripts/ops-campaign.sh" "$cli" "$out" "$adapter {case} {out}" --ops ssd --modes chunk \
+  --confirm "python3 $root/scripts/ops-confirm-mamba.py {case} {answer} {oracle} {floor} {rtol} --device cuda" \
   --bundle "$out/rows.tar.xz" "$@"

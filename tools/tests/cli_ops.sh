@@ -299,6 +299,40 @@ PY
     says "needs torch and flash-linear-attention"
   fi
   ;;
+mamba_confirm_refuses_by_name)
+  # scripts/ops-confirm-mamba.py without torch or mamba-ssm: what its reference cannot confirm is
+  # refused by name (exit 2) before any import; an ssd case plans (groups to heads, softplus), and
+  # needs the libraries (3 when absent).
+  confirm="$source_dir/scripts/ops-confirm-mamba.py"
+  make r --op rwkv7 "${small[@]}" --dtype bf16
+  expect_rc 2 python3 "$confirm" "$work/r.safetensors" x y z 0.008
+  says "metadata 'op': mamba-ssm's minimal reference confirms ssd only (got 'rwkv7'"
+  make s --op ssd --batch 1 --time 40 --n-heads 2 --k-dim 6 --v-dim 5 --dtype bf16 --cu-seqlens 0,7,40
+  make h --op ssd --batch 2 --time 40 --n-heads 2 --k-dim 6 --v-dim 5 --dtype f32 --h0-std 0.5
+  python3 -B - "$confirm" "$work/s.safetensors" "$work/h.safetensors" <<'PY' || fail "confirm plan"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("confirm", sys.argv[1])
+confirm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(confirm)
+p = confirm.plan(*reversed(confirm.adapter.read_header(sys.argv[3])))
+assert "initial_states" in p["optional"] and "cu_seqlens" not in p["optional"], p
+headers, meta = confirm.adapter.read_header(sys.argv[2])
+p = confirm.plan(meta, headers)
+assert "cu_seqlens" in p["optional"] and "initial_states" not in p["optional"], p
+assert p["heads_per_group"] == headers["x"][1][2] // headers["B"][1][2], (p, headers)
+for missing in ("dt", "C"):
+    try:
+        confirm.plan(meta, {k: v for k, v in headers.items() if k != missing})
+        raise SystemExit(f"planned without {missing}")
+    except confirm.Unsupported as e:
+        assert f"tensor '{missing}'" in str(e), e
+PY
+  expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z tight
+  if ! python3 -c "import torch, einops" 2>/dev/null; then
+    expect_rc 3 python3 "$confirm" "$work/s.safetensors" x y z 0.008
+    says "needs torch, einops and mamba-ssm's files"
+  fi
+  ;;
 gradients_exact_agrees_wrong_disagrees)
   # grad.<input> tensors (docs/ops/README.md, "Gradients"): the adapter's own central
   # differences of its exact forward Agree (exit 0); one gradient 10 % off Disagrees as worse

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""An ssd finding confirmed without our oracle (issue 56): mamba-ssm's own minimal SSD reference,
+run in f64 on an op case's inputs, against mamba-ssm's answer, against `pararnn oracle`'s output
+and against the same-dtype floor (`pararnn solve`). For each output (out, final_states) it prints
+how far our oracle is from the library's reference, and for the answer and the floor each, the
+largest error against that reference and how many values lie outside the case's tau measured
+against it (rtol * max(|ref|, RMS(ref)), the rule of docs/ops/README.md).
+
+Usage: scripts/ops-confirm-mamba.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda]
+       (on a machine with torch, einops and mamba-ssm's files; the reference runs on the CPU
+       unless --device cuda; ORACLE and FLOOR may be paths that do not exist: then those lines
+       say "absent")
+
+The reference: mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete(X, A, B, C, block_len,
+initial_states), Listing 1 of the Mamba-2 paper as the library ships it, which scans the
+discretized SSM (X = x * dt, A_t = A * dt, B and C per head). Around it, in f64, the steps that
+mamba_chunk_scan_combined and its own reference ssd_chunk_scan_combined_ref
+(mamba_ssm/ops/triton/ssd_combined.py) apply: dt + dt_bias, softplus when dt_softplus (torch's
+softplus, threshold 20, as the kernel's), each group's B and C for its n_heads / n_groups heads,
+out = y + D * x, then out * silu(z). The length is padded to a multiple of block_len with x = 0
+and dt = 0 (A_t = 0: the state is carried unchanged, so the outputs kept and the final state are
+exact). A packed case (cu_seqlens) runs each sequence alone, from its own initial state.
+mamba_ssm/__init__.py imports the CUDA extension; like the adapter, this imports the Triton and
+module files without it (python/pararnn_judge/solvers/mamba.py, import_library).
+Refused before importing torch (exit 2, naming the argument): another op (selective_scan's
+reference, selective_scan_ref, sits in a module that imports the CUDA extension), a missing
+input, bad usage. Exit 0 when it ran (the numbers are the result, never a verdict), 3 without
+torch or mamba-ssm.
+"""
+import importlib.util
+import os
+import sys
+
+# The mamba adapter (its safetensors reader and import_library), loaded by path under another name.
+_spec = importlib.util.spec_from_file_location(
+    "mamba_adapter", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "pararnn_judge",
+                                  "solvers", "mamba.py"))
+adapter = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(adapter)
+
+INPUTS = ("x", "dt", "A", "B", "C")
+OPTIONAL = ("D", "z", "dt_bias", "initial_states", "cu_seqlens")
+BLOCK_LEN = 64
+
+
+class Unsupported(Exception):
+    """A case the reference cannot confirm, named."""
+
+
+def plan(metadata, headers):
+    """What the reference run needs of a case, without importing torch (tested without it)."""
+    op = metadata.get("op")
+    if op != "ssd":
+        raise Unsupported(f"metadata 'op': mamba-ssm's minimal reference confirms ssd only (got {op!r}; "
+                          "selective_scan_ref's module imports the CUDA extension)")
+    for name in INPUTS:
+        if name not in headers:
+            raise Unsupported(f"tensor '{name}': required by ssd_minimal_discrete (absent)")
+    heads, groups = headers["x"][1][2], headers["B"][1][2]
+    if groups < 1 or heads % groups != 0:
+        raise Unsupported(f"tensor 'B': its {groups} groups must divide the {heads} heads of x")
+    return {"softplus": metadata.get("dt_softplus", "False") in adapter.TRUE,
+            "optional": tuple(n for n in OPTIONAL if n in headers), "heads_per_group": heads // groups}
+
+
+def import_reference():
+    adapter.import_library("mamba_ssm.ops.triton.ssd_combined")  # the package without its __init__.py
+    import importlib
+    return importlib.import_module("mamba_ssm.modules.ssd_minimal").ssd_minimal_discrete
+
+
+def reference_in_f64(torch, call, case, device):
+    """(out [B, T, H, P], final_states [N, H, P, S]) of the reference in f64."""
+    import torch.nn.functional as F
+    ssd_minimal_discrete = import_reference()
+    t = {n: case[n].double().to(device) for n in INPUTS + call["optional"] if n != "cu_seqlens" and n in case}
+    dt = t["dt"] + t["dt_bias"] if "dt_bias" in t else t["dt"]
+    if call["softplus"]:
+        dt = F.softplus(dt)
+    X = t["x"] * dt[..., None]
+    A = t["A"] * dt  # A per head, dt [B, T, H]
+    B = t["B"].repeat_interleave(call["heads_per_group"], dim=2)
+    C = t["C"].repeat_interleave(call["heads_per_group"], dim=2)
+    cu = case.get("cu_seqlens")
+    length = t["x"].shape[1]
+    bounds = [(0, length)] if cu is None else list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    h0 = t.get("initial_states")
+    ys, states = [], []
+    for n, (begin, end) in enumerate(bounds):
+        pad = (-(end - begin)) % BLOCK_LEN
+        parts = [a[:, begin:end] for a in (X, A, B, C)]
+        parts = [torch.cat([a, a.new_zeros((a.shape[0], pad) + tuple(a.shape[2:]))], 1) for a in parts]
+        initial = None
+        if h0 is not None:
+            initial = (h0[n:n + 1] if cu is not None else h0)[:, None]
+        y, state = ssd_minimal_discrete(*parts, BLOCK_LEN, initial_states=initial)
+        ys.append(y[:, :end - begin])
+        states.append(state)
+    y = torch.cat(ys, 1)
+    if "D" in t:
+        D = t["D"]
+        y = y + t["x"] * (D[:, None] if D.dim() == 1 else D)
+    if "z" in t:
+        y = y * F.silu(t["z"])
+    state = torch.cat(states, 0)
+    if y.dtype != torch.float64 or state.dtype != torch.float64:
+        raise RuntimeError(f"ssd_minimal_discrete did not run in f64 (out {y.dtype}, final state {state.dtype})")
+    return y.cpu(), state.cpu()
+
+
+def main(argv):
+    args = list(argv[1:])
+    device = "cpu"
+    if "--device" in args:
+        i = args.index("--device")
+        device = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
+    if len(args) != 5 or device not in ("cpu", "cuda"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    case_path, answer_path, oracle_path, floor_path, rtol = args
+    try:
+        rtol = float(rtol)
+        headers, metadata = adapter.read_header(case_path)
+        call = plan(metadata, headers)
+    except (ValueError, Unsupported, adapter.Refused) as e:
+        print(f"ops-confirm-mamba: {e}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+        import einops  # noqa: F401 (ssd_minimal's)
+        import_reference()
+    except ImportError as e:
+        print(f"ops-confirm-mamba: needs torch, einops and mamba-ssm's files: {e}", file=sys.stderr)
+        return 3
+    case, answer = (adapter.read_tensors(torch, p) for p in (case_path, answer_path))
+    oracle, floor = ({} if not os.path.exists(p) else adapter.read_tensors(torch, p) for p in (oracle_path, floor_path))
+    ref = dict(zip(("out", "final_states"), reference_in_f64(torch, call, case, device)))
+    packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
+    print(f"mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete in f64 on {device} (block_len {BLOCK_LEN}){packed}")
+    for name, expected in ref.items():
+        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
+        if name in oracle:
+            print(f"{name}: oracle vs mamba-ssm's reference in f64: max |diff| "
+                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
+        for label, result in (("answer", answer), ("floor", floor)):
+            if name not in result:
+                print(f"{name}: {label}: absent")
+                continue
+            if tuple(result[name].shape) != tuple(expected.shape):
+                print(f"{name}: {label}: shape {tuple(result[name].shape)}, the reference's {tuple(expected.shape)}")
+                continue
+            err = (result[name].double() - expected).abs()
+            outside = int((~(err <= rtol * scale)).sum().item())  # a NaN error is outside
+            print(f"{name}: {label} vs the f64 reference: max error {err.max().item():.3e}, "
+                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
