@@ -17,6 +17,12 @@
 // The backward takes the forward of the same cell (same parameters) and the same x values: what
 // it holds (H*, and on CUDA W_x x) is not recomputed from them; a forward of another shape or
 // dtype is refused (ContractViolation naming `forward`), changed values are not detected.
+// CUDA graphs: a fixed-K newton_forward_into + newton_backward_into of a per-channel cell on
+// device tensors, views and targets (ApplyOptions::parameters, ::parameter_gradients) can be
+// captured from ApplyOptions::cuda_stream after a warm-up call; a replay is the uncaptured calls
+// on the buffers' values then, bit for bit; the forward's stats say outcome_on_device, and the
+// residual gate sets H to NaN instead of raising. What needs a read back is refused
+// (UnsupportedPath naming the capture; docs/cuda.md, "CUDA graphs").
 // Example:
 //   NewtonForward fwd = newton_forward(cell, x, config);
 //   NewtonGradients grads = newton_backward(cell, x, fwd, ones_like(fwd.H), config);
