@@ -551,6 +551,7 @@ void release_cached_memory(int device) {
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what, Allocation how) : bytes_(bytes), how_(how) {
   if (bytes == 0) return;
   PARARNN_CUDA_CHECK(cudaGetDevice(&device_));
+  if (how == Allocation::stream_ordered && stream_capturing()) graph_stream_ = current_stream();
   if (how == Allocation::stream_ordered && current_allocator()) {
     // The caller's allocator (torch's caching allocator, say): its failure is named with it.
     const std::shared_ptr<const DeviceAllocator>& allocator = current_allocator();
@@ -601,7 +602,7 @@ void DeviceBuffer::release() noexcept {
     // As below: while unwinding from an error, the queued work may still use the memory.
     if (std::uncaught_exceptions() > 0 && !capturing_noexcept()) (void)cudaStreamSynchronize(current_stream());
     try {
-      if (allocator_->deallocate) allocator_->deallocate(data_, bytes_, device_, current_stream());
+      if (allocator_->deallocate) allocator_->deallocate(data_, bytes_, device_, graph_stream_.value_or(current_stream()));
     } catch (...) {  // a destructor cannot throw: the memory stays with the allocator
     }
     allocator_.reset();
@@ -613,20 +614,22 @@ void DeviceBuffer::release() noexcept {
     // memory, which the caller may free once it has caught the error. Wait for it, as the
     // device-wide cudaFree of a synchronous buffer does.
     if (std::uncaught_exceptions() > 0 && !capturing_noexcept()) (void)cudaStreamSynchronize(current_stream());
-    (void)cudaFreeAsync(data_, current_stream());
+    (void)cudaFreeAsync(data_, graph_stream_.value_or(current_stream()));
     if (current != device_) (void)cudaSetDevice(current);
   } else {
     (void)cudaFree(data_);
   }
   live_device_bytes.fetch_sub(bytes_);
   data_ = nullptr;
+  graph_stream_.reset();
 }
 
 DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
-      device_(other.device_), how_(other.how_), allocator_(std::move(other.allocator_)) {}
+      device_(other.device_), how_(other.how_), allocator_(std::move(other.allocator_)),
+      graph_stream_(std::exchange(other.graph_stream_, std::nullopt)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -636,6 +639,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     device_ = other.device_;
     how_ = other.how_;
     allocator_ = std::move(other.allocator_);
+    graph_stream_ = std::exchange(other.graph_stream_, std::nullopt);
   }
   return *this;
 }

@@ -87,6 +87,10 @@ class DeviceBuffer {
   int device_ = 0;
   Allocation how_ = Allocation::stream_ordered;
   std::shared_ptr<const DeviceAllocator> allocator_;  // the caller's, or null: the backend's pool
+  // Allocated while its stream was captured into a CUDA graph (the graph's memory): freed on that
+  // stream, wherever the buffer dies (a free of graph memory on another stream while the capture
+  // runs would spoil it), instead of on the then current stream.
+  std::optional<cudaStream_t> graph_stream_;
 };
 
 // The caller's allocator of this thread's stream-ordered DeviceBuffers (null: the backend's
