@@ -242,6 +242,8 @@ nb::dict stats_dict(const NewtonStats& s) {
   d["k_source"] = std::string(k_source_name(s.k.source));
   d["converged"] = s.converged;
   d["fallback_tiles"] = s.fallback_tiles;
+  // Captured into a CUDA graph: the outcome stayed on the device (max_residual NaN, the rest unknown).
+  d["outcome_on_device"] = s.outcome_on_device;
   return d;
 }
 

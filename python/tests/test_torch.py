@@ -3,6 +3,7 @@ CUDA backend on a GPU), and every pararnn-torch cell is verified in one call wit
 CLI gives on its dumped case. Parts that need pararnn-torch or a GPU skip when those are absent
 (PARARNN_REQUIRE_CUDA=1 makes a missing GPU a failure)."""
 import importlib.util
+import math
 import os
 import unittest
 
@@ -406,6 +407,12 @@ class TrainingThroughOurSolver(unittest.TestCase):
                 for i, (a, b) in enumerate(zip(got, want)):
                     self.assertTrue(torch.equal(a, b), (dtype, when, i))
 
+            # A captured forward's stats: the outcome stayed on the device.
+            forward_stats, judge_cell = [], pt.cell_of(cell)  # cell_of reads the values on the host
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                forward_stats.append(judge.newton_forward(judge_cell, x.detach(), max_iters=3).stats)
+            self.assertTrue(forward_stats[0]["outcome_on_device"], forward_stats)
+            self.assertTrue(math.isnan(forward_stats[0]["max_residual"]), forward_stats)
             check("x as captured")
             with torch.no_grad():
                 x.copy_(torch.randn_like(x))
