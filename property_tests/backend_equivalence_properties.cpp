@@ -1214,6 +1214,83 @@ TEST(CudaBackend, AFixedKTrainingStepCapturedIntoAGraphReplaysTheUncapturedCalls
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// ApplyOptions::sync_free: a fixed-K training step (forward into H, backward into ∇x and every
+// parameter's target, device tensors and views) neither waits nor reads back (0 host reads, 0
+// stream waits: cuda_transfer_bytes) and gives the default step's outputs bit for bit; the
+// forward's outcome stays on the device; a NaN in x gives an all-NaN H instead of
+// NewtonDivergenceError; an adaptive K is refused naming sync_free.
+TEST(CudaBackend, ASyncFreeStepWaitsForNothingAndEqualsTheDefaultStepBitwise) {
+  for (const std::string& label : kCells)
+    for (const DType dtype : testing::kNewtonDtypes) {
+      SCOPED_TRACE(label + " " + std::string(dtype_name(dtype)));
+      const CellOptions variant = testing::label_options(label);
+      const GeneratedProblem p{.cell = variant.cell, .gate_mix = variant.gate_mix, .dtype = dtype, .batch = 2,
+                               .time = 300, .d_in = 5, .d_h = 8, .seed = 68};
+      const Cell cell = p.make_cell();
+      const Tensor x = p.make_input();
+      const Shape shape = cell.trajectory_shape(p.batch, p.time);
+      std::int64_t n = 1;
+      for (const std::int64_t e : shape) n *= e;
+      std::vector<double> g_values(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < g_values.size(); ++i) g_values[i] = std::cos(0.29 * static_cast<double>(i));
+      const Tensor g = Tensor::from_values(dtype, shape, g_values);
+      const Tensor H_like(dtype, shape);
+      const DeviceCopy x_dev(x), g_dev(g), H_dev(H_like), gx_dev(Tensor(dtype, x.shape()));
+      std::map<std::string, std::unique_ptr<DeviceCopy>> values, targets;
+      ApplyOptions options;
+      for (const auto& [name, value] : cell.parameters()) {
+        values[name] = std::make_unique<DeviceCopy>(value);
+        targets[name] = std::make_unique<DeviceCopy>(value);
+        options.parameters.emplace(name, values[name]->view_like(value));
+        options.parameter_gradients.emplace(name, targets[name]->view_like(value));
+      }
+      const NewtonConfig fixed = on(ScanBackend::cuda, {.max_iters = 3, .picard_adapt = false});
+      const TensorView xv = x_dev.view_like(x), Hv = H_dev.view_like(H_like), gv = g_dev.view_like(g),
+                       gxv = gx_dev.view_like(x);
+      const auto step = [&](const ApplyOptions& o) {
+        const NewtonForward forward = newton_forward_into(cell, xv, Hv, fixed, o);
+        (void)newton_backward_into(cell, xv, forward, gv, gxv, fixed, o);
+        return forward.stats;
+      };
+      const auto outputs = [&] {
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<Tensor> out{H_dev.download(H_like), gx_dev.download(x)};
+        for (const auto& [name, value] : cell.parameters()) out.push_back(targets.at(name)->download(value));
+        return out;
+      };
+      (void)step(options);
+      const std::vector<Tensor> expected = outputs();
+      ApplyOptions free_options = options;
+      free_options.sync_free = true;
+      const CudaTransferBytes before = cuda_transfer_bytes();
+      const NewtonStats stats = step(free_options);
+      const CudaTransferBytes after = cuda_transfer_bytes();
+      EXPECT_EQ(after.host_reads - before.host_reads, 0u);
+      EXPECT_EQ(after.stream_syncs - before.stream_syncs, 0u);
+      EXPECT_EQ(after.to_host - before.to_host, 0u);
+      EXPECT_TRUE(stats.outcome_on_device);
+      EXPECT_TRUE(std::isnan(stats.max_residual));
+      const std::vector<Tensor> got = outputs();
+      ASSERT_EQ(got.size(), expected.size());
+      for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(got[i], expected[i])) << "output " << i;
+
+      const Tensor nan_value = Tensor::converted(scalar(std::numeric_limits<double>::quiet_NaN()), dtype);
+      EXPECT_EQ(cudaMemcpy(static_cast<std::byte*>(xv.data()) + (x.numel() / 3) * dtype_size(dtype), nan_value.data(),
+                           dtype_size(dtype), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      EXPECT_THROW((void)newton_forward_into(cell, xv, Hv, fixed, options), NewtonDivergenceError);
+      (void)newton_forward_into(cell, xv, Hv, fixed, free_options);
+      const std::vector<double> H_values = outputs()[0].to_f64_vector();
+      EXPECT_TRUE(std::all_of(H_values.begin(), H_values.end(), [](double v) { return std::isnan(v); }));
+      try {
+        (void)newton_forward_into(cell, xv, Hv, on(ScanBackend::cuda, {}), free_options);
+        ADD_FAILURE() << "an adaptive K ran with sync_free";
+      } catch (const UnsupportedPath& e) {
+        EXPECT_NE(std::string(e.what()).find("sync_free"), std::string::npos) << e.what();
+      }
+    }
+}
+
 // Windowed Newton in the default configuration (adaptive K, residual_atol) on CUDA is one fused
 // launch too: the adaptive rule decided on the device per chain (kernels/windowed_newton.hpp), so
 // strategy "fused_windowed", converged, each window at least the table's K of the whole length

@@ -325,7 +325,7 @@ class Forward:
 
 
 def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_iters=None, recompute=False,
-                   H_out=None, stream=None, allocator="auto", parameters=None):
+                   H_out=None, stream=None, allocator="auto", parameters=None, sync_free=False):
     """The training forward (C++ newton_forward): the solve of newton_apply (the same H bits and
     stats) that keeps what newton_backward reads, unless recompute=True (then the backward
     solves again, with the same bits). A torch CUDA x gives a CUDA H on x's device, solved into
@@ -333,7 +333,12 @@ def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_ite
     dtype; C++ newton_forward_into's name) is written instead; `stream` and `allocator` as
     newton_apply's (what the forward keeps for the backward comes from that allocator too);
     `parameters` as newton_apply's (the backward reads the same views: keep their values until
-    it ran). Returns a Forward."""
+    it ran). `sync_free=True` (C++ ApplyOptions::sync_free; CUDA per-channel cells, a fixed K): the
+    forward and its backward neither wait for the stream nor read a value back; the outcome stays
+    on the device (stats["outcome_on_device"]) and a diverged solve's H is all NaN instead of
+    raising NewtonDivergenceError. Returns a Forward."""
+    if not isinstance(sync_free, bool):
+        raise ContractViolation(f"sync_free: must be True or False (got {sync_free!r})")
     native = _native(cell)
     stream = _cuda_stream(stream, H_out, x, h0)
     memory = _allocator(allocator, H_out, x, h0)
@@ -342,7 +347,8 @@ def newton_forward(cell, x, *, h0=None, cu_seqlens=None, backend="auto", max_ite
     H, forward = _pararnn._newton_forward(native, _dlpack_source(x, "x"), _dlpack_source(H_out, "H_out"),
                                           _dlpack_source(h0, "h0"), _dlpack_source(cu_seqlens, "cu_seqlens"),
                                           backend, max_iters, bool(recompute), stream=stream,
-                                          allocator=memory, parameters=_parameter_sources(parameters))
+                                          allocator=memory, parameters=_parameter_sources(parameters),
+                                          sync_free=sync_free)
     return Forward(forward, H_out if H_out is not None else _like(x, H), cell, x, h0, cu_seqlens, memory,
                    parameters)
 

@@ -260,7 +260,7 @@ def compare_training(cell, x, *, h0=None, cu_seqlens=None, grad_H=None, config=N
                             gradients=gradients, grad_H=None if grad_H is None else _host(grad_H), **options)
 
 
-_SOLVE_KEYS = ("backend", "max_iters", "recompute", "allocator")
+_SOLVE_KEYS = ("backend", "max_iters", "recompute", "allocator", "sync_free")
 
 
 def newton_apply(cell, x, h0=None, cu_seqlens=None, **kw):
@@ -274,7 +274,9 @@ def newton_apply(cell, x, h0=None, cu_seqlens=None, **kw):
     allocator for CUDA tensors (``allocator="torch"``), so torch.cuda.memory_allocated() counts it
     and the two never starve each other. Keywords: ``backend``, ``max_iters``, ``recompute`` (newton_forward's) and the
     cell's constructor arguments (``max_recurrent_norm=...``, as ``cell_of`` takes them);
-    anything else is refused by name. Example::
+    ``sync_free=True`` (with ``max_iters``, on CUDA) makes the step wait for nothing and read
+    nothing back: a diverged solve gives an all-NaN H instead of raising; anything else is
+    refused by name. Example::
 
         H = pt.newton_apply(cell, x)          # cell: a pararnn-torch module on x's device
         loss = (H[:, -1] ** 2).mean()

@@ -253,6 +253,7 @@ nb::dict stats_dict(const NewtonStats& s) {
 struct PyForward {
   NewtonForward forward;
   NewtonConfig config;
+  bool sync_free = false;  // ApplyOptions::sync_free of the forward, which its backward takes too
 };
 
 // The Python exception classes, created at import: name -> class.
@@ -451,11 +452,12 @@ NB_MODULE(_pararnn, m) {
         [](const PyCell& c, const AnyArray& x, std::optional<OutArray> H_out, std::optional<AnyArray> h0,
            std::optional<AnyArray> cu_seqlens, const std::string& backend, std::optional<std::int64_t> max_iters,
            bool recompute, std::optional<std::uintptr_t> stream, const PyAllocator* allocator,
-           const ParameterArrays& parameters) {
+           const ParameterArrays& parameters, bool sync_free) {
           const TensorView xv = view_of(x, "x");
           const std::optional<TensorView> ov = H_out ? std::optional(view_of(*H_out, "H_out")) : std::nullopt;
-          const ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
-          PyForward f{.config = config_of(backend, max_iters, "native")};
+          ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
+          apply.sync_free = sync_free;
+          PyForward f{.config = config_of(backend, max_iters, "native"), .sync_free = sync_free};
           f.config.recompute = recompute;
           {
             nb::gil_scoped_release release;
@@ -468,7 +470,7 @@ NB_MODULE(_pararnn, m) {
         },
         "cell"_a, "x"_a, "H_out"_a.none(), "h0"_a.none(), "cu_seqlens"_a.none(), "backend"_a, "max_iters"_a.none(),
         "recompute"_a, "stream"_a.none() = nb::none(), "allocator"_a.none() = nb::none(),
-        "parameters"_a.none() = nb::none());
+        "parameters"_a.none() = nb::none(), "sync_free"_a = false);
   m.def("_newton_backward",
         [](const PyCell& c, const AnyArray& x, const PyForward& f, const AnyArray& grad_H,
            std::optional<OutArray> grad_x, std::optional<AnyArray> h0, std::optional<AnyArray> cu_seqlens,
@@ -478,6 +480,7 @@ NB_MODULE(_pararnn, m) {
           const TensorView gv = view_of(grad_H, "grad_H");
           const std::optional<TensorView> dxv = grad_x ? std::optional(view_of(*grad_x, "grad_x")) : std::nullopt;
           ApplyOptions apply = apply_options(h0, cu_seqlens, stream, allocator, parameters);
+          apply.sync_free = f.sync_free;
           if (parameter_grads_out)
             for (const auto& [name, array] : *parameter_grads_out)
               apply.parameter_gradients.emplace(name, view_of(array, fmt::format("parameter_gradients['{}']", name)));

@@ -181,6 +181,11 @@ class Training(unittest.TestCase):
                 pararnn.newton_backward(forward, self.g, stream=stream)
         self.assertTrue(np.array_equal(pararnn.newton_apply(self.cell, self.x, backend="cpu", stream=0),
                                        pararnn.newton_apply(self.cell, self.x, backend="cpu")))
+        # sync_free (no wait, no read back) is the CUDA per-channel family's: refused on the CPU.
+        with self.assertRaisesRegex(pararnn.ContractViolation, "^sync_free: is a mode of the CUDA per-channel family"):
+            pararnn.newton_forward(self.cell, self.x, max_iters=2, sync_free=True)
+        with self.assertRaisesRegex(pararnn.ContractViolation, "^sync_free: must be True or False"):
+            pararnn.newton_forward(self.cell, self.x, sync_free="yes")
 
 
 class VerdictsAreTheCLIs(unittest.TestCase):

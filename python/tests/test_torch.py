@@ -435,6 +435,48 @@ class TrainingThroughOurSolver(unittest.TestCase):
             torch.cuda.synchronize()
             check("after a refused capture")
 
+    def test_a_sync_free_step_waits_for_nothing_and_equals_the_default_step(self):
+        # newton_apply(..., max_iters=K, sync_free=True) on CUDA: the training step reads nothing
+        # back and never waits (cuda_transfers), its H and gradients equal the default step's bit
+        # for bit, a NaN in x gives an all-NaN H instead of NewtonDivergenceError, and an
+        # adaptive K is refused naming sync_free.
+        import pararnn as P
+        if not HAVE_GPU:
+            if REQUIRE_CUDA:
+                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(SEED)
+            cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
+            x = torch.randn(2, 1024, 8, device="cuda", dtype=dtype, requires_grad=True)
+
+            def step(**kw):
+                cell.zero_grad(set_to_none=True)
+                x.grad = None
+                H = pt.newton_apply(cell, x, max_iters=3, **kw)
+                H.float().sum().backward()
+                return [H.detach()] + [x.grad] + [p.grad for p in cell.parameters()]
+
+            want = step()
+            torch.cuda.synchronize()
+            before = judge.cuda_transfers()
+            got = step(sync_free=True)
+            after = judge.cuda_transfers()
+            torch.cuda.synchronize()
+            for key in ("to_host", "host_reads", "stream_syncs"):
+                self.assertEqual(after[key] - before[key], 0, (dtype, key, before, after))
+            for i, (a, b) in enumerate(zip(got, want)):
+                self.assertTrue(torch.equal(a, b), (dtype, i))
+            with torch.no_grad():
+                x[0, 10, 0] = float("nan")
+            self.assertTrue(torch.isnan(step(sync_free=True)[0]).all(), dtype)
+            with self.assertRaises(judge.NewtonDivergenceError):
+                step()
+            with torch.no_grad():
+                x[0, 10, 0] = 0.25
+            with self.assertRaisesRegex(judge.UnsupportedPath, "sync_free"):
+                pt.newton_apply(cell, x, sync_free=True)
+
     def test_a_cuda_step_reads_the_parameters_where_they_live(self):
         # On CUDA a per-channel cell's parameters are viewed in place (ApplyOptions::parameters):
         # a training step copies no tensor to the host (torch.Tensor.cpu is never called), its

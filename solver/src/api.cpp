@@ -60,6 +60,10 @@ Plan plan_on(const Cell& cell, const TensorView& x, const NewtonConfig* config, 
   detail::check_parameter_views(cell, options,
                                 backend == Backend::cuda && cell.spec().jacobian == JacobianClass::per_channel,
                                 row.name, who);
+  if (options.sync_free && !(backend == Backend::cuda && cell.spec().jacobian == JacobianClass::per_channel))
+    throw ContractViolation("sync_free", fmt::format("is a mode of the CUDA per-channel family (no wait, no read "
+                                                     "back); {} runs on the {} row", who, row.name),
+                            "true");
   return {backend, row, detail::check_inputs(cell, x, options, who, device_of(backend))};
 }
 

@@ -17,6 +17,7 @@
 #include "pararnn/core/logging.hpp"
 #include "pararnn/core/random.hpp"
 #include "pararnn/solver/solver.hpp"
+#include "pararnn/solver/training.hpp"
 
 namespace pararnn {
 namespace {
@@ -374,6 +375,26 @@ TEST(RefusedInput, ParameterViewsAreRefusedWhereTheyAreNotRead) {
   } catch (const UnsupportedPath& e) {
     EXPECT_NE(std::string(e.what()).find("cpu per_channel"), std::string::npos) << e.what();
   }
+}
+
+// ApplyOptions::sync_free (no wait, no read back, the gate as NaN) is a mode of the CUDA
+// per-channel family: every other row refuses it by name before any work, instead of solving
+// with waits and a raising gate the caller asked not to have.
+TEST(RefusedInput, SyncFreeIsRefusedWhereItIsNotHonoured) {
+  const Cell gru = Cell::initialise({.cell = "gru", .d_in = 3, .d_h = 4}, DType::f32, 1);
+  const Tensor x(DType::f32, {1, 8, 3});
+  const ApplyOptions sync_free{.sync_free = true};
+  const auto refused = [&](auto call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " accepted sync_free";
+    } catch (const ContractViolation& e) {
+      EXPECT_EQ(e.argument(), "sync_free") << what << ": " << e.what();
+    }
+  };
+  refused([&] { (void)newton_apply(gru, x, {.scan_backend = ScanBackend::cpu}, sync_free); }, "newton_apply on the CPU");
+  refused([&] { (void)newton_apply(gru, x, {}, sync_free); }, "newton_apply of host x (auto: the CPU)");
+  refused([&] { (void)newton_forward(gru, x, {.max_iters = 2}, sync_free); }, "newton_forward on the CPU");
 }
 
 TEST(RefusedInput, CuSeqlensAreReadAsExactIntegers) {

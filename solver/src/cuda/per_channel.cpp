@@ -119,14 +119,15 @@ class CudaPerChannelFamily {
   // A K above kStepsPerRead (a cap the early stop usually undercuts) reads the stop flag after
   // each kStepsPerRead steps queued and queues no more once it is set: at most that many
   // launches are wasted, at one more read per kStepsPerRead steps.
-  // On a stream being captured into a CUDA graph nothing is read (FixedLoopOutcome::on_device):
+  // On a stream being captured into a CUDA graph, or with sync_free, nothing is read
+  // (FixedLoopOutcome::on_device):
   // every step is queued, the iterate is delivered into the caller's buffer on the device (a
   // deferred guess no step replaced is written out there, under the state's kGuessSkip), and
   // the residual gate sets it to NaN when it fires (launch_newton_loop_deliver).
   static constexpr std::int64_t kStepsPerRead = 8;
   FixedLoopOutcome fixed_loop(std::int64_t steps, std::optional<double> stop_atol, double omega,
                               std::optional<double> residual_fail) {
-    const bool unread = stream_capturing();
+    const bool unread = outcome_unread();
     DeviceBuffer state(checked_bytes(kernels::kLoopHeader + steps, sizeof(double), "the fixed-K loop's state"),
                        "the fixed-K loop's state");
     PARARNN_CUDA_CHECK(cudaMemsetAsync(state.get(), 0, state.bytes(), current_stream()));

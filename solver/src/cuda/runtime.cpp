@@ -49,6 +49,14 @@ thread_local std::optional<cudaStream_t> scoped_stream;  // the innermost Stream
 
 cudaStream_t current_stream() { return scoped_stream ? *scoped_stream : cudaStreamPerThread; }
 
+namespace {
+thread_local bool scoped_sync_free = false;  // the innermost SyncFreeScope's
+}  // namespace
+
+bool sync_free() { return scoped_sync_free; }
+SyncFreeScope::SyncFreeScope(bool on) : previous_(std::exchange(scoped_sync_free, on)) {}
+SyncFreeScope::~SyncFreeScope() { scoped_sync_free = previous_; }
+
 bool stream_capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   PARARNN_CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &status));
@@ -154,6 +162,12 @@ std::atomic<std::uint64_t> bytes_to_device{0}, bytes_to_host{0}, host_reads{0}, 
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  if (sync_free())
+    throw UnsupportedPath(fmt::format(
+        "CUDA backend: sync_free is set (ApplyOptions::sync_free, Python sync_free=True) and this call would read {} "
+        "bytes back to the host; a sync-free solve has a fixed K (max_iters set), a per-channel cell and device "
+        "tensors, and returns no h0 gradient (docs/cuda.md, \"CUDA graphs\")",
+        bytes));
   if (stream_capturing())
     throw UnsupportedPath(fmt::format(
         "CUDA backend: the stream is being captured into a CUDA graph and this call would read {} bytes back to "
@@ -659,7 +673,7 @@ void require_device_index(int device, const char* who) {
 }
 
 void synchronize() {
-  if (stream_capturing()) return;
+  if (outcome_unread()) return;
   PARARNN_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   stream_syncs.fetch_add(1);
 }

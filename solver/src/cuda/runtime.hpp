@@ -134,6 +134,22 @@ cudaStream_t current_stream();
 // small host values as kernel arguments (copy_to_device): what a graph replays is its launches
 // alone (docs/cuda.md, "CUDA graphs").
 bool stream_capturing();
+// Whether this thread's solve was asked not to wait or read back (ApplyOptions::sync_free, set
+// by SolveScope): then, as under capture, copy_to_host refuses (naming `sync_free`),
+// synchronize() does nothing and the fixed-K loop's outcome stays on the device.
+bool sync_free();
+// stream_capturing() || sync_free(): the solve's outcome is not read on the host.
+inline bool outcome_unread() { return sync_free() || stream_capturing(); }
+class SyncFreeScope {
+ public:
+  explicit SyncFreeScope(bool on);
+  ~SyncFreeScope();
+  SyncFreeScope(const SyncFreeScope&) = delete;
+  SyncFreeScope& operator=(const SyncFreeScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Makes `stream` this thread's current stream for its lifetime (unset: the per-thread default
 // stream) and restores the previous one.
@@ -266,12 +282,14 @@ int solve_device(const TensorView& x, const ApplyOptions& options);
 class SolveScope {
  public:
   SolveScope(const TensorView& x, const ApplyOptions& options)
-      : device_(solve_device(x, options)), stream_(options.cuda_stream), allocator_(options.cuda_allocator) {}
+      : device_(solve_device(x, options)), stream_(options.cuda_stream), allocator_(options.cuda_allocator),
+        sync_free_(options.sync_free) {}
 
  private:
   DeviceGuard device_;
   StreamScope stream_;
   AllocatorScope allocator_;
+  SyncFreeScope sync_free_;
 };
 // A device trajectory in `dtype` as a host tensor of the storage dtype (or of `dtype` itself
 // with keep_compute).

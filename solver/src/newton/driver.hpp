@@ -144,7 +144,7 @@ void solve_newton(Family& family, const CellSpec& spec, DType storage, const New
           if (picard_adapt_enabled(config, spec))
             throw UnsupportedPath(fmt::format(
                 "{}: Picard adapt decides from the solve's residual, which is not read back while the stream is "
-                "captured into a CUDA graph; pass picard_adapt=false (or picard_iters) to capture it",
+                "captured into a CUDA graph or with sync_free; pass picard_adapt=false (or picard_iters)",
                 spec.name));
           stats.outcome_on_device = true;
           stats.max_residual = std::numeric_limits<double>::quiet_NaN();

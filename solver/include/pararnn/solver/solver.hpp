@@ -85,6 +85,14 @@ struct ApplyOptions {
   // the caller's stream (cuda_stream).
   // Ignored by the forward and the solves.
   std::map<std::string, TensorView> parameter_gradients;
+  // The call neither waits for its stream nor reads a value back, as under a CUDA graph capture
+  // (docs/cuda.md, "CUDA graphs"): a fixed K's outcome stays on the device
+  // (NewtonStats::outcome_on_device), the residual gate sets H to NaN instead of raising, and the
+  // call returns once its work is queued (its outputs are ready when the stream gets there; the
+  // inputs must stay unchanged until then). The CUDA per-channel family only (elsewhere
+  // ContractViolation naming `sync_free`); what needs a read back (an adaptive K, host outputs,
+  // ∇h0) is refused with UnsupportedPath naming `sync_free`. Give newton_backward the same (Python: the forward's).
+  bool sync_free = false;
 };
 
 // Whether a CUDA solve of `cell` reads ApplyOptions::parameters (the per-channel cells with CUDA
