@@ -1,6 +1,6 @@
 // launch_cell_adjoint_jacobian, launch_cell_vjp and launch_widen (kernels/cell_vjp.hpp). The
 // Jacobian: a grid-stride loop over (b, t, c), c fastest, as launch_cell_residual's (and the
-// same CellMath::step in double). The VJP: one thread per (b, chunk, c), c
+// same CellMath::step, in the adjoint's type A). The VJP: one thread per (b, chunk, c), c
 // fastest so that loads and stores are coalesced along channels; the thread walks its chunk's
 // steps in order, accumulating its recurrent partial sums in registers. Every input is read in
 // its compute type T and widened in registers.
@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel
   constexpr int S = CellMath::kSlots;
   constexpr int G = CellMath::kGates;
   constexpr int RC = CellMath::kRecurrent + CellMath::kConstants;
+  using W = A;  // the arithmetic's type: the adjoint's storage type (cell_vjp.hpp)
   const int64_t D = a.channels;
   const int64_t n = a.batch * a.time * D;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -32,18 +33,18 @@ __global__ void __launch_bounds__(kJacobianThreads) cell_adjoint_jacobian_kernel
     const int64_t c = i - bt * D;
     const int64_t b = bt / a.time;
     const int64_t t = bt - b * a.time;
-    double rec[RC], wx[G], h_prev[S], h_new[S], jac[S * S];
+    W rec[RC], wx[G], h_prev[S], h_new[S], jac[S * S];
 #pragma unroll
-    for (int k = 0; k < RC; ++k) rec[k] = static_cast<double>(a.recurrent[k * D + c]);
+    for (int k = 0; k < RC; ++k) rec[k] = static_cast<W>(a.recurrent[k * D + c]);
 #pragma unroll
-    for (int g = 0; g < G; ++g) wx[g] = static_cast<double>(a.wx[bt * G * D + g * D + c]);
+    for (int g = 0; g < G; ++g) wx[g] = static_cast<W>(a.wx[bt * G * D + g * D + c]);
     if (t == 0 || (a.head != nullptr && a.head[t] != 0)) {
       const int64_t row = a.h0_row != nullptr ? a.h0_row[t] : b;
 #pragma unroll
-      for (int s = 0; s < S; ++s) h_prev[s] = a.h0 != nullptr ? static_cast<double>(a.h0[(row * S + s) * D + c]) : 0.0;
+      for (int s = 0; s < S; ++s) h_prev[s] = a.h0 != nullptr ? static_cast<W>(a.h0[(row * S + s) * D + c]) : W(0);
     } else {
 #pragma unroll
-      for (int s = 0; s < S; ++s) h_prev[s] = static_cast<double>(a.H[((bt - 1) * S + s) * D + c]);
+      for (int s = 0; s < S; ++s) h_prev[s] = static_cast<W>(a.H[((bt - 1) * S + s) * D + c]);
     }
     CellMath::step(rec, wx, h_prev, h_new, jac);
 #pragma unroll
@@ -67,9 +68,11 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
   const int64_t c = i - bk * D;
   const int64_t b = bk / chunks;
   const int64_t chunk = bk - b * chunks;
-  double rec[RC], acc[R];
+  using W = A;  // the arithmetic's type: the adjoint's storage type (cell_vjp.hpp)
+  W rec[RC];
+  double acc[R];  // the recurrent partial sums stay double whatever W
 #pragma unroll
-  for (int k = 0; k < RC; ++k) rec[k] = static_cast<double>(a.recurrent[k * D + c]);
+  for (int k = 0; k < RC; ++k) rec[k] = static_cast<W>(a.recurrent[k * D + c]);
 #pragma unroll
   for (int k = 0; k < R; ++k) acc[k] = 0.0;
   const int64_t t_end = (chunk + 1) * kVjpStepsPerPartial < a.time ? (chunk + 1) * kVjpStepsPerPartial : a.time;
@@ -77,25 +80,25 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
     const int64_t bt = b * a.time + t;
     const bool head = t == 0 || (a.head != nullptr && a.head[t] != 0);
     const int64_t row = head && a.h0_row != nullptr ? a.h0_row[t] : b;
-    double wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
+    W wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
 #pragma unroll
-    for (int g = 0; g < G; ++g) wx[g] = static_cast<double>(a.wx[bt * G * D + g * D + c]);
+    for (int g = 0; g < G; ++g) wx[g] = static_cast<W>(a.wx[bt * G * D + g * D + c]);
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      hp[s] = head ? (a.h0 != nullptr ? static_cast<double>(a.h0[(row * S + s) * D + c]) : 0.0)
-                   : static_cast<double>(a.H[((bt - 1) * S + s) * D + c]);
-      cot[s] = static_cast<double>(a.mu[(bt * S + s) * D + c]);
+      hp[s] = head ? (a.h0 != nullptr ? static_cast<W>(a.h0[(row * S + s) * D + c]) : W(0))
+                   : static_cast<W>(a.H[((bt - 1) * S + s) * D + c]);
+      cot[s] = static_cast<W>(a.mu[(bt * S + s) * D + c]);
     }
 #pragma unroll
-    for (int k = 0; k < RC; ++k) d_rec[k] = 0.0;
+    for (int k = 0; k < RC; ++k) d_rec[k] = W(0);
     CellMath::vjp(rec, wx, hp, cot, d_rec, d_wx, d_hp);
 #pragma unroll
-    for (int k = 0; k < R; ++k) acc[k] += d_rec[k];
+    for (int k = 0; k < R; ++k) acc[k] += static_cast<double>(d_rec[k]);
 #pragma unroll
     for (int g = 0; g < G; ++g) a.d_wx[bt * G * D + g * D + c] = static_cast<T>(d_wx[g]);
     if (head && a.d_h0 != nullptr) {
 #pragma unroll
-      for (int s = 0; s < S; ++s) a.d_h0[(row * S + s) * D + c] = d_hp[s];
+      for (int s = 0; s < S; ++s) a.d_h0[(row * S + s) * D + c] = static_cast<double>(d_hp[s]);
     }
   }
 #pragma unroll

@@ -9,12 +9,27 @@
 namespace pararnn::kernels {
 namespace {
 
+constexpr int kRowSumBatch = 32;    // loads in flight per thread
+constexpr int kRowSumThreads = 64;  // small blocks: a few hundred columns still spread over SMs
+
 template <class T>
 __global__ void row_sum_kernel(RowSumArgs<T> a) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += stride) {
+    // The loads of kRowSumBatch rows are issued before their adds (the adds stay in row order):
+    // a thread's sum is a chain of count dependent adds, and with one load in flight at a time a
+    // 4096-row sum of 768 columns (the GRU backward's recurrent partials at S1) waited ~0.5 ms on
+    // memory latency.
     double sum = 0.0;
-    for (std::int64_t j = 0; j < a.count; ++j) sum += static_cast<double>(a.rows[j * a.n + i]);
+    std::int64_t j = 0;
+    for (; j + kRowSumBatch <= a.count; j += kRowSumBatch) {
+      T v[kRowSumBatch];
+#pragma unroll
+      for (int u = 0; u < kRowSumBatch; ++u) v[u] = a.rows[(j + u) * a.n + i];
+#pragma unroll
+      for (int u = 0; u < kRowSumBatch; ++u) sum += static_cast<double>(v[u]);
+    }
+    for (; j < a.count; ++j) sum += static_cast<double>(a.rows[j * a.n + i]);
     a.out[i] = sum;
   }
 }
@@ -48,8 +63,8 @@ cudaError_t launch_row_sum(const RowSumArgs<T>& a, cudaStream_t stream) {
     return cudaGetLastError();
   }
 #endif
-  const std::int64_t blocks = (a.n + 255) / 256;
-  row_sum_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(a);
+  const std::int64_t blocks = (a.n + kRowSumThreads - 1) / kRowSumThreads;
+  row_sum_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowSumThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -26,7 +26,8 @@ TYPED_TEST(RowSumKernel, EqualsTheHostLoopBitForBit) {
   using T = TypeParam;
   SplitMix64 rng(test_seed(41));
   for (const auto& [count, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {0, 5}, {1, 7}, {8, 1000}, {3, 256 * 65536 + 3}}) {
+           {0, 5}, {1, 7}, {8, 1000}, {3, 256 * 65536 + 3},
+           {32, 77}, {4096 + 37, 769}}) {  // whole batches of loads, and batches then a remainder
     SCOPED_TRACE("count " + std::to_string(count) + " n " + std::to_string(n));
     std::vector<T> rows(static_cast<std::size_t>(count * n));
     // Magnitudes from 2^-30 to 2^30: the sum's order decides its rounding.

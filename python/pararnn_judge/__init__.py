@@ -19,6 +19,7 @@ Example::
     report = pj.verify_agreement(cell, x, seed=1)
     assert report.ok, report.failure_message()
 """
+import atexit as _atexit
 import json as _json
 
 from . import _pararnn
@@ -226,6 +227,15 @@ def _cuda_stream(stream, *arrays):
 
 
 _TORCH_ALLOCATOR = None
+
+
+@_atexit.register
+def _drop_torch_allocator():
+    """The module's share of the allocator dropped at exit, before the interpreter tears the
+    binding down (buffers still alive keep their own share): otherwise nanobind reports the
+    _Allocator instance, and the types it reaches, as leaked when the process ends."""
+    global _TORCH_ALLOCATOR
+    _TORCH_ALLOCATOR = None
 
 
 def torch_allocator():

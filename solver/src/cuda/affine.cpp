@@ -1,7 +1,7 @@
 // The input affine on the device (affine.hpp), forward and backward, in one file: W_x x + b by
 // cuBLAS with cuBLASLt's bias epilogue in f32 (input_affine, input_affine_on,
 // device_input_affine), h0 in the compute type (device_h0), and the backward: ∇W and ∇b by
-// cuBLAS (f16/bf16 on bf16 tensor cores from exact bf16 terms), reduced over rows in double on
+// cuBLAS (f16/bf16 on bf16 tensor cores from bf16 terms), reduced over rows in double on
 // the device and delivered into the caller's gradient targets or the host, ∇x.
 #include "cuda/affine.hpp"
 
@@ -397,10 +397,15 @@ void split_to_bf16(const void* src, DType src_dtype, std::int64_t count, int ter
 // The bf16 terms of d_wx held at once: batch rows are taken in groups whose terms fit this.
 constexpr std::size_t kSplitTermBytes = std::size_t{1} << 30;
 
-// f16/bf16 cells: ∇W and ∇x on bf16 tensor cores from exact bf16 terms (runtime.hpp). Per group
-// of batch rows: d_wx's rows split into three terms (and f16 x's into two), then per block and
-// term pair (i, j) with i + j ≤ 2 (x or W term i, d_wx term j) one GEMM of the group's rows into
-// its own ∇W partial, and one into ∇x (accumulated). The partials [group][pair] are summed in
+// d_wx's bf16 terms in the f16/bf16 backward: two carry 16 of its significand's bits (relative
+// error ≤ 2^-16 per element, 2^-8 with one: an RWKV-7 bf16 ∇W_x left τ at TF32's 2^-11), a third
+// would make the products exact at one more GEMM pair (∇W and ∇x) per block.
+constexpr int kDwxTerms = 2;
+
+// f16/bf16 cells: ∇W and ∇x on bf16 tensor cores from bf16 terms (runtime.hpp). Per group of
+// batch rows: d_wx's rows split into kDwxTerms terms (and f16 x's into two, exact), then per block
+// and term pair (i, j) with i + j ≤ 2 (x or W term i, d_wx term j) one GEMM of the group's rows
+// into its own ∇W partial, and one into ∇x (accumulated). The partials [group][pair] are summed in
 // double in that order.
 void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const float* d_wx,
                                 float* dx, NewtonGradients& out, const ApplyOptions& options) {
@@ -409,9 +414,9 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
   const int source_terms = storage == DType::f16 ? 2 : 1;  // of x and W: f16 needs two bf16
   std::vector<std::pair<int, int>> pairs;
   for (int i = 0; i < source_terms; ++i)
-    for (int j = 0; i + j <= 2; ++j) pairs.emplace_back(i, j);
+    for (int j = 0; j < kDwxTerms && i + j <= 2; ++j) pairs.emplace_back(i, j);
   const auto n_pairs = static_cast<std::int64_t>(pairs.size());
-  const std::int64_t row_term_bytes = std::max<std::int64_t>(1, 3 * T * width * 2);
+  const std::int64_t row_term_bytes = std::max<std::int64_t>(1, kDwxTerms * T * width * 2);
   const std::int64_t group = std::clamp<std::int64_t>(static_cast<std::int64_t>(kSplitTermBytes) / row_term_bytes, 1,
                                                       std::max<std::int64_t>(B, 1));
   const std::int64_t groups = (B + group - 1) / group;
@@ -448,14 +453,14 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
     terms.push_back(std::move(b));
   }
   const std::int64_t group_rows = group * T;
-  DeviceBuffer d_terms(checked_bytes(3 * group_rows * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
+  DeviceBuffer d_terms(checked_bytes(kDwxTerms * group_rows * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
   DeviceBuffer x_terms;
   if (source_terms == 2) x_terms = DeviceBuffer(checked_bytes(2 * group_rows * d_in, 2, "x's bf16 terms"), "x's bf16 terms");
   const auto* x_bytes = static_cast<const unsigned char*>(xs);
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t b0 = g * group, rows_g = std::min(group, B - b0) * T;
     if (rows_g == 0) continue;
-    split_to_bf16(d_wx + b0 * T * width, DType::f32, rows_g * width, 3, group_rows * width, d_terms.get());
+    split_to_bf16(d_wx + b0 * T * width, DType::f32, rows_g * width, kDwxTerms, group_rows * width, d_terms.get());
     const void* x_base = x_bytes + static_cast<std::size_t>(b0 * T * d_in) * 2;
     std::int64_t x_plane = 0;
     if (source_terms == 2) {

@@ -94,12 +94,12 @@ void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, 
 // fixed order on the device (sum_rows_on_device) into out.parameters (storage dtype), and
 // ∇x = Σ_blocks d_wx W ([b][t][d_in], compute type, on the device; blocks reading features only
 // leave the Δt column 0): written over every element of `dx` (the _into form), or returned in a
-// new buffer. The products are those of the unrounded operands in f32 (f64 for f64 cells):
-// f64 and f32 cells by cuBLAS in their type (no TF32); f16 and bf16 cells on bf16 tensor cores
-// with f32 accumulation, x and W read as stored, d_wx split into three bf16 terms and f16 x and
-// W into two (kernels/bf16_split.hpp: the terms add up to the value exactly), so each product
-// is the f32 one up to the order of its sum (the term pairs below 2^-24 of the leading one are
-// left out); ∇b by cuBLAS in f32. W is the value the solve read (parameter_view: `options`'
+// new buffer. f64 and f32 cells: the products of the unrounded operands by cuBLAS in their type
+// (no TF32). f16 and bf16 cells: on bf16 tensor cores with f32 accumulation, x and W read as
+// stored (f16 x and W split into two bf16 terms that add up to them exactly), d_wx split into two
+// bf16 terms (kernels/bf16_split.hpp: each d_wx element to within 2^-16 of itself, relative), so
+// each product is the f32 one of that d_wx up to the order of its sum (the term pairs below 2^-24
+// of the leading one are left out); ∇b by cuBLAS in f32. W is the value the solve read (parameter_view: `options`'
 // view where it names the weight, else the Cell's).
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,

@@ -23,9 +23,9 @@ namespace cuda {
 namespace {
 
 // The implicit adjoint on the device (training.hpp's contract; the CPU backend's backward with
-// its reverse walk replaced by a parallel reverse scan), in double, every input read in the
-// compute type and widened in registers (kernels/cell_vjp.hpp), J and μ stored in AdjointT (double;
-// float for f16/bf16 storage): J at H* and the seed μ = grad_H
+// its reverse walk replaced by a parallel reverse scan), in AdjointT (double; float for f16/bf16
+// storage: J and μ stored and J and the VJP computed in it), every input read in the compute type
+// and converted in registers (kernels/cell_vjp.hpp): J at H* and the seed μ = grad_H
 // (rounded to the compute type first, on the device, as the CPU backend rounds it) in one pass, μ by the reverse
 // scan, the per-element VJP (d_wx, ∇h0 at heads, recurrent partial sums); then Σ over batch rows
 // in double, and the input affines' gradients by cuBLAS in the compute type, one GEMM per batch
@@ -174,8 +174,9 @@ NewtonGradients cuda::per_channel_backward(const Cell& cell, const TensorView& x
     cuda::newton_solve(cell.spec(), cell.dtype(), inputs.problem(), config, H.get(), workspace, stats);
     H_star = H.get();
   }
-  // f16 and bf16 storage keep J and μ in f32 (kernels/cell_vjp.hpp: half the bytes of the two
-  // largest arrays; their gradient τ is far above f32's rounding); f32 and f64 in f64.
+  // f16 and bf16 storage keep J and μ, and their arithmetic, in f32 (kernels/cell_vjp.hpp: half
+  // the bytes of the two largest arrays, no f64 arithmetic; their gradient τ is far above f32's
+  // rounding); f32 and f64 in f64.
   const bool half_storage = cell.dtype() == DType::f16 || cell.dtype() == DType::bf16;
   return cuda::dispatch_cuda_cell(cell.kind(), [&]<class CellMath>() {
     return cuda::dispatch_compute(compute, [&]<class ComputeT>() {

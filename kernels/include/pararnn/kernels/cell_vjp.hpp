@@ -1,14 +1,15 @@
 // The implicit adjoint on the GPU (CONTRACT §1, the backward of training), every (b, t, c) in
-// parallel, in double whatever the compute type T of the inputs (the CPU backward's precision:
-// long chains sum cotangents whose contributions cancel). The inputs are read in T and widened
-// in registers (exact), so no widened copy of W_x x or H* is ever written.
+// parallel, its arithmetic in the adjoint's type A whatever the compute type T of the inputs:
+// double by default (the CPU backward's precision: long chains sum cotangents whose contributions
+// cancel), float for A = float (below). The inputs are read in T and converted in registers, so
+// no widened copy of W_x x or H* is ever written.
 //
 // launch_cell_adjoint_jacobian, before the reverse scan:
 //   h_prev = h0 row (or zeros) at t = 0 and at heads, else H[b, t−1];
-//   jac[b, t, :, :, c] = J of CellMath::step at (rec[c], wx[b, t, :, c], h_prev) in double — the
-//     same arithmetic as launch_cell_residual<CellMath, double>'s J on the inputs widened to
-//     double, except where the compiler contracts products into FMAs differently without F
-//     (measured: bit for bit for GRU-diag at S1, Titans 1 ulp apart);
+//   jac[b, t, :, :, c] = J of CellMath::step at (rec[c], wx[b, t, :, c], h_prev) in A — for
+//     A = double the same arithmetic as launch_cell_residual<CellMath, double>'s J on the inputs
+//     widened to double, except where the compiler contracts products into FMAs differently
+//     without F (measured: bit for bit for GRU-diag at S1, Titans 1 ulp apart);
 //   mu[b, t, s, c] = grad_H[b, t, s, c] widened: the reverse scan's right-hand side, which the
 //     scan (launch_scan_affine, reverse = true) turns in place into the adjoint μ.
 // launch_cell_vjp, after it:
@@ -23,11 +24,12 @@
 // [b][t][out][in][c]); the partials are [b][chunk][k][c] with chunk = t / steps_per_partial and
 // vjp_partial_chunks(time) = ceil(T / kVjpStepsPerPartial) chunks.
 //
-// The adjoint's storage type A (J and μ in memory, the reverse scan's type) is double by default;
-// A = float stores J and μ in float (half the bytes of the two largest arrays of a backward; each
-// element still computed in double in registers and rounded once when stored, the scan in float):
-// the production backward takes it for f16 and bf16 storage, whose gradient τ is orders of
-// magnitude above f32's rounding (docs/cuda.md "Training on the device").
+// The adjoint's type A (J and μ in memory, the reverse scan's type, and the arithmetic of J and
+// the VJP) is double by default; A = float stores J and μ in float (half the bytes of the two
+// largest arrays of a backward) and computes J and the VJP in float (the device's f32
+// transcendentals, no f64 units); the recurrent partials and ∇h0 are still summed and written in
+// double. The production backward takes it for f16 and bf16 storage, whose gradient τ (atol 2e-2,
+// rtol 1e-2) is orders of magnitude above f32's rounding (docs/cuda.md "Training on the device").
 //
 // Guarantees: deterministic (every partial is one thread's fixed-order sum); never allocates;
 // returns cudaErrorInvalidValue for null required arrays or negative sizes, else the launch's
