@@ -23,7 +23,8 @@ A detection is current only while those files are as they were at its commit: a 
 caught only if its last run is newer than every change to its files (`git diff <commit> -- files`
 of the source tree is empty); otherwise it is stale, and every count says "N caught, M stale"
 (issue 58). An unknown commit, a tree without git history, or a run made on uncommitted changes
-to those files is stale too.
+to those files is stale too: a run records its files' blob ids (`file_blobs`), which must equal
+its commit's.
 
   scripts/fault-catalog.py --status docs/faults/catalog.json   # per fault: caught, stale (why), ...
   scripts/fault-catalog.py --summary-header OUT.hpp docs/faults/catalog.json  # the reports' counts
@@ -33,6 +34,7 @@ here, 1 otherwise.
 import argparse
 import datetime
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -124,14 +126,32 @@ def git(*args, root=ROOT):
         return None
 
 
-def files_dirty(files, root=ROOT):
-    """Whether the tree holds uncommitted changes to these files (None: no git here, or no file)."""
-    if not files:
-        return None
-    done = git("diff", "--quiet", "HEAD", "--", *files, root=root)
-    if done is None or done.returncode not in (0, 1):
-        return None
-    return done.returncode == 1
+def file_blobs(files, root=ROOT):
+    """Each file's git blob id (what `git hash-object` prints) from its bytes here, without git:
+    the run records what it tested, so the status can compare it with the run's commit even where
+    the run's machine holds an older history (the GPU machine's copy of .git is the session's
+    first commit; its HEAD is not the build's). A missing file is None."""
+    blobs = {}
+    for f in files:
+        path = pathlib.Path(root) / f
+        if not path.is_file():
+            blobs[f] = None
+            continue
+        data = path.read_bytes()
+        blobs[f] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return blobs
+
+
+def blobs_unlike_commit(sha, blobs, root=ROOT):
+    """The files whose recorded blob is not the one at commit `sha` (None: git cannot say)."""
+    unlike = []
+    for f, blob in sorted(blobs.items()):
+        done = git("rev-parse", "--verify", "--quiet", f"{sha}:{f}", root=root)
+        if done is None:
+            return None
+        if done.returncode != 0 or blob is None or done.stdout.strip() != blob:
+            unlike.append(f)
+    return unlike
 
 
 def last_run(fault, context):
@@ -177,6 +197,9 @@ def fault_status(report, spec=None, root=ROOT):
                 entry.update(status="stale", why=f"its commit {sha[:12]} is not in this tree's history")
             elif changed & set(files):
                 entry.update(status="stale", why=f"changed since its run at {sha[:12]}: " + ", ".join(sorted(changed & set(files))))
+            elif run.get("file_blobs") and (unlike := blobs_unlike_commit(sha, run["file_blobs"], root)) != []:
+                entry.update(status="stale", why="it ran on files unlike its commit's (uncommitted changes): " +
+                             (", ".join(unlike) if unlike else "git cannot compare them"))
             else:
                 entry["status"] = "caught"
         out.append(entry)
@@ -295,8 +318,8 @@ def run_fault(build, entry, timeout, logs=None):
     result["run"] = run_context(build)
     files = point_files(name, entry.get("where", ""))
     result["run"]["files"] = files
-    if files_dirty(files):
-        result["run"]["files_dirty"] = True  # the run tested uncommitted code: stale until re-run
+    # What the run tested, compared with its commit's files by the status (stale where they differ).
+    result["run"]["file_blobs"] = file_blobs(files)
     return result
 
 

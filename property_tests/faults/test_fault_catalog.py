@@ -92,6 +92,18 @@ class Staleness(unittest.TestCase):
         self.point.write_text(self.point.read_text() + "// not committed\n")
         self.assertEqual(self.status(self.catalog({"git_sha": self.sha}))["early"]["status"], "stale")
 
+    def test_a_run_is_judged_by_the_blobs_it_tested_not_by_its_machines_head(self):
+        # A run records the blob ids of its files; the GPU machine's .git may stop at an older
+        # commit, so only the blobs tell whether the run tested its commit's files.
+        blobs = fc.file_blobs(["solver/src/driver.hpp", "solver/src/models.hpp"], root=self.repo)
+        tested = self.catalog({"git_sha": self.sha, "file_blobs": blobs})
+        self.assertEqual(self.status(tested)["early"]["status"], "caught")
+        unlike = self.catalog({"git_sha": self.sha, "file_blobs": dict(blobs, **{"solver/src/driver.hpp": "0" * 40})})
+        st = self.status(unlike)["early"]
+        self.assertEqual(st["status"], "stale")
+        self.assertIn("unlike its commit's", st["why"])
+        self.assertIn("solver/src/driver.hpp", st["why"])
+
     def test_a_change_elsewhere_leaves_it_caught(self):
         self.other.write_text(self.other.read_text() + "int y;\n")
         git(self.repo, "commit", "-qam", "elsewhere")
