@@ -268,10 +268,14 @@ def context(args, B, T, d):
             return m.version(dist)
         except Exception:
             return None
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        sha = None
+    # The build's commit: PARARNN_GIT_SHA where the caller knows it (the GPU machine's copy of
+    # .git stops at the session's first commit, so its HEAD is not the build's), else git's HEAD.
+    sha = os.environ.get("PARARNN_GIT_SHA")
+    if not sha:
+        try:
+            sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            sha = None
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "git_sha": sha,
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "pararnn_torch": version("pararnn-torch"), "argv": sys.argv, "shape": {"B": B, "T": T, "d": d},
