@@ -6,8 +6,15 @@ oracle is from the library's own reference, and for the answer and the floor eac
 error against that reference and how many values lie outside the case's tau measured against it
 (rtol * max(|ref|, RMS(ref)), the rule of docs/ops/README.md).
 
-Usage: scripts/ops-confirm-fla.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda]
+Usage: scripts/ops-confirm-fla.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda] [--grad-rtol R]
        (on a machine with torch and fla; the references run on the CPU unless --device cuda)
+
+With --grad-rtol, the gradients too: torch's autograd through the same f64 reference gives
+grad.<input> of L = sum(o) + sum(final_state) (or the case's own cotangents grad.o and
+grad.final_state where it carries them, as `pararnn oracle --grad` takes them) for every input of
+the call and initial_state, and each grad.<input> of the answer, the oracle and the floor is
+reported as the outputs are, at tau = R * max(|ref|, RMS(ref)) (Metric::op_gradient's rtol:
+f32 2e-4, f16 and bf16 1e-2). A gradient the answer lacks is printed "absent".
 
 fla's naive references (flash-linear-attention 0.6.0), each called with the case's tensors:
   gla               fla.ops.gla.naive.naive_recurrent_gla(q, k, v, gk=g, initial_state, ...)
@@ -75,8 +82,9 @@ def plan(metadata, headers):
             "head_first": head_first, "op": op}
 
 
-def reference_in_f64(torch, call, case, device):
-    """(o [B, T, H, V], final_state [N, H, K, V]) of fla's naive reference in f64."""
+def reference_in_f64(torch, call, case, device, gradients=False):
+    """(o [B, T, H, V], final_state [N, H, K, V]) of fla's naive reference in f64; with
+    `gradients`, also {"grad.<input>": ...} of L (the module's docstring) by torch's autograd."""
     import importlib
     function = getattr(importlib.import_module(call["module"]), call["function"])
     float_, to = torch.Tensor.float, torch.Tensor.to
@@ -87,8 +95,10 @@ def reference_in_f64(torch, call, case, device):
             kwargs["dtype"] = torch.float64
         return to(self, *args, **kwargs)
 
-    tensors = {n: case[n].double().to(device) for n in call["inputs"]}
+    tensors = {n: case[n].double().to(device).requires_grad_(gradients) for n in call["inputs"]}
     h0 = case.get("initial_state")
+    if h0 is not None:
+        h0 = h0.double().to(device).requires_grad_(gradients)
     cu = case.get("cu_seqlens")
     bounds = [(0, tensors["q"].shape[1])] if cu is None else list(zip(cu[:-1].tolist(), cu[1:].tolist()))
     outputs, states = [], []
@@ -100,7 +110,7 @@ def reference_in_f64(torch, call, case, device):
                 args = [a.transpose(1, 2).contiguous() for a in args]
             kwargs = {"output_final_state": True}
             if h0 is not None:
-                kwargs["initial_state"] = h0.double().to(device)[n:n + 1] if cu is not None else h0.double().to(device)
+                kwargs["initial_state"] = h0[n:n + 1] if cu is not None else h0
             if call["scale"] is not None:
                 kwargs["scale"] = call["scale"]
             o, state = function(*args, **kwargs)
@@ -108,27 +118,77 @@ def reference_in_f64(torch, call, case, device):
                 o = o.transpose(1, 2)
             outputs.append(o)
             states.append(state)
+        o, state = torch.cat(outputs, 1), torch.cat(states, 0)
+        if o.dtype != torch.float64 or state.dtype != torch.float64:
+            raise RuntimeError(f"{call['function']} did not run in f64 (o {o.dtype}, final state {state.dtype})")
+        if not gradients:
+            return o.detach().cpu(), state.detach().cpu()
+        loss = 0
+        for name, output in (("o", o), ("final_state", state)):
+            cotangent = case.get("grad." + name)
+            if cotangent is not None:
+                loss = loss + (cotangent.double().to(device) * output).sum()
+            elif not any(k in case for k in ("grad.o", "grad.final_state")):
+                loss = loss + output.sum()
+        leaves = dict(tensors, **({"initial_state": h0} if h0 is not None else {}))
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     finally:
         torch.Tensor.float, torch.Tensor.to = float_, to
-    o, state = torch.cat(outputs, 1), torch.cat(states, 0)
-    if o.dtype != torch.float64 or state.dtype != torch.float64:
-        raise RuntimeError(f"{call['function']} did not run in f64 (o {o.dtype}, final state {state.dtype})")
-    return o.cpu(), state.cpu()
+    grads = {"grad." + name: (g if g is not None else torch.zeros_like(leaf)).detach().cpu()
+             for (name, leaf), g in zip(leaves.items(), grads)}
+    return o.detach().cpu(), state.detach().cpu(), grads
+
+
+def report(torch, ref, results, rtol, oracle, library):
+    """For each reference tensor: our oracle's distance to it, and each result's largest error
+    and how many values lie outside tau (rtol * max(|ref|, RMS(ref))); a NaN error is outside."""
+    for name, expected in ref.items():
+        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
+        if name in oracle:
+            print(f"{name}: oracle vs {library} in f64: max |diff| "
+                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
+        for label, result in results:
+            if name not in result:
+                print(f"{name}: {label}: absent")
+                continue
+            if tuple(result[name].shape) != tuple(expected.shape):
+                print(f"{name}: {label}: shape {tuple(result[name].shape)}, the reference's {tuple(expected.shape)}")
+                continue
+            err = (result[name].double() - expected).abs()
+            outside = int((~(err <= rtol * scale)).sum().item())
+            print(f"{name}: {label} vs the naive f64 reference: max error {err.max().item():.3e}, "
+                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
+
+
+def positive_number(text, name):
+    """float(text) when it is a positive finite number, else ValueError naming `name`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise ValueError(f"{name}: must be a positive finite number (got {text!r})")
+    return value
 
 
 def main(argv):
     args = list(argv[1:])
-    device = "cpu"
-    if "--device" in args:
-        i = args.index("--device")
-        device = args[i + 1] if i + 1 < len(args) else ""
-        del args[i:i + 2]
+    options = {"--device": "cpu", "--grad-rtol": None}
+    for flag in options:
+        if flag in args:
+            i = args.index(flag)
+            options[flag] = args[i + 1] if i + 1 < len(args) else ""
+            del args[i:i + 2]
+    device = options["--device"]
     if len(args) != 5 or device not in ("cpu", "cuda"):
         print(__doc__, file=sys.stderr)
         return 2
     case_path, answer_path, oracle_path, floor_path, rtol = args
     try:
-        rtol = float(rtol)
+        rtol = positive_number(rtol, "RTOL")
+        grad_rtol = options["--grad-rtol"]
+        if grad_rtol is not None:
+            grad_rtol = positive_number(grad_rtol, "--grad-rtol")
         headers, metadata = adapter.read_header(case_path)
         call = plan(metadata, headers)
     except (ValueError, Unsupported, adapter.Refused) as e:
@@ -141,22 +201,14 @@ def main(argv):
         print(f"ops-confirm-fla: needs torch and flash-linear-attention: {e}", file=sys.stderr)
         return 3
     case, answer, oracle, floor = (adapter.read_tensors(torch, p) for p in (case_path, answer_path, oracle_path, floor_path))
-    ref = dict(zip(("o", "final_state"), reference_in_f64(torch, call, case, device)))
+    computed = reference_in_f64(torch, call, case, device, gradients=grad_rtol is not None)
     packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
     print(f"{call['module']}.{call['function']} in f64 on {device}{packed}")
-    for name, expected in ref.items():
-        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
-        if name in oracle:
-            print(f"{name}: oracle vs fla's naive reference in f64: max |diff| "
-                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
-        for label, result in (("answer", answer), ("floor", floor)):
-            if name not in result:
-                print(f"{name}: {label}: absent")
-                continue
-            err = (result[name].double() - expected).abs()
-            outside = int((~(err <= rtol * scale)).sum().item())  # a NaN error is outside
-            print(f"{name}: {label} vs the naive f64 reference: max error {err.max().item():.3e}, "
-                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
+    results = (("answer", answer), ("floor", floor))
+    report(torch, dict(zip(("o", "final_state"), computed[:2])), results, rtol, oracle, "fla's naive reference")
+    if grad_rtol is not None:
+        print("gradients by torch's autograd through it in f64:")
+        report(torch, computed[2], results, grad_rtol, oracle, "fla's naive reference (autograd)")
     return 0
 
 

@@ -294,9 +294,29 @@ p = confirm.plan({"op": "delta_rule"}, {n: ("BF16", [1, 8, 2, 4]) for n in ("q",
 assert p["head_first"] and p["scale"] is None, p
 PY
   expect_rc 2 python3 "$confirm" "$work/g.safetensors" x y z tight
+  says "RTOL: must be a positive finite number (got 'tight')"
+  expect_rc 2 python3 "$confirm" "$work/g.safetensors" x y z 0.008 --grad-rtol 0
+  says "--grad-rtol: must be a positive finite number (got '0')"
+  expect_rc 2 python3 "$confirm" "$work/g.safetensors" x y z 0.008 --grad-rtol nan
+  says "--grad-rtol: must be a positive finite number (got 'nan')"
   if ! python3 -c "import torch, fla" 2>/dev/null; then
     expect_rc 3 python3 "$confirm" "$work/g.safetensors" x y z 0.008
     says "needs torch and flash-linear-attention"
+  else
+    # With the libraries (a machine with torch and fla, not CI): fla's naive GLA in f64 and its
+    # autograd gradients against our oracle's and the floor's, on a bf16 case with h0. The floor
+    # stands in for the answer; every output and gradient of it lies within its tau of the
+    # reference (1e-2: Metric::op_gradient's bf16 rtol, as `compare` prints it).
+    make c --op gla "${small[@]}" --dtype bf16 --h0-std 0.5
+    expect_rc 0 "$pararnn" oracle "$work/c.safetensors" --grad --out "$work/c.oracle.safetensors"
+    expect_rc 0 "$pararnn" solve "$work/c.safetensors" --grad --out "$work/c.floor.safetensors"
+    expect_rc 0 python3 "$confirm" "$work/c.safetensors" "$work/c.floor.safetensors" "$work/c.oracle.safetensors" \
+      "$work/c.floor.safetensors" 0.008 --grad-rtol 0.01
+    for name in o final_state grad.q grad.k grad.v grad.g grad.initial_state; do
+      grep -q "^$name: oracle vs fla's naive reference" <<<"$out" || fail "no oracle line for $name: $out"
+      grep -q "^$name: floor vs the naive f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
+        fail "the floor's $name is not within tau of fla's reference: $out"
+    done
   fi
   ;;
 mamba_confirm_refuses_by_name)
