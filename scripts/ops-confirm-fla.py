@@ -14,7 +14,10 @@ grad.<input> of L = sum(o) + sum(final_state) (or the case's own cotangents grad
 grad.final_state where it carries them, as `pararnn oracle --grad` takes them) for every input of
 the call and initial_state, and each grad.<input> of the answer, the oracle and the floor is
 reported as the outputs are, at tau = R * max(|ref|, RMS(ref)) (Metric::op_gradient's rtol:
-f32 2e-4, f16 and bf16 1e-2). A gradient the answer lacks is printed "absent".
+f32 2e-4, f16 and bf16 1e-2). A gradient the answer lacks is printed "absent". gla's reference
+adds initial_state into an f32 state (`new_zeros(..., dtype=torch.float32)`) before its first
+step, so its own grad.initial_state is rounded to f32 on the way back (our oracle's was 9.1e-9
+from it at |ref| 0.64 on a bf16 case; the other gradients 2e-15).
 
 fla's naive references (flash-linear-attention 0.6.0), each called with the case's tensors:
   gla               fla.ops.gla.naive.naive_recurrent_gla(q, k, v, gk=g, initial_state, ...)
