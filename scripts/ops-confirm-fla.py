@@ -46,6 +46,11 @@ _spec = importlib.util.spec_from_file_location(
                                 "solvers", "fla.py"))
 adapter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(adapter)
+# What the confirmations share (scripts/ops_confirm.py), loaded by path as well.
+_spec = importlib.util.spec_from_file_location(
+    "ops_confirm", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops_confirm.py"))
+confirm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(confirm)
 
 # op -> (module, function, the inputs in its positional order, whether it takes scale,
 #        whether it wants the [B, H, T, ...] layout)
@@ -126,74 +131,21 @@ def reference_in_f64(torch, call, case, device, gradients=False):
             raise RuntimeError(f"{call['function']} did not run in f64 (o {o.dtype}, final state {state.dtype})")
         if not gradients:
             return o.detach().cpu(), state.detach().cpu()
-        loss = 0
-        for name, output in (("o", o), ("final_state", state)):
-            cotangent = case.get("grad." + name)
-            if cotangent is not None:
-                loss = loss + (cotangent.double().to(device) * output).sum()
-            elif not any(k in case for k in ("grad.o", "grad.final_state")):
-                loss = loss + output.sum()
         leaves = dict(tensors, **({"initial_state": h0} if h0 is not None else {}))
-        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        grads = confirm.gradients(torch, {"o": o, "final_state": state}, leaves, case, device)
     finally:
         torch.Tensor.float, torch.Tensor.to = float_, to
-    grads = {"grad." + name: (g if g is not None else torch.zeros_like(leaf)).detach().cpu()
-             for (name, leaf), g in zip(leaves.items(), grads)}
     return o.detach().cpu(), state.detach().cpu(), grads
 
 
-def report(torch, ref, results, rtol, oracle, library):
-    """For each reference tensor: our oracle's distance to it, and each result's largest error
-    and how many values lie outside tau (rtol * max(|ref|, RMS(ref))); a NaN error is outside."""
-    for name, expected in ref.items():
-        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
-        if name in oracle:
-            print(f"{name}: oracle vs {library} in f64: max |diff| "
-                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
-        for label, result in results:
-            if name not in result:
-                print(f"{name}: {label}: absent")
-                continue
-            if tuple(result[name].shape) != tuple(expected.shape):
-                print(f"{name}: {label}: shape {tuple(result[name].shape)}, the reference's {tuple(expected.shape)}")
-                continue
-            err = (result[name].double() - expected).abs()
-            outside = int((~(err <= rtol * scale)).sum().item())
-            print(f"{name}: {label} vs the naive f64 reference: max error {err.max().item():.3e}, "
-                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
-
-
-def positive_number(text, name):
-    """float(text) when it is a positive finite number, else ValueError naming `name`."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 < value < float("inf"):
-        raise ValueError(f"{name}: must be a positive finite number (got {text!r})")
-    return value
-
-
 def main(argv):
-    args = list(argv[1:])
-    options = {"--device": "cpu", "--grad-rtol": None}
-    for flag in options:
-        if flag in args:
-            i = args.index(flag)
-            options[flag] = args[i + 1] if i + 1 < len(args) else ""
-            del args[i:i + 2]
-    device = options["--device"]
-    if len(args) != 5 or device not in ("cpu", "cuda"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    case_path, answer_path, oracle_path, floor_path, rtol = args
     try:
-        rtol = positive_number(rtol, "RTOL")
-        grad_rtol = options["--grad-rtol"]
-        if grad_rtol is not None:
-            grad_rtol = positive_number(grad_rtol, "--grad-rtol")
+        case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = confirm.parse(argv[1:])
         headers, metadata = adapter.read_header(case_path)
         call = plan(metadata, headers)
+    except confirm.Usage as e:
+        print(f"ops-confirm-fla: {e}\n{__doc__}", file=sys.stderr)
+        return 2
     except (ValueError, Unsupported, adapter.Refused) as e:
         print(f"ops-confirm-fla: {e}", file=sys.stderr)
         return 2
@@ -208,10 +160,10 @@ def main(argv):
     packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
     print(f"{call['module']}.{call['function']} in f64 on {device}{packed}")
     results = (("answer", answer), ("floor", floor))
-    report(torch, dict(zip(("o", "final_state"), computed[:2])), results, rtol, oracle, "fla's naive reference")
+    confirm.report(torch, dict(zip(("o", "final_state"), computed[:2])), results, rtol, oracle, "fla's naive reference")
     if grad_rtol is not None:
         print("gradients by torch's autograd through it in f64:")
-        report(torch, computed[2], results, grad_rtol, oracle, "fla's naive reference (autograd)")
+        confirm.report(torch, computed[2], results, grad_rtol, oracle, "fla's naive reference (autograd)")
     return 0
 
 

@@ -6,10 +6,15 @@ how far our oracle is from the library's reference, and for the answer and the f
 largest error against that reference and how many values lie outside the case's tau measured
 against it (rtol * max(|ref|, RMS(ref)), the rule of docs/ops/README.md).
 
-Usage: scripts/ops-confirm-mamba.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda]
+Usage: scripts/ops-confirm-mamba.py CASE ANSWER ORACLE FLOOR RTOL [--device cpu|cuda] [--grad-rtol R]
        (on a machine with torch, einops and mamba-ssm's files; the reference runs on the CPU
        unless --device cuda; ORACLE and FLOOR may be paths that do not exist: then those lines
        say "absent")
+
+With --grad-rtol, the gradients too: torch's autograd through the same f64 reference gives
+grad.<input> of L = sum(out) (or the case's own cotangent grad.out) for every floating input the
+case carries (x, dt, A, B, C, D, z, dt_bias, initial_states), reported as the outputs are at
+tau = R * max(|ref|, RMS(ref)) (Metric::op_gradient's rtol: f32 2e-4, f16 and bf16 1e-2).
 
 The reference: mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete(X, A, B, C, block_len,
 initial_states), Listing 1 of the Mamba-2 paper as the library ships it, which scans the
@@ -37,6 +42,11 @@ _spec = importlib.util.spec_from_file_location(
                                   "solvers", "mamba.py"))
 adapter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(adapter)
+# What the confirmations share (scripts/ops_confirm.py), loaded by path as well.
+_spec = importlib.util.spec_from_file_location(
+    "ops_confirm", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops_confirm.py"))
+confirm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(confirm)
 
 INPUTS = ("x", "dt", "A", "B", "C")
 OPTIONAL = ("D", "z", "dt_bias", "initial_states", "cu_seqlens")
@@ -69,11 +79,13 @@ def import_reference():
     return importlib.import_module("mamba_ssm.modules.ssd_minimal").ssd_minimal_discrete
 
 
-def reference_in_f64(torch, call, case, device):
-    """(out [B, T, H, P], final_states [N, H, P, S]) of the reference in f64."""
+def reference_in_f64(torch, call, case, device, gradients=False):
+    """(out [B, T, H, P], final_states [N, H, P, S]) of the reference in f64; with `gradients`,
+    also {"grad.<input>": ...} of L = sum(out) (or the case's grad.out) by torch's autograd."""
     import torch.nn.functional as F
     ssd_minimal_discrete = import_reference()
-    t = {n: case[n].double().to(device) for n in INPUTS + call["optional"] if n != "cu_seqlens" and n in case}
+    t = {n: case[n].double().to(device).requires_grad_(gradients)
+         for n in INPUTS + call["optional"] if n != "cu_seqlens" and n in case}
     dt = t["dt"] + t["dt_bias"] if "dt_bias" in t else t["dt"]
     if call["softplus"]:
         dt = F.softplus(dt)
@@ -105,24 +117,19 @@ def reference_in_f64(torch, call, case, device):
     state = torch.cat(states, 0)
     if y.dtype != torch.float64 or state.dtype != torch.float64:
         raise RuntimeError(f"ssd_minimal_discrete did not run in f64 (out {y.dtype}, final state {state.dtype})")
-    return y.cpu(), state.cpu()
+    if not gradients:
+        return y.detach().cpu(), state.detach().cpu()
+    return y.detach().cpu(), state.detach().cpu(), confirm.gradients(torch, {"out": y}, t, case, device)
 
 
 def main(argv):
-    args = list(argv[1:])
-    device = "cpu"
-    if "--device" in args:
-        i = args.index("--device")
-        device = args[i + 1] if i + 1 < len(args) else ""
-        del args[i:i + 2]
-    if len(args) != 5 or device not in ("cpu", "cuda"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    case_path, answer_path, oracle_path, floor_path, rtol = args
     try:
-        rtol = float(rtol)
+        case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = confirm.parse(argv[1:])
         headers, metadata = adapter.read_header(case_path)
         call = plan(metadata, headers)
+    except confirm.Usage as e:
+        print(f"ops-confirm-mamba: {e}\n{__doc__}", file=sys.stderr)
+        return 2
     except (ValueError, Unsupported, adapter.Refused) as e:
         print(f"ops-confirm-mamba: {e}", file=sys.stderr)
         return 2
@@ -135,25 +142,15 @@ def main(argv):
         return 3
     case, answer = (adapter.read_tensors(torch, p) for p in (case_path, answer_path))
     oracle, floor = ({} if not os.path.exists(p) else adapter.read_tensors(torch, p) for p in (oracle_path, floor_path))
-    ref = dict(zip(("out", "final_states"), reference_in_f64(torch, call, case, device)))
+    computed = reference_in_f64(torch, call, case, device, gradients=grad_rtol is not None)
     packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
     print(f"mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete in f64 on {device} (block_len {BLOCK_LEN}){packed}")
-    for name, expected in ref.items():
-        scale = torch.maximum(expected.abs(), expected.pow(2).mean().sqrt())
-        if name in oracle:
-            print(f"{name}: oracle vs mamba-ssm's reference in f64: max |diff| "
-                  f"{(oracle[name].double() - expected).abs().max().item():.3e} (max |ref| {expected.abs().max().item():.3e})")
-        for label, result in (("answer", answer), ("floor", floor)):
-            if name not in result:
-                print(f"{name}: {label}: absent")
-                continue
-            if tuple(result[name].shape) != tuple(expected.shape):
-                print(f"{name}: {label}: shape {tuple(result[name].shape)}, the reference's {tuple(expected.shape)}")
-                continue
-            err = (result[name].double() - expected).abs()
-            outside = int((~(err <= rtol * scale)).sum().item())  # a NaN error is outside
-            print(f"{name}: {label} vs the f64 reference: max error {err.max().item():.3e}, "
-                  f"{outside} of {err.numel()} values outside tau (rtol {rtol:g})")
+    results = (("answer", answer), ("floor", floor))
+    confirm.report(torch, dict(zip(("out", "final_states"), computed[:2])), results, rtol, oracle,
+                   "mamba-ssm's reference")
+    if grad_rtol is not None:
+        print("gradients by torch's autograd through it in f64:")
+        confirm.report(torch, computed[2], results, grad_rtol, oracle, "mamba-ssm's reference (autograd)")
     return 0
 
 

@@ -314,7 +314,7 @@ PY
       "$work/c.floor.safetensors" 0.008 --grad-rtol 0.01
     for name in o final_state grad.q grad.k grad.v grad.g grad.initial_state; do
       grep -q "^$name: oracle vs fla's naive reference" <<<"$out" || fail "no oracle line for $name: $out"
-      grep -q "^$name: floor vs the naive f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
+      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
         fail "the floor's $name is not within tau of fla's reference: $out"
     done
   fi
@@ -348,9 +348,32 @@ for missing in ("dt", "C"):
         assert f"tensor '{missing}'" in str(e), e
 PY
   expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z tight
-  if ! python3 -c "import torch, einops" 2>/dev/null; then
-    expect_rc 3 python3 "$confirm" "$work/s.safetensors" x y z 0.008
-    says "needs torch, einops and mamba-ssm's files"
+  says "RTOL: must be a positive finite number (got 'tight')"
+  expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z 0.008 --grad-rtol -1
+  says "--grad-rtol: must be a positive finite number (got '-1')"
+  expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z 0.008 --device tpu
+  says "--device: must be cpu or cuda (got 'tpu')"
+  if ! python3 -c "import torch, einops, importlib.util, sys; sys.exit(importlib.util.find_spec('mamba_ssm') is None)" \
+      2>/dev/null; then
+    if ! python3 -c "import torch, einops" 2>/dev/null; then
+      expect_rc 3 python3 "$confirm" "$work/s.safetensors" x y z 0.008
+      says "needs torch, einops and mamba-ssm's files"
+    fi
+  else
+    # With the libraries (torch, einops and mamba-ssm's files, not CI): ssd_minimal_discrete in f64
+    # and its autograd gradients against our oracle's and the floor's, on the f32 case with h0
+    # (D, z, dt_bias, initial_states). The floor stands in for the answer; every output and
+    # gradient of it lies within its tau of the reference (f32: 1e-4 outputs, 2e-4 gradients,
+    # Metric::op and Metric::op_gradient as `compare` prints them).
+    expect_rc 0 "$pararnn" oracle "$work/h.safetensors" --grad --out "$work/h.oracle.safetensors"
+    expect_rc 0 "$pararnn" solve "$work/h.safetensors" --grad --out "$work/h.floor.safetensors"
+    expect_rc 0 python3 "$confirm" "$work/h.safetensors" "$work/h.floor.safetensors" "$work/h.oracle.safetensors" \
+      "$work/h.floor.safetensors" 1e-4 --grad-rtol 2e-4
+    for name in out final_states grad.x grad.dt grad.A grad.B grad.C grad.D grad.z grad.dt_bias grad.initial_states; do
+      grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
+      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
+        fail "the floor's $name is not within tau of mamba-ssm's reference: $out"
+    done
   fi
   ;;
 gradients_exact_agrees_wrong_disagrees)
