@@ -134,11 +134,13 @@ PY
   expect_rc 1 "$pararnn" report nightly --out "$work/nan" "${small[@]}" --solver "$faulty --mode nan"
   check_rows "$work/nan/report.json" Disagree - -
   for d in exit slow garbage none shape extra nan; do no_leftovers "$work/$d"; done
-  # pararnn-torch's adapter where torch is absent: a clear message, every row Error.
+  # pararnn-torch's adapter where torch is absent: a clear message, every row Error. Where torch is
+  # installed (CI installs it), a stand-in package first on the path makes `import torch` fail.
   # (only where the module was built: a build without the Python module has none to run)
-  if [ -n "$pythonpath" ] && PYTHONPATH="$pythonpath" python3 -c "import pararnn_judge" 2>/dev/null &&
-     ! python3 -c "import torch" 2>/dev/null; then
-    expect_rc 1 env PYTHONPATH="$pythonpath" "$pararnn" report nightly --out "$work/torch" "${small[@]}" \
+  if [ -n "$pythonpath" ] && PYTHONPATH="$pythonpath" python3 -c "import pararnn_judge" 2>/dev/null; then
+    mkdir -p "$work/no-torch/torch"
+    echo 'raise ImportError("No module named torch (hidden by cli_external)")' > "$work/no-torch/torch/__init__.py"
+    expect_rc 1 env PYTHONPATH="$work/no-torch:$pythonpath" "$pararnn" report nightly --out "$work/torch" "${small[@]}" \
       --solver "python3 -m pararnn_judge.solvers.pararnn_torch {case} {out}"
     check_rows "$work/torch/report.json" Error SolverFailed "needs torch and pararnn-torch"
   fi
