@@ -26,7 +26,9 @@
 #   --confirm: implies --keep-outputs; on every kept row with both, runs CMD (no shell, the
 #            solver's timeout; {rtol} is the op tau's rtol from compare.json), writes its output
 #            to confirm.txt and to the summary's confirm column. A check independent of our
-#            oracle: its result never changes the verdict or the exit status
+#            oracle: its result never changes the verdict or the exit status. With --gradients
+#            the kept oracle and floor carry their gradients (`oracle --grad`, `solve --grad`),
+#            and CMD may also hold {grad_rtol}: the gradient tau's rtol from compare.json
 #   --bundle: packs OUT/rows into FILE (tar.xz; a bundle.txt inside lists what is in and what
 #            was left out) within N MiB of files before compression (default 15): first every
 #            kept row's small files (compare.json, compare.txt, confirm.txt, logs), then the
@@ -69,6 +71,9 @@ if [ -n "$confirm" ]; then
   case $confirm in *"{case}"*"{answer}"*"{oracle}"*"{floor}"*"{rtol}"*) ;;
     *) echo "ops-campaign: --confirm must contain {case} {answer} {oracle} {floor} {rtol} (in that order)" >&2; exit 2 ;;
   esac
+  case $confirm in *"{grad_rtol}"*)
+    [ $gradients -eq 1 ] || { echo "ops-campaign: --confirm's {grad_rtol} needs --gradients (no row judges gradients without it)" >&2; exit 2; } ;;
+  esac
 fi
 case $bundle_mib in ''|*[!0-9]*) echo "ops-campaign: --bundle-mib must be a whole number (got '$bundle_mib')" >&2; exit 2 ;; esac
 mkdir -p "$out/rows" || exit 2
@@ -91,10 +96,11 @@ one_line() { tr '\t\n' '  ' | sed 's/  *$//'; }
 # The references compare judged the answer against, kept beside it; then the independent check.
 # Prints the summary's confirm column.
 keep_and_confirm() {  # keep_and_confirm WORK
-  local work=$1 rtol words cmd code t0=$SECONDS
-  "$cli" oracle "$work/case.safetensors" --out "$work/oracle.safetensors" "${certify[@]}" > "$work/oracle.log" 2>&1 ||
+  local work=$1 rtol grad_rtol words cmd code t0=$SECONDS grad=()
+  [ $gradients -eq 1 ] && grad=(--grad)
+  "$cli" oracle "$work/case.safetensors" "${grad[@]}" --out "$work/oracle.safetensors" "${certify[@]}" > "$work/oracle.log" 2>&1 ||
     rm -f "$work/oracle.safetensors"
-  "$cli" solve "$work/case.safetensors" --out "$work/floor.safetensors" > "$work/floor.log" 2>&1 ||
+  "$cli" solve "$work/case.safetensors" "${grad[@]}" --out "$work/floor.safetensors" > "$work/floor.log" 2>&1 ||
     rm -f "$work/floor.safetensors"
   [ -n "$confirm" ] || { printf -- '-'; return; }
   if [ ! -f "$work/oracle.safetensors" ]; then printf 'not run: no oracle: %s' "$(tail -1 "$work/oracle.log" | one_line)"; return; fi
@@ -106,6 +112,11 @@ keep_and_confirm() {  # keep_and_confirm WORK
   cmd=${cmd//\{oracle\}/$work/oracle.safetensors}
   cmd=${cmd//\{floor\}/$work/floor.safetensors}
   cmd=${cmd//\{rtol\}/$rtol}
+  if [[ $cmd == *"{grad_rtol}"* ]]; then
+    grad_rtol=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['gradient_tau']['rtol'])" "$work/compare.json" 2>/dev/null) ||
+      { printf 'not run: compare.json has no gradient tau rtol'; return; }
+    cmd=${cmd//\{grad_rtol\}/$grad_rtol}
+  fi
   read -r -a words <<<"$cmd"
   timeout -k 10 "$timeout_s" "${words[@]}" < /dev/null > "$work/confirm.txt" 2>&1
   code=$?

@@ -6,7 +6,8 @@
 # adapter (python3 python/pararnn_judge/solvers/fla.py: torch and fla only, no build of our
 # module) for the chunk and fused_recurrent modes. Every kept row (not Agree) is confirmed
 # without our oracle by scripts/ops-confirm-fla.py (fla's own naive reference in f64, on the CPU:
-# its numbers in the summary's confirm column and rows/<id>/confirm.txt), and the kept rows are
+# its numbers in the summary's confirm column and rows/<id>/confirm.txt; with --gradients its
+# gradients too, --grad-rtol {grad_rtol}), and the kept rows are
 # packed into OUT/rows.tar.xz (15 MiB before compression). Extra arguments go to ops-campaign.sh
 # and come after these (e.g. --T 1024,4096 --dtypes bf16 --budget 1200 --bundle-mib 10).
 #
@@ -44,8 +45,10 @@ $adapter --version > "$out/solver-version.txt" 2>&1 || true
 cache_line() { printf '%s: %s autotuning result(s), %s in %s\n' "$1" \
   "$(find "$TRITON_CACHE_DIR" -name '*.autotune.json' | wc -l)" "$(du -sh "$TRITON_CACHE_DIR" | cut -f1)" "$TRITON_CACHE_DIR"; }
 cache_line start > "$out/triton-cache.txt"
+grad_confirm=""  # with --gradients the confirmation checks the gradients too
+for arg in "$@"; do [ "$arg" = --gradients ] && grad_confirm=" --grad-rtol {grad_rtol}"; done
 "$root/scripts/ops-campaign.sh" "$cli" "$out" "$adapter {case} {out} --device cuda" \
-  --confirm "python3 $root/scripts/ops-confirm-fla.py {case} {answer} {oracle} {floor} {rtol}" \
+  --confirm "python3 $root/scripts/ops-confirm-fla.py {case} {answer} {oracle} {floor} {rtol}$grad_confirm" \
   --bundle "$out/rows.tar.xz" "$@"
 code=$?
 cache_line end >> "$out/triton-cache.txt"

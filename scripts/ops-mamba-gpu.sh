@@ -11,7 +11,8 @@
 # cannot (its rows are Error, exit 3). One Triton cache for the run, as scripts/ops-fla-gpu.sh.
 # Every kept row (not Agree) is confirmed without our oracle by scripts/ops-confirm-mamba.py
 # (mamba-ssm's own ssd_minimal_discrete in f64, on the GPU: its numbers in the summary's confirm
-# column and rows/<id>/confirm.txt), and the kept rows are packed into OUT/rows.tar.xz. Extra
+# column and rows/<id>/confirm.txt; with --gradients its gradients too, --grad-rtol {grad_rtol}),
+# and the kept rows are packed into OUT/rows.tar.xz. Extra
 # arguments go to ops-campaign.sh after these defaults: --ops ssd --modes chunk.
 #
 # Usage: scripts/ops-mamba-gpu.sh PARARNN OUT [ops-campaign arguments...]
@@ -40,6 +41,8 @@ adapter="python3 $root/python/pararnn_judge/solvers/mamba.py"
 $adapter --version > "$out/solver-version.txt" 2>&1 || { cat "$out/solver-version.txt" >&2; exit 2; }
 cat "$out/solver-version.txt"
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 2
+grad_confirm=""  # with --gradients the confirmation checks the gradients too
+for arg in "$@"; do [ "$arg" = --gradients ] && grad_confirm=" --grad-rtol {grad_rtol}"; done
 "$root/scripts/ops-campaign.sh" "$cli" "$out" "$adapter {case} {out}" --ops ssd --modes chunk \
-  --confirm "python3 $root/scripts/ops-confirm-mamba.py {case} {answer} {oracle} {floor} {rtol} --device cuda" \
+  --confirm "python3 $root/scripts/ops-confirm-mamba.py {case} {answer} {oracle} {floor} {rtol} --device cuda$grad_confirm" \
   --bundle "$out/rows.tar.xz" "$@"

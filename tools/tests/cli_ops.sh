@@ -449,6 +449,20 @@ campaign_reference_agrees_faulty_is_kept)
     --quick --ops gla --modes chunk --dtypes f32 --T 64 --gradients
   [ "$(grep -c $'\tAgree\t' "$work/grad/summary.tsv")" -eq 5 ] || fail "gradient rows: $(cat "$work/grad/summary.tsv")"
   [ "$(grep -c 'gradient(s) judged' "$work/grad/summary.tsv")" -eq 5 ] || fail "no gradient judged: $(cat "$work/grad/summary.tsv")"
+  # --gradients with --confirm: the kept oracle and floor carry their gradients, and {grad_rtol}
+  # is the gradient tau's rtol from compare.json (f32: 2e-4); {grad_rtol} without --gradients is
+  # refused by name.
+  stub="python3 $here/solvers/confirm_stub.py {case} {answer} {oracle} {floor} {rtol} --grad-rtol {grad_rtol}"
+  expect_rc 1 "$campaign" "$pararnn" "$work/grad-confirm" "python3 $adapter {case} {out} --mode wrong-grad" \
+    --quick --ops gla --modes chunk --dtypes f32 --T 8 --dims 4 --classes init --gradients --confirm "$stub"
+  row="$work/grad-confirm/rows/gla.chunk.f32.T8.d4.init"
+  grep -q "^oracle: .*grad.q" "$row/confirm.txt" || fail "the kept oracle has no gradients: $(cat "$row/confirm.txt")"
+  grep -q "^floor: .*grad.q" "$row/confirm.txt" || fail "the kept floor has no gradients: $(cat "$row/confirm.txt")"
+  want=$(json_get "$row/compare.json" "['gradient_tau']['rtol']")
+  want=$(python3 -c 'import sys; print(f"{float(sys.argv[1]):g}")' "$want")
+  grep -qx "grad rtol $want" "$row/confirm.txt" || fail "grad rtol not from compare.json ($want): $(cat "$row/confirm.txt")"
+  expect_rc 2 "$campaign" "$pararnn" "$work/x" "$pararnn solve {case} --out {out}" --quick --ops gla --confirm "$stub"
+  says "--confirm's {grad_rtol} needs --gradients"
   ;;
 *) fail "unknown claim" ;;
 esac
