@@ -19,6 +19,15 @@ HAVE_PARARNN_TORCH = importlib.util.find_spec("pararnn") is not None  # pararnn-
 HAVE_GPU = torch.cuda.is_available() and judge.cuda_backend_built
 
 
+def require_gpu(test):
+    """Skips `test` without a GPU (or without the CUDA backend in this build), or fails it where
+    PARARNN_REQUIRE_CUDA=1 says a GPU run must not skip."""
+    if not HAVE_GPU:
+        if REQUIRE_CUDA:
+            test.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
+        test.skipTest("no GPU, or the module was built without the CUDA backend")
+
+
 def gru():
     return judge.Cell.initialise("gru", d_in=8, d_h=16, dtype="f32", seed=SEED)
 
@@ -33,10 +42,7 @@ class TorchTensorsAreViewed(unittest.TestCase):
         self.assertIsInstance(H, torch.Tensor)
 
     def test_cuda_tensor_is_solved_where_it_lives(self):
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         x = torch.randn(2, 256, 8, generator=torch.Generator().manual_seed(SEED)).cuda()
         report = judge.verify_agreement(gru(), x, seed=SEED)
         seen = judge._last_views()["x"]
@@ -47,10 +53,7 @@ class TorchTensorsAreViewed(unittest.TestCase):
 
 
     def test_cuda_tensor_gives_a_cuda_trajectory_solved_into_it(self):
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for dtype in (torch.float32, torch.bfloat16):
             cell = judge.Cell.initialise("gru", d_in=8, d_h=16, dtype="f32" if dtype == torch.float32 else "bf16",
                                          seed=SEED)
@@ -79,10 +82,7 @@ class TorchTraining(unittest.TestCase):
         self.assertTrue(all(isinstance(g, torch.Tensor) for g in grads["parameters"].values()))
 
     def test_cuda_tensors_train_where_they_live(self):
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         generator = torch.Generator().manual_seed(SEED)
         x = torch.randn(2, 300, 8, generator=generator)
         g = torch.randn(2, 300, 16, generator=generator)
@@ -107,10 +107,7 @@ class TorchTraining(unittest.TestCase):
         the forward and the backward run on that stream (C++ ApplyOptions::cuda_stream), after
         the write, with no host wait in between, and give the bits of the same calls on x
         written before."""
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         generator = torch.Generator().manual_seed(SEED)
         x = torch.randn(2, 300, 8, generator=generator).cuda()
         g = torch.randn(2, 300, 16, generator=generator).cuda()
@@ -317,10 +314,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # fixed K is read back once, so K 6 waits as often as K 3. The counts are printed: they
         # are the step's record (docs/python.md).
         import pararnn as P
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for dtype in (torch.float32, torch.bfloat16):
             counts = []
             for T in (256, 4096):
@@ -358,10 +352,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # makes a replay's H all NaN (the residual gate applied on the device); the default
         # (adaptive) K is refused under capture, naming it (docs/python.md, "CUDA graphs").
         import pararnn as P
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(SEED)
             cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
@@ -441,10 +432,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # for bit, a NaN in x gives an all-NaN H instead of NewtonDivergenceError, and an
         # adaptive K is refused naming sync_free.
         import pararnn as P
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(SEED)
             cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
@@ -486,10 +474,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # at other values).
         import pararnn as P
         from unittest import mock
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(SEED)
             cell = P.ParaGRU(input_size=8, hidden_size=16).to("cuda", dtype)
@@ -522,10 +507,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # on the device (weights scaled so that entries are clipped), and the gradients are bit
         # for bit those of the host path (judge.newton_backward without targets).
         import pararnn as P
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         for cls in (P.ParaGRU, P.ParaLSTM):
             for dtype in (torch.float32, torch.bfloat16):
                 for scale in (1.0, 6.0):
@@ -564,10 +546,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # backend's own pool takes nothing, and an allocation torch cannot serve is an error that
         # names torch's allocator and the bytes (never a result).
         import pararnn as P
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         judge.cuda_release_cached_memory()
         torch.manual_seed(SEED)
         cell = P.ParaLSTM(input_size=64, hidden_size=256).cuda()
@@ -601,10 +580,7 @@ class TrainingThroughOurSolver(unittest.TestCase):
         # "leaked 1 instances" (and the types it reaches) at the end of every such process.
         import subprocess
         import sys
-        if not HAVE_GPU:
-            if REQUIRE_CUDA:
-                self.fail("PARARNN_REQUIRE_CUDA=1 but no GPU or no CUDA backend in this build")
-            self.skipTest("no GPU, or the module was built without the CUDA backend")
+        require_gpu(self)
         script = ("import torch, pararnn as P, pararnn_judge.torch as pt\n"
                   "cell = P.ParaGRU(input_size=8, hidden_size=16).cuda()\n"
                   "x = torch.randn(2, 64, 8, device='cuda', requires_grad=True)\n"

@@ -249,7 +249,8 @@ campaign_keeps_references_confirms_and_bundles)
       [ -f "$row/$f" ] || fail "row keeps no $f"
     done
     grep -q "oracle: o F64 \[1, 256, 2, 16\]" "$row/confirm.txt" || fail "confirm.txt: $(cat "$row/confirm.txt")"
-    grep -q "rtol 0.008" "$row/confirm.txt" || fail "rtol not from compare.json: $(cat "$row/confirm.txt")"
+    want=$(python3 -c 'import sys; print(f"{float(sys.argv[1]):g}")' "$(json_get "$row/compare.json" "['tau']['rtol']")")
+    grep -qx "rtol $want" "$row/confirm.txt" || fail "rtol not from compare.json ($want): $(cat "$row/confirm.txt")"
   done
   # The bundle: summary.tsv, bundle.txt and every kept row's small files; the large files within
   # 1 MiB before compression (six rows of about 400 KB each at T 256: some left out, and said so).
@@ -306,12 +307,15 @@ PY
     # With the libraries (a machine with torch and fla, not CI): fla's naive GLA in f64 and its
     # autograd gradients against our oracle's and the floor's, on a bf16 case with h0. The floor
     # stands in for the answer; every output and gradient of it lies within its tau of the
-    # reference (1e-2: Metric::op_gradient's bf16 rtol, as `compare` prints it).
+    # reference (the rtols the contract gives, as compare.json states them).
     make c --op gla "${small[@]}" --dtype bf16 --h0-std 0.5
     expect_rc 0 "$pararnn" oracle "$work/c.safetensors" --grad --out "$work/c.oracle.safetensors"
     expect_rc 0 "$pararnn" solve "$work/c.safetensors" --grad --out "$work/c.floor.safetensors"
+    expect_rc 0 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/c.floor.safetensors" --json "$work/c.compare.json"
+    rtol=$(json_get "$work/c.compare.json" "['tau']['rtol']")
+    grad_rtol=$(json_get "$work/c.compare.json" "['gradient_tau']['rtol']")
     expect_rc 0 python3 "$confirm" "$work/c.safetensors" "$work/c.floor.safetensors" "$work/c.oracle.safetensors" \
-      "$work/c.floor.safetensors" 0.008 --grad-rtol 0.01
+      "$work/c.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
     for name in o final_state grad.q grad.k grad.v grad.g grad.initial_state; do
       grep -q "^$name: oracle vs fla's naive reference" <<<"$out" || fail "no oracle line for $name: $out"
       grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
@@ -363,12 +367,15 @@ PY
     # With the libraries (torch, einops and mamba-ssm's files, not CI): ssd_minimal_discrete in f64
     # and its autograd gradients against our oracle's and the floor's, on the f32 case with h0
     # (D, z, dt_bias, initial_states). The floor stands in for the answer; every output and
-    # gradient of it lies within its tau of the reference (f32: 1e-4 outputs, 2e-4 gradients,
-    # Metric::op and Metric::op_gradient as `compare` prints them).
+    # gradient of it lies within its tau of the reference (the rtols the contract gives, as
+    # compare.json states them).
     expect_rc 0 "$pararnn" oracle "$work/h.safetensors" --grad --out "$work/h.oracle.safetensors"
     expect_rc 0 "$pararnn" solve "$work/h.safetensors" --grad --out "$work/h.floor.safetensors"
+    expect_rc 0 "$pararnn" compare "$work/h.safetensors" --trajectory "$work/h.floor.safetensors" --json "$work/h.compare.json"
+    rtol=$(json_get "$work/h.compare.json" "['tau']['rtol']")
+    grad_rtol=$(json_get "$work/h.compare.json" "['gradient_tau']['rtol']")
     expect_rc 0 python3 "$confirm" "$work/h.safetensors" "$work/h.floor.safetensors" "$work/h.oracle.safetensors" \
-      "$work/h.floor.safetensors" 1e-4 --grad-rtol 2e-4
+      "$work/h.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
     for name in out final_states grad.x grad.dt grad.A grad.B grad.C grad.D grad.z grad.dt_bias grad.initial_states; do
       grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
       grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
