@@ -160,6 +160,19 @@ for meta_bad, headers_bad, needle in [
         raise SystemExit(f"accepted: {needle}")
     except adapter.Refused as e:
         assert needle in str(e), (needle, str(e))
+# TRITON_F32_DEFAULT=ieee: fla's explicit 'tf32' constants become 'ieee' (same type); nothing else moves.
+import types
+class Constexpr:
+    def __init__(self, value): self.value = value
+fwd = types.ModuleType("fla.ops.gated_delta_rule.chunk_fwd")
+fwd.SOLVE_TRIL_DOT_PRECISION, fwd.SAFE_DOT_PRECISION, fwd.OTHER = Constexpr("tf32"), Constexpr("bf16x3"), "tf32"
+plain = types.ModuleType("fla.ops.x"); plain.DOT_PRECISION = "tf32"
+elsewhere = types.ModuleType("triton.y"); elsewhere.DOT_PRECISION = "tf32"
+changed = adapter.force_ieee_dots({fwd.__name__: fwd, plain.__name__: plain, "triton.y": elsewhere, "fla.gone": None})
+assert changed == ["fla.ops.gated_delta_rule.chunk_fwd.SOLVE_TRIL_DOT_PRECISION", "fla.ops.x.DOT_PRECISION"], changed
+assert isinstance(fwd.SOLVE_TRIL_DOT_PRECISION, Constexpr) and fwd.SOLVE_TRIL_DOT_PRECISION.value == "ieee"
+assert fwd.SAFE_DOT_PRECISION.value == "bf16x3" and fwd.OTHER == "tf32" and plain.DOT_PRECISION == "ieee"
+assert elsewhere.DOT_PRECISION == "tf32"
 PY
   ;;
 mamba_adapter_refuses_by_name)

@@ -14,6 +14,13 @@ with PARARNN_GRADIENTS=1 also grad.<input> of L = sum(o) + sum(final_state) (tor
 through fla's backward), which `pararnn compare` judges against the op oracle's adjoint loop
 (docs/ops/README.md, "Gradients").
 
+With TRITON_F32_DEFAULT=ieee in the environment (Triton's own switch for f32 `tl.dot`s that name
+no precision), the adapter also turns fla's explicit TF32 dots to IEEE: every module-level
+`*_DOT_PRECISION` constant of fla's imported modules that is 'tf32' (gated_delta_rule's triangular
+solve asks for TF32 by name, which the variable does not reach) is set to 'ieee' before any
+kernel compiles, and stderr names each one. It is a what-if for a finding (does TF32 explain
+it?); without the variable fla runs as its users get it.
+
 What fla cannot do is refused by name before any work (exit 4, the message names the case's
 argument, the rule and the value): f64 cases (fla's Triton kernels run f32, f16, bf16), a mode
 other than chunk or fused_recurrent, an op fla has no such function for.
@@ -116,6 +123,25 @@ def import_libraries(module):
     return torch, ops
 
 
+def force_ieee_dots(modules):
+    """Sets every fla module's constant *_DOT_PRECISION that is 'tf32' to 'ieee'.
+
+    modules: name -> module (sys.modules); constants are Triton constexprs (read through .value)
+    or strings, replaced by the same type. Returns the "module.NAME" strings changed. Only called
+    under TRITON_F32_DEFAULT=ieee, after the op's modules are imported and before a kernel runs
+    (a Triton kernel reads its globals when it compiles).
+    """
+    changed = []
+    for module_name, module in sorted(modules.items()):
+        if module is None or not (module_name == "fla" or module_name.startswith("fla.")):
+            continue
+        for attr, value in sorted(vars(module).items()):
+            if attr.endswith("DOT_PRECISION") and getattr(value, "value", value) == "tf32":
+                setattr(module, attr, type(value)("ieee"))
+                changed.append(f"{module_name}.{attr}")
+    return changed
+
+
 def version_line():
     return command.version_line("fla", "flash-linear-attention")
 
@@ -125,6 +151,10 @@ def solve(args):
     headers, metadata = read_header(case_path)
     call = plan(metadata, headers, args["mode"])
     torch, ops = import_libraries(call["module"])
+    if os.environ.get("TRITON_F32_DEFAULT") == "ieee":
+        changed = force_ieee_dots(sys.modules)
+        print("fla: TRITON_F32_DEFAULT=ieee: f32 dots run IEEE; explicit TF32 dots set to IEEE: "
+              + (", ".join(changed) or "none in the modules imported"), file=sys.stderr)
     function = getattr(ops, call["function"], None)
     if function is None:
         raise Refused(f"op {call['op']}: this fla has no {call['module']}.{call['function']} (mode {call['mode']})")
