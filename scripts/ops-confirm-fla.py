@@ -27,6 +27,11 @@ fla's naive references (flash-linear-attention 0.6.0), each called with the case
                     [B, H, T, ...] layout (its scale is K^-0.5, fixed)
   gated_delta_rule  fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule(q, k, v, beta,
                     g, scale, ...)
+  dplr_delta_rule   fla.ops.generalized_delta_rule.dplr.naive.dplr_recurrence(q, k, v, alpha=a,
+                    beta=b, gk, ...) in its [B, H, T, ...] layout (its scale is K^-0.5, fixed: a
+                    case's other scale is passed as q * (scale * K^0.5), inside the autograd graph)
+  rwkv7             the same dplr_recurrence, as fla's chunk_rwkv7 calls chunk_dplr_delta_rule:
+                    q = r, gk = w, scale 1 (so q = r * K^0.5), alpha = a, beta = b
 They compute in f32 (`.float()`, `.to(torch.float32)`); for the call, Tensor.float returns
 .double() and Tensor.to maps float32 to float64, and the outputs are checked to be f64. A packed
 case (cu_seqlens) runs each sequence alone from its own initial_state.
@@ -52,14 +57,19 @@ _spec = importlib.util.spec_from_file_location(
 confirm = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(confirm)
 
-# op -> (module, function, the inputs in its positional order, whether it takes scale,
-#        whether it wants the [B, H, T, ...] layout)
+# op -> (module, function, the case's inputs in its positional order, how it takes the scale
+#        (True: an argument; False: fixed at K^-0.5, another refused; "q": fixed, another folded
+#        into q), whether it wants the [B, H, T, ...] layout)
 REFERENCES = {
     "gla": ("fla.ops.gla.naive", "naive_recurrent_gla", ("q", "k", "v", "g"), False, False),
     "simple_gla": ("fla.ops.simple_gla.naive", "naive_recurrent_simple_gla", ("q", "k", "v", "g"), True, False),
     "delta_rule": ("fla.ops.delta_rule.naive", "delta_rule_recurrence", ("q", "k", "v", "beta"), False, True),
     "gated_delta_rule": ("fla.ops.gated_delta_rule.naive", "naive_recurrent_gated_delta_rule",
                          ("q", "k", "v", "beta", "g"), True, False),
+    "dplr_delta_rule": ("fla.ops.generalized_delta_rule.dplr.naive", "dplr_recurrence",
+                        ("q", "k", "v", "a", "b", "gk"), "q", True),
+    "rwkv7": ("fla.ops.generalized_delta_rule.dplr.naive", "dplr_recurrence",
+              ("r", "k", "v", "a", "b", "w"), "q", True),
 }
 
 
@@ -78,16 +88,16 @@ def plan(metadata, headers):
             raise Unsupported(f"tensor '{name}': required by {function} (absent)")
     if metadata.get("use_qk_l2norm_in_kernel", "False") in ("True", "true", "1"):
         raise Unsupported(f"metadata 'use_qk_l2norm_in_kernel': {function} takes no qk l2-normalisation (got True)")
-    k_dim = headers["q"][1][-1]
+    k_dim = headers[inputs[0]][1][-1]
     default = k_dim ** -0.5
     scale = metadata.get("scale", "None")
-    scale = default if scale in adapter.ABSENT else float(scale)
-    if not takes_scale and abs(scale - default) > 1e-12 * default:
+    scale = (1.0 if op == "rwkv7" else default) if scale in adapter.ABSENT else float(scale)
+    if takes_scale is False and abs(scale - default) > 1e-12 * default:
         raise Unsupported(f"metadata 'scale': {function} fixes the scale at K^-0.5 = {default:.6g} (got {scale!r})")
     if op == "gla" and headers.get("initial_state", ("F32",))[0] == "F64":
         raise Unsupported("tensor 'initial_state': naive_recurrent_gla holds it in f32 before the first step (got F64)")
-    return {"module": module, "function": function, "inputs": inputs, "scale": scale if takes_scale else None,
-            "head_first": head_first, "op": op}
+    return {"module": module, "function": function, "inputs": inputs, "scale": scale if takes_scale is True else None,
+            "q_factor": scale / default if takes_scale == "q" else None, "head_first": head_first, "op": op}
 
 
 def reference_in_f64(torch, call, case, device, gradients=False):
@@ -108,12 +118,14 @@ def reference_in_f64(torch, call, case, device, gradients=False):
     if h0 is not None:
         h0 = h0.double().to(device).requires_grad_(gradients)
     cu = case.get("cu_seqlens")
-    bounds = [(0, tensors["q"].shape[1])] if cu is None else list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    bounds = [(0, tensors[call["inputs"][0]].shape[1])] if cu is None else list(zip(cu[:-1].tolist(), cu[1:].tolist()))
     outputs, states = [], []
     torch.Tensor.float, torch.Tensor.to = lambda self: self.double(), to_f64
     try:
         for n, (begin, end) in enumerate(bounds):
             args = [tensors[name][:, begin:end] for name in call["inputs"]]
+            if call["q_factor"] is not None:
+                args[0] = args[0] * call["q_factor"]  # the reference's fixed K^-0.5 times this is the case's scale
             if call["head_first"]:
                 args = [a.transpose(1, 2).contiguous() for a in args]
             kwargs = {"output_final_state": True}

@@ -285,9 +285,9 @@ fla_confirm_refuses_by_name)
   # scripts/ops-confirm-fla.py without torch or fla: what fla's naive references cannot confirm is
   # refused by name (exit 2) before any import; a case they can needs the libraries (3 when absent).
   confirm="$source_dir/scripts/ops-confirm-fla.py"
-  make r --op rwkv7 "${small[@]}" --dtype bf16
+  make r --op ssd "${small[@]}" --dtype bf16
   expect_rc 2 python3 "$confirm" "$work/r.safetensors" x y z 0.008
-  says "metadata 'op': fla's naive references are confirmed for gla, simple_gla, delta_rule, gated_delta_rule (got 'rwkv7')"
+  says "metadata 'op': fla's naive references are confirmed for gla, simple_gla, delta_rule, gated_delta_rule, dplr_delta_rule, rwkv7 (got 'ssd')"
   make d --op delta_rule "${small[@]}" --dtype bf16 --qk-l2norm
   expect_rc 2 python3 "$confirm" "$work/d.safetensors" x y z 0.008
   says "metadata 'use_qk_l2norm_in_kernel': delta_rule_recurrence takes no qk l2-normalisation"
@@ -305,7 +305,13 @@ p = confirm.plan(meta, headers)
 assert p["function"] == "naive_recurrent_gated_delta_rule" and p["inputs"] == ("q", "k", "v", "beta", "g"), p
 assert p["scale"] == 0.3 and not p["head_first"], p
 p = confirm.plan({"op": "delta_rule"}, {n: ("BF16", [1, 8, 2, 4]) for n in ("q", "k", "v", "beta")})
-assert p["head_first"] and p["scale"] is None, p
+assert p["head_first"] and p["scale"] is None and p["q_factor"] is None, p
+# dplr_recurrence fixes K^-0.5: another scale is folded into q; RWKV-7's default scale is 1.
+p = confirm.plan({"op": "rwkv7"}, {n: ("BF16", [1, 8, 2, 4]) for n in ("r", "w", "k", "v", "a", "b")})
+assert p["function"] == "dplr_recurrence" and p["inputs"] == ("r", "k", "v", "a", "b", "w"), p
+assert p["head_first"] and p["scale"] is None and abs(p["q_factor"] - 2.0) < 1e-15, p
+p = confirm.plan({"op": "dplr_delta_rule", "scale": "0.25"}, {n: ("BF16", [1, 8, 2, 16]) for n in ("q", "k", "v", "a", "b", "gk")})
+assert p["inputs"] == ("q", "k", "v", "a", "b", "gk") and abs(p["q_factor"] - 1.0) < 1e-15, p
 PY
   expect_rc 2 python3 "$confirm" "$work/g.safetensors" x y z tight
   says "RTOL: must be a positive finite number (got 'tight')"
