@@ -43,7 +43,7 @@ import pararnn_judge as judge
 import pararnn_judge.torch as pt
 
 CELLS = {"gru": "ParaGRU", "lstm": "ParaLSTM"}
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def make(kind, d, dtype, seed=0):
@@ -117,7 +117,7 @@ def run(args):
     out = {"schema_version": 1, "context": context(args, B, T, d), "rows": {}}
     reference = {}  # (kind) -> pararnn-torch f32 K 3 gradients of the seed-0 module
     for kind in ("gru", "lstm"):
-        for dname in ("bf16", "f32"):
+        for dname in ("bf16", "f16", "f32") if kind == "gru" else ("bf16", "f32"):  # f16: the GRU only
             dtype = DTYPES[dname]
             for solver in ("torch", "ours"):
                 for config in ("k3", "default"):
@@ -147,13 +147,13 @@ def run(args):
                     except Exception as e:  # recorded, the run goes on (an OOM is a finding)
                         row(out, ident, {"error": f"{type(e).__name__}: {e}"[:600]})
                     torch.cuda.empty_cache()
-        # bf16 rows were timed before the f32 reference existed: check them now, same modules.
-        for config in ("k3", "default"):
-            ident = f"step.{kind}.bf16.ours.{config}"
+        # half rows were timed before the f32 reference existed: check them now, same modules.
+        for dname, config in [(n, c) for n in ("bf16", "f16") for c in ("k3", "default")]:
+            ident = f"step.{kind}.{dname}.ours.{config}"
             if kind in reference and ident in out["rows"] and "error" not in out["rows"][ident]:
-                cell = make(kind, d, torch.bfloat16)
+                cell = make(kind, d, DTYPES[dname])
                 torch.manual_seed(1)
-                x = torch.randn(B, T, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                x = torch.randn(B, T, d, device="cuda", dtype=DTYPES[dname], requires_grad=True)
                 step_fn(solve_ours(config), cell, x)()
                 out["rows"][ident]["grad_max_rel_vs_torch_f32_k3"] = max_rel(grads_of(cell, x), reference[kind])
                 del cell, x
