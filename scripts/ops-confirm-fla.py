@@ -150,33 +150,17 @@ def reference_in_f64(torch, call, case, device, gradients=False):
     return o.detach().cpu(), state.detach().cpu(), grads
 
 
+def load():
+    import torch
+    import fla  # noqa: F401 (the library, not the adapter: this folder is not on sys.path)
+    return torch
+
+
 def main(argv):
-    try:
-        case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = confirm.parse(argv[1:])
-        headers, metadata = adapter.read_header(case_path)
-        call = plan(metadata, headers)
-    except confirm.Usage as e:
-        print(f"ops-confirm-fla: {e}\n{__doc__}", file=sys.stderr)
-        return 2
-    except (ValueError, Unsupported, adapter.Refused) as e:
-        print(f"ops-confirm-fla: {e}", file=sys.stderr)
-        return 2
-    try:
-        import torch
-        import fla  # noqa: F401 (the library, not the adapter: this folder is not on sys.path)
-    except ImportError as e:
-        print(f"ops-confirm-fla: needs torch and flash-linear-attention: {e}", file=sys.stderr)
-        return 3
-    case, answer, oracle, floor = (adapter.read_tensors(torch, p) for p in (case_path, answer_path, oracle_path, floor_path))
-    computed = reference_in_f64(torch, call, case, device, gradients=grad_rtol is not None)
-    packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
-    print(f"{call['module']}.{call['function']} in f64 on {device}{packed}")
-    results = (("answer", answer), ("floor", floor))
-    confirm.report(torch, dict(zip(("o", "final_state"), computed[:2])), results, rtol, oracle, "fla's naive reference")
-    if grad_rtol is not None:
-        print("gradients by torch's autograd through it in f64:")
-        confirm.report(torch, computed[2], results, grad_rtol, oracle, "fla's naive reference (autograd)")
-    return 0
+    return confirm.run(argv, "ops-confirm-fla", __doc__, adapter, plan, (Unsupported,),
+                       "torch and flash-linear-attention", load, reference_in_f64,
+                       lambda call: f"{call['module']}.{call['function']}", ("o", "final_state"),
+                       "fla's naive reference")
 
 
 if __name__ == "__main__":

@@ -122,36 +122,18 @@ def reference_in_f64(torch, call, case, device, gradients=False):
     return y.detach().cpu(), state.detach().cpu(), confirm.gradients(torch, {"out": y}, t, case, device)
 
 
+def load():
+    import torch
+    import einops  # noqa: F401 (ssd_minimal's)
+    import_reference()
+    return torch
+
+
 def main(argv):
-    try:
-        case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = confirm.parse(argv[1:])
-        headers, metadata = adapter.read_header(case_path)
-        call = plan(metadata, headers)
-    except confirm.Usage as e:
-        print(f"ops-confirm-mamba: {e}\n{__doc__}", file=sys.stderr)
-        return 2
-    except (ValueError, Unsupported, adapter.Refused) as e:
-        print(f"ops-confirm-mamba: {e}", file=sys.stderr)
-        return 2
-    try:
-        import torch
-        import einops  # noqa: F401 (ssd_minimal's)
-        import_reference()
-    except ImportError as e:
-        print(f"ops-confirm-mamba: needs torch, einops and mamba-ssm's files: {e}", file=sys.stderr)
-        return 3
-    case, answer = (adapter.read_tensors(torch, p) for p in (case_path, answer_path))
-    oracle, floor = ({} if not os.path.exists(p) else adapter.read_tensors(torch, p) for p in (oracle_path, floor_path))
-    computed = reference_in_f64(torch, call, case, device, gradients=grad_rtol is not None)
-    packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
-    print(f"mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete in f64 on {device} (block_len {BLOCK_LEN}){packed}")
-    results = (("answer", answer), ("floor", floor))
-    confirm.report(torch, dict(zip(("out", "final_states"), computed[:2])), results, rtol, oracle,
-                   "mamba-ssm's reference")
-    if grad_rtol is not None:
-        print("gradients by torch's autograd through it in f64:")
-        confirm.report(torch, computed[2], results, grad_rtol, oracle, "mamba-ssm's reference (autograd)")
-    return 0
+    return confirm.run(argv, "ops-confirm-mamba", __doc__, adapter, plan, (Unsupported,),
+                       "torch, einops and mamba-ssm's files", load, reference_in_f64,
+                       lambda call: f"mamba_ssm.modules.ssd_minimal.ssd_minimal_discrete (block_len {BLOCK_LEN})",
+                       ("out", "final_states"), "mamba-ssm's reference")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@ the reference's gradients by torch's autograd. Imported by path by those scripts
 torch only inside the functions that are given it.
 
 Guarantees:
+- run(...) is the whole command of either script: exit 2 on bad usage (the usage printed) or a
+  case the reference cannot confirm (named), 3 when the libraries cannot be imported, 0 when it
+  ran (its numbers are the result, never a verdict); an ORACLE or FLOOR file that does not exist
+  is reported as absent, not judged.
 - parse(argv) -> (CASE, ANSWER, ORACLE, FLOOR, rtol, device, grad_rtol or None), or Usage naming
   the argument: RTOL and --grad-rtol must be positive finite numbers, --device cpu or cuda.
 - report(...) prints, per reference tensor, our oracle's distance to it and, for each result, the
@@ -15,10 +19,46 @@ Guarantees:
   (docs/ops/README.md, "Gradients"); an input the loss does not reach gets zeros.
 """
 import math
+import os
+import sys
 
 
 class Usage(Exception):
     """Bad usage, named."""
+
+
+def run(argv, name, doc, adapter, plan, refusals, requirement, load, reference, heading, outputs, library):
+    """The confirmation command. `plan(metadata, headers)` -> the call (raises one of `refusals`,
+    adapter.Refused or ValueError for a case it cannot confirm); `load()` imports the libraries and
+    returns torch (ImportError: `requirement` is named); `reference(torch, call, case, device,
+    gradients)` -> (the outputs named `outputs` in f64, then their gradients with `gradients`);
+    `heading(call)` names the reference in the printout; `library` names it in each line."""
+    try:
+        case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = parse(argv[1:])
+        headers, metadata = adapter.read_header(case_path)
+        call = plan(metadata, headers)
+    except Usage as e:
+        print(f"{name}: {e}\n{doc}", file=sys.stderr)
+        return 2
+    except (ValueError, adapter.Refused, *refusals) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    try:
+        torch = load()
+    except ImportError as e:
+        print(f"{name}: needs {requirement}: {e}", file=sys.stderr)
+        return 3
+    case, answer = (adapter.read_tensors(torch, p) for p in (case_path, answer_path))
+    oracle, floor = ({} if not os.path.exists(p) else adapter.read_tensors(torch, p) for p in (oracle_path, floor_path))
+    computed = reference(torch, call, case, device, gradients=grad_rtol is not None)
+    packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
+    print(f"{heading(call)} in f64 on {device}{packed}")
+    results = (("answer", answer), ("floor", floor))
+    report(torch, dict(zip(outputs, computed[:2])), results, rtol, oracle, library)
+    if grad_rtol is not None:
+        print("gradients by torch's autograd through it in f64:")
+        report(torch, computed[2], results, grad_rtol, oracle, f"{library} (autograd)")
+    return 0
 
 
 def positive_number(text, name):
