@@ -32,7 +32,8 @@ def run(argv, name, doc, adapter, plan, refusals, requirement, load, reference, 
     adapter.Refused or ValueError for a case it cannot confirm); `load()` imports the libraries and
     returns torch (ImportError: `requirement` is named); `reference(torch, call, case, device,
     gradients)` -> (the outputs named `outputs` in f64, then their gradients with `gradients`);
-    `heading(call)` names the reference in the printout; `library` names it in each line."""
+    `heading(call)` names the reference in the printout; `outputs` (a tuple, or a function of the
+    call) names its two outputs; `library` names it in each line."""
     try:
         case_path, answer_path, oracle_path, floor_path, rtol, device, grad_rtol = parse(argv[1:])
         headers, metadata = adapter.read_header(case_path)
@@ -54,7 +55,8 @@ def run(argv, name, doc, adapter, plan, refusals, requirement, load, reference, 
     packed = ", each packed sequence alone" if "cu_seqlens" in case else ""
     print(f"{heading(call)} in f64 on {device}{packed}")
     results = (("answer", answer), ("floor", floor))
-    report(torch, dict(zip(outputs, computed[:2])), results, rtol, oracle, library)
+    names = outputs(call) if callable(outputs) else outputs
+    report(torch, dict(zip(names, computed[:2])), results, rtol, oracle, library)
     if grad_rtol is not None:
         print("gradients by torch's autograd through it in f64:")
         report(torch, computed[2], results, grad_rtol, oracle, f"{library} (autograd)")

@@ -349,10 +349,11 @@ mamba_confirm_refuses_by_name)
   confirm="$source_dir/scripts/ops-confirm-mamba.py"
   make r --op rwkv7 "${small[@]}" --dtype bf16
   expect_rc 2 python3 "$confirm" "$work/r.safetensors" x y z 0.008
-  says "metadata 'op': mamba-ssm's minimal reference confirms ssd only (got 'rwkv7'"
+  says "metadata 'op': mamba-ssm's references confirm ssd and selective_scan (got 'rwkv7')"
+  make u --op selective_scan --batch 2 --time 40 --n-heads 3 --k-dim 4 --dtype f32 --seed 3
   make s --op ssd --batch 1 --time 40 --n-heads 2 --k-dim 6 --v-dim 5 --dtype bf16 --cu-seqlens 0,7,40
   make h --op ssd --batch 2 --time 40 --n-heads 2 --k-dim 6 --v-dim 5 --dtype f32 --h0-std 0.5
-  python3 -B - "$confirm" "$work/s.safetensors" "$work/h.safetensors" <<'PY' || fail "confirm plan"
+  python3 -B - "$confirm" "$work/s.safetensors" "$work/h.safetensors" "$work/u.safetensors" <<'PY' || fail "confirm plan"
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("confirm", sys.argv[1])
 confirm = importlib.util.module_from_spec(spec)
@@ -369,6 +370,16 @@ for missing in ("dt", "C"):
         raise SystemExit(f"planned without {missing}")
     except confirm.Unsupported as e:
         assert f"tensor '{missing}'" in str(e), e
+# selective_scan: selective_scan_ref's inputs, its optional D, z, delta_bias, delta_softplus.
+headers, meta = confirm.adapter.read_header(sys.argv[4])
+p = confirm.plan(meta, headers)
+assert p["op"] == "selective_scan" and p["optional"] == ("D", "z", "delta_bias"), p
+assert p["softplus"] == (meta["delta_softplus"] == "True"), (p, meta)
+try:
+    confirm.plan(meta, {k: v for k, v in headers.items() if k != "delta"})
+    raise SystemExit("planned without delta")
+except confirm.Unsupported as e:
+    assert "tensor 'delta': required by selective_scan_ref" in str(e), e
 PY
   expect_rc 2 python3 "$confirm" "$work/s.safetensors" x y z tight
   says "RTOL: must be a positive finite number (got 'tight')"
@@ -396,6 +407,17 @@ PY
     expect_rc 0 python3 "$confirm" "$work/h.safetensors" "$work/h.floor.safetensors" "$work/h.oracle.safetensors" \
       "$work/h.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
     for name in out final_states grad.x grad.dt grad.A grad.B grad.C grad.D grad.z grad.dt_bias grad.initial_states; do
+      grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
+      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
+        fail "the floor's $name is not within tau of mamba-ssm's reference: $out"
+    done
+    # selective_scan through selective_scan_ref (a stand-in for the CUDA extension where it is absent).
+    expect_rc 0 "$pararnn" oracle "$work/u.safetensors" --grad --out "$work/u.oracle.safetensors"
+    expect_rc 0 "$pararnn" solve "$work/u.safetensors" --grad --out "$work/u.floor.safetensors"
+    expect_rc 0 python3 "$confirm" "$work/u.safetensors" "$work/u.floor.safetensors" "$work/u.oracle.safetensors" \
+      "$work/u.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
+    grep -q "^mamba_ssm.ops.selective_scan_interface.selective_scan_ref in f64 on cpu" <<<"$out" || fail "no selective_scan_ref heading: $out"
+    for name in out last_state grad.u grad.delta grad.A grad.B grad.C grad.D grad.z grad.delta_bias; do
       grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
       grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
         fail "the floor's $name is not within tau of mamba-ssm's reference: $out"
