@@ -22,6 +22,28 @@ make() {  # make NAME ARGS...
   local name=$1; shift
   expect_rc 0 "$pararnn" make-case "$@" --out "$work/$name.safetensors"
 }
+# floor_confirmed CONFIRM NAME LIBRARY TENSOR...: the case NAME's oracle and floor with their
+# gradients, CONFIRM run with the floor standing in for the answer at the rtols compare.json gives
+# (the contract's tau and gradient tau); each TENSOR needs an oracle line against LIBRARY's
+# reference and the floor within tau of it on every value. Output in $out.
+floor_confirmed() {
+  local confirm=$1 name=$2 library=$3; shift 3
+  local c="$work/$name"
+  expect_rc 0 "$pararnn" oracle "$c.safetensors" --grad --out "$c.oracle.safetensors"
+  expect_rc 0 "$pararnn" solve "$c.safetensors" --grad --out "$c.floor.safetensors"
+  expect_rc 0 "$pararnn" compare "$c.safetensors" --trajectory "$c.floor.safetensors" --json "$c.compare.json"
+  local rtol grad_rtol
+  rtol=$(json_get "$c.compare.json" "['tau']['rtol']")
+  grad_rtol=$(json_get "$c.compare.json" "['gradient_tau']['rtol']")
+  expect_rc 0 python3 "$confirm" "$c.safetensors" "$c.floor.safetensors" "$c.oracle.safetensors" \
+    "$c.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
+  local tensor
+  for tensor in "$@"; do
+    grep -q "^$tensor: oracle vs $library" <<<"$out" || fail "no oracle line for $tensor: $out"
+    grep -q "^$tensor: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
+      fail "the floor's $tensor is not within tau of $library: $out"
+  done
+}
 cases=(
   "gla_f32 --op gla ${small[*]} --dtype f32 --h0-std 0.5"
   "gla_bf16_hard --op gla ${small[*]} --dtype bf16 --decay hard"
@@ -328,18 +350,7 @@ PY
     # stands in for the answer; every output and gradient of it lies within its tau of the
     # reference (the rtols the contract gives, as compare.json states them).
     make c --op gla "${small[@]}" --dtype bf16 --h0-std 0.5
-    expect_rc 0 "$pararnn" oracle "$work/c.safetensors" --grad --out "$work/c.oracle.safetensors"
-    expect_rc 0 "$pararnn" solve "$work/c.safetensors" --grad --out "$work/c.floor.safetensors"
-    expect_rc 0 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/c.floor.safetensors" --json "$work/c.compare.json"
-    rtol=$(json_get "$work/c.compare.json" "['tau']['rtol']")
-    grad_rtol=$(json_get "$work/c.compare.json" "['gradient_tau']['rtol']")
-    expect_rc 0 python3 "$confirm" "$work/c.safetensors" "$work/c.floor.safetensors" "$work/c.oracle.safetensors" \
-      "$work/c.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
-    for name in o final_state grad.q grad.k grad.v grad.g grad.initial_state; do
-      grep -q "^$name: oracle vs fla's naive reference" <<<"$out" || fail "no oracle line for $name: $out"
-      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
-        fail "the floor's $name is not within tau of fla's reference: $out"
-    done
+    floor_confirmed "$confirm" c "fla's naive reference" o final_state grad.q grad.k grad.v grad.g grad.initial_state
   fi
   ;;
 mamba_confirm_refuses_by_name)
@@ -399,29 +410,12 @@ PY
     # (D, z, dt_bias, initial_states). The floor stands in for the answer; every output and
     # gradient of it lies within its tau of the reference (the rtols the contract gives, as
     # compare.json states them).
-    expect_rc 0 "$pararnn" oracle "$work/h.safetensors" --grad --out "$work/h.oracle.safetensors"
-    expect_rc 0 "$pararnn" solve "$work/h.safetensors" --grad --out "$work/h.floor.safetensors"
-    expect_rc 0 "$pararnn" compare "$work/h.safetensors" --trajectory "$work/h.floor.safetensors" --json "$work/h.compare.json"
-    rtol=$(json_get "$work/h.compare.json" "['tau']['rtol']")
-    grad_rtol=$(json_get "$work/h.compare.json" "['gradient_tau']['rtol']")
-    expect_rc 0 python3 "$confirm" "$work/h.safetensors" "$work/h.floor.safetensors" "$work/h.oracle.safetensors" \
-      "$work/h.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
-    for name in out final_states grad.x grad.dt grad.A grad.B grad.C grad.D grad.z grad.dt_bias grad.initial_states; do
-      grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
-      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
-        fail "the floor's $name is not within tau of mamba-ssm's reference: $out"
-    done
+    floor_confirmed "$confirm" h "mamba-ssm's reference" out final_states grad.x grad.dt grad.A grad.B grad.C grad.D \
+      grad.z grad.dt_bias grad.initial_states
     # selective_scan through selective_scan_ref (a stand-in for the CUDA extension where it is absent).
-    expect_rc 0 "$pararnn" oracle "$work/u.safetensors" --grad --out "$work/u.oracle.safetensors"
-    expect_rc 0 "$pararnn" solve "$work/u.safetensors" --grad --out "$work/u.floor.safetensors"
-    expect_rc 0 python3 "$confirm" "$work/u.safetensors" "$work/u.floor.safetensors" "$work/u.oracle.safetensors" \
-      "$work/u.floor.safetensors" "$rtol" --grad-rtol "$grad_rtol"
+    floor_confirmed "$confirm" u "mamba-ssm's reference" out last_state grad.u grad.delta grad.A grad.B grad.C grad.D \
+      grad.z grad.delta_bias
     grep -q "^mamba_ssm.ops.selective_scan_interface.selective_scan_ref in f64 on cpu" <<<"$out" || fail "no selective_scan_ref heading: $out"
-    for name in out last_state grad.u grad.delta grad.A grad.B grad.C grad.D grad.z grad.delta_bias; do
-      grep -q "^$name: oracle vs mamba-ssm's reference" <<<"$out" || fail "no oracle line for $name: $out"
-      grep -q "^$name: floor vs the f64 reference: max error .*, 0 of [0-9]* values outside tau" <<<"$out" ||
-        fail "the floor's $name is not within tau of mamba-ssm's reference: $out"
-    done
   fi
   ;;
 gradients_exact_agrees_wrong_disagrees)
