@@ -10,7 +10,8 @@ this order, each row's group whole or not at all:
   1. every row's small files (compare.json, compare.txt, confirm.txt, stderr.txt, the logs);
   2. each row's case.safetensors and answer.safetensors (the bug report: both replay it);
   3. each row's oracle.safetensors and floor.safetensors (remade from the case by
-     `pararnn oracle` and `pararnn solve`, so last).
+     `pararnn oracle` and `pararnn solve`, so last), and what-if.answer.safetensors where
+     --what-if made one (its judgement, what-if.compare.*, is among the small files).
 In 2 and 3 the first row of each op.mode.dtype comes before the second of any, so that a budget
 cut keeps variety. bundle.txt lists, per row, what is in and what was left out.
 Exit 0 with FILE written (atomically), 2 on bad usage or an OUT without summary.tsv.
@@ -21,7 +22,7 @@ import sys
 import tarfile
 
 LARGE_FIRST = ("case.safetensors", "answer.safetensors")
-LARGE_LAST = ("oracle.safetensors", "floor.safetensors")
+LARGE_LAST = ("oracle.safetensors", "floor.safetensors", "what-if.answer.safetensors")
 
 
 def rows_in_order(out):
@@ -80,7 +81,7 @@ def main(argv):
     used = os.path.getsize(os.path.join(out, "summary.tsv")) + 64 * 1024  # the manifest's room
     chosen, notes = ["summary.tsv"], {row: [] for row in ids}
     for stage, names, order in (("small files", None, ids), ("case, answer", LARGE_FIRST, variety_order(ids)),
-                                ("oracle, floor", LARGE_LAST, variety_order(ids))):
+                                ("oracle, floor, what-if answer", LARGE_LAST, variety_order(ids))):
         for row in order:
             paths = files(row, names)
             if not paths:

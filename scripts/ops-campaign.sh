@@ -14,7 +14,8 @@
 #            [--modes chunk,fused_recurrent] [--dtypes bf16,f16,f32] [--T 1024,4096] [--dims 64,128]
 #            [--classes init,h0,packed,hard,keys] [--budget SECONDS] [--solver-timeout SECONDS]
 #            [--certify-budget N] [--gradients] [--keep-outputs]
-#            [--confirm 'CMD {case} {answer} {oracle} {floor} {rtol}'] [--bundle FILE [--bundle-mib N]]
+#            [--confirm 'CMD {case} {answer} {oracle} {floor} {rtol}'] [--what-if 'NAME=VALUE ...']
+#            [--bundle FILE [--bundle-mib N]]
 #   --quick: T 64,256, dims 16, H 2 (a CPU check of the plan with the reference adapter)
 #   --certify-budget: passed to pararnn compare (the float128 certification's chain-steps, a step
 #            counting K·V/64; default 4e6 = all chains of a small case, a prefix of one at T 65536)
@@ -29,22 +30,30 @@
 #            oracle: its result never changes the verdict or the exit status. With --gradients
 #            the kept oracle and floor carry their gradients (`oracle --grad`, `solve --grad`),
 #            and CMD may also hold {grad_rtol}: the gradient tau's rtol from compare.json
+#   --what-if: on every kept row with an answer, runs the solver again with these environment
+#            variables added (no shell; e.g. 'TRITON_F32_DEFAULT=ieee TRITON_CACHE_DIR=/tmp/ieee':
+#            would IEEE f32 dots change the verdict?), judges that answer as the row's was
+#            (what-if.answer.safetensors, what-if.compare.json / .txt, what-if.stderr.txt) and writes
+#            the variables, its verdict and compare's first words to the summary's what_if column.
+#            Like --confirm it never changes the row's verdict or the exit status: the row judges
+#            the library as called, the what-if says what a setting would change.
 #   --bundle: packs OUT/rows into FILE (tar.xz; a bundle.txt inside lists what is in and what
 #            was left out) within N MiB of files before compression (default 15): first every
 #            kept row's small files (compare.json, compare.txt, confirm.txt, logs), then the
-#            cases and answers, then the oracle and floor outputs, each row whole or not at all
+#            cases and answers, then the oracle and floor outputs and the what-if answers, each
+#            row whole or not at all
 # Writes OUT/summary.tsv (one line per row: id, verdict or Error, exit code, seconds, reason,
-# confirm: "-" where none ran) and, for every row that is not Agree, OUT/rows/<id>/ with the case,
+# confirm and what_if: "-" where none ran) and, for every row that is not Agree, OUT/rows/<id>/ with the case,
 # the answer, compare.json and the solver's stderr (a bundle to attach to a bug). Exit 0 when every
 # row Agrees, 1 otherwise.
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n 2,38p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,47p "$0" >&2; exit 2; }
 cli=$1 out=$2 solver=$3
 shift 3
 ops=gla,simple_gla,delta_rule,gated_delta_rule,dplr_delta_rule,rwkv7  # --ops selective_scan,ssd for mamba-ssm
 modes=chunk,fused_recurrent dtypes=bf16,f16,f32 times=1024,4096,16384,65536 dims=64,128 heads=4 batch=1
 budget=0 timeout_s=600 certify=() gradients=0 classes_asked=init,h0,packed,hard,keys
-keep_outputs=0 confirm= bundle= bundle_mib=15
+keep_outputs=0 confirm= bundle= bundle_mib=15 what_if=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) times=64,256 dims=16 heads=2 batch=2; shift ;;
@@ -61,6 +70,7 @@ while [ $# -gt 0 ]; do
     --classes) classes_asked=$2; shift 2 ;;
     --keep-outputs) keep_outputs=1; shift ;;
     --confirm) confirm=$2 keep_outputs=1; shift 2 ;;
+    --what-if) what_if=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
     --bundle-mib) bundle_mib=$2; shift 2 ;;
     *) echo "ops-campaign: unknown argument '$1'" >&2; exit 2 ;;
@@ -75,10 +85,16 @@ if [ -n "$confirm" ]; then
     [ $gradients -eq 1 ] || { echo "ops-campaign: --confirm's {grad_rtol} needs --gradients (no row judges gradients without it)" >&2; exit 2; } ;;
   esac
 fi
+read -r -a what_if_vars <<<"$what_if"
+[ -z "$what_if" ] || [ ${#what_if_vars[@]} -gt 0 ] || { echo "ops-campaign: --what-if needs NAME=VALUE words" >&2; exit 2; }
+for assignment in "${what_if_vars[@]}"; do
+  [[ $assignment =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
+    { echo "ops-campaign: --what-if: '$assignment' is not NAME=VALUE" >&2; exit 2; }
+done
 case $bundle_mib in ''|*[!0-9]*) echo "ops-campaign: --bundle-mib must be a whole number (got '$bundle_mib')" >&2; exit 2 ;; esac
 mkdir -p "$out/rows" || exit 2
 summary=$out/summary.tsv
-printf 'id\tverdict\texit\tseconds\treason\tconfirm\n' > "$summary"
+printf 'id\tverdict\texit\tseconds\treason\tconfirm\twhat_if\n' > "$summary"
 start=$SECONDS
 all_agree=1
 IFS=, read -r -a op_list <<<"$ops"
@@ -121,6 +137,26 @@ keep_and_confirm() {  # keep_and_confirm WORK
   timeout -k 10 "$timeout_s" "${words[@]}" < /dev/null > "$work/confirm.txt" 2>&1
   code=$?
   printf 'confirm exit %s (%s s): %s' "$code" "$((SECONDS - t0))" "$(tail -c 1500 "$work/confirm.txt" | one_line)"
+}
+# The solver again under --what-if's variables, its answer judged as the row's was. Prints the
+# summary's what_if column.
+what_if_run() {  # what_if_run WORK
+  local work=$1 cmd words code t0=$SECONDS verdict
+  cmd=${solver//\{case\}/$work/case.safetensors}
+  cmd=${cmd//\{out\}/$work/what-if.answer.safetensors}
+  read -r -a words <<<"$cmd"
+  "${solver_env[@]}" "${what_if_vars[@]}" timeout -k 10 "$timeout_s" "${words[@]}" < /dev/null \
+    > "$work/what-if.solver.log" 2> "$work/what-if.stderr.txt"
+  code=$?
+  if [ $code -ne 0 ]; then
+    printf '%s: not judged: solver exit %s: %s' "$what_if" "$code" "$(tail -1 "$work/what-if.stderr.txt" | one_line)"; return
+  fi
+  [ -f "$work/what-if.answer.safetensors" ] || { printf '%s: not judged: the solver wrote no answer' "$what_if"; return; }
+  "$cli" compare "$work/case.safetensors" --trajectory "$work/what-if.answer.safetensors" \
+    --json "$work/what-if.compare.json" "${certify[@]}" > "$work/what-if.compare.txt" 2>&1
+  verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/what-if.compare.json" 2>/dev/null ||
+            echo Error)
+  printf '%s: %s (%s s): %s' "$what_if" "$verdict" "$((SECONDS - t0))" "$(head -c 400 "$work/what-if.compare.txt" | one_line)"
 }
 for T in "${time_list[@]}"; do
   classes=("${class_list[@]}")
@@ -176,12 +212,18 @@ for T in "${time_list[@]}"; do
       fi
     fi
     seconds=$((SECONDS - t0))
-    confirmed=-
+    confirmed=- what_if_said=-
     if [ "$verdict" != Agree ] && [ $judged -eq 1 ] && [ $keep_outputs -eq 1 ]; then
       confirmed=$(keep_and_confirm "$work")
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$verdict" "$code" "$seconds" "$reason" "$confirmed" >> "$summary"
-    if [ "$confirmed" = - ]; then echo "$id: $verdict ($seconds s)"; else echo "$id: $verdict ($seconds s); $confirmed"; fi
+    if [ "$verdict" != Agree ] && [ $judged -eq 1 ] && [ -n "$what_if" ]; then
+      what_if_said=$(what_if_run "$work")
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$verdict" "$code" "$seconds" "$reason" "$confirmed" "$what_if_said" >> "$summary"
+    line="$id: $verdict ($seconds s)"
+    [ "$confirmed" = - ] || line="$line; $confirmed"
+    [ "$what_if_said" = - ] || line="$line; what-if $what_if_said"
+    echo "$line"
     if [ "$verdict" = Agree ]; then
       rm -rf "$work"
     else

@@ -9,7 +9,9 @@
 # its numbers in the summary's confirm column and rows/<id>/confirm.txt; with --gradients its
 # gradients too, --grad-rtol {grad_rtol}), and the kept rows are
 # packed into OUT/rows.tar.xz (15 MiB before compression). Extra arguments go to ops-campaign.sh
-# and come after these (e.g. --T 1024,4096 --dtypes bf16 --budget 1200 --bundle-mib 10).
+# and come after these (e.g. --T 1024,4096 --dtypes bf16 --budget 1200 --bundle-mib 10; and
+# --what-if 'TRITON_F32_DEFAULT=ieee TRITON_CACHE_DIR=/tmp/ieee-cache' to rerun every kept row with
+# IEEE f32 dots, in a Triton cache of their own).
 #
 # Compiling and autotuning fla's Triton kernels costs 20 to 90 s in a fresh process. Triton keeps
 # both on disk: compiled kernels always, autotuning timings where the autotuner has cache_results
@@ -27,7 +29,7 @@
 # it); 2 when fla cannot be installed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-[ $# -ge 2 ] || { sed -n 2,27p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,29p "$0" >&2; exit 2; }
 cli=$1 out=$2
 shift 2
 ls "$root"/.whl/flash_linear_attention-*.whl > /dev/null 2>&1 ||

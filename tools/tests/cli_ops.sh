@@ -266,7 +266,7 @@ campaign_keeps_references_confirms_and_bundles)
   stub="python3 $here/solvers/confirm_stub.py {case} {answer} {oracle} {floor} {rtol}"
   plan=(--quick --ops gla,gated_delta_rule --modes chunk --dtypes bf16 --T 64 --classes init,h0,packed)
   expect_rc 0 "$campaign" "$pararnn" "$work/ref" "$pararnn solve {case} --out {out}" "${plan[@]}" --confirm "$stub"
-  [ "$(head -1 "$work/ref/summary.tsv")" = "$(printf 'id\tverdict\texit\tseconds\treason\tconfirm')" ] ||
+  [ "$(head -1 "$work/ref/summary.tsv")" = "$(printf 'id\tverdict\texit\tseconds\treason\tconfirm\twhat_if')" ] ||
     fail "summary header: $(head -1 "$work/ref/summary.tsv")"
   [ "$(cut -f6 "$work/ref/summary.tsv" | sort -u | tr '\n' ' ')" = "- confirm " ] ||
     fail "a confirmation ran on an Agree row: $(cut -f1,6 "$work/ref/summary.tsv")"
@@ -302,6 +302,39 @@ campaign_keeps_references_confirms_and_bundles)
   says "--confirm must contain {case} {answer} {oracle} {floor} {rtol}"
   expect_rc 2 "$campaign" "$pararnn" "$work/x" "$bad" "${plan[@]}" --classes init,soft
   says "--classes: 'soft' is not one of"
+  ;;
+campaign_what_if_reruns_kept_rows)
+  # --what-if: every kept row's solver runs again with the variables added and that answer is
+  # judged as the row's was (the summary's what_if column, what-if.* in the row); the row's
+  # verdict and the exit status stay the library's as called. Agree rows run none. The solver here
+  # drops its chunk carry unless FIXED=1 is set, so the what-if Agrees where the row Disagrees.
+  campaign="$source_dir/scripts/ops-campaign.sh"
+  solver="$work/switch.sh"
+  printf '#!/bin/sh\nif [ "${FIXED:-}" = 1 ]; then exec "%s" solve "$1" --out "$2"; fi\nexec python3 "%s" "$1" "$2" --mode drop-carry --chunk 8\n' \
+    "$pararnn" "$adapter" > "$solver" && chmod +x "$solver" || fail "tool"
+  plan=(--quick --ops gla --modes chunk --dtypes bf16 --T 64 --classes init,h0)
+  expect_rc 1 "$campaign" "$pararnn" "$work/w" "$solver {case} {out}" "${plan[@]}" --what-if "FIXED=1 UNUSED=a=b" \
+    --bundle "$work/w/rows.tar.xz"
+  [ "$(cut -f2 "$work/w/summary.tsv" | sed 1d | sort -u)" = Disagree ] || fail "verdicts changed: $(cut -f1,2 "$work/w/summary.tsv")"
+  [ "$(cut -f7 "$work/w/summary.tsv" | sed 1d | grep -c '^FIXED=1 UNUSED=a=b: Agree (')" -eq 2 ] ||
+    fail "what_if column: $(cut -f1,7 "$work/w/summary.tsv")"
+  row="$work/w/rows/gla.chunk.bf16.T64.d16.h0"
+  for f in what-if.answer.safetensors what-if.compare.json what-if.compare.txt what-if.stderr.txt answer.safetensors compare.json; do
+    [ -f "$row/$f" ] || fail "row keeps no $f"
+  done
+  [ "$(json_get "$row/what-if.compare.json" "['verdict']")" = Agree ] || fail "what-if verdict"
+  [ "$(json_get "$row/compare.json" "['verdict']")" = Disagree ] || fail "the row's own verdict"
+  tar -tJf "$work/w/rows.tar.xz" | grep -q "gla.chunk.bf16.T64.d16.h0/what-if.compare.json" || fail "bundle has no what-if judgement"
+  # A what-if that breaks the solver is said so, never a verdict; Agree rows run none.
+  expect_rc 1 "$campaign" "$pararnn" "$work/broken" "python3 $adapter {case} {out} --mode drop-carry --chunk 8" "${plan[@]}" \
+    --classes init --what-if "PYTHONPATH=/nonexistent PYTHONHOME=/nonexistent"
+  grep -q $'\tPYTHONPATH=/nonexistent PYTHONHOME=/nonexistent: not judged: solver exit ' "$work/broken/summary.tsv" ||
+    fail "a broken what-if: $(cut -f1,7 "$work/broken/summary.tsv")"
+  expect_rc 0 "$campaign" "$pararnn" "$work/ok" "$pararnn solve {case} --out {out}" "${plan[@]}" --what-if "FIXED=1"
+  [ "$(cut -f7 "$work/ok/summary.tsv" | sed 1d | sort -u)" = - ] || fail "a what-if ran on an Agree row"
+  # Refusals: a word that is not NAME=VALUE.
+  expect_rc 2 "$campaign" "$pararnn" "$work/x" "$solver {case} {out}" "${plan[@]}" --what-if "FIXED=1 ieee"
+  says "--what-if: 'ieee' is not NAME=VALUE"
   ;;
 fla_confirm_refuses_by_name)
   # scripts/ops-confirm-fla.py without torch or fla: what fla's naive references cannot confirm is
