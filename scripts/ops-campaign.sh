@@ -141,7 +141,7 @@ keep_and_confirm() {  # keep_and_confirm WORK
 # The solver again under --what-if's variables, its answer judged as the row's was. Prints the
 # summary's what_if column.
 what_if_run() {  # what_if_run WORK
-  local work=$1 cmd words code t0=$SECONDS verdict
+  local work=$1 cmd words code t0=$SECONDS verdict vars="${what_if_vars[*]}"  # one line, spaces only
   cmd=${solver//\{case\}/$work/case.safetensors}
   cmd=${cmd//\{out\}/$work/what-if.answer.safetensors}
   read -r -a words <<<"$cmd"
@@ -149,14 +149,14 @@ what_if_run() {  # what_if_run WORK
     > "$work/what-if.solver.log" 2> "$work/what-if.stderr.txt"
   code=$?
   if [ $code -ne 0 ]; then
-    printf '%s: not judged: solver exit %s: %s' "$what_if" "$code" "$(tail -1 "$work/what-if.stderr.txt" | one_line)"; return
+    printf '%s: not judged: solver exit %s: %s' "$vars" "$code" "$(tail -1 "$work/what-if.stderr.txt" | one_line)"; return
   fi
-  [ -f "$work/what-if.answer.safetensors" ] || { printf '%s: not judged: the solver wrote no answer' "$what_if"; return; }
+  [ -f "$work/what-if.answer.safetensors" ] || { printf '%s: not judged: the solver wrote no answer' "$vars"; return; }
   "$cli" compare "$work/case.safetensors" --trajectory "$work/what-if.answer.safetensors" \
     --json "$work/what-if.compare.json" "${certify[@]}" > "$work/what-if.compare.txt" 2>&1
   verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/what-if.compare.json" 2>/dev/null ||
             echo Error)
-  printf '%s: %s (%s s): %s' "$what_if" "$verdict" "$((SECONDS - t0))" "$(head -c 400 "$work/what-if.compare.txt" | one_line)"
+  printf '%s: %s (%s s): %s' "$vars" "$verdict" "$((SECONDS - t0))" "$(head -c 400 "$work/what-if.compare.txt" | one_line)"
 }
 for T in "${time_list[@]}"; do
   classes=("${class_list[@]}")

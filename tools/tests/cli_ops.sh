@@ -313,9 +313,11 @@ campaign_what_if_reruns_kept_rows)
   printf '#!/bin/sh\nif [ "${FIXED:-}" = 1 ]; then exec "%s" solve "$1" --out "$2"; fi\nexec python3 "%s" "$1" "$2" --mode drop-carry --chunk 8\n' \
     "$pararnn" "$adapter" > "$solver" && chmod +x "$solver" || fail "tool"
   plan=(--quick --ops gla --modes chunk --dtypes bf16 --T 64 --classes init,h0)
-  expect_rc 1 "$campaign" "$pararnn" "$work/w" "$solver {case} {out}" "${plan[@]}" --what-if "FIXED=1 UNUSED=a=b" \
+  # (a tab between the words: the column names them space-separated, never breaking the TSV)
+  expect_rc 1 "$campaign" "$pararnn" "$work/w" "$solver {case} {out}" "${plan[@]}" --what-if $'FIXED=1\tUNUSED=a=b' \
     --bundle "$work/w/rows.tar.xz"
   [ "$(cut -f2 "$work/w/summary.tsv" | sed 1d | sort -u)" = Disagree ] || fail "verdicts changed: $(cut -f1,2 "$work/w/summary.tsv")"
+  [ "$(awk -F'\t' 'NF != 7' "$work/w/summary.tsv" | wc -l)" -eq 0 ] || fail "a summary line without 7 columns"
   [ "$(cut -f7 "$work/w/summary.tsv" | sed 1d | grep -c '^FIXED=1 UNUSED=a=b: Agree (')" -eq 2 ] ||
     fail "what_if column: $(cut -f1,7 "$work/w/summary.tsv")"
   row="$work/w/rows/gla.chunk.bf16.T64.d16.h0"
