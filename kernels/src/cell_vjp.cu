@@ -2,11 +2,14 @@
 // Jacobian: a grid-stride loop over (b, t, c), c fastest, as launch_cell_residual's (and the
 // same CellMath::step, in the adjoint's type A). The VJP: one thread per (b, chunk, c), c
 // fastest so that loads and stores are coalesced along channels; the thread walks its chunk's
-// steps in order, accumulating its recurrent partial sums in registers. Every input is read in
+// steps in order, accumulating its recurrent (and input bias) partial sums in registers and,
+// where asked, splitting each d_wx value into bf16 terms as it stores it. Every input is read in
 // its compute type T and widened in registers.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "pararnn/kernels/cell_vjp.hpp"
 #include "pararnn/kernels/newton_cells.hpp"
@@ -71,10 +74,14 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
   using W = A;  // the arithmetic's type: the adjoint's storage type (cell_vjp.hpp)
   W rec[RC];
   double acc[R];  // the recurrent partial sums stay double whatever W
+  double acc_wx[G];  // the input biases' partial sums (used where d_wx_partials is given)
 #pragma unroll
   for (int k = 0; k < RC; ++k) rec[k] = static_cast<W>(a.recurrent[k * D + c]);
 #pragma unroll
   for (int k = 0; k < R; ++k) acc[k] = 0.0;
+#pragma unroll
+  for (int g = 0; g < G; ++g) acc_wx[g] = 0.0;
+  auto* const terms = static_cast<__nv_bfloat16*>(a.d_wx_bf16);
   const int64_t t_end = (chunk + 1) * kVjpStepsPerPartial < a.time ? (chunk + 1) * kVjpStepsPerPartial : a.time;
   for (int64_t t = chunk * kVjpStepsPerPartial; t < t_end; ++t) {
     const int64_t bt = b * a.time + t;
@@ -95,7 +102,23 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
 #pragma unroll
     for (int k = 0; k < R; ++k) acc[k] += static_cast<double>(d_rec[k]);
 #pragma unroll
-    for (int g = 0; g < G; ++g) a.d_wx[bt * G * D + g * D + c] = static_cast<T>(d_wx[g]);
+    for (int g = 0; g < G; ++g) {
+      const T value = static_cast<T>(d_wx[g]);
+      const int64_t at = bt * G * D + g * D + c;
+      if (a.d_wx != nullptr) a.d_wx[at] = value;
+      acc_wx[g] += static_cast<double>(value);
+      if constexpr (std::is_same_v<T, float>) {
+        if (terms != nullptr) {  // launch_bf16_split's arithmetic, element for element
+          float rest = value;
+          const bool finite = isfinite(rest);
+          for (int k = 0; k < a.bf16_terms; ++k) {
+            const __nv_bfloat16 term = __float2bfloat16_rn(rest);
+            terms[k * a.bf16_plane + at] = term;
+            rest = finite ? __fsub_rn(rest, __bfloat162float(term)) : 0.0f;
+          }
+        }
+      }
+    }
     if (head && a.d_h0 != nullptr) {
 #pragma unroll
       for (int s = 0; s < S; ++s) a.d_h0[(row * S + s) * D + c] = static_cast<double>(d_hp[s]);
@@ -103,6 +126,10 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
   }
 #pragma unroll
   for (int k = 0; k < R; ++k) a.d_rec_partials[(bk * R + k) * D + c] = acc[k];
+  if (a.d_wx_partials != nullptr) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) a.d_wx_partials[(bk * G + g) * D + c] = acc_wx[g];
+  }
 }
 
 __global__ void widen_kernel(const float* src, double* dst, int64_t n) {
@@ -133,7 +160,11 @@ cudaError_t launch_cell_vjp(const CellVjpArgs<T, A>& a, cudaStream_t stream) {
   const int64_t threads = a.batch * vjp_partial_chunks(a.time) * a.channels;
   if (threads == 0) return cudaSuccess;
   if (a.wx == nullptr || a.recurrent == nullptr || a.H == nullptr || a.mu == nullptr ||
-      a.d_wx == nullptr || a.d_rec_partials == nullptr)
+      (a.d_wx == nullptr && a.d_wx_bf16 == nullptr) || a.d_rec_partials == nullptr)
+    return cudaErrorInvalidValue;
+  if (a.d_wx_bf16 != nullptr &&
+      (!std::is_same_v<T, float> || a.bf16_terms < 1 || a.bf16_terms > 3 ||
+       a.bf16_plane < a.batch * a.time * CellMath::kGates * a.channels))
     return cudaErrorInvalidValue;
   const int64_t blocks = (threads + kVjpThreads - 1) / kVjpThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;

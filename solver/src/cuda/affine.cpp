@@ -304,17 +304,19 @@ const TensorView* device_target(const ApplyOptions& options, const std::string& 
 }  // namespace
 
 void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name, const Shape& shape,
-                      const DeviceBuffer& sums, NewtonGradients& out) {
+                      const double* sums, NewtonGradients& out) {
   std::int64_t n = 1;
   for (const std::int64_t extent : shape) n *= extent;
   if (const TensorView* target = device_target(options, name)) {
-    const kernels::GradientStoreArgs a{.src = sums.as<double>(), .dst = target->data(),
+    const kernels::GradientStoreArgs a{.src = sums, .dst = target->data(),
                                        .dst_type = store_type(cell.dtype()), .n = n};
     PARARNN_CUDA_CHECK(kernels::launch_gradient_store(a, current_stream()));
     out.written.insert(name);
     return;
   }
-  out.parameters.emplace(name, gradient_tensor(cell, shape, download_vector<double>(sums, n)));
+  std::vector<double> host(static_cast<std::size_t>(n));
+  if (n > 0) copy_to_host(host.data(), sums, host.size() * sizeof(double));
+  out.parameters.emplace(name, gradient_tensor(cell, shape, std::move(host)));
 }
 
 void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, const DeviceBuffer& sums,
@@ -408,9 +410,14 @@ constexpr int kDwxTerms = 2;
 // into its own ∇W partial, and one into ∇x (accumulated). The partials [group][pair] are summed in
 // double in that order.
 void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const float* d_wx,
-                                float* dx, NewtonGradients& out, const ApplyOptions& options) {
+                                float* dx, NewtonGradients& out, const ApplyOptions& options, const DwxGiven& given) {
   const DType storage = cell.dtype();
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), d_in = L.d_in;
+  if (!d_wx && (!given.bf16_terms || !given.bias_sums))
+    throw Error("input_affine_backward_into: without d W_x x's values, both its bf16 terms and ∇b's sums are needed");
+  if (given.bf16_terms && given.plane < B * T * width)
+    throw Error(fmt::format("input_affine_backward_into: d W_x x's bf16 planes hold {} elements, {} are needed",
+                            given.plane, B * T * width));
   const int source_terms = storage == DType::f16 ? 2 : 1;  // of x and W: f16 needs two bf16
   std::vector<std::pair<int, int>> pairs;
   for (int i = 0; i < source_terms; ++i)
@@ -453,14 +460,27 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
     terms.push_back(std::move(b));
   }
   const std::int64_t group_rows = group * T;
-  DeviceBuffer d_terms(checked_bytes(kDwxTerms * group_rows * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
+  // d_wx's terms: the VJP's, read in place (term j of the group at j · plane + its first row), or
+  // split here group by group into d_terms (term j at j · group_rows · width).
+  DeviceBuffer d_terms;
+  if (!given.bf16_terms)
+    d_terms = DeviceBuffer(checked_bytes(kDwxTerms * group_rows * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
   DeviceBuffer x_terms;
   if (source_terms == 2) x_terms = DeviceBuffer(checked_bytes(2 * group_rows * d_in, 2, "x's bf16 terms"), "x's bf16 terms");
   const auto* x_bytes = static_cast<const unsigned char*>(xs);
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t b0 = g * group, rows_g = std::min(group, B - b0) * T;
     if (rows_g == 0) continue;
-    split_to_bf16(d_wx + b0 * T * width, DType::f32, rows_g * width, kDwxTerms, group_rows * width, d_terms.get());
+    const std::uint16_t* terms_g = nullptr;
+    std::int64_t term_plane = 0;
+    if (given.bf16_terms) {
+      terms_g = static_cast<const std::uint16_t*>(given.bf16_terms) + b0 * T * width;
+      term_plane = given.plane;
+    } else {
+      split_to_bf16(d_wx + b0 * T * width, DType::f32, rows_g * width, kDwxTerms, group_rows * width, d_terms.get());
+      terms_g = d_terms.as<std::uint16_t>();
+      term_plane = group_rows * width;
+    }
     const void* x_base = x_bytes + static_cast<std::size_t>(b0 * T * d_in) * 2;
     std::int64_t x_plane = 0;
     if (source_terms == 2) {
@@ -473,7 +493,7 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
       const std::int64_t w_plane = b.rows * b.inputs;
       for (std::int64_t p = 0; p < n_pairs; ++p) {
         const auto [i, j] = pairs[static_cast<std::size_t>(p)];
-        const auto* d_term = d_terms.as<std::uint16_t>() + j * group_rows * width + b.column;
+        const auto* d_term = terms_g + j * term_plane + b.column;
         // ∇W partial (inputs × rows, column-major) = x_termᵢ (inputs × rows_g, ld d_in) d_termⱼᵀ.
         gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, b.inputs, b.rows, rows_g,
                   static_cast<const std::uint16_t*>(x_base) + i * x_plane, d_in, 0, d_term, width, 0, 0.0f,
@@ -486,16 +506,21 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
       }
     }
   }
-  const DeviceBuffer ones = broadcast_on_device(1.0, DType::f32, T, "a ones vector");
+  DeviceBuffer ones;
+  if (!given.bias_sums) ones = broadcast_on_device(1.0, DType::f32, T, "a ones vector");
   for (std::size_t k = 0; k < blocks.size(); ++k) {
     const AffineBlock& block = blocks[k];
     const BlockTerms& b = terms[k];
-    DeviceBuffer db(checked_bytes(B * b.rows, sizeof(float), "∇b per row"), "∇b per row");
-    gemm_batched<float>(CUBLAS_OP_N, CUBLAS_OP_T, 1, b.rows, T, ones.as<float>(), 1, 0, d_wx + b.column, width,
-                        T * width, 0.0f, db.as<float>(), 1, b.rows, B);
     deliver_gradient(cell, options, std::string(block.weight), {b.rows, b.inputs},
                      sum_rows_device(b.dW.as<float>(), b.rows > 0 ? groups * n_pairs : 0, b.rows * b.inputs, "∇W"),
                      out);
+    if (given.bias_sums) {
+      deliver_gradient(cell, options, std::string(block.bias), {b.rows}, given.bias_sums + b.column, out);
+      continue;
+    }
+    DeviceBuffer db(checked_bytes(B * b.rows, sizeof(float), "∇b per row"), "∇b per row");
+    gemm_batched<float>(CUBLAS_OP_N, CUBLAS_OP_T, 1, b.rows, T, ones.as<float>(), 1, 0, d_wx + b.column, width,
+                        T * width, 0.0f, db.as<float>(), 1, b.rows, B);
     deliver_gradient(cell, options, std::string(block.bias), {b.rows}, sum_rows_device(db.as<float>(), B, b.rows, "∇b"),
                      out);
   }
@@ -503,16 +528,20 @@ void half_input_affine_backward(const Cell& cell, const Layout& L, const TensorV
 
 }  // namespace
 
+int half_backward_dwx_terms() { return kDwxTerms; }
+
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options) {
+                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options, const DwxGiven& given) {
   const DType compute = compute_dtype(cell.dtype());
   if constexpr (std::is_same_v<ComputeT, float>) {
     if (cell.dtype() == DType::f16 || cell.dtype() == DType::bf16) {
-      half_input_affine_backward(cell, L, x, d_wx, dx, out, options);
+      half_input_affine_backward(cell, L, x, d_wx, dx, out, options, given);
       return;
     }
   }
+  if (given.bf16_terms)
+    throw Error("input_affine_backward_into: d W_x x's bf16 terms are read for f16 and bf16 cells only");
   DeviceBuffer x_holder;
   const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));
   const std::int64_t B = L.batch, T = L.time, width = gate_width(cell), rows_bt = B * T;
@@ -521,7 +550,8 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorV
   const bool first_writes_all = !blocks.empty() && cell.affine_inputs(blocks.front()) == L.d_in;
   if (!first_writes_all && rows_bt * L.d_in > 0)
     PARARNN_CUDA_CHECK(cudaMemsetAsync(dx, 0, checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), current_stream()));
-  const DeviceBuffer ones = broadcast_on_device(1.0, compute, T, "a ones vector");
+  DeviceBuffer ones;
+  if (!given.bias_sums) ones = broadcast_on_device(1.0, compute, T, "a ones vector");
   for (const AffineBlock& block : blocks) {
     const std::int64_t inputs = cell.affine_inputs(block), rows = cell.affine_rows(block);
     const ComputeT beta = first_writes_all && &block == &blocks.front() ? ComputeT(0) : ComputeT(1);
@@ -530,15 +560,20 @@ void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorV
     const void* W_compute =
         on_device_as(parameter_view(cell, options, std::string(block.weight)), compute, W, "an input weight (compute type)");
     DeviceBuffer dW(checked_bytes(B * rows * inputs, sizeof(ComputeT), "∇W per row"), "∇W per row");
-    DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, inputs, rows, T, xc, L.d_in, T * L.d_in, dwx_block, width,
                            T * width, ComputeT(0), dW.as<ComputeT>(), inputs, rows * inputs, B);
-    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
-                           T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_N, inputs, rows_bt, rows, static_cast<const ComputeT*>(W_compute), inputs, 0,
                            dwx_block, width, 0, beta, dx, L.d_in, 0, 1);
     deliver_gradient(cell, options, std::string(block.weight), {rows, inputs},
                      sum_rows_device(dW.as<ComputeT>(), B, rows * inputs, "∇W"), out);
+    if (given.bias_sums) {
+      deliver_gradient(cell, options, std::string(block.bias), {rows},
+                       given.bias_sums + block.first_gate * (rows / block.gates), out);
+      continue;
+    }
+    DeviceBuffer db(checked_bytes(B * rows, sizeof(ComputeT), "∇b per row"), "∇b per row");
+    gemm_batched<ComputeT>(CUBLAS_OP_N, CUBLAS_OP_T, 1, rows, T, ones.as<ComputeT>(), 1, 0, dwx_block, width,
+                           T * width, ComputeT(0), db.as<ComputeT>(), 1, rows, B);
     deliver_gradient(cell, options, std::string(block.bias), {rows}, sum_rows_device(db.as<ComputeT>(), B, rows, "∇b"),
                      out);
   }
@@ -553,9 +588,9 @@ DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const Tens
 }
 
 template void input_affine_backward_into<float>(const Cell&, const Layout&, const TensorView&, const float*, float*,
-                                                NewtonGradients&, const ApplyOptions&);
+                                                NewtonGradients&, const ApplyOptions&, const DwxGiven&);
 template void input_affine_backward_into<double>(const Cell&, const Layout&, const TensorView&, const double*,
-                                                 double*, NewtonGradients&, const ApplyOptions&);
+                                                 double*, NewtonGradients&, const ApplyOptions&, const DwxGiven&);
 template DeviceBuffer input_affine_backward<float>(const Cell&, const Layout&, const TensorView&, const float*,
                                                    NewtonGradients&);
 template DeviceBuffer input_affine_backward<double>(const Cell&, const Layout&, const TensorView&, const double*,

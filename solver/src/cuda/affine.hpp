@@ -80,7 +80,11 @@ DeviceBuffer sum_rows_device(const T* rows, std::int64_t count, std::int64_t n, 
 // and rounded on the host into out.parameters[name] (solve_newton's caller then writes a host
 // target).
 void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name, const Shape& shape,
-                      const DeviceBuffer& sums, NewtonGradients& out);
+                      const double* sums, NewtonGradients& out);
+inline void deliver_gradient(const Cell& cell, const ApplyOptions& options, const std::string& name,
+                             const Shape& shape, const DeviceBuffer& sums, NewtonGradients& out) {
+  deliver_gradient(cell, options, name, shape, sums.as<double>(), out);
+}
 // The recurrent entries' gradients from their sums on the device ([R][d_h] doubles in the order
 // of cell.spec().recurrent), zero where the clamp clipped the raw value the solve read (the mask
 // of backends.hpp's recurrent_gradients, from the caller's view or the Cell's value), delivered
@@ -101,9 +105,21 @@ void deliver_recurrent_gradients(const Cell& cell, const ApplyOptions& options, 
 // each product is the f32 one of that d_wx up to the order of its sum (the term pairs below 2^-24
 // of the leading one are left out); ∇b by cuBLAS in f32. W is the value the solve read (parameter_view: `options`'
 // view where it names the weight, else the Cell's).
+// `given` carries what the per-element VJP already made of d_wx (per_channel_training.cpp): its
+// bf16 terms (f16 and bf16 cells; read in place of the split, the same bits, and d_wx may then be
+// null) and ∇b's sums in double ([gate_width] on the device, Σ over b and t of d_wx as stored;
+// read in place of the ∇b GEMMs).
+struct DwxGiven {
+  const void* bf16_terms = nullptr;  // [kDwxTerms][plane] bf16 bits, plane ≥ B · T · gate_width
+  std::int64_t plane = 0;
+  const double* bias_sums = nullptr;
+};
+// The number of bf16 terms the f16/bf16 backward splits d_wx into (DwxGiven::bf16_terms holds as many).
+int half_backward_dwx_terms();
 template <class ComputeT>
 void input_affine_backward_into(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
-                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options);
+                                ComputeT* dx, NewtonGradients& out, const ApplyOptions& options,
+                                const DwxGiven& given = {});
 template <class ComputeT>
 DeviceBuffer input_affine_backward(const Cell& cell, const Layout& L, const TensorView& x, const ComputeT* d_wx,
                                    NewtonGradients& out);

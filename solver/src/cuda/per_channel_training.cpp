@@ -2,7 +2,8 @@
 // newton_apply's solve (the auto rule included; a solve repeats bit for bit, so recompute's
 // re-solve in the backward is exactly the forward's H*), H* and W_x x kept on the device for the
 // backward; the backward is the implicit adjoint: J at H* and a reverse scan in f64 plus a
-// per-element VJP, then the input affines' gradients by cuBLAS.
+// per-element VJP (the input biases' gradients summed in it), then the input affines' other
+// gradients by cuBLAS.
 #include "cuda/per_channel.hpp"
 
 #include <cuda_runtime_api.h>
@@ -65,11 +66,23 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
                        "the adjoint scan's workspace");
   PARARNN_CUDA_CHECK((kernels::launch_scan_affine<S, AdjointT>(scan, scan_ws.get(), scan_ws.bytes(), current_stream())));
 
-  // The per-element VJP.
+  // The per-element VJP. It also sums d W_x x over each chunk's steps (the input biases'
+  // gradients: no pass over d W_x x for them), and for f16/bf16 storage writes d W_x x as the bf16
+  // terms the input affines' GEMMs read in place of its f32 values (no split pass, no f32 array),
+  // except for CfC, whose Δt gradient reads the values.
   const std::int64_t chunks = kernels::vjp_partial_chunks(T);
-  DeviceBuffer d_wx(checked_bytes(rows_bt * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
+  const bool terms_in_vjp = std::is_same_v<ComputeT, float> &&
+                            (cell.dtype() == DType::f16 || cell.dtype() == DType::bf16) && cell.spec().dt_gate < 0;
+  const int n_terms = half_backward_dwx_terms();
+  DeviceBuffer d_wx, d_wx_terms;
+  if (terms_in_vjp)
+    d_wx_terms = DeviceBuffer(checked_bytes(n_terms * rows_bt * width, 2, "d W_x x's bf16 terms"), "d W_x x's bf16 terms");
+  else
+    d_wx = DeviceBuffer(checked_bytes(rows_bt * width, sizeof(ComputeT), "d W_x x"), "d W_x x");
   DeviceBuffer partials(checked_bytes(B * chunks * R * D, sizeof(double), "recurrent partials"),
                         "recurrent partials");
+  DeviceBuffer bias_partials(checked_bytes(B * chunks * width, sizeof(double), "input bias partials"),
+                             "input bias partials");
   DeviceBuffer d_h0;
   if (options.h0) {
     d_h0 = DeviceBuffer(checked_bytes(h0_rows * S * D, sizeof(double), "∇h0"), "∇h0");
@@ -78,8 +91,10 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   const kernels::CellVjpArgs<ComputeT, AdjointT> v{
       .wx = static_cast<const ComputeT*>(p.wx), .recurrent = static_cast<const ComputeT*>(p.recurrent),
       .h0 = static_cast<const ComputeT*>(p.h0), .h0_row = p.h0_row, .head = p.head, .H = H,
-      .mu = mu.as<AdjointT>(), .d_wx = d_wx.as<ComputeT>(), .d_h0 = options.h0 ? d_h0.as<double>() : nullptr,
-      .d_rec_partials = partials.as<double>(), .batch = B, .time = T, .channels = D};
+      .mu = mu.as<AdjointT>(), .d_wx = terms_in_vjp ? nullptr : d_wx.as<ComputeT>(),
+      .d_h0 = options.h0 ? d_h0.as<double>() : nullptr, .d_rec_partials = partials.as<double>(),
+      .d_wx_partials = bias_partials.as<double>(), .d_wx_bf16 = d_wx_terms.get(), .bf16_plane = rows_bt * width,
+      .bf16_terms = n_terms, .batch = B, .time = T, .channels = D};
   PARARNN_CUDA_CHECK((kernels::launch_cell_vjp<CellMath, ComputeT, AdjointT>(v, current_stream())));
   J = DeviceBuffer();  // J and μ are not read again: back to the pool before the GEMMs' buffers
   mu = DeviceBuffer();
@@ -97,7 +112,11 @@ NewtonGradients adjoint_backward(const Cell& cell, const Layout& L, const Device
   DeviceBuffer dx_holder;
   if (!in_place) dx_holder = DeviceBuffer(checked_bytes(rows_bt * L.d_in, sizeof(ComputeT), "∇x"), "∇x");
   auto* dx = in_place ? static_cast<ComputeT*>(grad_x->data()) : dx_holder.as<ComputeT>();
-  input_affine_backward_into<ComputeT>(cell, L, x, d_wx.as<ComputeT>(), dx, out, options);
+  const DeviceBuffer bias_sums = sum_rows_device(bias_partials.as<double>(), B * chunks, width, "input bias gradients");
+  bias_partials = DeviceBuffer();
+  input_affine_backward_into<ComputeT>(cell, L, x, terms_in_vjp ? nullptr : d_wx.as<ComputeT>(), dx, out, options,
+                                       {.bf16_terms = d_wx_terms.get(), .plane = rows_bt * width,
+                                        .bias_sums = bias_sums.as<double>()});
   if (cell.spec().dt_gate >= 0) {  // CfC's Δt: Σ over channels of its gate's cotangent
     DeviceBuffer x_holder;
     const auto* xc = static_cast<const ComputeT*>(on_device_as(x, compute, x_holder, "x (compute type)"));

@@ -16,7 +16,14 @@
 //   CellMath::vjp(rec[c], wx[b, t, :, c], h_prev, μ[b, t, :, c]) →
 //     d_wx[b, t, g, c]                         (written in T: the forward's compute type),
 //     d_h0[row, s, c] = ∂/∂h_prev at heads     (written when d_h0 is given; row = h0_row[t] or b),
-//     d_rec_partials[b][chunk][k][c]           (Σ over the chunk's steps of ∂/∂rec_k, k < R).
+//     d_rec_partials[b][chunk][k][c]           (Σ over the chunk's steps of ∂/∂rec_k, k < R),
+//     d_wx_partials[b][chunk][g][c]            (optional: Σ over the chunk's steps of d_wx as
+//                                               written, in double: the input biases' gradients),
+//     d_wx_bf16[j][b, t, g, c], j < bf16_terms (optional, T = float only, in place of or beside
+//                                               d_wx: d_wx's value split into bf16 terms exactly
+//                                               as kernels/bf16_split.hpp splits it, plane
+//                                               bf16_plane elements apart: the bf16 GEMMs'
+//                                               operand without a separate pass over d_wx).
 // μ is the adjoint trajectory: μ_t = g_t + J_{t+1}ᵀ μ_{t+1}, 0-coupled across segment ends.
 //
 // Layouts are those of kernels/sequential.hpp (wx [b][t][g·D + c], recurrent [k][c] with the
@@ -32,8 +39,9 @@
 // rtol 1e-2) is orders of magnitude above f32's rounding (docs/cuda.md "Training on the device").
 //
 // Guarantees: deterministic (every partial is one thread's fixed-order sum); never allocates;
-// returns cudaErrorInvalidValue for null required arrays or negative sizes, else the launch's
-// error. Example:
+// returns cudaErrorInvalidValue for null required arrays (d_wx and d_wx_bf16 both null
+// included), negative sizes, d_wx_bf16 with T = double, bf16_terms outside 1 to 3 or bf16_plane
+// below batch · time · G · D, else the launch's error. Example:
 //   CellAdjointJacobianArgs<float> j{.wx = d_wx, .recurrent = d_rec, .H = d_H, .grad_H = d_g,
 //                                    .jac = d_J64, .mu = d_mu64, .batch = 8, .time = 4096,
 //                                    .channels = 256};
@@ -82,9 +90,13 @@ struct CellVjpArgs {
   const std::uint8_t* head = nullptr;      // optional (packed)
   const T* H = nullptr;                    // H*
   const A* mu = nullptr;                   // the adjoint trajectory
-  T* d_wx = nullptr;
+  T* d_wx = nullptr;                       // optional where d_wx_bf16 is given
   double* d_h0 = nullptr;                  // optional
   double* d_rec_partials = nullptr;
+  double* d_wx_partials = nullptr;         // optional: [b][chunk][g][c]
+  void* d_wx_bf16 = nullptr;               // optional (T = float): bf16 terms [bf16_terms][bf16_plane]
+  std::int64_t bf16_plane = 0;             // ≥ batch · time · G · D
+  int bf16_terms = 2;                      // 1 to 3, as kernels/bf16_split.hpp
   std::int64_t batch = 0;
   std::int64_t time = 0;
   std::int64_t channels = 0;
