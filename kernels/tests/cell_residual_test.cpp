@@ -223,11 +223,16 @@ TYPED_TEST(CellResidualKernel, AdjointJacobianIsTheF64ResidualsJacobianAndSeedsT
   std::uint64_t seed = test_seed(20261203);
   struct Variant {
     bool packed, with_h0;
+    std::int64_t T;
   };
-  for (const Variant v : {Variant{false, true}, Variant{true, true}, Variant{false, false}}) {
+  // T 4500: 9000 rows of 37 channels, more than the launch's blocks cover at once (2048 blocks of
+  // 4 rows), so the blocks stride over rows and their (b, t) steps wrap across batch rows.
+  for (const Variant v : {Variant{false, true, 333}, Variant{true, true, 1500}, Variant{false, false, 333},
+                          Variant{false, true, 4500}}) {
     const bool packed = v.packed;
-    SCOPED_TRACE(std::string(packed ? "packed, h0 rows" : "one sequence per row") + (v.with_h0 ? ", h0" : ", no h0"));
-    const std::int64_t B = 2, T = packed ? 1500 : 333, D = 37;
+    SCOPED_TRACE(std::string(packed ? "packed, h0 rows" : "one sequence per row") + (v.with_h0 ? ", h0" : ", no h0") +
+                 ", T " + std::to_string(v.T));
+    const std::int64_t B = 2, T = v.T, D = 37;
     const auto p = make_cell_problem<CellMath, StorageT>(B, T, D, v.with_h0, packed, ++seed);
     const std::size_t n = static_cast<std::size_t>(B * T * S * D);
     // H* and grad_H in the compute type (the backward reads H* in its compute type).
