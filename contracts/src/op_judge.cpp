@@ -61,17 +61,19 @@ nlohmann::json comparison_json(const ComparisonResult& c) {
 }
 
 // One output: the answer and the floor against the oracle, and what that says.
+// `claimed`: the dtype the answer claims to reproduce (the case's; a gradient's input's).
 OpOutputCheck judge_output(const std::string& name, const Tensor& answer, const Tensor& floor, const Tensor& oracle,
-                           const Tolerance& tau, double bound, const std::string& dtype) {
+                           const Tolerance& tau, double bound, const std::string& dtype, DType claimed) {
   OpOutputCheck o;
   o.name = name;
   o.present = true;
-  // Elements whose true value is beyond the storage dtype's range (f16 above 65504) and that an
-  // answer holds as that same infinity are left out and counted, as for gradients (compare.hpp).
-  const Unrepresentable beyond = split_unrepresentable(answer, oracle);
+  // Elements whose true value is beyond the range of the claimed dtype and of the answer's (f16
+  // above 65504) and that the answer holds as that same infinity are left out and counted, as
+  // for gradients (compare.hpp); a narrower answer dtype than the claimed one excuses nothing.
+  const Unrepresentable beyond = split_unrepresentable(answer, oracle, claimed);
   o.unrepresentable = beyond.count;
   o.vs_oracle = beyond.count == 0 ? compare(answer, oracle, tau) : compare(beyond.actual, beyond.expected, tau);
-  const Unrepresentable floor_beyond = split_unrepresentable(floor, oracle);
+  const Unrepresentable floor_beyond = split_unrepresentable(floor, oracle, claimed);
   o.floor_vs_oracle =
       floor_beyond.count == 0 ? compare(floor, oracle, tau) : compare(floor_beyond.actual, floor_beyond.expected, tau);
   const double err = o.vs_oracle.max_abs, fl = o.floor_vs_oracle.max_abs;
@@ -147,7 +149,8 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
       r.outputs.push_back(std::move(missing));
       continue;
     }
-    OpOutputCheck check = judge_output(name, it->second, floor.at(name), oracle.outputs.at(name), r.tau, r.quality_bound, r.dtype);
+    OpOutputCheck check =
+        judge_output(name, it->second, floor.at(name), oracle.outputs.at(name), r.tau, r.quality_bound, r.dtype, dtype);
     if (check.finding == "worse" || check.finding == "non-finite") disagree = true;
     if (check.finding != "within") problems.push_back(check.message);
     r.outputs.push_back(std::move(check));
@@ -177,7 +180,7 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
         continue;
       }
       OpOutputCheck check = judge_output(name, it->second, grad_floor.at(input), grads.tensors.at(input), r.gradient_tau,
-                                         r.quality_bound, r.dtype);
+                                         r.quality_bound, r.dtype, grad_floor.at(input).dtype());
       if (check.finding == "worse" || check.finding == "non-finite") disagree = true;
       if (check.finding != "within") problems.push_back(check.message);
       r.gradients.push_back(std::move(check));

@@ -85,6 +85,12 @@ TEST(Compare, OnlyMatchingInfinitiesBeyondTheDtypesRangeAreLeftOut) {
   const auto one = [](DType dtype, double v) { return Tensor::from_values(dtype, {1}, std::vector<double>{v}); };
   EXPECT_EQ(split_unrepresentable(one(DType::f64, inf), one(DType::f64, beyond)).count, 0);
   EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, representable)).count, 0);
+  // With the dtype the answer claims: left out only when that dtype cannot hold the value either
+  // (an f16 answer's infinity for an f32 or bf16 claim is judged; for an f16 claim it is left out).
+  EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, beyond), DType::f16).count, 1);
+  EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, beyond), DType::f32).count, 0);
+  EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, beyond), DType::bf16).count, 0);
+  EXPECT_EQ(split_unrepresentable(one(DType::f16, inf), one(DType::f64, beyond), DType::f64).count, 0);
 }
 
 TEST(Compare, SameBitsIsDtypeShapeAndBytes) {

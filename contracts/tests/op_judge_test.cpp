@@ -85,6 +85,36 @@ TEST(OpJudge, ValuesBeyondF16AreLeftOutWhenHeldAsThatInfinity) {
   EXPECT_EQ(r.to_json().at("outputs").at(1).at("unrepresentable"), r.outputs.at(1).unrepresentable);
 }
 
+// The same state (65536·t) in an f32 and a bf16 case, whose dtypes hold it, answered in f16: the
+// answer's infinity is no value of the case's dtype, so it is judged (non-finite), never left out
+// as "beyond the range" of the narrower dtype the answer chose (CONTRACT §2: a narrower dtype
+// never turns into Agree).
+TEST(OpJudge, ANarrowerAnswersInfinityIsJudgedWhereTheCasesDtypeHoldsTheValue) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SafetensorsFile f;
+    const Shape one{1, 4, 1, 1};
+    f.tensors.emplace("q", Tensor::from_values(dtype, one, std::vector<double>(4, 0x1p-8)));
+    f.tensors.emplace("k", Tensor::from_values(dtype, one, std::vector<double>(4, 256)));
+    f.tensors.emplace("v", Tensor::from_values(dtype, one, std::vector<double>(4, 256)));
+    f.tensors.emplace("g", Tensor::from_values(dtype, {1, 4, 1}, std::vector<double>(4, 0)));
+    f.metadata = {{"op", "simple_gla"}, {"scale", "1"}};
+    const OpCase c = op_case_from_file(f, "state beyond f16");
+    std::map<std::string, Tensor> answer;
+    for (const auto& [name, t] : reference::oracle_op(c).outputs) answer.emplace(name, Tensor::converted(t, DType::f16));
+    const OpReport r = judge_op(c, answer);
+    EXPECT_EQ(r.verdict, Verdict::disagree) << dtype_name(dtype) << ": " << r.summary();
+    EXPECT_EQ(r.outputs.at(1).unrepresentable, 0) << r.summary();
+    EXPECT_EQ(r.outputs.at(1).finding, "non-finite") << r.summary();
+    // The same for a gradient answered in f16 (grad.k = Σ_t q·v-ish sums beyond f16's range here).
+    std::map<std::string, Tensor> with_grads = reference::oracle_op(c).outputs;
+    for (const auto& [name, t] : reference::oracle_op_gradients(c).tensors)
+      with_grads.emplace("grad." + name, Tensor::converted(t, DType::f16));
+    const OpReport g = judge_op(c, with_grads);
+    EXPECT_NE(g.verdict, Verdict::agree) << dtype_name(dtype) << ": " << g.summary();
+    for (const OpOutputCheck& check : g.gradients) EXPECT_EQ(check.unrepresentable, 0) << check.message;
+  }
+}
+
 // Gradients (docs/ops/README.md's verdict table for grad.*): the oracle's own and the floor's
 // Agree, one perturbed beyond τ Disagrees as worse than the dtype allows, a NaN one Disagrees, a
 // missing one is never Agree, an uncertified gradient oracle is Inconclusive.

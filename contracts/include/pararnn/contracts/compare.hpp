@@ -69,5 +69,11 @@ struct Unrepresentable {
   Tensor actual, expected;
 };
 Unrepresentable split_unrepresentable(const Tensor& actual, const Tensor& expected);
+// The same where the answer claims to reproduce the dtype `claimed` (an op case's storage dtype, a
+// gradient's input's): an element is left out only when its expected value is beyond the range of
+// `claimed` too, so that an answer written in a dtype of narrower range than it claims (f16 for an
+// f32 or bf16 case) never has a value that `claimed` holds excused as that infinity. `claimed`
+// f64 or not floating: nothing is left out.
+Unrepresentable split_unrepresentable(const Tensor& actual, const Tensor& expected, DType claimed);
 
 }  // namespace pararnn
