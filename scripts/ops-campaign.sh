@@ -152,8 +152,9 @@ what_if_run() {  # what_if_run WORK
     printf '%s: not judged: solver exit %s: %s' "$vars" "$code" "$(tail -1 "$work/what-if.stderr.txt" | one_line)"; return
   fi
   [ -f "$work/what-if.answer.safetensors" ] || { printf '%s: not judged: the solver wrote no answer' "$vars"; return; }
+  local grad_check=(); [ $gradients -eq 1 ] && grad_check=(--gradients "$work/what-if.answer.safetensors")
   "$cli" compare "$work/case.safetensors" --trajectory "$work/what-if.answer.safetensors" \
-    --json "$work/what-if.compare.json" "${certify[@]}" > "$work/what-if.compare.txt" 2>&1
+    --json "$work/what-if.compare.json" "${certify[@]}" "${grad_check[@]}" > "$work/what-if.compare.txt" 2>&1
   verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/what-if.compare.json" 2>/dev/null ||
             echo Error)
   printf '%s: %s (%s s): %s' "$vars" "$verdict" "$((SECONDS - t0))" "$(head -c 400 "$work/what-if.compare.txt" | one_line)"
@@ -200,8 +201,10 @@ for T in "${time_list[@]}"; do
       elif [ ! -f "$work/answer.safetensors" ]; then
         reason="solver wrote no answer"
       else
+        # With --gradients the gradients are asked for: an answer without them is never Agree.
+        grad_check=(); [ $gradients -eq 1 ] && grad_check=(--gradients "$work/answer.safetensors")
         "$cli" compare "$work/case.safetensors" --trajectory "$work/answer.safetensors" --json "$work/compare.json" \
-          "${certify[@]}" > "$work/compare.txt" 2>&1
+          "${certify[@]}" "${grad_check[@]}" > "$work/compare.txt" 2>&1
         code=$?
         judged=1
         verdict=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" "$work/compare.json" 2>/dev/null || echo Error)

@@ -155,10 +155,11 @@ OpReport judge_op(const OpCase& problem, const std::map<std::string, Tensor>& an
     if (check.finding != "within") problems.push_back(check.message);
     r.outputs.push_back(std::move(check));
   }
-  // Gradients: judged when the answer carries any, every one the case has expected.
+  // Gradients: judged when the answer carries any or they were asked for, every one the case has expected.
   std::vector<std::string> oracle_problems;
-  const bool has_gradients =
-      std::any_of(answer.begin(), answer.end(), [](const auto& entry) { return entry.first.starts_with("grad."); });
+  const bool has_gradients = options.expect_gradients || std::any_of(answer.begin(), answer.end(), [](const auto& entry) {
+                               return entry.first.starts_with("grad.");
+                             });
   if (has_gradients) {
     r.gradient_tau = tolerance_for({.dtype = dtype, .metric = Metric::op_gradient, .cell = problem.op});
     const reference::OpOracleGradients grads = reference::oracle_op_gradients(

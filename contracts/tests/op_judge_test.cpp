@@ -162,6 +162,18 @@ TEST(OpJudge, GradientsAreJudgedAtTheOpGradientTau) {
   }
 }
 
+// Gradients asked for (pararnn compare --gradients FILE) and an answer without any: every one
+// missing, Inconclusive, never Agree on the outputs alone.
+TEST(OpJudge, GradientsAskedForAndAbsentAreMissingNeverAgree) {
+  const OpCase c = small_case(DType::f32);
+  const std::map<std::string, Tensor> outputs = reference::op_sequential_in_dtype(c);
+  ASSERT_EQ(judge_op(c, outputs).verdict, Verdict::agree);
+  const OpReport r = judge_op(c, outputs, {.expect_gradients = true});
+  EXPECT_EQ(r.verdict, Verdict::inconclusive) << r.summary();
+  ASSERT_EQ(r.gradients.size(), op_gradient_inputs(c).size());
+  for (const OpOutputCheck& g : r.gradients) EXPECT_EQ(g.finding, "missing") << g.name;
+}
+
 TEST(OpJudge, UnknownGradientsAndJunkAreRefused) {
   const OpCase c = small_case(DType::f32);
   auto answer = reference::op_sequential_in_dtype(c);

@@ -1,6 +1,7 @@
 // The op-case side of make-case, oracle, solve and compare (issue 56, docs/ops/README.md).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "commands.hpp"
@@ -152,7 +153,11 @@ int op_compare(const SolveArgs& args, const std::string& answer_path, const std:
   if (!args.json.empty()) check_output_path(args.json, "--json");
   const OpCase problem = read_op_case(args.case_path);
   SafetensorsFile theirs = read_safetensors(answer_path);
-  if (!gradients_path.empty()) {
+  // --gradients naming the answer file itself: the answer's own grad.* (as for cells); either way
+  // the gradients were asked for, so an answer without them is "missing", never Agree.
+  std::error_code same_error;
+  const bool own_gradients = !gradients_path.empty() && std::filesystem::equivalent(gradients_path, answer_path, same_error);
+  if (!gradients_path.empty() && !own_gradients) {
     // The gradients of a separate file (as for cells): grad.<input> tensors only, the answer
     // file then holding none of its own.
     for (const auto& [name, t] : theirs.tensors)
@@ -167,7 +172,9 @@ int op_compare(const SolveArgs& args, const std::string& answer_path, const std:
       theirs.tensors.emplace(name, t);
     }
   }
-  const OpReport report = judge_op(problem, theirs.tensors, {.seed = args.seed, .certify_budget = args.certify_budget});
+  const OpReport report = judge_op(
+      problem, theirs.tensors,
+      {.seed = args.seed, .certify_budget = args.certify_budget, .expect_gradients = !gradients_path.empty()});
   std::cout << report.summary() << "\n";
   if (report.verdict != Verdict::agree)
     std::cout << fmt::format("repro: pararnn compare {} --trajectory {}{} --seed {}{}\n", args.case_path, answer_path,

@@ -136,8 +136,9 @@ refusals_name_the_argument)
   $st add "$work/c.safetensors" "$work/extra_case.safetensors" beta F32 2,40,2 1 || fail "tool"
   expect_rc 2 "$pararnn" solve "$work/extra_case.safetensors" --out "$work/never.safetensors"
   says "tensor 'beta': is not an input of op gla"
-  expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --gradients "$work/floor.safetensors"
-  says "--gradients $work/floor.safetensors: tensor 'final_state': must be a gradient"
+  $st keep "$work/floor.safetensors" "$work/state.safetensors" final_state || fail "tool"
+  expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --gradients "$work/state.safetensors"
+  says "--gradients $work/state.safetensors: tensor 'final_state': must be a gradient"
   [ ! -e "$work/never.safetensors" ] || fail "a refused command left its file"
   ;;
 fla_adapter_refuses_by_name)
@@ -502,6 +503,20 @@ gradients_exact_agrees_wrong_disagrees)
   $st drop "$work/g_gla.a.safetensors" "$work/g_gla.grads.safetensors" final_state || fail "tool"
   expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/g_gla.outputs.safetensors" --gradients "$work/g_gla.grads.safetensors"
   says "gradient(s) judged"
+  # --gradients FILE asks for the gradients: a file without them (no tensor at all, or the answer
+  # itself when it carries none) is every gradient missing, never Agree; the answer file named
+  # as its own gradients' file is judged as the answer alone is.
+  $st keep "$work/g_gla.grads.safetensors" "$work/g_gla.nothing.safetensors" || fail "tool"
+  expect_rc 2 "$pararnn" compare "$c" --trajectory "$work/g_gla.outputs.safetensors" \
+    --gradients "$work/g_gla.nothing.safetensors" --json "$work/g_gla.nothing.json"
+  says "grad.q: missing"
+  [ "$(json_get "$work/g_gla.nothing.json" "['verdict']")" = Inconclusive ] || fail "no gradients: JSON verdict"
+  expect_rc 2 "$pararnn" compare "$c" --trajectory "$work/g_gla.outputs.safetensors" \
+    --gradients "$work/g_gla.outputs.safetensors"
+  says "grad.q: missing"
+  expect_rc 0 "$pararnn" compare "$c" --trajectory "$work/g_gla.exact.safetensors" --gradients "$work/g_gla.exact.safetensors"
+  says "gradient(s) judged"
+  expect_rc 1 "$pararnn" compare "$c" --trajectory "$work/g_gla.wrong.safetensors" --gradients "$work/g_gla.wrong.safetensors"
   $st add "$work/g_gla.exact.safetensors" "$work/g_gla.junk.safetensors" grad.beta F32 1,6,2 1 || fail "tool"
   expect_rc 2 "$pararnn" compare "$c" --trajectory "$work/g_gla.junk.safetensors"
   says "tensor 'grad.beta': is not the gradient of an input"
@@ -526,6 +541,12 @@ campaign_reference_agrees_faulty_is_kept)
     --quick --ops gla --modes chunk --dtypes f32 --T 64 --gradients
   [ "$(grep -c $'\tAgree\t' "$work/grad/summary.tsv")" -eq 5 ] || fail "gradient rows: $(cat "$work/grad/summary.tsv")"
   [ "$(grep -c 'gradient(s) judged' "$work/grad/summary.tsv")" -eq 5 ] || fail "no gradient judged: $(cat "$work/grad/summary.tsv")"
+  # A solver that ignores PARARNN_GRADIENTS (no grad.* in its answer) under --gradients: its
+  # gradients are missing, never Agree, and the campaign does not exit 0.
+  expect_rc 1 "$campaign" "$pararnn" "$work/grad-none" "$pararnn solve {case} --out {out}" \
+    --quick --ops gla --modes chunk --dtypes f32 --T 64 --classes init --gradients
+  grep -q $'\tAgree\t' "$work/grad-none/summary.tsv" && fail "missing gradients Agreed: $(cat "$work/grad-none/summary.tsv")"
+  grep -q $'\tInconclusive\t' "$work/grad-none/summary.tsv" || fail "missing gradients: $(cat "$work/grad-none/summary.tsv")"
   # --gradients with --confirm: the kept oracle and floor carry their gradients, and {grad_rtol}
   # is the gradient tau's rtol from compare.json (f32: 2e-4); {grad_rtol} without --gradients is
   # refused by name.

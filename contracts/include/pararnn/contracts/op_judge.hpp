@@ -13,7 +13,8 @@
 // Inconclusive if any output is inconclusive or missing (final_state when the case asks for it),
 // or if the oracle is not finite or not certified (no chain certified, or its self-check above
 // Metric::oracle_self_check); only then Agree. Gradients: an answer that carries any
-// "grad.<input>" has every gradient of op_gradient_inputs judged by the same rules against the
+// "grad.<input>" (or any answer, with OpJudgeOptions::expect_gradients) has every gradient of
+// op_gradient_inputs judged by the same rules against the
 // oracle's adjoint loop (reference::oracle_op_gradients) at Metric::op_gradient, with the
 // same-dtype floor of the gradients (reference::op_gradients_in_dtype); a gradient it lacks is
 // "missing" (never Agree), and the gradient oracle's certification counts as the outputs'. An
@@ -44,6 +45,9 @@ struct OpJudgeOptions {
   std::uint64_t seed = 0;                       // picks the certified chains
   std::optional<std::int64_t> certify_budget;   // default: default_certify_budget(dtype)
   std::function<void()> poll;                   // cancellation, as OracleOptions::poll
+  // The gradients were asked for (`pararnn compare --gradients FILE`): judged even when the answer
+  // carries no "grad.*", each then "missing" (Inconclusive, never Agree).
+  bool expect_gradients = false;
 };
 
 struct OpOutputCheck {
