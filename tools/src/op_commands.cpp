@@ -150,6 +150,11 @@ int op_solve(const SolveArgs& args) {
 }
 
 int op_compare(const SolveArgs& args, const std::string& answer_path, const std::string& gradients_path) {
+  if (args.atol)
+    throw ContractViolation("--atol",
+                            "is not taken by an op case: its tau is relative, Metric::op_output of the case's dtype "
+                            "(docs/ops/README.md, \"Verdicts\")",
+                            fmt::format("{:g}", *args.atol));
   if (!args.json.empty()) check_output_path(args.json, "--json");
   const OpCase problem = read_op_case(args.case_path);
   SafetensorsFile theirs = read_safetensors(answer_path);

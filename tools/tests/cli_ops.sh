@@ -139,6 +139,12 @@ refusals_name_the_argument)
   $st keep "$work/floor.safetensors" "$work/state.safetensors" final_state || fail "tool"
   expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --gradients "$work/state.safetensors"
   says "--gradients $work/state.safetensors: tensor 'final_state': must be a gradient"
+  # --atol is the cell judge's absolute band; an op's tau is relative (Metric::op_output): refused
+  # by name, never silently judged at another tau than the one asked for.
+  expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --atol 1e-30 \
+    --json "$work/atol.json"
+  says "--atol"
+  [ ! -e "$work/atol.json" ] || fail "a refused compare wrote its report"
   [ ! -e "$work/never.safetensors" ] || fail "a refused command left its file"
   ;;
 fla_adapter_refuses_by_name)
