@@ -204,6 +204,28 @@ assert fwd.SAFE_DOT_PRECISION.value == "bf16x3" and fwd.OTHER == "tf32" and plai
 assert elsewhere.DOT_PRECISION == "tf32"
 PY
   ;;
+fla_adapter_differentiates_the_cases_loss)
+  # python/pararnn_judge/solvers/fla.py end to end on the CPU, around a naive torch GLA standing in
+  # for fla (solvers/fake_fla): with PARARNN_GRADIENTS=1 its gradients are of the case's L (the
+  # cotangent grad.o when the case carries one: L = sum(grad.o * o), final_state adding nothing),
+  # and a case with output_final_state False is answered with o alone; both Agree. Needs torch
+  # (skipped, 77, without it).
+  python3 -c "import torch" 2>/dev/null || { echo "SKIP [$claim]: no torch"; exit 77; }
+  st="python3 $here/safetensors_tool.py"
+  fake=(env PYTHONPATH="$here/solvers/fake_fla" PARARNN_GRADIENTS=1 python3 "$fla")
+  make c --op gla --batch 1 --time 6 --n-heads 2 --k-dim 3 --v-dim 2 --dtype f32 --h0-std 0.5
+  expect_rc 0 "${fake[@]}" "$work/c.safetensors" "$work/c.answer.safetensors" --device cpu
+  expect_rc 0 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/c.answer.safetensors"
+  says "gradient(s) judged"
+  $st add "$work/c.safetensors" "$work/cot.safetensors" grad.o F32 1,6,2,2 0.5 || fail "tool"
+  expect_rc 0 "${fake[@]}" "$work/cot.safetensors" "$work/cot.answer.safetensors" --device cpu
+  expect_rc 0 "$pararnn" compare "$work/cot.safetensors" --trajectory "$work/cot.answer.safetensors"
+  says "gradient(s) judged"
+  $st meta "$work/c.safetensors" "$work/nofs.safetensors" output_final_state=False || fail "tool"
+  expect_rc 0 "${fake[@]}" "$work/nofs.safetensors" "$work/nofs.answer.safetensors" --device cpu
+  expect_rc 0 "$pararnn" compare "$work/nofs.safetensors" --trajectory "$work/nofs.answer.safetensors"
+  says "gradient(s) judged"
+  ;;
 mamba_adapter_refuses_by_name)
   # Without torch or mamba-ssm: f64 and the modes the library has no kernel for are refused by
   # name (exit 4) before any import; a case it could run needs the library (3 when absent).

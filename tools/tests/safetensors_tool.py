@@ -18,6 +18,7 @@ Commands (one per call):
   drop SRC DST NAME                     every tensor but NAME
   strip SRC DST                         every tensor, no metadata (save_file(tensors))
   rename SRC DST OLD NEW                tensor OLD under the name NEW
+  meta SRC DST KEY=VALUE                every tensor, the metadata with KEY set to VALUE
   reshape SRC DST NAME SHAPE            NAME's first prod(SHAPE) elements as SHAPE (like 1,8,3)
   shift-at SRC DST NAME INDEX FACTOR    adds FACTOR x (atol + rtol x max|NAME|) to one element (flat
                                         INDEX), atol and rtol read from the environment (ATOL, RTOL)
@@ -150,6 +151,9 @@ def main(argv):
     elif command == "drop":
         tensors.pop(rest[0])
         write(dst, tensors, metadata)
+    elif command == "meta":
+        key, value = rest[0].split("=", 1)
+        write(dst, tensors, dict(metadata, **{key: value}))
     elif command == "rename":
         tensors[rest[1]] = tensors.pop(rest[0])
         write(dst, tensors, metadata)

@@ -21,7 +21,9 @@ Guarantees (the protocol of docs/external-solvers.md and docs/ops/README.md):
 - write_tensors writes OUT atomically: a temporary file in OUT's folder renamed onto OUT, removed
   on any failure, so a partial answer file is never left. Tensors are written in name order,
   host and contiguous, the header padded with spaces to 8 bytes.
-- PARARNN_GRADIENTS=1 (gradients_requested) is the only switch to the gradient answer.
+- PARARNN_GRADIENTS=1 (gradients_requested) is the only switch to the gradient answer; its loss
+  is loss_of's, the one the judge's oracle differentiates (the case's grad.<output> cotangents
+  when it carries any), and output_final_state reads the case's flag as the judge does.
 
 Example (an adapter's skeleton)::
 
@@ -47,6 +49,7 @@ import sys
 EXIT_USAGE, EXIT_MISSING, EXIT_REFUSED = 2, 3, 4
 ABSENT = ("None", "none", "")  # a metadata value that means "not set"
 TRUE = ("True", "true", "1")
+FALSE = ("False", "false", "0")
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32"}
 
 
@@ -191,6 +194,36 @@ def write_tensors(torch, path, tensors):
 def gradients_requested():
     """Whether the judge asks for the gradient answer too (PARARNN_GRADIENTS=1)."""
     return os.environ.get("PARARNN_GRADIENTS") == "1"
+
+
+def output_final_state(metadata):
+    """The case's metadata "output_final_state" as the judge reads it (absent or None: True); the
+    answer holds the state only when it is True (the judge refuses a tensor it did not ask for)."""
+    value = metadata.get("output_final_state", "True")
+    if value in ABSENT or value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise Refused(f"metadata 'output_final_state': must be True or False (got {value!r})")
+
+
+def case_cotangents(tensors):
+    """The case's cotangents: tensor "grad.<output>" -> {output: tensor}."""
+    return {name[len("grad."):]: t for name, t in tensors.items() if name.startswith("grad.")}
+
+
+def loss_of(outputs, cotangents, default):
+    """The loss whose gradients the answer holds, the judge's (docs/ops/README.md, "Gradients"):
+    with the case's COTANGENTS, L = sum of cotangent * output over those given (an output without
+    one adds nothing); without any, the sum of every output named in DEFAULT. OUTPUTS: name ->
+    tensor (the library's results); sums in f32 at least."""
+    if cotangents:
+        for name in cotangents:
+            if name not in outputs:
+                raise Refused(f"tensor 'grad.{name}': a cotangent of no output this adapter returns "
+                              f"(outputs: {', '.join(sorted(outputs))})")
+        return sum((outputs[n].float() * c.to(outputs[n].device).float()).sum() for n, c in sorted(cotangents.items()))
+    return sum(outputs[n].float().sum() for n in default)
 
 
 def gradient_or_zeros(torch, leaf):

@@ -9,10 +9,11 @@ rwkv7; the op's tensors under fla's argument names, [B, T, H, ...] layout, initi
 [N, H, K, V], cu_seqlens) and calls fla's op in the case's mode (metadata "variant", or --mode):
 chunk_<op> or fused_recurrent_<op>, every argument passed explicitly by name (scale, initial_state,
 output_final_state=True, cu_seqlens, use_qk_l2norm_in_kernel), inputs in the case's dtype on the
-device. Writes OUT with "o" [B, T, H, V] and "final_state" [N, H, K, V] in the dtypes fla returns;
-with PARARNN_GRADIENTS=1 also grad.<input> of L = sum(o) + sum(final_state) (torch autograd
-through fla's backward), which `pararnn compare` judges against the op oracle's adjoint loop
-(docs/ops/README.md, "Gradients").
+device. Writes OUT with "o" [B, T, H, V] and "final_state" [N, H, K, V] (only o when the case's
+output_final_state is False) in the dtypes fla returns; with PARARNN_GRADIENTS=1 also
+grad.<input> of L = sum(o) + sum(final_state), or of the case's cotangents grad.<output>
+(L = sum of cotangent * output over those given), by torch autograd through fla's backward, which
+`pararnn compare` judges against the op oracle's adjoint loop (docs/ops/README.md, "Gradients").
 
 With TRITON_F32_DEFAULT=ieee in the environment (Triton's own switch for f32 `tl.dot`s that name
 no precision), the adapter also turns fla's explicit TF32 dots to IEEE: every module-level
@@ -31,9 +32,9 @@ import sys
 
 # The shared protocol code, by path (_adapter_io.py's header says why not through the package).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _adapter_io import (ABSENT, EXIT_MISSING, TRUE, Command, Refused, device_for,  # noqa: E402
-                         gradient_or_zeros, gradients_requested, leave_script_folder, read_header,
-                         read_tensors, write_tensors)
+from _adapter_io import (ABSENT, EXIT_MISSING, TRUE, Command, Refused, case_cotangents, device_for,  # noqa: E402
+                         gradient_or_zeros, gradients_requested, leave_script_folder, loss_of,
+                         output_final_state, read_header, read_tensors, write_tensors)
 del sys.path[0]
 if __name__ == "__main__":
     leave_script_folder(__file__)  # else "import fla" imports this adapter, not flash-linear-attention
@@ -85,7 +86,7 @@ def plan(metadata, headers, mode=None):
                       "judge f32 with --mode fused_recurrent")
     if metadata.get("head_first", "False") in TRUE:
         raise Refused("metadata 'head_first': op cases are [B, T, H, ...] (got True)")
-    kwargs = {"output_final_state": True}
+    kwargs = {"output_final_state": output_final_state(metadata)}
     # The scale is always passed: the case's, or the op's default as the oracle reads it (K^-0.5;
     # RWKV-7: 1), so that a library default that differs is a finding, not a silent change.
     scale = metadata.get("scale", "None")
@@ -175,9 +176,10 @@ def solve(args):
         leaves["log_w"] = leaves.pop("w")  # some fla versions name fused_recurrent_rwkv7's log decay log_w
     with torch.set_grad_enabled(gradients):
         o, final_state = function(**leaves, **kwargs)
-    out = {"o": o.detach(), "final_state": final_state.detach()}
+    outputs = {"o": o, "final_state": final_state} if kwargs["output_final_state"] else {"o": o}
+    out = {name: t.detach() for name, t in outputs.items()}
     if gradients:
-        (o.float().sum() + final_state.float().sum()).backward()
+        loss_of(outputs, case_cotangents(tensors), ("o", "final_state")[:len(outputs)]).backward()
         for name, leaf in list(leaves.items()) + ([("initial_state", kwargs["initial_state"])] if "initial_state" in kwargs else []):
             case_name = {"gk": "g", "log_w": "w"}.get(name, name) if call["op"] in ("gla", "rwkv7") else name
             out["grad." + case_name] = gradient_or_zeros(torch, leaf)

@@ -13,9 +13,11 @@ and calls the library on the GPU:
       final_states (packed: seq_idx and cu_seqlens, return_varlen_states=True, the per-sequence
       states written as final_states)
 Every argument is passed by name; A, D and the dt bias as the case stores them (f32). Writes OUT
-with out and last_state / final_states; with PARARNN_GRADIENTS=1 also grad.<input> of
-L = sum(out) (selective_scan_fn does not differentiate its last state), initial_states' too,
-judged by pararnn compare (docs/ops/README.md, "Gradients").
+with out and last_state / final_states (out alone when the case's output_final_state is False);
+with PARARNN_GRADIENTS=1 also grad.<input> of L = sum(out) (selective_scan_fn does not
+differentiate its last state), or of the case's cotangents grad.<output> (L = sum of cotangent *
+output over those given; grad.last_state of selective_scan refused by name, exit 4),
+initial_states' too, judged by pararnn compare (docs/ops/README.md, "Gradients").
 
 Refused by name before any import (exit 4): an op other than selective_scan or ssd, f64 cases
 (mamba's kernels run f32, f16, bf16), selective_scan in chunk mode (the library's selective scan
@@ -32,8 +34,9 @@ import sys
 
 # The shared protocol code, by path (_adapter_io.py's header says why not through the package).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _adapter_io import (ABSENT, EXIT_MISSING, EXIT_USAGE, TRUE, Command, Refused, gradient_or_zeros,  # noqa: E402
-                         gradients_requested, leave_script_folder, read_header, read_tensors, write_tensors)
+from _adapter_io import (ABSENT, EXIT_MISSING, EXIT_USAGE, TRUE, Command, Refused, case_cotangents,  # noqa: E402
+                         gradient_or_zeros, gradients_requested, leave_script_folder, loss_of, output_final_state,
+                         read_header, read_tensors, write_tensors)
 del sys.path[0]
 if __name__ == "__main__":
     leave_script_folder(__file__)  # this folder holds fla.py: "import fla" must find the library
@@ -155,6 +158,10 @@ def solve(args):
         fail(EXIT_MISSING, f"needs torch and mamba-ssm (pip install mamba-ssm): {e}")
     tensors = read_tensors(torch, case_path)
     gradients = gradients_requested()
+    cotangents = case_cotangents(tensors)
+    if gradients and call["op"] == "selective_scan" and "last_state" in cotangents:
+        raise Refused("tensor 'grad.last_state': selective_scan_fn does not differentiate its last state "
+                      "(a cotangent of out only)")
     leaves = {n: tensors[n].to("cuda").requires_grad_(gradients) for n in call["inputs"] + call["optional"]}
     kwargs = dict(call["kwargs"])
     if "initial_states" in tensors:
@@ -168,9 +175,10 @@ def solve(args):
     with torch.set_grad_enabled(gradients):
         result = function(**leaves, **kwargs)
     out, state = result[0], result[-1]  # packed ssd: (out, last state, per-sequence states)
-    answer = {"out": out.detach(), call["state_name"]: state.detach()}
+    outputs = {"out": out, call["state_name"]: state} if output_final_state(metadata) else {"out": out}
+    answer = {name: t.detach() for name, t in outputs.items()}
     if gradients:
-        out.float().sum().backward()
+        loss_of(outputs, cotangents, ("out",)).backward()
         extra = [("initial_states", kwargs["initial_states"])] if "initial_states" in kwargs else []
         for name, leaf in list(leaves.items()) + extra:
             answer["grad." + name] = gradient_or_zeros(torch, leaf)
