@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "pararnn/core/errors.hpp"
@@ -77,7 +78,10 @@ OpOutputCheck judge_output(const std::string& name, const Tensor& answer, const 
   o.floor_vs_oracle =
       floor_beyond.count == 0 ? compare(floor, oracle, tau) : compare(floor_beyond.actual, floor_beyond.expected, tau);
   const double err = o.vs_oracle.max_abs, fl = o.floor_vs_oracle.max_abs;
-  o.ratio = fl > 0.0 ? err / fl : 0.0;
+  // A floor that is not finite (the same-dtype loop overflowed, or made a NaN) bounds nothing: no
+  // ratio (NaN), never the 0 of err / inf that would read as "as good as the floor".
+  const bool floor_finite = std::isfinite(fl);
+  o.ratio = !floor_finite ? std::numeric_limits<double>::quiet_NaN() : fl > 0.0 ? err / fl : 0.0;
   const std::string figures = fmt::format(
       "error {:.3e} at {} (allowed {:.3e}; tau atol {:g} rtol {:g}), the {} sequential loop {:.3e} from the oracle",
       err, shape_string(o.vs_oracle.worst_abs_index), o.vs_oracle.worst_allowed, tau.atol, tau.rtol, dtype, fl);
@@ -91,11 +95,22 @@ OpOutputCheck judge_output(const std::string& name, const Tensor& answer, const 
                             o.vs_oracle.inf_count, dtype);
   } else if (o.vs_oracle.ok()) {
     o.finding = "within";
-    o.message = fmt::format("{}: within what {} allows: {} ({:.2f}x that floor){}", name, dtype, figures, o.ratio, left_out);
+    o.message = fmt::format("{}: within what {} allows: {} ({}){}", name, dtype, figures,
+                            floor_finite ? fmt::format("{:.2f}x that floor", o.ratio)
+                                         : fmt::format("the {} sequential loop itself is not finite", dtype),
+                            left_out);
   } else if (o.floor_vs_oracle.ok()) {
     o.finding = "worse";
     o.message = fmt::format("{}: worse than {} allows: {} (within tau, so {} can meet it); {} of {} values outside tau",
                             name, dtype, figures, dtype, o.vs_oracle.mismatches, o.vs_oracle.count);
+  } else if (!floor_finite) {
+    o.finding = "floor-not-finite";
+    o.message = fmt::format("{}: the {} sequential loop itself is not finite ({} NaN and {} infinite values against the "
+                            "oracle), so the quality of the answer cannot be bounded: error {:.3e} at {} (allowed {:.3e}; "
+                            "tau atol {:g} rtol {:g}), {} of {} values outside tau{}",
+                            name, dtype, o.floor_vs_oracle.nan_count, o.floor_vs_oracle.inf_count, err,
+                            shape_string(o.vs_oracle.worst_abs_index), o.vs_oracle.worst_allowed, tau.atol, tau.rtol,
+                            o.vs_oracle.mismatches, o.vs_oracle.count, left_out);
   } else if (o.ratio <= bound) {
     o.finding = "ill-conditioned";
     o.message = fmt::format("{}: ill-conditioned in {}: {}, itself outside tau; the answer is {:.2f}x that floor "
@@ -226,7 +241,8 @@ nlohmann::json OpReport::to_json() const {
       j["vs_oracle"] = comparison_json(c.vs_oracle);
       j["floor_vs_oracle"] = comparison_json(c.floor_vs_oracle);
       j["floor_within_tau"] = c.floor_vs_oracle.ok();
-      j["quality_ratio"] = c.ratio;
+      // No ratio (null) where the floor is not finite.
+      j["quality_ratio"] = std::isfinite(c.ratio) ? nlohmann::json(c.ratio) : nlohmann::json(nullptr);
       j["unrepresentable"] = c.unrepresentable;
     }
     return j;

@@ -85,6 +85,41 @@ TEST(OpJudge, ValuesBeyondF16AreLeftOutWhenHeldAsThatInfinity) {
   EXPECT_EQ(r.to_json().at("outputs").at(1).at("unrepresentable"), r.outputs.at(1).unrepresentable);
 }
 
+// An f32 case whose state (2^128·t) overflows the same-dtype loop while o = 2^-64·S = 2^64·t does
+// not: the floor's o is infinite where the oracle's is finite, so it bounds nothing. An answer
+// outside τ there is never Agree, and the finding says the floor is not finite instead of calling
+// the answer "0.00x that floor" (ill-conditioned).
+TEST(OpJudge, ANonFiniteFloorBoundsNothing) {
+  SafetensorsFile f;
+  const Shape one{1, 4, 1, 1};
+  f.tensors.emplace("q", Tensor::from_values(DType::f32, one, std::vector<double>(4, 0x1p-64)));
+  f.tensors.emplace("k", Tensor::from_values(DType::f32, one, std::vector<double>(4, 0x1p64)));
+  f.tensors.emplace("v", Tensor::from_values(DType::f32, one, std::vector<double>(4, 0x1p64)));
+  f.tensors.emplace("g", Tensor::from_values(DType::f32, {1, 4, 1}, std::vector<double>(4, 0)));
+  f.metadata = {{"op", "simple_gla"}, {"scale", "1"}};
+  const OpCase c = op_case_from_file(f, "f32 state overflow");
+  const reference::OpOracleResult oracle = reference::oracle_op(c);
+  const Tolerance tau = tolerance_for({.dtype = DType::f32, .metric = Metric::op_output});
+  ASSERT_FALSE(std::isfinite(compare(reference::op_sequential_in_dtype(c).at("o"), oracle.outputs.at("o"), tau).max_abs))
+      << "the case does not overflow the f32 loop";
+  std::map<std::string, Tensor> answer;
+  for (const auto& [name, t] : oracle.outputs) answer.emplace(name, Tensor::converted(t, DType::f32));
+  const OpReport exact = judge_op(c, answer);
+  ASSERT_EQ(exact.verdict, Verdict::agree) << exact.summary();
+  Tensor o = Tensor::copy_of(answer.at("o"));
+  o.store({0, 2, 0, 0}, o.load({0, 2, 0, 0}) * (1 + 10 * tau.rtol));  // finite, outside τ
+  answer["o"] = o;
+  const OpReport r = judge_op(c, answer);
+  EXPECT_EQ(r.verdict, Verdict::inconclusive) << r.summary();
+  const OpOutputCheck& check = r.outputs.at(0);
+  EXPECT_EQ(check.finding, "floor-not-finite") << check.message;
+  EXPECT_NE(check.message.find("the f32 sequential loop itself is not finite"), std::string::npos) << check.message;
+  EXPECT_NE(check.message.find("cannot be bounded"), std::string::npos) << check.message;
+  EXPECT_EQ(check.message.find("ill-conditioned"), std::string::npos) << check.message;
+  EXPECT_TRUE(std::isnan(check.ratio)) << check.ratio;
+  EXPECT_TRUE(r.to_json().at("outputs").at(0).at("quality_ratio").is_null()) << r.to_json().dump();
+}
+
 // The same state (65536·t) in an f32 and a bf16 case, whose dtypes hold it, answered in f16: the
 // answer's infinity is no value of the case's dtype, so it is judged (non-finite), never left out
 // as "beyond the range" of the narrower dtype the answer chose (CONTRACT §2: a narrower dtype

@@ -7,6 +7,8 @@
 //   within τ of the oracle                                   -> within the dtype (Agree)
 //   outside τ, a NaN or infinity in the answer               -> Disagree
 //   outside τ, the same-dtype sequential loop within τ       -> worse than the dtype allows (Disagree)
+//   outside τ, the loop not finite (NaN or ∞, the oracle finite) -> floor-not-finite: the loop bounds
+//                                                               nothing, no ratio (Inconclusive)
 //   outside τ, the loop outside τ too, error <= bound·floor  -> ill-conditioned (Inconclusive)
 //   outside τ, the loop outside τ too, error >  bound·floor  -> worse than the dtype allows (Disagree)
 // (bound: Metric::quality_ratio). The verdict is Disagree if any output disagrees, else
@@ -54,11 +56,12 @@ struct OpOutputCheck {
   std::string name;        // op_output_names: "o", "final_state" (mamba "out", "last_state" / "final_states"),
                            // or "grad.<input>"
   bool present = false;
-  std::string finding;     // "within", "worse", "ill-conditioned", "non-finite", "missing"
+  std::string finding;     // "within", "worse", "ill-conditioned", "floor-not-finite", "non-finite", "missing"
   std::string message;     // the sentence a person reads
   ComparisonResult vs_oracle;        // the answer
   ComparisonResult floor_vs_oracle;  // the same-dtype sequential loop
-  double ratio = 0.0;                // answer max_abs / floor max_abs (0 when the floor is exact)
+  double ratio = 0.0;                // answer max_abs / floor max_abs (0 when the floor is exact; NaN, JSON
+                                     // null, when the floor is not finite: it bounds nothing)
   std::int64_t unrepresentable = 0;  // values beyond the answer dtype's range held as that infinity (left out)
 };
 
