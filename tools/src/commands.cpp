@@ -293,8 +293,31 @@ std::vector<std::int64_t> seqpar_chunks(const SeqparArgs& args, std::int64_t tim
 
 }  // namespace
 
+void reserve_report_file(const std::string& path, std::string_view flag, const std::vector<NamedPath>& others) {
+  if (path.empty()) return;
+  check_output_path(path, flag);
+  for (const NamedPath& other : others) {
+    if (other.path.empty()) continue;
+    // The same file by another name (a link, "./"), or the same path of a file not there yet.
+    std::error_code same_error, report_error, other_error;
+    const bool same = std::filesystem::equivalent(path, other.path, same_error) ||
+                      (std::filesystem::weakly_canonical(path, report_error) ==
+                           std::filesystem::weakly_canonical(other.path, other_error) &&
+                       !report_error && !other_error);
+    if (same)
+      throw ContractViolation(flag,
+                              fmt::format("must not name the file of {} (the command reads or writes it; the report "
+                                          "would overwrite it)",
+                                          other.flag),
+                              path);
+  }
+  // A report of an earlier run must not stand for this one if this one writes none.
+  std::filesystem::remove(path);
+}
+
 int seqpar(const SeqparArgs& args) {
-  check_outputs({{"--out", &args.out}, {"--json", &args.json}});
+  check_outputs({{"--out", &args.out}});
+  reserve_report_file(args.json, "--json", {{"case", args.case_path}, {"--out", args.out}});
   if (args.launcher != "in-process" && args.launcher != "env")
     throw ContractViolation("--launcher", "must be in-process or env", args.launcher);
   if (args.launcher == "env" && args.ranks)
@@ -433,7 +456,7 @@ int make_case(const MakeCaseArgs& args) {
 }
 
 int kstar(const KstarArgs& args) {
-  check_outputs({{"--json", &args.json}});
+  reserve_report_file(args.json, "--json");
   KstarOptions options;
   options.cell = args.cell;
   options.mix = args.mix;
@@ -518,7 +541,7 @@ int oracle(const SolveArgs& args) {
 }
 
 int diagnose(const DiagnoseArgs& args) {
-  check_outputs({{"--json", &args.json}});
+  reserve_report_file(args.json, "--json", {{"case", args.case_path}});
   const Case problem = read_case(args.case_path);
   Progress progress("diagnose", 2, "phases");
   std::int64_t phases_done = 0;
@@ -606,7 +629,7 @@ int solve(const SolveArgs& args) {
 }
 
 int verify(const SolveArgs& args) {
-  check_outputs({{"--json", &args.json}});
+  reserve_report_file(args.json, "--json", {{"case", args.case_path}});
   const Case problem = read_case(args.case_path);
   const Cell cell = checked_case(problem);
   VerifyOptions options;
@@ -644,8 +667,10 @@ int verify(const SolveArgs& args) {
 }
 
 int compare(const SolveArgs& args, const std::string& trajectory_path, const std::string& gradients_path) {
+  // Before the case is read (an op case or a cell case): a case that cannot be read is refused too.
+  reserve_report_file(args.json, "--json",
+                      {{"case", args.case_path}, {"--trajectory", trajectory_path}, {"--gradients", gradients_path}});
   if (is_op_case_file(args.case_path)) return op_compare(args, trajectory_path, gradients_path);
-  check_outputs({{"--json", &args.json}});
   const Case problem = read_case(args.case_path);
   const SafetensorsFile theirs = read_safetensors(trajectory_path);
   auto it = theirs.tensors.find("H");

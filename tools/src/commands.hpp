@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pararnn::tools {
@@ -13,6 +14,24 @@ namespace pararnn::tools {
 inline constexpr int kExitAgree = 0;
 inline constexpr int kExitDisagree = 1;
 inline constexpr int kExitInconclusiveOrRefused = 2;
+
+// Another file of the same command line, named by its flag ("case", "--trajectory", "--out").
+struct NamedPath {
+  std::string flag;
+  std::string path;
+};
+
+// A command's report file (--json; `report nightly|render`'s --junit), taken before any work, so
+// that a report of an earlier run never stands for this one: refused as check_output_path refuses
+// it (a directory, no existing directory), and when it is the file of one of `others` (an input the
+// command reads, or another output: the report would overwrite it), with nothing removed; then a
+// file there is removed. A run that ends without writing its report (refused, failed, cancelled)
+// therefore leaves none; one that writes it does so afterwards, atomically. Refusals are
+// ContractViolation naming `flag`, the rule and the path; a file that cannot be removed raises.
+// An empty `path` (no report asked for) does nothing. One mechanism for every report flag: the
+// commands call it first, and main() calls it for a command line that CLI11 refused.
+//   reserve_report_file(args.json, "--json", {{"case", args.case_path}});
+void reserve_report_file(const std::string& path, std::string_view flag, const std::vector<NamedPath>& others = {});
 
 struct MakeCaseArgs {
   std::string cell = "gru", mix = "diag";
@@ -47,7 +66,8 @@ bool is_op_case_file(const std::string& path);
 int make_op_case(const MakeCaseArgs& args);
 int op_oracle(const SolveArgs& args);
 int op_solve(const SolveArgs& args);
-// gradients_path: a separate file of grad.<input> tensors (compare --gradients), or empty.
+// gradients_path: a separate file of grad.<input> tensors (compare --gradients), or empty. Its
+// --json is reserved first (reserve_report_file): a refused compare leaves no report.
 int op_compare(const SolveArgs& args, const std::string& answer_path, const std::string& gradients_path);
 
 struct SolveArgs {

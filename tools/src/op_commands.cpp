@@ -150,12 +150,14 @@ int op_solve(const SolveArgs& args) {
 }
 
 int op_compare(const SolveArgs& args, const std::string& answer_path, const std::string& gradients_path) {
+  // compare() has done this before reading the case; again here, so that no caller skips it.
+  reserve_report_file(args.json, "--json",
+                      {{"case", args.case_path}, {"--trajectory", answer_path}, {"--gradients", gradients_path}});
   if (args.atol)
     throw ContractViolation("--atol",
                             "is not taken by an op case: its tau is relative, Metric::op_output of the case's dtype "
                             "(docs/ops/README.md, \"Verdicts\")",
                             fmt::format("{:g}", *args.atol));
-  if (!args.json.empty()) check_output_path(args.json, "--json");
   const OpCase problem = read_op_case(args.case_path);
   SafetensorsFile theirs = read_safetensors(answer_path);
   // --gradients naming the answer file itself: the answer's own grad.* (as for cells); either way

@@ -88,6 +88,16 @@ std::vector<std::filesystem::path> write_renderings(const nlohmann::ordered_json
 }  // namespace
 
 int report_nightly(const NightlyArgs& args) {
+  // --junit is reserved before any argument is refused (reserve_report_file). `--out nightly
+  // --junit nightly/junit.xml` may name the report folder before the campaign makes it: a folder
+  // not there yet holds no JUnit file of an earlier run, and is made once the arguments are taken.
+  const auto folder = [](const std::filesystem::path& p) { return (std::filesystem::absolute(p) / "").lexically_normal(); };
+  const std::filesystem::path junit_dir = std::filesystem::path(args.junit).parent_path();
+  const bool junit_in_new_out = !args.junit.empty() && !args.out.empty() && !std::filesystem::exists(args.out) &&
+                                folder(junit_dir.empty() ? "." : junit_dir) == folder(args.out);
+  const std::vector<NamedPath> junit_others = {{"--bench-summary", args.bench_summary},
+                                               {"--out", (std::filesystem::path(args.out) / "report.json").string()}};
+  if (!junit_in_new_out) reserve_report_file(args.junit, "--junit", junit_others);
   nightly::CampaignOptions options;
   options.out_dir = args.out;
   options.quick = args.quick;
@@ -120,17 +130,9 @@ int report_nightly(const NightlyArgs& args) {
                                                       .timeout_s = args.solver_timeout});
   }
   if (!args.bench_summary.empty()) options.performance = reports::load_bench_summary(args.bench_summary);
-  if (!args.junit.empty()) {
-    // `--out nightly --junit nightly/junit.xml` names the report folder before the campaign makes it.
-    const auto folder = [](const std::filesystem::path& p) {
-      return (std::filesystem::absolute(p) / "").lexically_normal();
-    };
-    const std::filesystem::path junit_dir = std::filesystem::path(args.junit).parent_path();
-    if (!args.out.empty() && folder(junit_dir.empty() ? "." : junit_dir) == folder(args.out))
-      std::filesystem::create_directories(args.out);
-    check_output_path(args.junit, "--junit");
-    // A JUnit file of an earlier run must not stand for this one if this one fails.
-    std::filesystem::remove(args.junit);
+  if (junit_in_new_out) {
+    std::filesystem::create_directories(args.out);
+    reserve_report_file(args.junit, "--junit", junit_others);
   }
   options.build = build_context();
   options.gpu_available = cuda_device_available();
@@ -184,11 +186,11 @@ int report_nightly(const NightlyArgs& args) {
 namespace pararnn::tools {
 
 int report_render(const RenderArgs& args) {
+  reserve_report_file(args.junit, "--junit", {{"report", args.report}});
   const auto report = reports::load_report(args.report);
   if (args.out.empty()) throw ContractViolation("--out", "needs a directory", "(empty)");
   if (std::filesystem::exists(args.out) && !std::filesystem::is_directory(args.out))
     throw ContractViolation("--out", "must be a directory (report.md and plots/ are written there)", args.out);
-  if (!args.junit.empty()) check_output_path(args.junit, "--junit");
   const auto written = write_renderings(report, args.out, true, !args.no_plots, args.junit);
   for (const auto& path : written) std::cout << "wrote " << path.string() << "\n";
   return 0;

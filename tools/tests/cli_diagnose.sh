@@ -6,7 +6,8 @@
 #   refusals_name_the_flag     bad --window / --chains / --seed / a missing case: exit 2 naming
 #                              the flag or the file, no JSON written;
 #   failures_leave_no_file     a NaN in x (uncertifiable oracle), --certify-budget 0 and an
-#                              unwritable --json: exit 2 with the reason, no file, no temporary.
+#                              unwritable --json: exit 2 with the reason, no file, no temporary,
+#                              and no --json of an earlier run left standing.
 set -u
 pararnn=$1
 work=$2
@@ -101,6 +102,10 @@ failures_leave_no_file)
   no_temporaries
   expect_rc 0 "$pararnn" diagnose "$w/case.safetensors" --json "$w/d.json"
   [ -s "$w/d.json" ] || fail "a good run wrote no JSON"
+  # An inconclusive run removes the report of an earlier one: "not written" is then true.
+  expect_rc 2 "$pararnn" diagnose "$w/nan.safetensors" --json "$w/d.json"
+  says "$w/d.json not written"
+  absent "$w/d.json"
   ;;
 *)
   fail "unknown claim $claim"

@@ -83,6 +83,39 @@ failed_commands_leave_no_file)
   expect_rc 2 "$pararnn" oracle "$work/case.safetensors" --certify-budget 0 --out "$work/oracle.safetensors"
   absent "$work/oracle.safetensors"
   no_temporaries
+  # A --json report of an earlier run (here an Agree) never stands for a refused run: every
+  # command that takes --json removes it when it ends without writing it (exit 2, no report).
+  expect_rc 0 "$pararnn" solve "$work/case.safetensors" --out "$work/H.safetensors"
+  expect_rc 0 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" --json "$work/agree.json"
+  [ "$(json_get "$work/agree.json" "['verdict']")" = Agree ] || fail "setup: the solver's H does not Agree"
+  printf 'not a case' > "$work/junk.safetensors"
+  stale() {  # stale COMMAND ARGS...: run over an earlier Agree report, exits 2 and leaves no report
+    cp "$work/agree.json" "$work/stale.json"
+    expect_rc 2 "$pararnn" "$1" --json "$work/stale.json" "${@:2}"
+    absent "$work/stale.json"
+  }
+  stale verify "$work/case.safetensors" --max-iters many
+  stale verify "$work/junk.safetensors"
+  stale compare "$work/case.safetensors" --trajectory "$work/junk.safetensors"
+  stale compare "$work/junk.safetensors" --trajectory "$work/H.safetensors"
+  stale compare "$work/case.safetensors" --trajectory "$work/case.safetensors"
+  says "tensor 'H': missing"
+  stale kstar --T 16 --seeds 1 --picard-adapt maybe
+  stale seqpar "$work/case.safetensors" --ranks 17
+  stale diagnose "$work/junk.safetensors"
+  # An input named as --json is refused by name, and never removed nor overwritten.
+  cp "$work/H.safetensors" "$work/H.copy"
+  expect_rc 2 "$pararnn" compare "$work/case.safetensors" --trajectory "$work/H.safetensors" --json "$work/H.safetensors"
+  says "--json: must not name"
+  cmp -s "$work/H.safetensors" "$work/H.copy" || fail "compare removed or overwrote its --trajectory named as --json"
+  cp "$work/case.safetensors" "$work/case.copy"
+  expect_rc 2 "$pararnn" verify "$work/case.safetensors" --json "$work/case.safetensors"
+  says "--json: must not name"
+  cmp -s "$work/case.safetensors" "$work/case.copy" || fail "verify removed or overwrote its case named as --json"
+  # A run that writes its report keeps it.
+  expect_rc 0 "$pararnn" verify "$work/case.safetensors" --json "$work/stale.json"
+  [ "$(json_get "$work/stale.json" "['verdict']")" = Agree ] || fail "verify's own report is not there"
+  no_temporaries
   ;;
 every_path_refuses_the_same_case)
   make --cell gru --seed 5 --batch 1 --time 8 --d-in 3 --d-h 4 --out "$work/case.safetensors"

@@ -140,11 +140,24 @@ refusals_name_the_argument)
   expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --gradients "$work/state.safetensors"
   says "--gradients $work/state.safetensors: tensor 'final_state': must be a gradient"
   # --atol is the cell judge's absolute band; an op's tau is relative (Metric::op_output): refused
-  # by name, never silently judged at another tau than the one asked for.
+  # by name, never silently judged at another tau than the one asked for. The report of an earlier
+  # run (an Agree) does not stand for a refused one: compare removes its --json first.
+  expect_rc 0 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --json "$work/atol.json"
+  [ "$(json_get "$work/atol.json" "['verdict']")" = Agree ] || fail "setup: the floor does not Agree"
+  cp "$work/atol.json" "$work/agree.json"
   expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --atol 1e-30 \
     --json "$work/atol.json"
   says "--atol"
-  [ ! -e "$work/atol.json" ] || fail "a refused compare wrote its report"
+  [ ! -e "$work/atol.json" ] || fail "a refused compare left a report"
+  for bad in short extra no_o; do
+    cp "$work/agree.json" "$work/stale.json"
+    expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/$bad.safetensors" --json "$work/stale.json"
+    [ ! -e "$work/stale.json" ] || fail "compare refusing $bad.safetensors left an earlier report"
+  done
+  cp "$work/floor.safetensors" "$work/floor.copy"
+  expect_rc 2 "$pararnn" compare "$work/c.safetensors" --trajectory "$work/floor.safetensors" --json "$work/floor.safetensors"
+  says "--json: must not name"
+  cmp -s "$work/floor.safetensors" "$work/floor.copy" || fail "compare removed or overwrote its answer named as --json"
   [ ! -e "$work/never.safetensors" ] || fail "a refused command left its file"
   ;;
 fla_adapter_refuses_by_name)
