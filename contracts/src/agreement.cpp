@@ -192,6 +192,16 @@ void apply_ill_conditioned_rule(AgreementReport& r, const TensorView& sequential
                                 const std::function<void()>& poll) {
   if (r.verdict != Verdict::disagree) return;
   if (compare(sequential, oracle.H, tau).ok()) return;  // the floor is inside τ: a real Disagree
+  if (!std::isfinite(r.sequential_max_abs)) {
+    // A floor that is not finite (the same-dtype loop overflowed, or made a NaN) bounds nothing:
+    // never the 0 of max_abs / inf that would read as "as good as the floor".
+    r.verdict = Verdict::inconclusive;
+    r.inconclusive_reason = fmt::format(
+        "the {0} sequential loop itself is not finite against the oracle, so the {1}'s error {2:.3e} (tau atol {3:g} "
+        "rtol {4:g}) cannot be bounded by what {0} allows",
+        r.dtype, r.path == "external" ? "trajectory" : "solver", r.max_abs, tau.atol, tau.rtol);
+    return;
+  }
   const double bound = tolerance_for({.dtype = parse_dtype(r.dtype), .metric = Metric::quality_ratio,
                                       .cell = r.cell, .backend = r.backend}).atol;
   const double ratio = r.sequential_max_abs > 0.0 ? r.max_abs / r.sequential_max_abs : INFINITY;
@@ -579,7 +589,10 @@ nlohmann::ordered_json AgreementReport::to_json() const {
   j["timings_ms"] = timings_ms;
   j["tolerance_source"] = tolerance_source;
   j["cell"] = cell;
-  j["quality_ratio"] = sequential_max_abs > 0 ? max_abs / sequential_max_abs : 0.0;
+  // No ratio (null) where the floor is not finite.
+  j["quality_ratio"] = !std::isfinite(sequential_max_abs) ? nlohmann::ordered_json(nullptr)
+                       : sequential_max_abs > 0           ? nlohmann::ordered_json(max_abs / sequential_max_abs)
+                                                          : nlohmann::ordered_json(0.0);
   j["repro"] = repro_command;
   j["trajectory_dtype"] = trajectory_dtype.empty() ? dtype : trajectory_dtype;
   j["ill_conditioned"] = ill_conditioned;

@@ -241,6 +241,25 @@ TEST(IllConditioned, WithinTheQualityBoundOfTheFloorIsInconclusiveBeyondItDisagr
   EXPECT_EQ(planted.verdict, Verdict::disagree) << planted.failure_message();
 }
 
+// A same-dtype floor that is not finite bounds nothing: an f16 RWKV-7 case whose matrix state
+// (not squashed) grows past f16's range under large inputs, while the oracle's stays finite. The
+// f16 sequential loop is inf from the oracle, so a wrong trajectory (zeros) is Inconclusive with
+// that said, never "ill-conditioned ... 0.00x that floor" (max_abs / inf), and the report's
+// quality_ratio is null, not 0.
+TEST(IllConditioned, ANonFiniteFloorBoundsNothing) {
+  const Cell cell = Cell::initialise({.cell = "rwkv7", .d_in = 8, .d_h = 8, .n_heads = 1}, DType::f16, 1);
+  const Case problem = cell.make_case(normal_input(DType::f16, {1, 256, 8}, 15, 300.0));
+  const Tensor zeros(DType::f16, cell.trajectory_shape(1, 256));
+  ASSERT_TRUE(reference::oracle_sequential(problem).finite);
+  const AgreementReport r = compare_trajectory(problem, zeros);
+  ASSERT_FALSE(std::isfinite(r.sequential_max_abs)) << "the case must overflow the f16 loop: " << r.failure_message();
+  EXPECT_EQ(r.verdict, Verdict::inconclusive) << r.failure_message();
+  EXPECT_FALSE(r.ill_conditioned) << r.inconclusive_reason;
+  EXPECT_NE(r.inconclusive_reason.find("the f16 sequential loop itself is not finite"), std::string::npos)
+      << r.inconclusive_reason;
+  EXPECT_TRUE(r.to_json()["quality_ratio"].is_null()) << r.to_json()["quality_ratio"];
+}
+
 // The ill-conditioned reason names its cause by λ̂ (reference::oracle_lyapunov on the oracle's
 // trajectory): "the cause is chaos" exactly when λ̂ > 0, "not chaos" otherwise, on a contracting
 // GRU and on an unclamped sLSTM head with large recurrent weights (chaotic along its trajectory);

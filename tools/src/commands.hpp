@@ -29,7 +29,8 @@ struct NamedPath {
 // therefore leaves none; one that writes it does so afterwards, atomically. Refusals are
 // ContractViolation naming `flag`, the rule and the path; a file that cannot be removed raises.
 // An empty `path` (no report asked for) does nothing. One mechanism for every report flag: the
-// commands call it first, and main() calls it for a command line that CLI11 refused.
+// commands call it first. A command line that CLI11 refuses never reaches a command and touches
+// no file (a mistyped line must not delete what its --json names).
 //   reserve_report_file(args.json, "--json", {{"case", args.case_path}});
 void reserve_report_file(const std::string& path, std::string_view flag, const std::vector<NamedPath>& others = {});
 
