@@ -19,6 +19,8 @@ CELLS = [("gru", []), ("gru-head", ["--cell", "gru", "--mix", "head", "--n-heads
          ("nlru", []), ("slstm", []), ("cfc", []), ("cfc-diag-h", ["--cell", "cfc", "--gate-mix", "diag_h"]),
          ("titans", []), ("hopfield", []), ("rwkv7", ["--n-heads", "2"]),
          ("m2rnn", ["--k-dim", "2", "--v-dim", "2"])]
+# The ops in op_names() order (core/src/op_case.cpp): fuzz_op_answer's byte 0 indexes it.
+OPS = ["gla", "simple_gla", "delta_rule", "gated_delta_rule", "dplr_delta_rule", "rwkv7", "selective_scan", "ssd"]
 
 
 def split(data):
@@ -55,7 +57,7 @@ def main():
     cli = pathlib.Path(sys.argv[1]).resolve()
     corpus = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "fuzz" / "corpus"
     for target in ["fuzz_safetensors", "fuzz_case_readings", "fuzz_trajectory", "fuzz_metadata",
-                   "fuzz_cu_seqlens", "fuzz_report_json"]:
+                   "fuzz_cu_seqlens", "fuzz_report_json", "fuzz_op_case", "fuzz_op_answer"]:
         (corpus / target).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for label, extra in CELLS:
@@ -83,6 +85,42 @@ def main():
         subprocess.run([str(cli), "make-case", "--cell", "gru", "--batch", "1", "--time", "5", "--d-in", "3", "--d-h", "4",
                         "--cu-seqlens", "0,2,5", "--out", str(path)], check=True, capture_output=True)
         (corpus / "fuzz_case_readings" / "gru-packed.case").write_bytes(path.read_bytes())
+    # Op cases (every op, f32 and bf16, one packed) and answers for fuzz_op_answer's fixed cases:
+    # byte 0 the op's index in OPS, then an answer file (the oracle's with gradients, the
+    # sequential loop's, one with a NaN, one without its output, malformed edits).
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, op in enumerate(OPS):
+            v_dim = "1" if op == "selective_scan" else "2"
+            for dtype in ["f32", "bf16"]:
+                case = pathlib.Path(tmp) / f"{op}-{dtype}.case"
+                subprocess.run([str(cli), "make-case", "--op", op, "--batch", "1", "--time", "4", "--n-heads", "1",
+                                "--k-dim", "2", "--v-dim", v_dim, "--seed", "3", "--dtype", dtype, "--out", str(case)],
+                               check=True, capture_output=True)
+                data = case.read_bytes()
+                (corpus / "fuzz_op_case" / f"{op}-{dtype}").write_bytes(data)
+                if dtype != "f32":
+                    continue
+                for kind, bad in malformed(data).items():
+                    (corpus / "fuzz_op_case" / f"{op}-{kind}").write_bytes(bad)
+                answers = {}
+                for how, command in [("oracle", "oracle"), ("solve", "solve")]:
+                    out = pathlib.Path(tmp) / f"{op}.{how}"
+                    subprocess.run([str(cli), command, str(case), "--grad", "--out", str(out)], check=True, capture_output=True)
+                    answers[how] = out.read_bytes()
+                header, body = split(answers["solve"])
+                output = next(k for k in header if k != "__metadata__" and not k.startswith("grad."))
+                start = header[output]["data_offsets"][0]
+                nan = body[:start] + struct.pack("<f", float("nan")) + body[start + 4:]
+                answers["nan"] = join(header, nan)
+                without = {k: v for k, v in header.items() if k != output}
+                answers["without_output"] = join(without, body)
+                answers.update({f"solve-{kind}": bad for kind, bad in malformed(answers["solve"]).items()})
+                for how, data in answers.items():
+                    (corpus / "fuzz_op_answer" / f"{op}-{how}").write_bytes(bytes([index]) + data)
+        packed = pathlib.Path(tmp) / "packed.case"
+        subprocess.run([str(cli), "make-case", "--op", "gla", "--batch", "1", "--time", "5", "--n-heads", "1", "--k-dim", "2",
+                        "--v-dim", "2", "--cu-seqlens", "0,2,5", "--out", str(packed)], check=True, capture_output=True)
+        (corpus / "fuzz_op_case" / "gla-packed").write_bytes(packed.read_bytes())
     # Trajectories for the fixed case of fuzz_trajectory: lstm, B = 1, T = 4, 2 slots, d_h = 3.
     def trajectory(dtype, shape, fill):
         size = {"F32": 4, "F64": 8, "BF16": 2}[dtype]

@@ -22,7 +22,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DPARARNN_FUZZ=ON -DPARARNN_CUDA=OFF -DPARARNN_PYTHON=OFF -DPARARNN_BUILD_BENCH=OFF >/dev/null
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_case_readings fuzz_cu_seqlens fuzz_metadata fuzz_trajectory fuzz_report_json)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_case_readings fuzz_cu_seqlens fuzz_metadata fuzz_trajectory fuzz_report_json fuzz_op_case fuzz_op_answer)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

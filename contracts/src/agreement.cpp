@@ -338,7 +338,11 @@ std::vector<std::pair<std::string, Tensor>> checked_external_gradients(const Cas
   const std::vector<GradientName> names = gradient_names(problem);
   std::string expected;
   for (const auto& n : names) expected += fmt::format("{}{}", expected.empty() ? "" : ", ", n.file_name);
-  for (const auto& [name, tensor] : given.tensors) {
+  for (const auto& entry : given.tensors) {
+    // Named, not a structured binding: the lambda below captures it (clang 14, the fuzz build's
+    // compiler, cannot capture a structured binding).
+    const std::string& name = entry.first;
+    const auto& tensor = entry.second;
     const std::string argument = fmt::format("{}: tensor '{}'", given.source, name);
     const auto it = std::find_if(names.begin(), names.end(), [&](const GradientName& n) { return n.file_name == name; });
     if (it == names.end())
