@@ -108,11 +108,13 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
   for (int g = 0; g < G; ++g) acc_wx[g] = 0.0;
   auto* const terms = static_cast<__nv_bfloat16*>(a.d_wx_bf16);
   const int64_t t_end = (chunk + 1) * kVjpStepsPerPartial < a.time ? (chunk + 1) * kVjpStepsPerPartial : a.time;
-  for (int64_t t = chunk * kVjpStepsPerPartial; t < t_end; ++t) {
+  // The step's inputs are loaded one step ahead (the next step's loads are in flight while this
+  // step computes and stores), the same values in the same arithmetic.
+  W wx_next[G], hp_next[S], cot_next[S];
+  const auto load_step = [&](int64_t t, W (&wx)[G], W (&hp)[S], W (&cot)[S]) {
     const int64_t bt = b * a.time + t;
     const bool head = t == 0 || (a.head != nullptr && a.head[t] != 0);
     const int64_t row = head && a.h0_row != nullptr ? a.h0_row[t] : b;
-    W wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
 #pragma unroll
     for (int g = 0; g < G; ++g) wx[g] = static_cast<W>(a.wx[bt * G * D + g * D + c]);
 #pragma unroll
@@ -121,6 +123,21 @@ __global__ void __launch_bounds__(kVjpThreads) cell_vjp_kernel(CellVjpArgs<T, A>
                    : static_cast<W>(a.H[((bt - 1) * S + s) * D + c]);
       cot[s] = static_cast<W>(a.mu[(bt * S + s) * D + c]);
     }
+  };
+  if (chunk * kVjpStepsPerPartial < t_end) load_step(chunk * kVjpStepsPerPartial, wx_next, hp_next, cot_next);
+  for (int64_t t = chunk * kVjpStepsPerPartial; t < t_end; ++t) {
+    const int64_t bt = b * a.time + t;
+    const bool head = t == 0 || (a.head != nullptr && a.head[t] != 0);
+    const int64_t row = head && a.h0_row != nullptr ? a.h0_row[t] : b;
+    W wx[G], hp[S], cot[S], d_rec[RC], d_wx[G], d_hp[S];
+#pragma unroll
+    for (int g = 0; g < G; ++g) wx[g] = wx_next[g];
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      hp[s] = hp_next[s];
+      cot[s] = cot_next[s];
+    }
+    if (t + 1 < t_end) load_step(t + 1, wx_next, hp_next, cot_next);
 #pragma unroll
     for (int k = 0; k < RC; ++k) d_rec[k] = W(0);
     CellMath::vjp(rec, wx, hp, cot, d_rec, d_wx, d_hp);

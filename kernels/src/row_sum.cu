@@ -1,4 +1,5 @@
-// launch_row_sum (kernels/row_sum.hpp): one thread per output element, the rows added in order.
+// launch_row_sum (kernels/row_sum.hpp): a block per 32 columns (a lane each) and 32 row ranges (a
+// warp each); each warp adds its range in row order, then warp 0 adds the 32 range sums in order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,28 +10,43 @@
 namespace pararnn::kernels {
 namespace {
 
-constexpr int kRowSumBatch = 32;    // loads in flight per thread
-constexpr int kRowSumThreads = 64;  // small blocks: a few hundred columns still spread over SMs
+constexpr int kRowSumBatch = 8;  // loads in flight per thread (the adds stay in row order)
+constexpr int kRowSumThreads = kRowSumColumns * kRowSumRanges;
 
+// Before (2026-12-07): one thread per column adding all `count` rows, 12 blocks of 64 threads
+// for the GRU backward's 768 columns of 4096 partials at S1: 1.46 ms per call on an H200, the
+// largest kernel of the bf16 training step; the ranges put 32 warps on every column tile.
 template <class T>
-__global__ void row_sum_kernel(RowSumArgs<T> a) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += stride) {
-    // The loads of kRowSumBatch rows are issued before their adds (the adds stay in row order):
-    // a thread's sum is a chain of count dependent adds, and with one load in flight at a time a
-    // 4096-row sum of 768 columns (the GRU backward's recurrent partials at S1) waited ~0.5 ms on
-    // memory latency.
+__global__ void __launch_bounds__(kRowSumThreads) row_sum_kernel(RowSumArgs<T> a) {
+  __shared__ double range_sum[kRowSumRanges][kRowSumColumns + 1];
+  const int lane = static_cast<int>(threadIdx.x) % kRowSumColumns;
+  const int range = static_cast<int>(threadIdx.x) / kRowSumColumns;
+  const std::int64_t per_range = (a.count + kRowSumRanges - 1) / kRowSumRanges;
+  const std::int64_t first = range * per_range < a.count ? range * per_range : a.count;
+  const std::int64_t last = first + per_range < a.count ? first + per_range : a.count;
+  for (std::int64_t tile = blockIdx.x; tile * kRowSumColumns < a.n; tile += gridDim.x) {
+    const std::int64_t i = tile * kRowSumColumns + lane;
     double sum = 0.0;
-    std::int64_t j = 0;
-    for (; j + kRowSumBatch <= a.count; j += kRowSumBatch) {
-      T v[kRowSumBatch];
+    if (i < a.n) {
+      std::int64_t j = first;
+      for (; j + kRowSumBatch <= last; j += kRowSumBatch) {
+        T v[kRowSumBatch];
 #pragma unroll
-      for (int u = 0; u < kRowSumBatch; ++u) v[u] = a.rows[(j + u) * a.n + i];
+        for (int u = 0; u < kRowSumBatch; ++u) v[u] = a.rows[(j + u) * a.n + i];
 #pragma unroll
-      for (int u = 0; u < kRowSumBatch; ++u) sum += static_cast<double>(v[u]);
+        for (int u = 0; u < kRowSumBatch; ++u) sum += static_cast<double>(v[u]);
+      }
+      for (; j < last; ++j) sum += static_cast<double>(a.rows[j * a.n + i]);
     }
-    for (; j < a.count; ++j) sum += static_cast<double>(a.rows[j * a.n + i]);
-    a.out[i] = sum;
+    range_sum[range][lane] = sum;
+    __syncthreads();
+    if (range == 0 && i < a.n) {
+      double total = 0.0;
+#pragma unroll 8
+      for (int r = 0; r < kRowSumRanges; ++r) total += range_sum[r][lane];
+      a.out[i] = total;
+    }
+    __syncthreads();
   }
 }
 
@@ -63,7 +79,7 @@ cudaError_t launch_row_sum(const RowSumArgs<T>& a, cudaStream_t stream) {
     return cudaGetLastError();
   }
 #endif
-  const std::int64_t blocks = (a.n + kRowSumThreads - 1) / kRowSumThreads;
+  const std::int64_t blocks = (a.n + kRowSumColumns - 1) / kRowSumColumns;
   row_sum_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowSumThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
